@@ -1,0 +1,170 @@
+package auth
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Authentication outcomes. ErrMissingHeaders and ErrMalformedHeaders (see
+// scheme.go) are client errors (400); these are authentication failures (401).
+var (
+	ErrUnknownKey   = errors.New("auth: unknown key")
+	ErrBadSignature = errors.New("auth: signature does not match")
+	ErrSkew         = errors.New("auth: timestamp outside the allowed skew")
+	ErrReplay       = errors.New("auth: signature already used")
+)
+
+// Reason is a short, bounded label for an authentication outcome, fit for a
+// metric label or a log field.
+func Reason(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrMissingHeaders):
+		return "missing_headers"
+	case errors.Is(err, ErrMalformedHeaders):
+		return "malformed_headers"
+	case errors.Is(err, ErrUnknownKey):
+		return "unknown_key"
+	case errors.Is(err, ErrBadSignature):
+		return "bad_signature"
+	case errors.Is(err, ErrSkew):
+		return "skew"
+	case errors.Is(err, ErrReplay):
+		return "replay"
+	default:
+		return "other"
+	}
+}
+
+// VerifierConfig configures a Verifier.
+type VerifierConfig struct {
+	// MaxSkew is the largest difference allowed between a request's
+	// timestamp and the server's clock. Zero means 5 s.
+	MaxSkew time.Duration
+	// ReplayProtection accepts each (key, signature) once within the skew
+	// window.
+	ReplayProtection bool
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Verifier authenticates requests against a KeyStore. It is safe for
+// concurrent use.
+type Verifier struct {
+	maxSkew time.Duration
+	now     func() time.Time
+	replay  *replayCache // nil when replay protection is off
+}
+
+// NewVerifier returns a Verifier for cfg.
+func NewVerifier(cfg VerifierConfig) *Verifier {
+	if cfg.MaxSkew <= 0 {
+		cfg.MaxSkew = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now}
+	if cfg.ReplayProtection {
+		v.replay = newReplayCache(2 * cfg.MaxSkew)
+	}
+	return v
+}
+
+// Result is what Verify learned of a request, also when it failed.
+type Result struct {
+	Principal *Principal    // set when the key is known
+	Skew      time.Duration // server time minus request time, set when the timestamp parsed
+}
+
+// Verify checks the authentication headers of r against ks: the key must be
+// known, the timestamp within the skew, the signature that of the raw request
+// target r.RequestURI under one of the key's secrets, and (when enabled) not
+// seen before. The returned error is one of the sentinel errors of this
+// package.
+func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
+	c, err := ParseCredentials(r.Header)
+	if err != nil {
+		return Result{}, err
+	}
+	now := v.now()
+	res := Result{Skew: now.Sub(c.Time())}
+	p, ok := ks.Lookup(c.KeyID)
+	if !ok {
+		return res, ErrUnknownKey
+	}
+	res.Principal = p
+	uri := r.RequestURI
+	if uri == "" { // a request built in-process rather than read from the wire
+		uri = r.URL.RequestURI()
+	}
+	valid := false
+	for _, s := range p.secrets {
+		if c.Valid(s, r.Method, uri, EmptyBodyHash) {
+			valid = true
+			break
+		}
+	}
+	if !valid {
+		return res, ErrBadSignature
+	}
+	if res.Skew > v.maxSkew || res.Skew < -v.maxSkew {
+		return res, ErrSkew
+	}
+	if v.replay != nil && !v.replay.firstUse(c.KeyID, c.Signature, now) {
+		return res, ErrReplay
+	}
+	return res, nil
+}
+
+// replayCache remembers signatures for at least ttl. It keeps two
+// generations of sets and drops the older one every ttl, so memory is
+// bounded by the signatures accepted in the last 2×ttl.
+type replayCache struct {
+	ttl time.Duration
+
+	mu      sync.Mutex
+	rotated time.Time
+	cur     map[replayKey]struct{}
+	prev    map[replayKey]struct{}
+}
+
+type replayKey struct {
+	key string
+	sig [32]byte
+}
+
+func newReplayCache(ttl time.Duration) *replayCache {
+	return &replayCache{ttl: ttl, cur: map[replayKey]struct{}{}, prev: map[replayKey]struct{}{}}
+}
+
+// firstUse records (key, sig) and reports whether it was not seen before.
+func (rc *replayCache) firstUse(key string, sig []byte, now time.Time) bool {
+	var k replayKey
+	k.key = key
+	copy(k.sig[:], sig)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if since := now.Sub(rc.rotated); since >= rc.ttl || since < 0 {
+		if since >= 2*rc.ttl || since < 0 {
+			clear(rc.prev)
+			rc.prev, rc.cur = rc.cur, rc.prev
+			clear(rc.prev)
+		} else {
+			rc.prev, rc.cur = rc.cur, rc.prev
+			clear(rc.cur)
+		}
+		rc.rotated = now
+	}
+	if _, seen := rc.cur[k]; seen {
+		return false
+	}
+	if _, seen := rc.prev[k]; seen {
+		return false
+	}
+	rc.cur[k] = struct{}{}
+	return true
+}
