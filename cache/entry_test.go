@@ -1,0 +1,66 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestEntryState(t *testing.T) {
+	t0 := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	withStale := &Entry{Expires: t0.Add(10 * time.Second), StaleUntil: t0.Add(30 * time.Second)}
+	noStale := &Entry{Expires: t0.Add(10 * time.Second)}
+	staleBeforeExpiry := &Entry{Expires: t0.Add(10 * time.Second), StaleUntil: t0.Add(5 * time.Second)}
+	immutable := &Entry{StaleUntil: t0} // StaleUntil is ignored without Expires
+	cases := []struct {
+		name string
+		e    *Entry
+		at   time.Duration
+		want State
+	}{
+		{"fresh at store time", withStale, 0, Fresh},
+		{"fresh just before Expires", withStale, 10*time.Second - 1, Fresh},
+		{"stale at Expires", withStale, 10 * time.Second, Stale},
+		{"stale just before StaleUntil", withStale, 30*time.Second - 1, Stale},
+		{"missing at StaleUntil", withStale, 30 * time.Second, Missing},
+		{"no stale window: missing at Expires", noStale, 10 * time.Second, Missing},
+		{"StaleUntil before Expires: no stale window", staleBeforeExpiry, 10 * time.Second, Missing},
+		{"immutable is fresh forever", immutable, 100 * 365 * 24 * time.Hour, Fresh},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.e.state(t0.Add(tc.at)))
+		})
+	}
+}
+
+func TestLifetimeEntry(t *testing.T) {
+	now := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	body := []byte("{}")
+	cases := []struct {
+		name string
+		l    Lifetime
+		want Entry
+	}{
+		{"zero value is immutable", Lifetime{}, Entry{Body: body, Status: 200, Stored: now}},
+		{"stale ignored for immutable", Lifetime{Stale: time.Minute}, Entry{Body: body, Status: 200, Stored: now}},
+		{"ttl only", Lifetime{TTL: 500 * time.Millisecond},
+			Entry{Body: body, Status: 200, Stored: now, Expires: now.Add(500 * time.Millisecond)}},
+		{"ttl and stale window", Lifetime{TTL: 300 * time.Second, Stale: time.Hour},
+			Entry{Body: body, Status: 200, Stored: now, Expires: now.Add(300 * time.Second), StaleUntil: now.Add(300*time.Second + time.Hour)}},
+		{"negative ttl is not stored", Lifetime{TTL: -1}, Entry{Body: body, Status: 200, Stored: now, NoStore: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, *tc.l.Entry(now, 200, body))
+		})
+	}
+}
+
+func TestStrings(t *testing.T) {
+	assert.Equal(t, []string{"missing", "fresh", "stale", "unknown"},
+		[]string{Missing.String(), Fresh.String(), Stale.String(), State(9).String()})
+	assert.Equal(t, []string{"hit", "miss", "coalesced", "stale", "stale_error", "unknown"},
+		[]string{Hit.String(), Miss.String(), Coalesced.String(), StaleHit.String(), StaleError.String(), Outcome(9).String()})
+}

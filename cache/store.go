@@ -1,0 +1,223 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"go.uber.org/zap"
+)
+
+// EntryOverhead is the fixed number of bytes added to the cost of every entry
+// on top of len(key)+len(Body), for what holding an entry costs besides its
+// body: the Entry struct (about 120 bytes), ristretto's item in its sharded
+// map, its key-cost record in the eviction policy and its TTL bucket record
+// (about 130 bytes together). The key itself is not retained (ristretto keeps
+// only its hashes), so counting len(key) keeps the bound conservative. The
+// cost counts len(Body), not its capacity: a fill should not hand over a
+// body with much spare capacity.
+const EntryOverhead = 256
+
+// DefaultFillTimeout is the bound on one fill when Config.FillTimeout is zero.
+const DefaultFillTimeout = 30 * time.Second
+
+// ErrClosed is returned by Load when a fill would be needed after Close.
+var ErrClosed = errors.New("cache: store closed")
+
+// Config configures a Store. Only MaxBytes is required.
+type Config struct {
+	// MaxBytes bounds the total cost of the entries held, in bytes; the cost
+	// of an entry is len(key)+len(Body)+EntryOverhead. Must be positive.
+	MaxBytes int64
+	// Clock returns the current time, which decides whether an entry is
+	// fresh or stale. If nil, time.Now is used.
+	Clock func() time.Time
+	// Logger receives the fill failures that no caller receives: a failed
+	// background refresh, a failure answered with a stale entry, a panic in
+	// a fill. If nil, nothing is logged.
+	Logger *zap.Logger
+	// FillTimeout bounds each fill, which runs detached from the callers'
+	// contexts. If zero, DefaultFillTimeout; must not be negative.
+	FillTimeout time.Duration
+	// OnFlightDone, if non-nil, is called once when a fill has ended, with
+	// the fill's key and the number of Load calls that waited for it: 1 for
+	// a miss nobody shared, 0 for a background refresh nobody waited for.
+	// It is called from the fill's goroutine and must not block.
+	OnFlightDone func(key string, waiters int)
+}
+
+// Store is a byte-bounded cache of entries with coalesced fills. It is safe
+// for concurrent use by multiple goroutines. Create one with New and release
+// it with Close.
+type Store struct {
+	rc           *ristretto.Cache[string, *Entry]
+	maxBytes     int64
+	now          func() time.Time
+	log          *zap.Logger
+	fillTimeout  time.Duration
+	onFlightDone func(key string, waiters int)
+
+	// closeMu excludes ristretto's Close from every other use of rc:
+	// ristretto does not allow them to overlap.
+	closeMu sync.RWMutex
+
+	mu      sync.Mutex         // guards flights and closing
+	flights map[string]*flight // fills in progress, by key
+	closing bool               // no new fills once set
+	wg      sync.WaitGroup     // fill goroutines
+
+	closeOnce sync.Once
+}
+
+// New returns a Store configured by cfg, or an error naming every problem
+// of cfg.
+func New(cfg Config) (*Store, error) {
+	var errs []error
+	if cfg.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("cache: MaxBytes must be positive, got %d", cfg.MaxBytes))
+	}
+	if cfg.FillTimeout < 0 {
+		errs = append(errs, fmt.Errorf("cache: FillTimeout must not be negative, got %s", cfg.FillTimeout))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s := &Store{
+		maxBytes:     cfg.MaxBytes,
+		now:          cfg.Clock,
+		log:          cfg.Logger,
+		fillTimeout:  cfg.FillTimeout,
+		onFlightDone: cfg.OnFlightDone,
+		flights:      make(map[string]*flight),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.fillTimeout == 0 {
+		s.fillTimeout = DefaultFillTimeout
+	}
+	rc, err := ristretto.NewCache(&ristretto.Config[string, *Entry]{
+		NumCounters:        numCounters(cfg.MaxBytes),
+		MaxCost:            cfg.MaxBytes,
+		BufferItems:        64,
+		IgnoreInternalCost: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	s.rc = rc
+	return s, nil
+}
+
+// numCounters sizes ristretto's admission counters: ten per entry that fits
+// if entries are about 1 KiB, as ristretto advises, within [1Ki, 16Mi]
+// (about 3 bytes each, so at most about 50 MB, reached from 1.6 GiB).
+func numCounters(maxBytes int64) int64 {
+	const lo, hi = 1 << 10, 1 << 24
+	n := maxBytes / 1024 * 10
+	return min(max(n, lo), hi)
+}
+
+// cost is what an entry counts against MaxBytes.
+func cost(key string, e *Entry) int64 {
+	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead
+}
+
+// Get returns the entry stored under key and its state now. A Missing state
+// comes with a nil entry. The entry must not be modified.
+func (s *Store) Get(key string) (*Entry, State) {
+	s.closeMu.RLock()
+	e, ok := s.rc.Get(key)
+	s.closeMu.RUnlock()
+	if !ok || e == nil {
+		return nil, Missing
+	}
+	if e.Expires.IsZero() {
+		return e, Fresh
+	}
+	st := e.state(s.now())
+	if st == Missing {
+		return nil, Missing
+	}
+	return e, st
+}
+
+// Set stores e under key, replacing any entry there. Like every write to
+// the underlying cache it is asynchronous and may be dropped (under
+// contention, or by the admission policy when the store is full): a Get right
+// after it may miss; Wait makes it visible. Entries marked NoStore, entries
+// already past their StaleUntil (or Expires, without a stale window) and
+// entries costing more than MaxBytes are not stored. The Store keeps e
+// itself: the caller must not modify it afterwards.
+func (s *Store) Set(key string, e *Entry) {
+	s.set(key, e)
+}
+
+// set is Set, reporting whether the write was accepted for processing.
+func (s *Store) set(key string, e *Entry) bool {
+	if e == nil || e.NoStore {
+		return false
+	}
+	c := cost(key, e)
+	if c > s.maxBytes {
+		return false
+	}
+	// Entries are also given a ristretto TTL, so that memory held by dead
+	// entries is reclaimed without waiting for eviction. The TTL is a
+	// duration from now on the wall clock; the Store's Clock alone decides
+	// freshness.
+	var ttl time.Duration
+	if !e.Expires.IsZero() {
+		end := e.Expires
+		if e.StaleUntil.After(end) {
+			end = e.StaleUntil
+		}
+		ttl = end.Sub(s.now())
+		if ttl <= 0 {
+			return false
+		}
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	return s.rc.SetWithTTL(key, e, c, ttl)
+}
+
+// Wait blocks until every Set made before it has been applied (or dropped).
+// It is meant for tests.
+func (s *Store) Wait() {
+	s.closeMu.RLock()
+	s.rc.Wait()
+	s.closeMu.RUnlock()
+}
+
+// Bytes returns the total cost of the entries held, in bytes: what the
+// eviction policy has admitted minus what it has evicted, expired or
+// replaced. It stays within MaxBytes, except that replacing an entry with a
+// larger one is admitted without eviction until the next new entry is added.
+func (s *Store) Bytes() int64 {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	return s.rc.MaxCost() - s.rc.RemainingCost()
+}
+
+// Close stops new fills, waits for the running ones (foreground fills and
+// background refreshes; each is bounded by FillTimeout if its fill honours
+// its context), then releases the cache. Afterwards Get misses, Set is
+// ignored and Load returns ErrClosed where it would need a fill. Close may be
+// called more than once.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
+		s.wg.Wait()
+		s.closeMu.Lock()
+		s.rc.Close()
+		s.closeMu.Unlock()
+	})
+}
