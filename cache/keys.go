@@ -15,6 +15,7 @@ const (
 	KindLatest  Kind = "latest"  // the latest report of a feed
 	KindPage    Kind = "page"    // a page of reports
 	KindCatalog Kind = "catalog" // one upstream view of the catalog
+	KindBulk    Kind = "bulk"    // an upstream bulk call in flight (coalesced, never stored)
 )
 
 // Keys have the form
@@ -69,6 +70,27 @@ func PageKey(network, scope, feedID string, start int64, limit int) string {
 	return b.String()
 }
 
+// BulkKey is the key of one upstream bulk call for feedIDs (in the order
+// given) at timestamp ts: identical calls in flight at once share it.
+func BulkKey(network, scope string, ts int64, feedIDs []string) string {
+	n := len(KindBulk) + 1 + fieldLen(network) + fieldLen(scope) + intLen(ts) + 1
+	for _, f := range feedIDs {
+		n += fieldLen(f)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(string(KindBulk))
+	b.WriteByte('/')
+	writeField(&b, network)
+	writeField(&b, scope)
+	writeInt(&b, ts)
+	b.WriteByte('/')
+	for _, f := range feedIDs {
+		writeField(&b, f)
+	}
+	return b.String()
+}
+
 // CatalogKey is the key of the catalog view named view (for example
 // anonymous, authenticated, hidden) of network.
 func CatalogKey(network, scope, view string) string {
@@ -90,7 +112,7 @@ func KindOf(key string) Kind {
 		return ""
 	}
 	switch k := Kind(key[:i]); k {
-	case KindReport, KindLatest, KindPage, KindCatalog:
+	case KindReport, KindLatest, KindPage, KindCatalog, KindBulk:
 		return k
 	}
 	return ""

@@ -72,6 +72,10 @@ func TestKindOf(t *testing.T) {
 	assert.Equal(t, KindLatest, KindOf(LatestKey("m", "", feed)))
 	assert.Equal(t, KindPage, KindOf(PageKey("m", "", feed, 1, 2)))
 	assert.Equal(t, KindCatalog, KindOf(CatalogKey("m", "", "anonymous")))
+	assert.Equal(t, KindBulk, KindOf(BulkKey("m", "", 1, []string{feed})))
+	// A list of feeds cannot be confused with another split of the same bytes.
+	assert.NotEqual(t, BulkKey("m", "", 1, []string{"ab", "c"}), BulkKey("m", "", 1, []string{"a", "bc"}))
+	assert.NotEqual(t, BulkKey("m", "", 1, []string{feed}), BulkKey("m", "", 2, []string{feed}))
 	assert.Equal(t, Kind(""), KindOf("other/1:x/"))
 	assert.Equal(t, Kind(""), KindOf("report"))
 }
