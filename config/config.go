@@ -1,0 +1,285 @@
+// Package config is streamgate's configuration: the YAML schema as typed
+// structs, the defaults of every omitted key, ${VAR} expansion from the
+// environment, and a validation that reports every problem at once.
+//
+// A configuration is read with Load or Parse, or taken from Default, the
+// demo configuration. Both Load and Parse fill defaults, read secret files
+// and validate, so a *Config they return is complete and valid. The key
+// names are the contract of DESIGN.md section 4; config.example.yaml at the
+// repository root documents each one with its default.
+//
+// Secrets are of type Secret, which prints, logs and marshals as REDACTED.
+// Logging a whole Config, Team or Key therefore never leaks a secret.
+//
+// A Config is not modified after Load or Parse return and is then safe for
+// concurrent reads.
+package config
+
+import (
+	"slices"
+	"sort"
+	"time"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	Server    Server              `yaml:"server" json:"server"`
+	Log       Log                 `yaml:"log" json:"log"`
+	Networks  map[string]*Network `yaml:"networks" json:"networks"`
+	Auth      Auth                `yaml:"auth" json:"auth"`
+	Cache     Cache               `yaml:"cache" json:"cache"`
+	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
+	Teams     []Team              `yaml:"teams" json:"teams"`
+
+	// src describes where the configuration came from; nil for a Config
+	// built in code. A pointer, so that fmt never prints its contents.
+	src *source
+}
+
+// Server holds the process-wide HTTP settings.
+type Server struct {
+	// AdminListen is the host:port of the admin listener that serves
+	// /metrics, /healthz and /readyz. Default "127.0.0.1:9090". An explicit
+	// empty string ("") disables the admin listener.
+	AdminListen string `yaml:"admin_listen" json:"admin_listen"`
+	// ShutdownTimeout bounds the drain after SIGTERM. Default 15s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" json:"shutdown_timeout"`
+	// ReadHeaderTimeout is http.Server.ReadHeaderTimeout of every listener.
+	// Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" json:"read_header_timeout"`
+	// IdleTimeout is http.Server.IdleTimeout of every listener. Default 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout" json:"idle_timeout"`
+}
+
+// Log configures the process logger.
+type Log struct {
+	// Level is one of debug, info, warn, error. Default "info".
+	Level string `yaml:"level" json:"level"`
+	// Format is json or console. Default "json".
+	Format string `yaml:"format" json:"format"`
+	// Audit, when true, logs one line per report read: team, key, network
+	// and streams. Default false.
+	Audit bool `yaml:"audit" json:"audit"`
+}
+
+// Network is one upstream network (mainnet, testnet, ...) and the listener
+// its clients call. A client picks a network by the address it calls: the
+// listen address, or a Host name when several networks share a listener.
+type Network struct {
+	// Listen is the host:port this network is served on. Required.
+	// Several networks may share one address if each of them lists Hosts.
+	Listen string `yaml:"listen" json:"listen"`
+	// Hosts are the Host names (no scheme, no port; lower-cased at load)
+	// routed to this network on a shared listener. Default none.
+	Hosts []string `yaml:"hosts" json:"hosts"`
+	// Upstream is the service this network's requests go to.
+	Upstream Upstream `yaml:"upstream" json:"upstream"`
+}
+
+// Upstream is the Data Streams service behind a network, and how the
+// gateway calls it.
+type Upstream struct {
+	// URL is "embedded", which starts the built-in simulator, or the
+	// absolute http(s) URL of the service, without path, query or user
+	// information (e.g. https://api.dataengine.chain.link). Default
+	// "embedded" for the networks named mainnet and testnet; required for
+	// any other network.
+	URL string `yaml:"url" json:"url"`
+	// Credentials are the organisation's API key and secret, required for a
+	// non-embedded upstream. For an embedded one they are optional and,
+	// when given, are the credentials the simulator accepts.
+	Credentials `yaml:",inline"`
+	// Timeout bounds each attempt. Default 5s.
+	Timeout time.Duration `yaml:"timeout" json:"timeout"`
+	// Retries is the number of extra attempts after a 502, a 503 or a
+	// timeout. Default 2; 0 disables retries.
+	Retries int `yaml:"retries" json:"retries"`
+	// Budget is the rate of upstream calls per endpoint, shared by all
+	// teams. Default {rps: 10, burst: 10}; both must be positive.
+	Budget Rate `yaml:"budget" json:"budget"`
+	// MaxBulk is the largest number of streams in one upstream bulk call;
+	// larger requests are split. Default 100.
+	MaxBulk int `yaml:"max_bulk" json:"max_bulk"`
+}
+
+// Embedded reports whether the upstream is the built-in simulator.
+func (u *Upstream) Embedded() bool { return u.URL == EmbeddedURL }
+
+// Credentials are an API key and its secret, given inline (APISecret) or
+// as a file (APISecretFile), exactly one of the two.
+type Credentials struct {
+	// APIKey is the key ID sent in the Authorization header.
+	APIKey string `yaml:"api_key" json:"api_key"`
+	// APISecret is the HMAC secret. After loading it also holds the
+	// contents of APISecretFile.
+	APISecret Secret `yaml:"api_secret" json:"api_secret"`
+	// APISecretFile is a file holding the secret, read at load time with
+	// trailing line breaks removed. A relative path is relative to the
+	// directory of the configuration file (Load) or the working directory
+	// (Parse).
+	APISecretFile string `yaml:"api_secret_file" json:"api_secret_file"`
+
+	file fileState
+}
+
+// Secret returns the secret of the credentials: APISecret, or the contents
+// of APISecretFile once read. It is empty when neither is set.
+func (c *Credentials) Secret() Secret { return c.APISecret }
+
+// IsZero reports whether no key, secret or secret file is set.
+func (c *Credentials) IsZero() bool {
+	return c.APIKey == "" && c.APISecret == "" && c.APISecretFile == ""
+}
+
+// Rate is a token bucket: RPS tokens per second, at most Burst at once.
+type Rate struct {
+	// RPS is the sustained rate in requests per second; fractions are
+	// allowed. For a team or a key, 0 means no limit.
+	RPS float64 `yaml:"rps" json:"rps"`
+	// Burst is the bucket size in requests. When omitted it defaults to
+	// RPS rounded up (at least 1), or 0 when RPS is 0.
+	Burst int `yaml:"burst" json:"burst"`
+}
+
+// Unlimited reports whether the rate sets no limit (RPS is 0).
+func (r Rate) Unlimited() bool { return r.RPS == 0 }
+
+// Auth configures the checks made on client requests.
+type Auth struct {
+	// MaxSkew is the largest difference allowed between a request's
+	// X-Authorization-Timestamp and the gateway's clock. Default 5s.
+	MaxSkew time.Duration `yaml:"max_skew" json:"max_skew"`
+	// ReplayProtection refuses a signature seen before within MaxSkew.
+	// Default true.
+	ReplayProtection bool `yaml:"replay_protection" json:"replay_protection"`
+	// AnonymousCatalog serves the unsigned catalog (/api/v1/discovery)
+	// without authentication, as the upstream does. Default true.
+	AnonymousCatalog bool `yaml:"anonymous_catalog" json:"anonymous_catalog"`
+}
+
+// Cache bounds the response cache and sets its lifetimes.
+type Cache struct {
+	// MaxBytes bounds the cache's memory. Default 256MiB.
+	MaxBytes Size `yaml:"max_bytes" json:"max_bytes"`
+	// CatalogTTL is the lifetime of a catalog view when the upstream sends
+	// no max-age. Default 300s.
+	CatalogTTL time.Duration `yaml:"catalog_ttl" json:"catalog_ttl"`
+	// LatestTTL is the lifetime of a latest report. Default 500ms.
+	LatestTTL time.Duration `yaml:"latest_ttl" json:"latest_ttl"`
+	// NegativeTTL is the lifetime of a "no data yet" answer for a recent
+	// timestamp. Default 1s.
+	NegativeTTL time.Duration `yaml:"negative_ttl" json:"negative_ttl"`
+}
+
+// RateLimit selects where the per-team limits are counted.
+type RateLimit struct {
+	// Backend is memory (each replica counts alone) or redis (replicas
+	// share counts). Default "memory".
+	Backend string `yaml:"backend" json:"backend"`
+	// Redis is used when Backend is redis.
+	Redis Redis `yaml:"redis" json:"redis"`
+}
+
+// Redis is the Redis server shared by the replicas' rate limits.
+type Redis struct {
+	// URL is a redis://, rediss:// or unix:// URL. It must not carry a
+	// password: use Password or PasswordFile. Default
+	// "redis://127.0.0.1:6379/0".
+	URL string `yaml:"url" json:"url"`
+	// Password is the Redis password, if any. After loading it also holds
+	// the contents of PasswordFile.
+	Password Secret `yaml:"password" json:"password"`
+	// PasswordFile is a file holding the password, read at load time like
+	// Credentials.APISecretFile.
+	PasswordFile string `yaml:"password_file" json:"password_file"`
+	// FailMode is what happens while Redis is unreachable: open falls back
+	// to each replica's local limits, closed refuses requests. Default
+	// "open".
+	FailMode string `yaml:"fail_mode" json:"fail_mode"`
+
+	file fileState
+}
+
+// Team is a group of clients that share entitlements and limits.
+type Team struct {
+	// Name identifies the team in logs and metrics: letters, digits, '.',
+	// '_' and '-', at most 64. Required, unique.
+	Name string `yaml:"name" json:"name"`
+	// Networks the team may call. Required, each a configured network.
+	Networks []string `yaml:"networks" json:"networks"`
+	// Feeds the team may read: ["*"] for every stream the organisation's
+	// credential reaches, hidden ones included, or a list of stream IDs
+	// ("0x" and 64 hex digits, lower-cased at load). Required.
+	Feeds []string `yaml:"feeds" json:"feeds"`
+	// Rate limits the team's requests, all keys together. Default no limit.
+	Rate Rate `yaml:"rate" json:"rate"`
+	// DailyQuota is the number of requests per UTC day. Default 0,
+	// unlimited.
+	DailyQuota int64 `yaml:"daily_quota" json:"daily_quota"`
+	// Upstream optionally gives the team its own upstream credentials per
+	// network name; networks not listed use the network's credentials.
+	Upstream map[string]*Credentials `yaml:"upstream" json:"upstream"`
+	// Keys are the team's client keys. At least one is required.
+	Keys []Key `yaml:"keys" json:"keys"`
+}
+
+// AllFeeds reports whether the team may read every stream (feeds: ["*"]).
+func (t *Team) AllFeeds() bool { return len(t.Feeds) == 1 && t.Feeds[0] == AllFeedsWildcard }
+
+// HasNetwork reports whether the team may call the network name.
+func (t *Team) HasNetwork(name string) bool { return slices.Contains(t.Networks, name) }
+
+// Key is one client key of a team. Exactly one of Secret, SecretList and
+// SecretFile is set in the file; use Secrets to read the key's secrets.
+type Key struct {
+	// ID is the key ID that clients send in the Authorization header (the
+	// upstream uses UUIDs). Required, unique across all teams.
+	ID string `yaml:"id" json:"id"`
+	// Secret is the key's HMAC secret, at least 16 bytes. After loading it
+	// also holds the contents of SecretFile.
+	Secret Secret `yaml:"secret" json:"secret"`
+	// SecretList (YAML "secrets") holds several secrets while one is being
+	// rotated, the current one first; a request signed with any verifies.
+	SecretList []Secret `yaml:"secrets" json:"secrets"`
+	// SecretFile is a file holding the secret, read at load time like
+	// Credentials.APISecretFile.
+	SecretFile string `yaml:"secret_file" json:"secret_file"`
+	// Rate optionally limits this key on its own, within the team's rate.
+	// Default no limit.
+	Rate Rate `yaml:"rate" json:"rate"`
+
+	file fileState
+}
+
+// Secrets returns the secrets a request signed with this key may use, the
+// current one first: Secret (or the contents of SecretFile), else
+// SecretList. The returned slice is a copy.
+func (k *Key) Secrets() []Secret {
+	if k.Secret != "" {
+		return []Secret{k.Secret}
+	}
+	return slices.Clone(k.SecretList)
+}
+
+// Network returns the network named name, or nil.
+func (c *Config) Network(name string) *Network { return c.Networks[name] }
+
+// NetworkNames returns the names of the configured networks, sorted.
+func (c *Config) NetworkNames() []string {
+	names := make([]string, 0, len(c.Networks))
+	for name := range c.Networks {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Team returns the team named name, or nil.
+func (c *Config) Team(name string) *Team {
+	for i := range c.Teams {
+		if c.Teams[i].Name == name {
+			return &c.Teams[i]
+		}
+	}
+	return nil
+}

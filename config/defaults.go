@@ -1,0 +1,279 @@
+package config
+
+import (
+	"math"
+	"strings"
+	"time"
+)
+
+// Special values.
+const (
+	// EmbeddedURL as an upstream URL starts the built-in simulator.
+	EmbeddedURL = "embedded"
+	// AllFeedsWildcard as a team's only feed grants every stream.
+	AllFeedsWildcard = "*"
+)
+
+// The defaults of omitted keys, as documented in config.example.yaml.
+const (
+	DefaultAdminListen       = "127.0.0.1:9090"
+	DefaultShutdownTimeout   = 15 * time.Second
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "json"
+
+	DefaultUpstreamTimeout = 5 * time.Second
+	DefaultRetries         = 2
+	DefaultBudgetRPS       = 10
+	DefaultBudgetBurst     = 10
+	DefaultMaxBulk         = 100
+
+	DefaultMaxSkew = 5 * time.Second
+
+	DefaultCacheMaxBytes = 256 * MiB
+	DefaultCatalogTTL    = 300 * time.Second
+	DefaultLatestTTL     = 500 * time.Millisecond
+	DefaultNegativeTTL   = time.Second
+
+	DefaultRateLimitBackend = "memory"
+	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
+	DefaultRedisFailMode    = "open"
+)
+
+// The demo configuration's teams and keys (see Default). These values are
+// published in the source code: they are for trying streamgate out on one
+// machine, never for a deployment. Validate refuses them on a team that can
+// reach an upstream other than the simulator or a loopback address.
+const (
+	// DemoTeam may read every stream on both networks.
+	DemoTeam = "demo"
+	// DemoKeyID and DemoKeySecret are the demo team's key.
+	DemoKeyID     = "00000000-0000-4000-8000-00000000de00"
+	DemoKeySecret = "streamgate-demo-secret-not-for-production"
+
+	// ResearchTeam may use testnet only, with a tighter rate and a daily
+	// quota.
+	ResearchTeam = "research"
+	// ResearchKeyID and ResearchKeySecret are the research team's key.
+	ResearchKeyID     = "00000000-0000-4000-8000-00000000de01"
+	ResearchKeySecret = "streamgate-research-secret-not-for-production"
+)
+
+// Default returns the demo configuration that streamgate runs with when it
+// is given no configuration: mainnet on 127.0.0.1:8080 and testnet on
+// 127.0.0.1:8081, both served by the embedded simulator, the admin
+// listener on 127.0.0.1:9090, in-memory rate limits, and two teams:
+//
+//   - DemoTeam, key DemoKeyID / DemoKeySecret: both networks, every
+//     stream, 50 requests per second (burst 100).
+//   - ResearchTeam, key ResearchKeyID / ResearchKeySecret: testnet only,
+//     5 requests per second (burst 10), 10000 requests per UTC day. Its
+//     feed list is ["*"] for now.
+//
+// Every listener is on loopback. Each call returns a new Config.
+func Default() *Config {
+	return &Config{
+		Server: defaultServer(),
+		Log:    Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Networks: map[string]*Network{
+			"mainnet": {Listen: "127.0.0.1:8080", Upstream: defaultUpstream(EmbeddedURL)},
+			"testnet": {Listen: "127.0.0.1:8081", Upstream: defaultUpstream(EmbeddedURL)},
+		},
+		Auth:      defaultAuth(),
+		Cache:     defaultCache(),
+		RateLimit: defaultRateLimit(),
+		Teams: []Team{
+			{
+				Name:     DemoTeam,
+				Networks: []string{"mainnet", "testnet"},
+				Feeds:    []string{AllFeedsWildcard},
+				Rate:     Rate{RPS: 50, Burst: 100},
+				Keys:     []Key{{ID: DemoKeyID, Secret: DemoKeySecret}},
+			},
+			{
+				Name:       ResearchTeam,
+				Networks:   []string{"testnet"},
+				Feeds:      []string{AllFeedsWildcard},
+				Rate:       Rate{RPS: 5, Burst: 10},
+				DailyQuota: 10000,
+				Keys:       []Key{{ID: ResearchKeyID, Secret: ResearchKeySecret}},
+			},
+		},
+	}
+}
+
+func defaultServer() Server {
+	return Server{
+		AdminListen:       DefaultAdminListen,
+		ShutdownTimeout:   DefaultShutdownTimeout,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+	}
+}
+
+func defaultUpstream(url string) Upstream {
+	return Upstream{
+		URL:     url,
+		Timeout: DefaultUpstreamTimeout,
+		Retries: DefaultRetries,
+		Budget:  Rate{RPS: DefaultBudgetRPS, Burst: DefaultBudgetBurst},
+		MaxBulk: DefaultMaxBulk,
+	}
+}
+
+func defaultAuth() Auth {
+	return Auth{MaxSkew: DefaultMaxSkew, ReplayProtection: true, AnonymousCatalog: true}
+}
+
+func defaultCache() Cache {
+	return Cache{
+		MaxBytes:    DefaultCacheMaxBytes,
+		CatalogTTL:  DefaultCatalogTTL,
+		LatestTTL:   DefaultLatestTTL,
+		NegativeTTL: DefaultNegativeTTL,
+	}
+}
+
+func defaultRateLimit() RateLimit {
+	return RateLimit{
+		Backend: DefaultRateLimitBackend,
+		Redis:   Redis{URL: DefaultRedisURL, FailMode: DefaultRedisFailMode},
+	}
+}
+
+// knownNetworks are the network names whose upstream URL defaults to the
+// simulator; any other network must give its upstream URL.
+var knownNetworks = map[string]bool{"mainnet": true, "testnet": true}
+
+// applyDefaults fills every key that the file omitted. Presence, not the
+// zero value, decides, so that an explicit 0, false or "" is kept (and
+// rejected by Validate where it is not allowed).
+func (c *Config) applyDefaults() {
+	d := defaulter{has: c.src.has}
+
+	s, ds := &c.Server, defaultServer()
+	d.str("server.admin_listen", &s.AdminListen, ds.AdminListen)
+	d.dur("server.shutdown_timeout", &s.ShutdownTimeout, ds.ShutdownTimeout)
+	d.dur("server.read_header_timeout", &s.ReadHeaderTimeout, ds.ReadHeaderTimeout)
+	d.dur("server.idle_timeout", &s.IdleTimeout, ds.IdleTimeout)
+
+	d.str("log.level", &c.Log.Level, DefaultLogLevel)
+	d.str("log.format", &c.Log.Format, DefaultLogFormat)
+
+	for name, n := range c.Networks {
+		if n == nil {
+			n = &Network{}
+			c.Networks[name] = n
+		}
+		p, u := "networks."+name+".upstream", &n.Upstream
+		du := defaultUpstream(EmbeddedURL)
+		if knownNetworks[name] {
+			d.str(p+".url", &u.URL, du.URL)
+		}
+		d.dur(p+".timeout", &u.Timeout, du.Timeout)
+		d.num(p+".retries", &u.Retries, du.Retries)
+		d.rate(p+".budget", &u.Budget, du.Budget)
+		d.num(p+".max_bulk", &u.MaxBulk, du.MaxBulk)
+	}
+
+	a, da := &c.Auth, defaultAuth()
+	d.dur("auth.max_skew", &a.MaxSkew, da.MaxSkew)
+	d.flag("auth.replay_protection", &a.ReplayProtection, da.ReplayProtection)
+	d.flag("auth.anonymous_catalog", &a.AnonymousCatalog, da.AnonymousCatalog)
+
+	ca, dc := &c.Cache, defaultCache()
+	if !d.has("cache.max_bytes") {
+		ca.MaxBytes = dc.MaxBytes
+	}
+	d.dur("cache.catalog_ttl", &ca.CatalogTTL, dc.CatalogTTL)
+	d.dur("cache.latest_ttl", &ca.LatestTTL, dc.LatestTTL)
+	d.dur("cache.negative_ttl", &ca.NegativeTTL, dc.NegativeTTL)
+
+	r, dr := &c.RateLimit, defaultRateLimit()
+	d.str("ratelimit.backend", &r.Backend, dr.Backend)
+	d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
+	d.str("ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
+
+	for i := range c.Teams {
+		t := &c.Teams[i]
+		p := teamPath(i)
+		d.rate(p+".rate", &t.Rate, Rate{})
+		for name, cr := range t.Upstream {
+			if cr == nil {
+				t.Upstream[name] = &Credentials{}
+			}
+		}
+		for j := range t.Keys {
+			d.rate(keyPath(i, j)+".rate", &t.Keys[j].Rate, Rate{})
+		}
+	}
+}
+
+// normalize lower-cases the values that are compared case-insensitively.
+func (c *Config) normalize() {
+	for _, n := range c.Networks {
+		for i, h := range n.Hosts {
+			n.Hosts[i] = strings.ToLower(h)
+		}
+	}
+	for i := range c.Teams {
+		for j, f := range c.Teams[i].Feeds {
+			c.Teams[i].Feeds[j] = strings.ToLower(f)
+		}
+	}
+}
+
+type defaulter struct{ has func(path string) bool }
+
+func (d defaulter) str(path string, f *string, v string) {
+	if !d.has(path) {
+		*f = v
+	}
+}
+
+func (d defaulter) dur(path string, f *time.Duration, v time.Duration) {
+	if !d.has(path) {
+		*f = v
+	}
+}
+
+func (d defaulter) num(path string, f *int, v int) {
+	if !d.has(path) {
+		*f = v
+	}
+}
+
+func (d defaulter) flag(path string, f *bool, v bool) {
+	if !d.has(path) {
+		*f = v
+	}
+}
+
+// rate fills an omitted rps with v.RPS, and an omitted burst with v.Burst
+// when rps was omitted too, else with rps rounded up (at least 1).
+func (d defaulter) rate(path string, f *Rate, v Rate) {
+	hasRPS := d.has(path + ".rps")
+	if !hasRPS {
+		f.RPS = v.RPS
+	}
+	if !d.has(path + ".burst") {
+		if hasRPS {
+			f.Burst = burstFor(f.RPS)
+		} else {
+			f.Burst = v.Burst
+		}
+	}
+}
+
+func burstFor(rps float64) int {
+	switch {
+	case !(rps > 0): // also NaN
+		return 0
+	case rps >= math.MaxInt32:
+		return math.MaxInt32
+	default:
+		return max(1, int(math.Ceil(rps)))
+	}
+}

@@ -1,0 +1,72 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+)
+
+// Redacted is what a non-empty Secret prints as.
+const Redacted = "REDACTED"
+
+// Secret is a string that never shows itself: every way of printing,
+// logging or marshalling it (fmt with any verb, JSON, YAML, text, slog, zap)
+// gives REDACTED, or "" for an empty Secret, so that an unset secret is
+// still visible as unset. Reveal returns the value for the code that signs
+// or verifies with it.
+//
+// Caveat: reflection that reads unexported data (such as a deep-printing
+// debug library) bypasses these methods. Secret fields are exported, so the
+// standard library's printers and encoders all honour them.
+type Secret string
+
+// Reveal returns the secret itself. Call it only where the value is used.
+func (s Secret) Reveal() string { return string(s) }
+
+func (s Secret) redacted() string {
+	if s == "" {
+		return ""
+	}
+	return Redacted
+}
+
+// String returns REDACTED, or "" for an empty Secret.
+func (s Secret) String() string { return s.redacted() }
+
+// GoString returns config.Secret("REDACTED") for %#v.
+func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.redacted()) }
+
+// Format makes every fmt verb (%v, %+v, %#v, %s, %q, %x, %d, ...) print the
+// redacted form.
+func (s Secret) Format(f fmt.State, verb rune) {
+	switch {
+	case verb == 'v' && f.Flag('#'):
+		_, _ = fmt.Fprint(f, s.GoString())
+	case verb == 'q':
+		_, _ = fmt.Fprintf(f, "%q", s.redacted())
+	default:
+		_, _ = fmt.Fprint(f, s.redacted())
+	}
+}
+
+// MarshalJSON encodes the redacted form as a JSON string.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.redacted()) }
+
+// MarshalText returns the redacted form.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.redacted()), nil }
+
+// MarshalYAML returns the redacted form. A configuration marshalled to YAML
+// and read again therefore fails validation instead of running with
+// "REDACTED" as a secret.
+func (s Secret) MarshalYAML() (any, error) { return s.redacted(), nil }
+
+// LogValue makes slog log the redacted form.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
+
+var (
+	_ fmt.Stringer   = Secret("")
+	_ fmt.GoStringer = Secret("")
+	_ fmt.Formatter  = Secret("")
+	_ json.Marshaler = Secret("")
+	_ slog.LogValuer = Secret("")
+)

@@ -1,0 +1,547 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	// Path is the YAML path of the key at fault, such as
+	// teams[1].keys[0].secret; empty for a problem of the text itself.
+	Path string
+	// Line is the line in the file, when known; else 0.
+	Line int
+	// Msg says what is wrong. It never contains a secret.
+	Msg string
+}
+
+// Error returns "path: msg (line N)", or "line N: msg" without a path.
+func (p Problem) Error() string {
+	switch {
+	case p.Path != "" && p.Line > 0:
+		return fmt.Sprintf("%s: %s (line %d)", p.Path, p.Msg, p.Line)
+	case p.Path != "":
+		return p.Path + ": " + p.Msg
+	case p.Line > 0:
+		return fmt.Sprintf("line %d: %s", p.Line, p.Msg)
+	default:
+		return p.Msg
+	}
+}
+
+// Problems is every problem found in a configuration, in the order of the
+// file. Parse, Load and Validate return it as their error; use errors.As to
+// get the list.
+type Problems []Problem
+
+// Error returns one line per problem.
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Limits that Validate enforces.
+const (
+	// MinKeySecretLen is the shortest client key secret accepted, in bytes.
+	MinKeySecretLen = 16
+)
+
+var (
+	networkNameRE = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
+	teamNameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	keyIDRE       = regexp.MustCompile(`^[!-~]{1,128}$`) // printable ASCII, no space
+	hostRE        = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	feedIDRE      = regexp.MustCompile(`^0x[0-9a-fA-F]{64}$`)
+)
+
+// Validate checks the whole configuration and returns every problem found
+// as Problems, or nil. It also reads the secret files not read yet
+// (secret_file, api_secret_file, password_file); a file that cannot be read
+// is a problem. Parse and Load call it; call it again after changing a
+// Config in code.
+func (c *Config) Validate() error {
+	v := &validator{src: c.src}
+	v.server(&c.Server, c.Networks)
+	v.log(&c.Log)
+	v.networks(c.Networks)
+	if c.Auth.MaxSkew <= 0 {
+		v.add("auth.max_skew", "must be positive")
+	}
+	v.cache(&c.Cache)
+	v.rateLimit(&c.RateLimit)
+	v.teams(c.Teams, c.Networks)
+	if len(v.problems) == 0 {
+		return nil
+	}
+	return v.problems
+}
+
+type validator struct {
+	src      *source
+	problems Problems
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.problems = append(v.problems, Problem{Path: path, Line: v.src.line(path), Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) positive(path string, d time.Duration) {
+	if d <= 0 {
+		v.add(path, "must be positive")
+	}
+}
+
+func (v *validator) server(s *Server, networks map[string]*Network) {
+	if s.AdminListen != "" {
+		v.listen("server.admin_listen", s.AdminListen)
+		for _, name := range sortedKeys(networks) {
+			if n := networks[name]; n != nil && n.Listen == s.AdminListen && !anyPort(s.AdminListen) {
+				v.add("server.admin_listen", "%q is also the listen address of networks.%s", s.AdminListen, name)
+			}
+		}
+	}
+	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
+	v.positive("server.read_header_timeout", s.ReadHeaderTimeout)
+	v.positive("server.idle_timeout", s.IdleTimeout)
+}
+
+func (v *validator) log(l *Log) {
+	switch l.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add("log.level", "%q is not one of debug, info, warn, error", l.Level)
+	}
+	switch l.Format {
+	case "json", "console":
+	default:
+		v.add("log.format", "%q is not one of json, console", l.Format)
+	}
+}
+
+// listen checks a host:port listen address. Port 0 (any free port) is
+// allowed.
+func (v *validator) listen(path, addr string) {
+	if addr == "" {
+		v.add(path, "required (host:port, such as 127.0.0.1:8080 or :8080)")
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(path, "%q is not host:port", addr)
+		return
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		v.add(path, "%q: port must be a number from 0 to 65535", addr)
+	}
+}
+
+// anyPort reports whether addr asks for a free port, which is never shared.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
+}
+
+func (v *validator) networks(networks map[string]*Network) {
+	if len(networks) == 0 {
+		v.add("networks", "none configured: at least one network is required")
+		return
+	}
+	byListen := map[string][]string{}
+	for _, name := range sortedKeys(networks) {
+		p := "networks." + name
+		n := networks[name]
+		if !networkNameRE.MatchString(name) {
+			v.add(p, "network name must be 1 to 63 of a-z, 0-9 and '-'")
+		}
+		if n == nil {
+			v.add(p, "empty: listen is required")
+			continue
+		}
+		v.listen(p+".listen", n.Listen)
+		if n.Listen != "" && !anyPort(n.Listen) {
+			byListen[n.Listen] = append(byListen[n.Listen], name)
+		}
+		for i, h := range n.Hosts {
+			if !hostRE.MatchString(h) {
+				v.add(fmt.Sprintf("%s.hosts[%d]", p, i), "%q is not a host name (give it without scheme or port)", h)
+			}
+		}
+		v.upstream(p+".upstream", name, &n.Upstream)
+	}
+
+	listens := make([]string, 0, len(byListen))
+	for l := range byListen {
+		listens = append(listens, l)
+	}
+	sort.Strings(listens)
+	for _, l := range listens {
+		names := byListen[l]
+		if len(names) < 2 {
+			continue
+		}
+		hostOwner := map[string]string{}
+		for _, name := range names {
+			n, p := networks[name], "networks."+name
+			if len(n.Hosts) == 0 {
+				v.add(p+".hosts", "required: listen address %q is shared with networks.%s", l, strings.Join(without(names, name), ", networks."))
+			}
+			for i, h := range n.Hosts {
+				if other, dup := hostOwner[h]; dup && other != name {
+					v.add(fmt.Sprintf("%s.hosts[%d]", p, i), "%q is also a host of networks.%s on the same listener", h, other)
+				}
+				hostOwner[h] = name
+			}
+		}
+	}
+}
+
+func (v *validator) upstream(p, network string, u *Upstream) {
+	remote := false
+	switch {
+	case u.URL == "" && knownNetworks[network]:
+		v.add(p+".url", "empty: use %q or the upstream's http(s) URL", EmbeddedURL)
+	case u.URL == "":
+		v.add(p+".url", "required for a network other than mainnet and testnet: %q or the upstream's http(s) URL", EmbeddedURL)
+	case u.URL == EmbeddedURL:
+	default:
+		remote = true
+		v.upstreamURL(p+".url", u.URL)
+	}
+	v.credentials(p, &u.Credentials, remote)
+	v.positive(p+".timeout", u.Timeout)
+	if u.Retries < 0 {
+		v.add(p+".retries", "must not be negative")
+	}
+	v.rate(p+".budget", u.Budget, true)
+	if u.MaxBulk < 1 {
+		v.add(p+".max_bulk", "must be at least 1")
+	}
+}
+
+func (v *validator) upstreamURL(p, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		v.add(p, "not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		v.add(p, "must be %q or an http:// or https:// URL", EmbeddedURL)
+	case u.Host == "":
+		v.add(p, "has no host")
+	case u.User != nil:
+		v.add(p, "must not contain user information: use api_key and api_secret")
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "":
+		v.add(p, "must be the service's root URL, without path, query or fragment (the API lives at /api/v1 of the host)")
+	}
+}
+
+// credentials checks an API key and its secret. They are required when
+// required is set; else both or neither must be given.
+func (v *validator) credentials(p string, c *Credentials, required bool) {
+	inline := c.APISecret != "" && !c.file.read
+	if inline && c.APISecretFile != "" {
+		v.add(p+".api_secret", "give either api_secret or api_secret_file, not both")
+		return
+	}
+	if c.APISecretFile != "" {
+		v.readFile(p+".api_secret_file", c.APISecretFile, &c.file, &c.APISecret)
+	}
+	hasSecret := inline || c.APISecretFile != ""
+	if c.APIKey == "" && (required || hasSecret) {
+		v.add(p+".api_key", "required")
+	}
+	if !hasSecret && (required || c.APIKey != "") {
+		v.add(p+".api_secret", "required (or api_secret_file)")
+	}
+	if c.APIKey != "" && !keyIDRE.MatchString(c.APIKey) {
+		v.add(p+".api_key", "must be 1 to 128 printable ASCII characters without spaces")
+	}
+}
+
+// readFile reads a secret file into dst once, trailing line breaks
+// removed, and records the outcome in st. It reports whether dst holds a
+// non-empty secret; a read that failed earlier is reported again.
+func (v *validator) readFile(p, path string, st *fileState, dst *Secret) bool {
+	if !st.read {
+		full := path
+		if !filepath.IsAbs(full) && v.src != nil && v.src.baseDir != "" {
+			full = filepath.Join(v.src.baseDir, full)
+		}
+		data, err := os.ReadFile(full)
+		st.read, st.err = true, err
+		if err == nil {
+			*dst = Secret(strings.TrimRight(string(data), "\r\n"))
+		}
+	}
+	if st.err != nil {
+		v.add(p, "%v", st.err)
+		return false
+	}
+	if *dst == "" {
+		v.add(p, "the file is empty")
+		return false
+	}
+	return true
+}
+
+// fileState remembers the reading of a secret file. The secret itself is
+// kept in the exported Secret field that the file stands for, never here:
+// fmt prints unexported fields without calling Secret's methods.
+type fileState struct {
+	read bool
+	err  error
+}
+
+func (v *validator) cache(c *Cache) {
+	if c.MaxBytes <= 0 {
+		v.add("cache.max_bytes", "must be positive")
+	}
+	v.positive("cache.catalog_ttl", c.CatalogTTL)
+	v.positive("cache.latest_ttl", c.LatestTTL)
+	v.positive("cache.negative_ttl", c.NegativeTTL)
+}
+
+func (v *validator) rateLimit(r *RateLimit) {
+	switch r.Backend {
+	case "memory":
+	case "redis":
+		v.redisURL("ratelimit.redis.url", r.Redis.URL)
+	default:
+		v.add("ratelimit.backend", "%q is not one of memory, redis", r.Backend)
+	}
+	switch r.Redis.FailMode {
+	case "open", "closed":
+	default:
+		v.add("ratelimit.redis.fail_mode", "%q is not one of open, closed", r.Redis.FailMode)
+	}
+	inline := r.Redis.Password != "" && !r.Redis.file.read
+	switch {
+	case inline && r.Redis.PasswordFile != "":
+		v.add("ratelimit.redis.password", "give either password or password_file, not both")
+	case r.Redis.PasswordFile != "":
+		v.readFile("ratelimit.redis.password_file", r.Redis.PasswordFile, &r.Redis.file, &r.Redis.Password)
+	}
+}
+
+func (v *validator) redisURL(p, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case raw == "":
+		v.add(p, "required when backend is redis")
+	case err != nil:
+		v.add(p, "not a URL")
+	case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix":
+		v.add(p, "must be a redis://, rediss:// or unix:// URL")
+	case u.Scheme != "unix" && u.Host == "":
+		v.add(p, "has no host")
+	case u.Scheme == "unix" && u.Path == "":
+		v.add(p, "has no socket path")
+	default:
+		if _, hasPassword := u.User.Password(); hasPassword {
+			v.add(p, "must not contain a password: use password or password_file")
+		}
+	}
+}
+
+// rate checks a token bucket. A budget must be positive; a team's or a
+// key's rate may be 0 (no limit).
+func (v *validator) rate(p string, r Rate, budget bool) {
+	switch {
+	case math.IsNaN(r.RPS) || math.IsInf(r.RPS, 0):
+		v.add(p+".rps", "must be a finite number")
+	case budget && r.RPS <= 0:
+		v.add(p+".rps", "must be positive")
+	case r.RPS < 0:
+		v.add(p+".rps", "must not be negative")
+	case r.RPS > 0 && r.Burst < 1:
+		v.add(p+".burst", "must be at least 1 when rps is set")
+	}
+	if r.Burst < 0 {
+		v.add(p+".burst", "must not be negative")
+	}
+}
+
+func (v *validator) teams(teams []Team, networks map[string]*Network) {
+	teamAt := map[string]int{}
+	keyAt := map[string]string{}
+	for i := range teams {
+		t, p := &teams[i], teamPath(i)
+		switch prev, dup := teamAt[t.Name]; {
+		case t.Name == "":
+			v.add(p+".name", "required")
+		case !teamNameRE.MatchString(t.Name):
+			v.add(p+".name", "must be 1 to 64 of letters, digits, '.', '_' and '-', starting with a letter or digit")
+		case dup:
+			v.add(p+".name", "%q is also the name of %s", t.Name, teamPath(prev))
+		default:
+			teamAt[t.Name] = i
+		}
+
+		if len(t.Networks) == 0 {
+			v.add(p+".networks", "required: the networks the team may call")
+		}
+		for j, name := range t.Networks {
+			if _, ok := networks[name]; !ok {
+				v.add(fmt.Sprintf("%s.networks[%d]", p, j), "no network named %q", name)
+			}
+		}
+		v.feeds(p+".feeds", t.Feeds)
+		v.rate(p+".rate", t.Rate, false)
+		if t.DailyQuota < 0 {
+			v.add(p+".daily_quota", "must not be negative (0 is unlimited)")
+		}
+		for _, name := range sortedKeys(t.Upstream) {
+			up := p + ".upstream." + name
+			if !t.HasNetwork(name) {
+				v.add(up, "the team does not use network %q", name)
+			}
+			v.credentials(up, t.Upstream[name], true)
+		}
+
+		if len(t.Keys) == 0 {
+			v.add(p+".keys", "required: at least one key")
+		}
+		for j := range t.Keys {
+			k, kp := &t.Keys[j], keyPath(i, j)
+			switch prev, dup := keyAt[k.ID]; {
+			case k.ID == "":
+				v.add(kp+".id", "required")
+			case !keyIDRE.MatchString(k.ID):
+				v.add(kp+".id", "must be 1 to 128 printable ASCII characters without spaces")
+			case dup:
+				v.add(kp+".id", "%q is also the id of %s", k.ID, prev)
+			default:
+				keyAt[k.ID] = kp
+			}
+			v.keySecrets(kp, k)
+			v.rate(kp+".rate", k.Rate, false)
+			v.demoSecret(kp, t, k, networks)
+		}
+	}
+}
+
+func (v *validator) feeds(p string, feeds []string) {
+	if len(feeds) == 0 {
+		v.add(p, `required: ["*"] or a list of stream IDs`)
+		return
+	}
+	for i, f := range feeds {
+		switch {
+		case f == AllFeedsWildcard && len(feeds) > 1:
+			v.add(fmt.Sprintf("%s[%d]", p, i), `"*" must be the only entry`)
+		case f == AllFeedsWildcard:
+		case !feedIDRE.MatchString(f):
+			v.add(fmt.Sprintf("%s[%d]", p, i), "%q is not a stream ID (0x and 64 hex digits)", f)
+		}
+	}
+}
+
+// keySecrets checks that exactly one of secret, secrets and secret_file is
+// given, reads the file, and checks every secret's length.
+func (v *validator) keySecrets(p string, k *Key) {
+	inline := k.Secret != "" && !k.file.read
+	given := 0
+	for _, set := range []bool{inline, k.SecretList != nil, k.SecretFile != ""} {
+		if set {
+			given++
+		}
+	}
+	switch {
+	case given == 0:
+		v.add(p+".secret", "required (or secrets, or secret_file)")
+	case given > 1:
+		v.add(p+".secret", "give exactly one of secret, secrets, secret_file")
+	case inline:
+		v.secretLen(p+".secret", k.Secret)
+	case k.SecretList != nil:
+		if len(k.SecretList) == 0 {
+			v.add(p+".secrets", "empty")
+		}
+		for i, s := range k.SecretList {
+			v.secretLen(fmt.Sprintf("%s.secrets[%d]", p, i), s)
+		}
+	default:
+		if v.readFile(p+".secret_file", k.SecretFile, &k.file, &k.Secret) {
+			v.secretLen(p+".secret_file", k.Secret)
+		}
+	}
+}
+
+func (v *validator) secretLen(p string, s Secret) {
+	switch n := len(s.Reveal()); {
+	case n == 0:
+		v.add(p, "empty")
+	case n < MinKeySecretLen:
+		v.add(p, "too short: %d bytes, at least %d are required", n, MinKeySecretLen)
+	}
+}
+
+// demoSecret refuses the published demo secrets on a team that can reach a
+// real upstream: anyone who has read the source could use it.
+func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*Network) {
+	demo := false
+	for _, s := range k.Secrets() {
+		if s == DemoKeySecret || s == ResearchKeySecret {
+			demo = true
+		}
+	}
+	if !demo {
+		return
+	}
+	for _, name := range t.Networks {
+		if n := networks[name]; n != nil && !localUpstream(n.Upstream.URL) {
+			v.add(p, "uses a published demo secret, which may only reach the embedded or a loopback upstream, not networks.%s", name)
+			return
+		}
+	}
+}
+
+func localUpstream(raw string) bool {
+	if raw == EmbeddedURL || raw == "" {
+		return true
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return true // reported as a URL problem
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func teamPath(i int) string   { return fmt.Sprintf("teams[%d]", i) }
+func keyPath(i, j int) string { return fmt.Sprintf("teams[%d].keys[%d]", i, j) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func without(list []string, s string) []string {
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		if e != s {
+			out = append(out, e)
+		}
+	}
+	return out
+}
