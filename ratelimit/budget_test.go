@@ -1,0 +1,190 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// budgetTests run against every Budget implementation. Durations are short
+// and real; the tests assert outcomes, never how long anything took.
+func budgetTests(t *testing.T, newBudget func(t *testing.T) Budget) {
+	// asleep makes b signal on the returned channel whenever a waiter
+	// has set its timer.
+	asleep := func(b Budget) <-chan struct{} {
+		c := make(chan struct{}, 16)
+		signal := func() { c <- struct{}{} }
+		switch b := b.(type) {
+		case *MemoryBudget:
+			b.asleep = signal
+		case *RedisBudget:
+			b.local.asleep = signal
+		default:
+			t.Fatalf("no sleep hook in %T", b)
+		}
+		return c
+	}
+	const key = "/api/v1/reports"
+	ctx := context.Background()
+	withTimeout := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+
+	t.Run("refuses at once when the deadline is too short", func(t *testing.T) {
+		b := newBudget(t)
+		l := Limit{Rate: 1.0 / 3600, Burst: 1} // the next token is an hour away
+		require.NoError(t, b.Wait(withTimeout(5*time.Second), key, l))
+		err := b.Wait(withTimeout(5*time.Second), key, l)
+		var be *BudgetError
+		require.ErrorAs(t, err, &be)
+		assert.ErrorIs(t, err, ErrBudgetExhausted)
+		assert.Greater(t, be.RetryAfter, 5*time.Second)
+		assert.LessOrEqual(t, be.RetryAfter, time.Hour)
+	})
+
+	t.Run("waits when the deadline allows", func(t *testing.T) {
+		b := newBudget(t)
+		l := Limit{Rate: 50, Burst: 1} // tokens 20ms apart
+		for i := range 3 {
+			require.NoError(t, b.Wait(withTimeout(5*time.Second), key, l), "wait %d", i)
+		}
+	})
+
+	t.Run("waits without a deadline", func(t *testing.T) {
+		b := newBudget(t)
+		l := Limit{Rate: 50, Burst: 1}
+		for i := range 3 {
+			require.NoError(t, b.Wait(ctx, key, l), "wait %d", i)
+		}
+	})
+
+	t.Run("keys are separate", func(t *testing.T) {
+		b := newBudget(t)
+		l := Limit{Rate: 1.0 / 3600, Burst: 1}
+		require.NoError(t, b.Wait(withTimeout(5*time.Second), "/a", l))
+		require.NoError(t, b.Wait(withTimeout(5*time.Second), "/b", l))
+		require.ErrorIs(t, b.Wait(withTimeout(5*time.Second), "/a", l), ErrBudgetExhausted)
+	})
+
+	t.Run("a long pause refuses", func(t *testing.T) {
+		b := newBudget(t)
+		b.Pause(key, time.Hour)
+		err := b.Wait(withTimeout(5*time.Second), key, Limit{Rate: 100, Burst: 10})
+		var be *BudgetError
+		require.ErrorAs(t, err, &be)
+		assert.Greater(t, be.RetryAfter, 5*time.Second)
+		// A shorter pause does not shorten it.
+		b.Pause(key, time.Millisecond)
+		require.ErrorIs(t, b.Wait(withTimeout(5*time.Second), key, Limit{}), ErrBudgetExhausted)
+		// Other keys go on.
+		require.NoError(t, b.Wait(withTimeout(5*time.Second), "/other", Limit{Rate: 100, Burst: 10}))
+	})
+
+	t.Run("a short pause is waited out", func(t *testing.T) {
+		b := newBudget(t)
+		b.Pause(key, 30*time.Millisecond)
+		require.NoError(t, b.Wait(withTimeout(5*time.Second), key, Limit{Rate: 100, Burst: 10}))
+		b.Pause(key, 30*time.Millisecond)
+		require.NoError(t, b.Wait(withTimeout(5*time.Second), key, Limit{}), "pauses hold unlimited budgets too")
+	})
+
+	t.Run("cancel unblocks a waiter", func(t *testing.T) {
+		b := newBudget(t)
+		sleeping := asleep(b)
+		l := Limit{Rate: 1.0 / 3600, Burst: 1}
+		require.NoError(t, b.Wait(ctx, key, l))
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- b.Wait(ctx, key, l) }() // no deadline: it would wait an hour
+		select {
+		case <-sleeping:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not start waiting")
+		}
+		cancel()
+		select {
+		case err := <-done:
+			assert.ErrorIs(t, err, context.Canceled)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait did not return after its context was cancelled")
+		}
+	})
+
+	t.Run("a done context is refused", func(t *testing.T) {
+		b := newBudget(t)
+		ctx, cancel := context.WithCancel(ctx)
+		cancel()
+		assert.ErrorIs(t, b.Wait(ctx, key, Limit{Rate: 100, Burst: 10}), context.Canceled)
+	})
+
+	t.Run("invalid limit", func(t *testing.T) {
+		b := newBudget(t)
+		assert.ErrorIs(t, b.Wait(ctx, key, Limit{Rate: 1}), ErrInvalidLimit)
+	})
+}
+
+func TestMemoryBudget(t *testing.T) {
+	budgetTests(t, func(t *testing.T) Budget {
+		b, err := NewMemoryBudget(Options{Network: "testnet"})
+		require.NoError(t, err)
+		return b
+	})
+}
+
+func TestMemoryBudgetGivesBackRefusedTokens(t *testing.T) {
+	b, err := NewMemoryBudget(Options{})
+	require.NoError(t, err)
+	l := Limit{Rate: 1.0 / 3600, Burst: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	require.NoError(t, b.Wait(ctx, "k", l))
+	require.NoError(t, b.Wait(ctx, "k", l))
+	for range 5 { // each refusal cancels its reservation...
+		require.ErrorIs(t, b.Wait(ctx, "k", l), ErrBudgetExhausted)
+	}
+	lim, _ := b.state("k", l, time.Now())
+	// ...so the bucket owes nothing beyond the two tokens taken.
+	assert.InDelta(t, 0, lim.Tokens(), 0.01)
+}
+
+func TestMemoryBudgetMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	b, err := NewMemoryBudget(Options{Network: "mainnet", Metrics: m})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fast := Limit{Rate: 100, Burst: 1}
+	require.NoError(t, b.Wait(ctx, "/api/v1/reports", fast)) // a token is there
+	require.NoError(t, b.Wait(ctx, "/api/v1/reports", fast)) // waits ~10ms
+	b.Pause("/api/v1/reports/bulk", time.Hour)
+	require.Error(t, b.Wait(ctx, "/api/v1/reports/bulk", fast))
+
+	assert.EqualValues(t, 1, testutil.ToFloat64(m.budgetWaits.WithLabelValues("mainnet", "/api/v1/reports")))
+	assert.EqualValues(t, 0, testutil.ToFloat64(m.budgetRefusals.WithLabelValues("mainnet", "/api/v1/reports")))
+	assert.EqualValues(t, 1, testutil.ToFloat64(m.budgetRefusals.WithLabelValues("mainnet", "/api/v1/reports/bulk")))
+	assert.EqualValues(t, 2, histogramCount(t, reg, "streamgate_upstream_budget_wait_seconds"), "granted waits are observed")
+}
+
+// histogramCount returns the sample count of the one histogram series name.
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			require.Len(t, f.GetMetric(), 1)
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
