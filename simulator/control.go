@@ -1,0 +1,65 @@
+package simulator
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+)
+
+// ControlHandler returns the control API, to be served apart from the
+// networks' APIs (faults never apply to it):
+//
+//	GET  /faults          the injected faults, as JSON
+//	PUT  /faults          replace them: {"latency":"150ms","jitter":"50ms","errorRate":0.1,"hang":0,"force429":0}
+//	GET  /counters        the request counters (see Counters.MarshalJSON)
+//	POST /counters/reset  set the counters to zero (204)
+//
+// Errors are {"error":"...","message":"..."}.
+func (s *Simulator) ControlHandler() http.Handler {
+	return http.HandlerFunc(s.serveControl)
+}
+
+func (s *Simulator) serveControl(w http.ResponseWriter, r *http.Request) {
+	allow := ""
+	switch r.URL.Path {
+	case "/faults":
+		switch r.Method {
+		case http.MethodGet:
+			writeJSON(w, http.StatusOK, mustJSON(s.Faults()))
+			return
+		case http.MethodPut:
+			var f Faults
+			dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&f); err != nil {
+				writeError(w, http.StatusBadRequest, "bad faults: "+err.Error(), false)
+				return
+			}
+			if err := s.SetFaults(f); err != nil {
+				writeError(w, http.StatusBadRequest, err.Error(), false)
+				return
+			}
+			writeJSON(w, http.StatusOK, mustJSON(s.Faults()))
+			return
+		}
+		allow = "GET, PUT"
+	case "/counters":
+		if r.Method == http.MethodGet {
+			writeJSON(w, http.StatusOK, mustJSON(s.Counters()))
+			return
+		}
+		allow = "GET"
+	case "/counters/reset":
+		if r.Method == http.MethodPost {
+			s.ResetCounters()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		allow = "POST"
+	default:
+		writeError(w, http.StatusNotFound, "no such control endpoint: "+truncate(r.URL.Path), false)
+		return
+	}
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, "method not allowed: "+truncate(r.Method), false)
+}

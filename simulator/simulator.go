@@ -1,0 +1,413 @@
+package simulator
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"streamgate/catalog"
+)
+
+// Key is an API key of the simulated service and what it may read.
+type Key struct {
+	ID     string // sent in the Authorization header; a UUID upstream
+	Secret string // the HMAC secret
+
+	// Streams are the non-hidden stream IDs the key may read; nil, empty or
+	// ["*"] means every non-hidden stream of both networks.
+	Streams []string
+	// Hidden are the hidden stream IDs the key is entitled to; "*" means
+	// every hidden stream. nil means none.
+	Hidden []string
+}
+
+// Config configures a Simulator. The zero value is valid: it has the
+// defaults below, no keys and no rate limit.
+type Config struct {
+	// History is how far back reports exist. Zero means 24h.
+	History time.Duration
+	// Now is the clock of the report window, the skew check and the rate
+	// limits. nil means time.Now.
+	Now func() time.Time
+	// MaxSkew is the largest difference allowed between
+	// X-Authorization-Timestamp and Now. Zero means 5s.
+	MaxSkew time.Duration
+	// RateLimit is the sustained rate, in requests per second, allowed per
+	// key, per endpoint and per network. Zero disables rate limiting
+	// (Default sets 10, the published limit).
+	RateLimit rate.Limit
+	// Burst is the bucket size of RateLimit. Zero means ceil(RateLimit).
+	Burst int
+	// MaxBulkFeeds caps the stream IDs of one bulk request (more is 400).
+	// Zero means no cap.
+	MaxBulkFeeds int
+	// Keys are the API keys the service accepts.
+	Keys []Key
+	// Faults are the faults injected from the start; see SetFaults.
+	Faults Faults
+}
+
+// The keys of Default.
+const (
+	// OrgKeyID and OrgKeySecret are an organisation's key: every stream of
+	// both networks, hidden ones included.
+	OrgKeyID     = "7d3f9a2e-4b6c-4e1d-8f5a-2c9b0e7d1a63"
+	OrgKeySecret = "streams-sim-org-secret-0f4e8b2d6a1c9e73"
+	// RestrictedKeyID and RestrictedKeySecret are a key that may read only
+	// RestrictedStreams and no hidden stream.
+	RestrictedKeyID     = "b2e8c4a1-6d3f-4a9e-b7c5-1e0f2d8a4c96"
+	RestrictedKeySecret = "streams-sim-restricted-secret-5a7c9e1b3d"
+)
+
+// RestrictedStreams returns the stream IDs RestrictedKeyID may read: the
+// exchange prices of BTC/USD, ETH/USD and LINK/USD, EUR/USD and Apple's
+// equity price. They exist on both networks.
+func RestrictedStreams() []string {
+	want := []struct{ base, quote, attr string }{
+		{"BTC", "USD", aCex}, {"ETH", "USD", aCex}, {"LINK", "USD", aCex},
+		{"EUR", "USD", aForex}, {"AAPL", "USD", aEquity},
+	}
+	var out []string
+	for _, w := range want {
+		for _, raw := range table {
+			d := raw.fill()
+			if d.base == w.base && d.quote == w.quote && d.attr == w.attr {
+				id := FeedIDFor(d.schema, d.name())
+				out = append(out, "0x"+hex.EncodeToString(id[:]))
+			}
+		}
+	}
+	return out
+}
+
+// Default returns the configuration of a realistic simulator on the wall
+// clock: 24 h of history, 5 s skew, 10 requests per second with a burst of
+// 10, and two keys: OrgKeyID (everything, hidden streams included) and
+// RestrictedKeyID (RestrictedStreams only).
+func Default() Config {
+	return Config{
+		History:   24 * time.Hour,
+		MaxSkew:   5 * time.Second,
+		RateLimit: 10,
+		Burst:     10,
+		Keys: []Key{
+			{ID: OrgKeyID, Secret: OrgKeySecret, Streams: []string{"*"}, Hidden: []string{"*"}},
+			{ID: RestrictedKeyID, Secret: RestrictedKeySecret, Streams: RestrictedStreams()},
+		},
+	}
+}
+
+// Simulator simulates both networks of the service. It is safe for
+// concurrent use; Close ends requests held by a hang fault.
+type Simulator struct {
+	now      func() time.Time
+	history  int64 // seconds
+	maxSkew  time.Duration
+	limit    rate.Limit
+	burst    int
+	maxBulk  int
+	keys     map[string]*key
+	networks map[string]*network
+
+	faults   atomic.Pointer[Faults]
+	counters counterSet
+	cache    reportCache
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// key is a Key with its entitlements as sets.
+type key struct {
+	Key
+	secret    []byte
+	allPublic bool
+	public    map[string]bool
+	allHidden bool
+	hidden    map[string]bool
+}
+
+// mayRead reports whether k may read the reports of st.
+func (k *key) mayRead(st *stream) bool {
+	if st.hidden {
+		return k.allHidden || k.hidden[st.idHex]
+	}
+	return k.allPublic || k.public[st.idHex]
+}
+
+type network struct {
+	name    string
+	index   uint64 // part of cache keys
+	streams []*stream
+	byID    map[string]*stream // by lowercase "0x" ID
+
+	limMu    sync.Mutex
+	limiters map[limiterKey]*rate.Limiter
+}
+
+type limiterKey struct{ key, endpoint string }
+
+// New returns a Simulator for cfg, or every problem of cfg joined.
+func New(cfg Config) (*Simulator, error) {
+	var errs []error
+	if cfg.History < 0 {
+		errs = append(errs, errors.New("simulator: History must not be negative"))
+	}
+	if cfg.History == 0 {
+		cfg.History = 24 * time.Hour
+	}
+	if cfg.History%time.Second != 0 {
+		errs = append(errs, errors.New("simulator: History must be whole seconds"))
+	}
+	if cfg.MaxSkew < 0 {
+		errs = append(errs, errors.New("simulator: MaxSkew must not be negative"))
+	}
+	if cfg.MaxSkew == 0 {
+		cfg.MaxSkew = 5 * time.Second
+	}
+	if cfg.RateLimit < 0 {
+		errs = append(errs, errors.New("simulator: RateLimit must not be negative"))
+	}
+	if cfg.Burst < 0 {
+		errs = append(errs, errors.New("simulator: Burst must not be negative"))
+	}
+	if cfg.Burst == 0 && cfg.RateLimit > 0 {
+		cfg.Burst = int(math.Ceil(math.Min(float64(cfg.RateLimit), 1e6)))
+	}
+	if cfg.MaxBulkFeeds < 0 {
+		errs = append(errs, errors.New("simulator: MaxBulkFeeds must not be negative"))
+	}
+	if err := cfg.Faults.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+
+	s := &Simulator{
+		now:      cfg.Now,
+		history:  int64(cfg.History / time.Second),
+		maxSkew:  cfg.MaxSkew,
+		limit:    cfg.RateLimit,
+		burst:    cfg.Burst,
+		maxBulk:  cfg.MaxBulkFeeds,
+		keys:     make(map[string]*key, len(cfg.Keys)),
+		networks: make(map[string]*network, 2),
+		closed:   make(chan struct{}),
+	}
+	for i, k := range cfg.Keys {
+		if k.ID == "" || k.Secret == "" {
+			errs = append(errs, fmt.Errorf("simulator: key %d: ID and Secret are required", i))
+			continue
+		}
+		if _, dup := s.keys[k.ID]; dup {
+			errs = append(errs, fmt.Errorf("simulator: key %d: duplicate ID %q", i, k.ID))
+			continue
+		}
+		kk := &key{Key: k, secret: []byte(k.Secret), public: map[string]bool{}, hidden: map[string]bool{}}
+		kk.allPublic = len(k.Streams) == 0
+		for _, id := range k.Streams {
+			if id == "*" {
+				kk.allPublic = true
+			} else if _, ok := parseFeedID(id); ok {
+				kk.public[strings.ToLower(id)] = true
+			} else {
+				errs = append(errs, fmt.Errorf("simulator: key %d: stream %q is neither \"*\" nor 0x and 64 hex digits", i, id))
+			}
+		}
+		for _, id := range k.Hidden {
+			if id == "*" {
+				kk.allHidden = true
+			} else if _, ok := parseFeedID(id); ok {
+				kk.hidden[strings.ToLower(id)] = true
+			} else {
+				errs = append(errs, fmt.Errorf("simulator: key %d: hidden stream %q is neither \"*\" nor 0x and 64 hex digits", i, id))
+			}
+		}
+		s.keys[k.ID] = kk
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for i, name := range []string{Mainnet, Testnet} {
+		n := &network{name: name, index: uint64(i), streams: buildStreams(name),
+			byID: map[string]*stream{}, limiters: map[limiterKey]*rate.Limiter{}}
+		for _, st := range n.streams {
+			n.byID[st.idHex] = st
+		}
+		s.networks[name] = n
+	}
+	f := cfg.Faults
+	s.faults.Store(&f)
+	return s, nil
+}
+
+// Close ends the requests that a hang fault holds and makes later hangs end
+// at once. The handlers go on serving otherwise.
+func (s *Simulator) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	return nil
+}
+
+func (s *Simulator) network(name string) *network {
+	n, ok := s.networks[name]
+	if !ok {
+		panic(fmt.Sprintf("simulator: unknown network %q (want %q or %q)", name, Mainnet, Testnet))
+	}
+	return n
+}
+
+// Streams returns every stream of network, hidden ones included, sorted by
+// feed ID. It panics on a network other than Mainnet and Testnet.
+func (s *Simulator) Streams(network string) []catalog.Stream {
+	n := s.network(network)
+	out := make([]catalog.Stream, len(n.streams))
+	for i, st := range n.streams {
+		out[i] = st.Stream
+	}
+	return out
+}
+
+// Hidden returns the IDs of the hidden streams of network, sorted.
+func (s *Simulator) Hidden(network string) []string {
+	var out []string
+	for _, st := range s.network(network).streams {
+		if st.hidden {
+			out = append(out, st.idHex)
+		}
+	}
+	return out
+}
+
+// Window returns the first and last timestamps (Unix seconds) at which
+// network has a report of feedID now, or ok false when it has none (an
+// unknown stream, or one decommissioned before the window).
+func (s *Simulator) Window(network, feedID string) (first, last int64, ok bool) {
+	st := s.network(network).byID[strings.ToLower(feedID)]
+	if st == nil {
+		return 0, 0, false
+	}
+	first, last = s.window(st, s.now().Unix())
+	return first, last, first <= last
+}
+
+// window returns the bounds of the reports of st at now (empty when
+// first > last).
+func (s *Simulator) window(st *stream, now int64) (first, last int64) {
+	first = max(now-s.history, st.created)
+	last = min(now-st.delay, st.decom)
+	return first, last
+}
+
+// Report is a report record (upstream-api.md 2.2).
+type Report struct {
+	FeedID                string `json:"feedID"`
+	ValidFromTimestamp    int64  `json:"validFromTimestamp"`
+	ObservationsTimestamp int64  `json:"observationsTimestamp"`
+	FullReport            string `json:"fullReport"`
+}
+
+// Report returns the report of feedID at ts on network, as the API serves
+// it, whether or not ts lies in the current window; ok is false for an
+// unknown stream.
+func (s *Simulator) Report(network, feedID string, ts int64) (r Report, ok bool) {
+	n := s.network(network)
+	st := n.byID[strings.ToLower(feedID)]
+	if st == nil {
+		return Report{}, false
+	}
+	if err := json.Unmarshal(s.cache.appendReport(nil, n, st, ts), &r); err != nil {
+		panic("simulator: report does not decode: " + err.Error()) // a bug of appendReportJSON
+	}
+	return r, true
+}
+
+// limiter returns the token bucket of a key and endpoint.
+func (n *network) limiter(k, endpoint string, limit rate.Limit, burst int) *rate.Limiter {
+	n.limMu.Lock()
+	defer n.limMu.Unlock()
+	lk := limiterKey{k, endpoint}
+	l := n.limiters[lk]
+	if l == nil {
+		l = rate.NewLimiter(limit, burst)
+		n.limiters[lk] = l
+	}
+	return l
+}
+
+// reportCache memoises encoded report records. It is direct-mapped: a
+// fixed array of slots, each holding the last record stored under its
+// hash, so memory is bounded and lookups take no lock.
+type reportCache struct {
+	slots [cacheSlots]atomic.Pointer[cachedReport]
+}
+
+const cacheSlots = 4096
+
+type cachedReport struct {
+	net, idx uint64
+	ts       int64
+	json     []byte
+}
+
+// appendReport appends the JSON record of st at ts to dst.
+func (c *reportCache) appendReport(dst []byte, n *network, st *stream, ts int64) []byte {
+	idx := uint64(st.idx)
+	slot := &c.slots[mix(uint64(ts)^n.index<<56^idx<<40)%cacheSlots]
+	if e := slot.Load(); e != nil && e.ts == ts && e.idx == idx && e.net == n.index {
+		return append(dst, e.json...)
+	}
+	js := st.appendReportJSON(make([]byte, 0, 2*maxFullReport+256), ts)
+	slot.Store(&cachedReport{net: n.index, idx: idx, ts: ts, json: js})
+	return append(dst, js...)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func sortStreams(ss []*stream) {
+	slices.SortFunc(ss, func(a, b *stream) int { return strings.Compare(a.idHex, b.idHex) })
+}
+
+// parseFeedID parses "0x" and 64 hex digits, in either case.
+func parseFeedID(v string) ([32]byte, bool) {
+	var id [32]byte
+	if len(v) != 66 || v[0] != '0' || v[1] != 'x' {
+		return id, false
+	}
+	for i := range id {
+		hi, ok1 := fromHex(v[2+2*i])
+		lo, ok2 := fromHex(v[3+2*i])
+		if !ok1 || !ok2 {
+			return id, false
+		}
+		id[i] = hi<<4 | lo
+	}
+	return id, true
+}
+
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
