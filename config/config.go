@@ -22,17 +22,20 @@ import (
 )
 
 // Config is the whole configuration.
+//
+// Its maps hold values, not pointers, so that fmt reaches every Secret
+// through its methods (see Secret).
 type Config struct {
-	Server    Server              `yaml:"server" json:"server"`
-	Log       Log                 `yaml:"log" json:"log"`
-	Networks  map[string]*Network `yaml:"networks" json:"networks"`
-	Auth      Auth                `yaml:"auth" json:"auth"`
-	Cache     Cache               `yaml:"cache" json:"cache"`
-	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
-	Teams     []Team              `yaml:"teams" json:"teams"`
+	Server    Server             `yaml:"server" json:"server"`
+	Log       Log                `yaml:"log" json:"log"`
+	Networks  map[string]Network `yaml:"networks" json:"networks"`
+	Auth      Auth               `yaml:"auth" json:"auth"`
+	Cache     Cache              `yaml:"cache" json:"cache"`
+	RateLimit RateLimit          `yaml:"ratelimit" json:"ratelimit"`
+	Teams     []Team             `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config
-	// built in code. A pointer, so that fmt never prints its contents.
+	// built in code.
 	src *source
 }
 
@@ -103,7 +106,7 @@ type Upstream struct {
 }
 
 // Embedded reports whether the upstream is the built-in simulator.
-func (u *Upstream) Embedded() bool { return u.URL == EmbeddedURL }
+func (u Upstream) Embedded() bool { return u.URL == EmbeddedURL }
 
 // Credentials are an API key and its secret, given inline (APISecret) or
 // as a file (APISecretFile), exactly one of the two.
@@ -124,12 +127,7 @@ type Credentials struct {
 
 // Secret returns the secret of the credentials: APISecret, or the contents
 // of APISecretFile once read. It is empty when neither is set.
-func (c *Credentials) Secret() Secret { return c.APISecret }
-
-// IsZero reports whether no key, secret or secret file is set.
-func (c *Credentials) IsZero() bool {
-	return c.APIKey == "" && c.APISecret == "" && c.APISecretFile == ""
-}
+func (c Credentials) Secret() Secret { return c.APISecret }
 
 // Rate is a token bucket: RPS tokens per second, at most Burst at once.
 type Rate struct {
@@ -216,9 +214,10 @@ type Team struct {
 	// DailyQuota is the number of requests per UTC day. Default 0,
 	// unlimited.
 	DailyQuota int64 `yaml:"daily_quota" json:"daily_quota"`
-	// Upstream optionally gives the team its own upstream credentials per
-	// network name; networks not listed use the network's credentials.
-	Upstream map[string]*Credentials `yaml:"upstream" json:"upstream"`
+	// Upstream optionally gives the team its own upstream credentials,
+	// keyed by the name of one of the team's networks; networks not listed
+	// use the network's credentials. Each needs api_key and a secret.
+	Upstream map[string]Credentials `yaml:"upstream" json:"upstream"`
 	// Keys are the team's client keys. At least one is required.
 	Keys []Key `yaml:"keys" json:"keys"`
 }
@@ -261,8 +260,14 @@ func (k *Key) Secrets() []Secret {
 	return slices.Clone(k.SecretList)
 }
 
-// Network returns the network named name, or nil.
-func (c *Config) Network(name string) *Network { return c.Networks[name] }
+// Network returns a copy of the network named name, or nil.
+func (c *Config) Network(name string) *Network {
+	n, ok := c.Networks[name]
+	if !ok {
+		return nil
+	}
+	return &n
+}
 
 // NetworkNames returns the names of the configured networks, sorted.
 func (c *Config) NetworkNames() []string {

@@ -176,6 +176,7 @@ func parse(data []byte, lookup func(string) (string, bool), baseDir string) (*Co
 		}
 	}
 	if len(problems) > 0 {
+		problems.sortByLine()
 		return nil, problems
 	}
 	return cfg, nil

@@ -107,7 +107,7 @@ func TestDefaults(t *testing.T) {
 			IdleTimeout:       120 * time.Second,
 		},
 		Log: Log{Level: "info", Format: "json", Audit: false},
-		Networks: map[string]*Network{
+		Networks: map[string]Network{
 			"mainnet": {
 				Listen: ":8080",
 				Upstream: Upstream{
@@ -375,4 +375,42 @@ teams:
 func TestLoadMissingFile(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestParseReportsProblemsOfEveryStageInLineOrder(t *testing.T) {
+	_, err := Parse([]byte(`networks:
+  mainnet:
+    listen: ":8080"
+    upstream: {retries: many}
+  devnet:
+    listen: ":8082"
+log: {level: loud, colour: true}
+teams:
+  - name: t
+    networks: [mainnet]
+    feeds: ["*"]
+    keys: [{id: k, secret: "${UNSET}"}]
+`), fakeEnv(nil))
+	var ps Problems
+	require.ErrorAs(t, err, &ps)
+	assert.Equal(t, Problems{
+		{Line: 4, Msg: "cannot unmarshal !!str into int"},
+		{Path: "networks.devnet.upstream.url", Line: 5, Msg: `required for a network other than mainnet and testnet: "embedded" or the upstream's http(s) URL`},
+		{Line: 7, Msg: "field colour not found in type config.Log"},
+		{Line: 12, Msg: "environment variable UNSET is not set"},
+	}, ps, "log.level on line 7 and the empty secret on line 12 only repeat the problems of their lines")
+}
+
+func TestParseQuotedReferenceKeepsSpecialCharacters(t *testing.T) {
+	const secret = "a #b: [c] *d 'e' {f}"
+	cfg, err := Parse([]byte(minimal+`teams:
+  - name: t
+    networks: [mainnet]
+    feeds: ["*"]
+    keys:
+      - id: k
+        secret: "${S}"
+`), fakeEnv(map[string]string{"S": secret}))
+	require.NoError(t, err)
+	assert.Equal(t, []Secret{secret}, cfg.Teams[0].Keys[0].Secrets())
 }

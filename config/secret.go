@@ -15,9 +15,12 @@ const Redacted = "REDACTED"
 // still visible as unset. Reveal returns the value for the code that signs
 // or verifies with it.
 //
-// Caveat: reflection that reads unexported data (such as a deep-printing
-// debug library) bypasses these methods. Secret fields are exported, so the
-// standard library's printers and encoders all honour them.
+// Caveats: fmt calls no methods on unexported fields, nor on anything it
+// prints after a verb that does not suit a pointer (%s of a pointer inside
+// a struct). The configuration types therefore keep every Secret in an
+// exported field and hold no pointers: their maps have struct values.
+// Reflection that reads unexported data (deep-printing debug libraries)
+// bypasses these methods altogether.
 type Secret string
 
 // Reveal returns the secret itself. Call it only where the value is used.

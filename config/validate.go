@@ -40,7 +40,7 @@ func (p Problem) Error() string {
 }
 
 // Problems is every problem found in a configuration, in the order of the
-// file. Parse, Load and Validate return it as their error; use errors.As to
+// file: problems of the whole document first, then by line. Parse, Load and Validate return it as their error; use errors.As to
 // get the list.
 type Problems []Problem
 
@@ -86,7 +86,14 @@ func (c *Config) Validate() error {
 	if len(v.problems) == 0 {
 		return nil
 	}
+	v.problems.sortByLine()
 	return v.problems
+}
+
+// sortByLine orders problems by line, those without a line first, keeping
+// the order of problems on the same line.
+func (ps Problems) sortByLine() {
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Line < ps[j].Line })
 }
 
 type validator struct {
@@ -104,11 +111,11 @@ func (v *validator) positive(path string, d time.Duration) {
 	}
 }
 
-func (v *validator) server(s *Server, networks map[string]*Network) {
+func (v *validator) server(s *Server, networks map[string]Network) {
 	if s.AdminListen != "" {
 		v.listen("server.admin_listen", s.AdminListen)
 		for _, name := range sortedKeys(networks) {
-			if n := networks[name]; n != nil && n.Listen == s.AdminListen && !anyPort(s.AdminListen) {
+			if n := networks[name]; n.Listen == s.AdminListen && !anyPort(s.AdminListen) {
 				v.add("server.admin_listen", "%q is also the listen address of networks.%s", s.AdminListen, name)
 			}
 		}
@@ -154,7 +161,7 @@ func anyPort(addr string) bool {
 	return err == nil && port == "0"
 }
 
-func (v *validator) networks(networks map[string]*Network) {
+func (v *validator) networks(networks map[string]Network) {
 	if len(networks) == 0 {
 		v.add("networks", "none configured: at least one network is required")
 		return
@@ -166,10 +173,6 @@ func (v *validator) networks(networks map[string]*Network) {
 		if !networkNameRE.MatchString(name) {
 			v.add(p, "network name must be 1 to 63 of a-z, 0-9 and '-'")
 		}
-		if n == nil {
-			v.add(p, "empty: listen is required")
-			continue
-		}
 		v.listen(p+".listen", n.Listen)
 		if n.Listen != "" && !anyPort(n.Listen) {
 			byListen[n.Listen] = append(byListen[n.Listen], name)
@@ -180,6 +183,7 @@ func (v *validator) networks(networks map[string]*Network) {
 			}
 		}
 		v.upstream(p+".upstream", name, &n.Upstream)
+		networks[name] = n // keeps a secret file read
 	}
 
 	listens := make([]string, 0, len(byListen))
@@ -373,7 +377,7 @@ func (v *validator) rate(p string, r Rate, budget bool) {
 	}
 }
 
-func (v *validator) teams(teams []Team, networks map[string]*Network) {
+func (v *validator) teams(teams []Team, networks map[string]Network) {
 	teamAt := map[string]int{}
 	keyAt := map[string]string{}
 	for i := range teams {
@@ -407,7 +411,9 @@ func (v *validator) teams(teams []Team, networks map[string]*Network) {
 			if !t.HasNetwork(name) {
 				v.add(up, "the team does not use network %q", name)
 			}
-			v.credentials(up, t.Upstream[name], true)
+			c := t.Upstream[name]
+			v.credentials(up, &c, true)
+			t.Upstream[name] = c
 		}
 
 		if len(t.Keys) == 0 {
@@ -490,7 +496,7 @@ func (v *validator) secretLen(p string, s Secret) {
 
 // demoSecret refuses the published demo secrets on a team that can reach a
 // real upstream: anyone who has read the source could use it.
-func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*Network) {
+func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]Network) {
 	demo := false
 	for _, s := range k.Secrets() {
 		if s == DemoKeySecret || s == ResearchKeySecret {
@@ -501,7 +507,7 @@ func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*N
 		return
 	}
 	for _, name := range t.Networks {
-		if n := networks[name]; n != nil && !localUpstream(n.Upstream.URL) {
+		if n, ok := networks[name]; ok && !localUpstream(n.Upstream.URL) {
 			v.add(p, "uses a published demo secret, which may only reach the embedded or a loopback upstream, not networks.%s", name)
 			return
 		}
