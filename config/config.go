@@ -22,17 +22,14 @@ import (
 )
 
 // Config is the whole configuration.
-//
-// Its maps hold values, not pointers, so that fmt reaches every Secret
-// through its methods (see Secret).
 type Config struct {
-	Server    Server             `yaml:"server" json:"server"`
-	Log       Log                `yaml:"log" json:"log"`
-	Networks  map[string]Network `yaml:"networks" json:"networks"`
-	Auth      Auth               `yaml:"auth" json:"auth"`
-	Cache     Cache              `yaml:"cache" json:"cache"`
-	RateLimit RateLimit          `yaml:"ratelimit" json:"ratelimit"`
-	Teams     []Team             `yaml:"teams" json:"teams"`
+	Server    Server              `yaml:"server" json:"server"`
+	Log       Log                 `yaml:"log" json:"log"`
+	Networks  map[string]*Network `yaml:"networks" json:"networks"`
+	Auth      Auth                `yaml:"auth" json:"auth"`
+	Cache     Cache               `yaml:"cache" json:"cache"`
+	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
+	Teams     []Team              `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config
 	// built in code.
@@ -217,7 +214,7 @@ type Team struct {
 	// Upstream optionally gives the team its own upstream credentials,
 	// keyed by the name of one of the team's networks; networks not listed
 	// use the network's credentials. Each needs api_key and a secret.
-	Upstream map[string]Credentials `yaml:"upstream" json:"upstream"`
+	Upstream map[string]*Credentials `yaml:"upstream" json:"upstream"`
 	// Keys are the team's client keys. At least one is required.
 	Keys []Key `yaml:"keys" json:"keys"`
 }
@@ -260,14 +257,8 @@ func (k *Key) Secrets() []Secret {
 	return slices.Clone(k.SecretList)
 }
 
-// Network returns a copy of the network named name, or nil.
-func (c *Config) Network(name string) *Network {
-	n, ok := c.Networks[name]
-	if !ok {
-		return nil
-	}
-	return &n
-}
+// Network returns the network named name, or nil.
+func (c *Config) Network(name string) *Network { return c.Networks[name] }
 
 // NetworkNames returns the names of the configured networks, sorted.
 func (c *Config) NetworkNames() []string {

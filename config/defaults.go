@@ -77,7 +77,7 @@ func Default() *Config {
 	return &Config{
 		Server: defaultServer(),
 		Log:    Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
-		Networks: map[string]Network{
+		Networks: map[string]*Network{
 			"mainnet": {Listen: "127.0.0.1:8080", Upstream: defaultUpstream(EmbeddedURL)},
 			"testnet": {Listen: "127.0.0.1:8081", Upstream: defaultUpstream(EmbeddedURL)},
 		},
@@ -163,6 +163,10 @@ func (c *Config) applyDefaults() {
 	d.str("log.format", &c.Log.Format, DefaultLogFormat)
 
 	for name, n := range c.Networks {
+		if n == nil { // "mainnet:" with nothing after it
+			n = &Network{}
+			c.Networks[name] = n
+		}
 		p, u := "networks."+name+".upstream", &n.Upstream
 		du := defaultUpstream(EmbeddedURL)
 		if knownNetworks[name] {
@@ -172,7 +176,6 @@ func (c *Config) applyDefaults() {
 		d.num(p+".retries", &u.Retries, du.Retries)
 		d.rate(p+".budget", &u.Budget, du.Budget)
 		d.num(p+".max_bulk", &u.MaxBulk, du.MaxBulk)
-		c.Networks[name] = n
 	}
 
 	a, da := &c.Auth, defaultAuth()
@@ -197,6 +200,11 @@ func (c *Config) applyDefaults() {
 		t := &c.Teams[i]
 		p := teamPath(i)
 		d.rate(p+".rate", &t.Rate, Rate{})
+		for name, cr := range t.Upstream {
+			if cr == nil {
+				t.Upstream[name] = &Credentials{}
+			}
+		}
 		for j := range t.Keys {
 			d.rate(keyPath(i, j)+".rate", &t.Keys[j].Rate, Rate{})
 		}
@@ -205,7 +213,7 @@ func (c *Config) applyDefaults() {
 
 // normalize lower-cases the values that are compared case-insensitively.
 func (c *Config) normalize() {
-	for _, n := range c.Networks { // Hosts shares its array with the map's copy
+	for _, n := range c.Networks {
 		for i, h := range n.Hosts {
 			n.Hosts[i] = strings.ToLower(h)
 		}

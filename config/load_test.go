@@ -107,7 +107,7 @@ func TestDefaults(t *testing.T) {
 			IdleTimeout:       120 * time.Second,
 		},
 		Log: Log{Level: "info", Format: "json", Audit: false},
-		Networks: map[string]Network{
+		Networks: map[string]*Network{
 			"mainnet": {
 				Listen: ":8080",
 				Upstream: Upstream{

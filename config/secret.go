@@ -3,7 +3,9 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"strings"
 )
 
 // Redacted is what a non-empty Secret prints as.
@@ -16,9 +18,10 @@ const Redacted = "REDACTED"
 // or verifies with it.
 //
 // Caveats: fmt calls no methods on unexported fields, nor on anything it
-// prints after a verb that does not suit a pointer (%s of a pointer inside
-// a struct). The configuration types therefore keep every Secret in an
-// exported field and hold no pointers: their maps have struct values.
+// prints after a verb that does not suit a pointer (%s of a pointer in a
+// map): it then prints the pointed-to value raw. The configuration types
+// therefore keep every Secret in an exported field, and the pointer types
+// that its maps hold (*Network, *Credentials) implement fmt.Formatter.
 // Reflection that reads unexported data (deep-printing debug libraries)
 // bypasses these methods altogether.
 type Secret string
@@ -72,4 +75,60 @@ var (
 	_ fmt.Formatter  = Secret("")
 	_ json.Marshaler = Secret("")
 	_ slog.LogValuer = Secret("")
+
+	_ fmt.Formatter = (*Network)(nil)
+	_ fmt.Formatter = (*Upstream)(nil)
+	_ fmt.Formatter = (*Credentials)(nil)
 )
+
+// The configuration's maps hold *Network and *Credentials. fmt prints a
+// pointer met inside a map or struct with a verb that does not suit
+// pointers (%s, %q, %t, ...) as a "bad verb", printing the pointed-to value
+// without calling any method, so a Secret in it would show. These Format
+// methods print the value instead, with the same verb, through a copy of
+// its type that has no methods, so that fmt walks the fields and each
+// Secret redacts itself. *Upstream needs one too: it would otherwise get
+// the method of its embedded Credentials.
+
+type (
+	plainNetwork     Network
+	plainUpstream    Upstream
+	plainCredentials Credentials
+)
+
+// Format prints the network with any verb, its secrets redacted.
+func (n *Network) Format(f fmt.State, verb rune) {
+	if n == nil {
+		_, _ = io.WriteString(f, "<nil>")
+		return
+	}
+	formatPointer(f, verb, "Network", plainNetwork(*n))
+}
+
+// Format prints the upstream with any verb, its secret redacted.
+func (u *Upstream) Format(f fmt.State, verb rune) {
+	if u == nil {
+		_, _ = io.WriteString(f, "<nil>")
+		return
+	}
+	formatPointer(f, verb, "Upstream", plainUpstream(*u))
+}
+
+// Format prints the credentials with any verb, the secret redacted.
+func (c *Credentials) Format(f fmt.State, verb rune) {
+	if c == nil {
+		_, _ = io.WriteString(f, "<nil>")
+		return
+	}
+	formatPointer(f, verb, "Credentials", plainCredentials(*c))
+}
+
+// formatPointer prints "&" and the plain value v with the directive of f;
+// with %#v it restores the type's own name.
+func formatPointer(f fmt.State, verb rune, name string, v any) {
+	s := fmt.Sprintf(fmt.FormatString(f, verb), v)
+	if verb == 'v' && f.Flag('#') {
+		s = strings.Replace(s, "config.plain"+name, "config."+name, 1)
+	}
+	_, _ = io.WriteString(f, "&"+s)
+}

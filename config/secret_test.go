@@ -180,7 +180,7 @@ func TestZapNeverShowsASecret(t *testing.T) {
 		zap.Object("key", &team.Keys[1]),
 		zap.Object("network", cfg.Network("mainnet")),
 		zap.Object("upstream", &cfg.Network("testnet").Upstream),
-		zap.Object("credentials", ptr(team.Upstream["mainnet"])),
+		zap.Object("credentials", team.Upstream["mainnet"]),
 		zap.Object("redis", &cfg.RateLimit.Redis),
 		zap.Any("secret", team.Keys[0].Secret),
 		zap.Stringer("stringer", team.Keys[0].Secret),
@@ -229,4 +229,29 @@ networks:
 	assert.Equal(t, 2, strings.Count(msg, "\n"), msg)
 }
 
-func ptr[T any](v T) *T { return &v }
+func TestPointerFormats(t *testing.T) {
+	n := &Network{Listen: ":8080", Upstream: Upstream{URL: "https://a.example", Credentials: Credentials{APIKey: "k", APISecret: "hunter2-hunter2-hunter2"}}}
+	nets := map[string]*Network{"mainnet": n}
+	creds := map[string]*Credentials{"mainnet": &n.Upstream.Credentials}
+	tests := []struct {
+		format string
+		arg    any
+		want   string
+	}{
+		{"%v", nets, "map[mainnet:&{:8080 [] {https://a.example {k REDACTED  {false <nil>}} 0s 0 {0 0} 0}}]"},
+		{"%+v", n, "&{Listen::8080 Hosts:[] Upstream:{URL:https://a.example Credentials:{APIKey:k APISecret:REDACTED APISecretFile: file:{read:false err:<nil>}} Timeout:0s Retries:0 Budget:{RPS:0 Burst:0} MaxBulk:0}}"},
+		{"%s", creds, "map[mainnet:&{k REDACTED  {%!s(bool=false) <nil>}}]"},
+		{"%v", &n.Upstream, "&{https://a.example {k REDACTED  {false <nil>}} 0s 0 {0 0} 0}"},
+		{"%v", (*Network)(nil), "<nil>"},
+		{"%s", map[string]*Credentials{"x": nil}, "map[x:<nil>]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.format, func(t *testing.T) {
+			assert.Equal(t, tc.want, fmt.Sprintf(tc.format, tc.arg))
+		})
+	}
+	gs := fmt.Sprintf("%#v", nets)
+	assert.True(t, strings.HasPrefix(gs, `map[string]*config.Network{"mainnet":&config.Network{Listen:":8080"`), gs)
+	assert.Contains(t, gs, `APISecret:config.Secret("REDACTED")`)
+	assert.NotContains(t, gs, "hunter2")
+}

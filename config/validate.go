@@ -111,11 +111,11 @@ func (v *validator) positive(path string, d time.Duration) {
 	}
 }
 
-func (v *validator) server(s *Server, networks map[string]Network) {
+func (v *validator) server(s *Server, networks map[string]*Network) {
 	if s.AdminListen != "" {
 		v.listen("server.admin_listen", s.AdminListen)
 		for _, name := range sortedKeys(networks) {
-			if n := networks[name]; n.Listen == s.AdminListen && !anyPort(s.AdminListen) {
+			if n := networks[name]; n != nil && n.Listen == s.AdminListen && !anyPort(s.AdminListen) {
 				v.add("server.admin_listen", "%q is also the listen address of networks.%s", s.AdminListen, name)
 			}
 		}
@@ -161,7 +161,7 @@ func anyPort(addr string) bool {
 	return err == nil && port == "0"
 }
 
-func (v *validator) networks(networks map[string]Network) {
+func (v *validator) networks(networks map[string]*Network) {
 	if len(networks) == 0 {
 		v.add("networks", "none configured: at least one network is required")
 		return
@@ -173,6 +173,10 @@ func (v *validator) networks(networks map[string]Network) {
 		if !networkNameRE.MatchString(name) {
 			v.add(p, "network name must be 1 to 63 of a-z, 0-9 and '-'")
 		}
+		if n == nil {
+			v.add(p, "empty: listen is required")
+			continue
+		}
 		v.listen(p+".listen", n.Listen)
 		if n.Listen != "" && !anyPort(n.Listen) {
 			byListen[n.Listen] = append(byListen[n.Listen], name)
@@ -183,7 +187,6 @@ func (v *validator) networks(networks map[string]Network) {
 			}
 		}
 		v.upstream(p+".upstream", name, &n.Upstream)
-		networks[name] = n // keeps a secret file read
 	}
 
 	listens := make([]string, 0, len(byListen))
@@ -377,7 +380,7 @@ func (v *validator) rate(p string, r Rate, budget bool) {
 	}
 }
 
-func (v *validator) teams(teams []Team, networks map[string]Network) {
+func (v *validator) teams(teams []Team, networks map[string]*Network) {
 	teamAt := map[string]int{}
 	keyAt := map[string]string{}
 	for i := range teams {
@@ -412,8 +415,11 @@ func (v *validator) teams(teams []Team, networks map[string]Network) {
 				v.add(up, "the team does not use network %q", name)
 			}
 			c := t.Upstream[name]
-			v.credentials(up, &c, true)
-			t.Upstream[name] = c
+			if c == nil {
+				c = &Credentials{}
+				t.Upstream[name] = c
+			}
+			v.credentials(up, c, true)
 		}
 
 		if len(t.Keys) == 0 {
@@ -496,7 +502,7 @@ func (v *validator) secretLen(p string, s Secret) {
 
 // demoSecret refuses the published demo secrets on a team that can reach a
 // real upstream: anyone who has read the source could use it.
-func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]Network) {
+func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*Network) {
 	demo := false
 	for _, s := range k.Secrets() {
 		if s == DemoKeySecret || s == ResearchKeySecret {
@@ -507,7 +513,7 @@ func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]Ne
 		return
 	}
 	for _, name := range t.Networks {
-		if n, ok := networks[name]; ok && !localUpstream(n.Upstream.URL) {
+		if n := networks[name]; n != nil && !localUpstream(n.Upstream.URL) {
 			v.add(p, "uses a published demo secret, which may only reach the embedded or a loopback upstream, not networks.%s", name)
 			return
 		}

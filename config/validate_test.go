@@ -174,169 +174,162 @@ func base() *Config {
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
-		change func(c *Config, n map[string]*Network)
+		change func(c *Config)
 		want   []string // every Problem.Error(); none for a valid change
 	}{
-		{name: "the base is valid", change: func(*Config, map[string]*Network) {}},
-		{name: "no networks", change: func(c *Config, n map[string]*Network) { c.Networks = nil },
+		{name: "the base is valid", change: func(*Config) {}},
+		{name: "no networks", change: func(c *Config) { c.Networks = nil },
 			want: []string{
 				"networks: none configured: at least one network is required",
 				`teams[0].networks[0]: no network named "mainnet"`,
 				`teams[0].networks[1]: no network named "testnet"`,
 				`teams[1].networks[0]: no network named "testnet"`,
 			}},
-		{name: "a network may have any lower-case name, given its upstream", change: func(c *Config, n map[string]*Network) {
-			c.Networks["staging-2"] = Network{Listen: "127.0.0.1:8082", Upstream: defaultUpstream(EmbeddedURL)}
+		{name: "a network may have any lower-case name, given its upstream", change: func(c *Config) {
+			c.Networks["staging-2"] = &Network{Listen: "127.0.0.1:8082", Upstream: defaultUpstream(EmbeddedURL)}
 		}},
-		{name: "other networks have no default upstream", change: func(c *Config, n map[string]*Network) {
-			c.Networks["staging"] = Network{Listen: "127.0.0.1:8082", Upstream: defaultUpstream("")}
+		{name: "other networks have no default upstream", change: func(c *Config) {
+			c.Networks["staging"] = &Network{Listen: "127.0.0.1:8082", Upstream: defaultUpstream("")}
 		}, want: []string{`networks.staging.upstream.url: required for a network other than mainnet and testnet: "embedded" or the upstream's http(s) URL`}},
-		{name: "IPv6 listen address", change: func(c *Config, n map[string]*Network) { n["mainnet"].Listen = "[::1]:8080" }},
-		{name: "shared listen address with hosts", change: func(c *Config, n map[string]*Network) {
-			n["testnet"].Listen = n["mainnet"].Listen
-			n["mainnet"].Hosts = []string{"mainnet.local"}
-			n["testnet"].Hosts = []string{"testnet.local"}
+		{name: "nil network", change: func(c *Config) { c.Networks["x"] = nil },
+			want: []string{"networks.x: empty: listen is required"}},
+		{name: "nil team credentials", change: func(c *Config) { c.Teams[1].Upstream = map[string]*Credentials{"testnet": nil} },
+			want: []string{"teams[1].upstream.testnet.api_key: required", "teams[1].upstream.testnet.api_secret: required (or api_secret_file)"}},
+		{name: "IPv6 listen address", change: func(c *Config) { c.Networks["mainnet"].Listen = "[::1]:8080" }},
+		{name: "shared listen address with hosts", change: func(c *Config) {
+			c.Networks["testnet"].Listen = c.Networks["mainnet"].Listen
+			c.Networks["mainnet"].Hosts = []string{"mainnet.local"}
+			c.Networks["testnet"].Hosts = []string{"testnet.local"}
 		}},
-		{name: "shared listen address needs hosts on each network", change: func(c *Config, n map[string]*Network) {
-			n["testnet"].Listen = n["mainnet"].Listen
-			n["mainnet"].Hosts = []string{"mainnet.local"}
+		{name: "shared listen address needs hosts on each network", change: func(c *Config) {
+			c.Networks["testnet"].Listen = c.Networks["mainnet"].Listen
+			c.Networks["mainnet"].Hosts = []string{"mainnet.local"}
 		}, want: []string{`networks.testnet.hosts: required: listen address "127.0.0.1:8080" is shared with networks.mainnet`}},
-		{name: "a host on two networks of one listener", change: func(c *Config, n map[string]*Network) {
-			n["testnet"].Listen = n["mainnet"].Listen
-			n["mainnet"].Hosts = []string{"gw.local"}
-			n["testnet"].Hosts = []string{"gw.local"}
+		{name: "a host on two networks of one listener", change: func(c *Config) {
+			c.Networks["testnet"].Listen = c.Networks["mainnet"].Listen
+			c.Networks["mainnet"].Hosts = []string{"gw.local"}
+			c.Networks["testnet"].Hosts = []string{"gw.local"}
 		}, want: []string{`networks.testnet.hosts[0]: "gw.local" is also a host of networks.mainnet on the same listener`}},
-		{name: "port 0 is never shared", change: func(c *Config, n map[string]*Network) {
-			n["mainnet"].Listen = "127.0.0.1:0"
-			n["testnet"].Listen = "127.0.0.1:0"
+		{name: "port 0 is never shared", change: func(c *Config) {
+			c.Networks["mainnet"].Listen = "127.0.0.1:0"
+			c.Networks["testnet"].Listen = "127.0.0.1:0"
 			c.Server.AdminListen = "127.0.0.1:0"
 		}},
-		{name: "host with a port", change: func(c *Config, n map[string]*Network) { n["mainnet"].Hosts = []string{"gw.local:8080"} },
+		{name: "host with a port", change: func(c *Config) { c.Networks["mainnet"].Hosts = []string{"gw.local:8080"} },
 			want: []string{`networks.mainnet.hosts[0]: "gw.local:8080" is not a host name (give it without scheme or port)`}},
-		{name: "real upstream with credentials", change: func(c *Config, n map[string]*Network) {
-			u := &n["mainnet"].Upstream
+		{name: "real upstream with credentials", change: func(c *Config) {
+			u := &c.Networks["mainnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "https://api.dataengine.chain.link", "org", "org-secret"
 			c.Teams = c.Teams[1:] // the demo team would reach it with a published secret
 		}},
-		{name: "real upstream root URL with a slash", change: func(c *Config, n map[string]*Network) {
-			u := &n["testnet"].Upstream
+		{name: "real upstream root URL with a slash", change: func(c *Config) {
+			u := &c.Networks["testnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "http://127.0.0.1:9999/", "org", "org-secret"
 		}},
-		{name: "real upstream without credentials", change: func(c *Config, n map[string]*Network) {
-			n["testnet"].Upstream.URL = "http://127.0.0.1:9999"
+		{name: "real upstream without credentials", change: func(c *Config) {
+			c.Networks["testnet"].Upstream.URL = "http://127.0.0.1:9999"
 		}, want: []string{
 			"networks.testnet.upstream.api_key: required",
 			"networks.testnet.upstream.api_secret: required (or api_secret_file)",
 		}},
-		{name: "embedded upstream with a key but no secret", change: func(c *Config, n map[string]*Network) {
-			n["testnet"].Upstream.APIKey = "k"
+		{name: "embedded upstream with a key but no secret", change: func(c *Config) {
+			c.Networks["testnet"].Upstream.APIKey = "k"
 		}, want: []string{"networks.testnet.upstream.api_secret: required (or api_secret_file)"}},
-		{name: "embedded upstream with a secret but no key", change: func(c *Config, n map[string]*Network) {
-			n["testnet"].Upstream.APISecret = "s"
+		{name: "embedded upstream with a secret but no key", change: func(c *Config) {
+			c.Networks["testnet"].Upstream.APISecret = "s"
 		}, want: []string{"networks.testnet.upstream.api_key: required"}},
-		{name: "both api_secret and api_secret_file", change: func(c *Config, n map[string]*Network) {
-			u := &n["testnet"].Upstream
+		{name: "both api_secret and api_secret_file", change: func(c *Config) {
+			u := &c.Networks["testnet"].Upstream
 			u.APIKey, u.APISecret, u.APISecretFile = "k", "s", "/f"
 		}, want: []string{"networks.testnet.upstream.api_secret: give either api_secret or api_secret_file, not both"}},
-		{name: "upstream URL with a query", change: func(c *Config, n map[string]*Network) {
-			u := &n["testnet"].Upstream
+		{name: "upstream URL with a query", change: func(c *Config) {
+			u := &c.Networks["testnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "https://a.example?x=1", "k", "s"
 		}, want: []string{"networks.testnet.upstream.url: must be the service's root URL, without path, query or fragment (the API lives at /api/v1 of the host)"}},
-		{name: "upstream URL without host", change: func(c *Config, n map[string]*Network) {
-			u := &n["testnet"].Upstream
+		{name: "upstream URL without host", change: func(c *Config) {
+			u := &c.Networks["testnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "https:///x", "k", "s"
 		}, want: []string{"networks.testnet.upstream.url: has no host"}},
-		{name: "budget burst negative", change: func(c *Config, n map[string]*Network) { n["testnet"].Upstream.Budget.Burst = -1 },
+		{name: "budget burst negative", change: func(c *Config) { c.Networks["testnet"].Upstream.Budget.Burst = -1 },
 			want: []string{"networks.testnet.upstream.budget.burst: must be at least 1 when rps is set", "networks.testnet.upstream.budget.burst: must not be negative"}},
-		{name: "team rps is infinite", change: func(c *Config, n map[string]*Network) { c.Teams[0].Rate.RPS = posInf() },
+		{name: "team rps is infinite", change: func(c *Config) { c.Teams[0].Rate.RPS = posInf() },
 			want: []string{"teams[0].rate.rps: must be a finite number"}},
-		{name: "team without limits", change: func(c *Config, n map[string]*Network) { c.Teams[0].Rate = Rate{} }},
-		{name: "redis backend", change: func(c *Config, n map[string]*Network) {
+		{name: "team without limits", change: func(c *Config) { c.Teams[0].Rate = Rate{} }},
+		{name: "redis backend", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis = Redis{URL: "rediss://user@redis.internal:6380/1", Password: "pw", FailMode: "closed"}
 		}},
-		{name: "redis over a unix socket", change: func(c *Config, n map[string]*Network) {
+		{name: "redis over a unix socket", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = "unix:///run/redis.sock"
 		}},
-		{name: "redis URL is only checked for the redis backend", change: func(c *Config, n map[string]*Network) { c.RateLimit.Redis.URL = "::" }},
-		{name: "redis URL missing", change: func(c *Config, n map[string]*Network) {
+		{name: "redis URL is only checked for the redis backend", change: func(c *Config) { c.RateLimit.Redis.URL = "::" }},
+		{name: "redis URL missing", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = ""
 		}, want: []string{"ratelimit.redis.url: required when backend is redis"}},
-		{name: "redis URL with a password", change: func(c *Config, n map[string]*Network) {
+		{name: "redis URL with a password", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = "redis://:hunter2@127.0.0.1:6379"
 		}, want: []string{"ratelimit.redis.url: must not contain a password: use password or password_file"}},
-		{name: "unknown backend", change: func(c *Config, n map[string]*Network) { c.RateLimit.Backend = "etcd" },
+		{name: "unknown backend", change: func(c *Config) { c.RateLimit.Backend = "etcd" },
 			want: []string{`ratelimit.backend: "etcd" is not one of memory, redis`}},
-		{name: "redis password and password file", change: func(c *Config, n map[string]*Network) {
+		{name: "redis password and password file", change: func(c *Config) {
 			c.RateLimit.Redis.Password, c.RateLimit.Redis.PasswordFile = "pw", "/f"
 		}, want: []string{"ratelimit.redis.password: give either password or password_file, not both"}},
-		{name: "feed list", change: func(c *Config, n map[string]*Network) { c.Teams[1].Feeds = []string{feedA} }},
-		{name: "feed ID of the wrong length", change: func(c *Config, n map[string]*Network) { c.Teams[1].Feeds = []string{feedA + "00"} },
+		{name: "feed list", change: func(c *Config) { c.Teams[1].Feeds = []string{feedA} }},
+		{name: "feed ID of the wrong length", change: func(c *Config) { c.Teams[1].Feeds = []string{feedA + "00"} },
 			want: []string{`teams[1].feeds[0]: "` + feedA + `00" is not a stream ID (0x and 64 hex digits)`}},
-		{name: "team name missing", change: func(c *Config, n map[string]*Network) { c.Teams[1].Name = "" },
+		{name: "team name missing", change: func(c *Config) { c.Teams[1].Name = "" },
 			want: []string{"teams[1].name: required"}},
-		{name: "team credentials for its network", change: func(c *Config, n map[string]*Network) {
-			c.Teams[1].Upstream = map[string]Credentials{"testnet": {APIKey: "research", APISecret: "research-upstream"}}
+		{name: "team credentials for its network", change: func(c *Config) {
+			c.Teams[1].Upstream = map[string]*Credentials{"testnet": {APIKey: "research", APISecret: "research-upstream"}}
 		}},
-		{name: "team credentials for a network it does not use", change: func(c *Config, n map[string]*Network) {
-			c.Teams[1].Upstream = map[string]Credentials{"mainnet": {APIKey: "research", APISecret: "research-upstream"}}
+		{name: "team credentials for a network it does not use", change: func(c *Config) {
+			c.Teams[1].Upstream = map[string]*Credentials{"mainnet": {APIKey: "research", APISecret: "research-upstream"}}
 		}, want: []string{`teams[1].upstream.mainnet: the team does not use network "mainnet"`}},
-		{name: "key id missing", change: func(c *Config, n map[string]*Network) { c.Teams[1].Keys[0].ID = "" },
+		{name: "key id missing", change: func(c *Config) { c.Teams[1].Keys[0].ID = "" },
 			want: []string{"teams[1].keys[0].id: required"}},
-		{name: "key id with a space", change: func(c *Config, n map[string]*Network) { c.Teams[1].Keys[0].ID = "a b" },
+		{name: "key id with a space", change: func(c *Config) { c.Teams[1].Keys[0].ID = "a b" },
 			want: []string{"teams[1].keys[0].id: must be 1 to 128 printable ASCII characters without spaces"}},
-		{name: "duplicate key id within a team", change: func(c *Config, n map[string]*Network) {
+		{name: "duplicate key id within a team", change: func(c *Config) {
 			c.Teams[1].Keys = append(c.Teams[1].Keys, Key{ID: c.Teams[1].Keys[0].ID, Secret: okKey})
 		}, want: []string{`teams[1].keys[1].id: "` + ResearchKeyID + `" is also the id of teams[1].keys[0]`}},
-		{name: "secret of exactly 16 bytes", change: func(c *Config, n map[string]*Network) { c.Teams[1].Keys[0].Secret = okKey }},
-		{name: "secret of 15 bytes", change: func(c *Config, n map[string]*Network) { c.Teams[1].Keys[0].Secret = Secret(okKey[1:]) },
+		{name: "secret of exactly 16 bytes", change: func(c *Config) { c.Teams[1].Keys[0].Secret = okKey }},
+		{name: "secret of 15 bytes", change: func(c *Config) { c.Teams[1].Keys[0].Secret = Secret(okKey[1:]) },
 			want: []string{"teams[1].keys[0].secret: too short: 15 bytes, at least 16 are required"}},
-		{name: "secrets list while rotating", change: func(c *Config, n map[string]*Network) {
+		{name: "secrets list while rotating", change: func(c *Config) {
 			k := &c.Teams[1].Keys[0]
 			k.Secret, k.SecretList = "", []Secret{okKey + "new", okKey + "old"}
 		}},
-		{name: "secret and secret_file", change: func(c *Config, n map[string]*Network) { c.Teams[1].Keys[0].SecretFile = "/f" },
+		{name: "secret and secret_file", change: func(c *Config) { c.Teams[1].Keys[0].SecretFile = "/f" },
 			want: []string{"teams[1].keys[0].secret: give exactly one of secret, secrets, secret_file"}},
-		{name: "secret file that does not exist", change: func(c *Config, n map[string]*Network) {
+		{name: "secret file that does not exist", change: func(c *Config) {
 			k := &c.Teams[1].Keys[0]
 			k.Secret, k.SecretFile = "", "/nonexistent/streamgate/key"
 		}, want: []string{"teams[1].keys[0].secret_file: open /nonexistent/streamgate/key: no such file or directory"}},
-		{name: "demo secrets with the simulator", change: func(c *Config, n map[string]*Network) {
+		{name: "demo secrets with the simulator", change: func(c *Config) {
 			c.Teams[0].Keys[0].Secret = DemoKeySecret
 			c.Teams[1].Keys[0].Secret = ResearchKeySecret
 		}},
-		{name: "demo secret with a loopback upstream", change: func(c *Config, n map[string]*Network) {
+		{name: "demo secret with a loopback upstream", change: func(c *Config) {
 			c.Teams[0].Keys[0].Secret = DemoKeySecret
-			u := &n["mainnet"].Upstream
+			u := &c.Networks["mainnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "http://localhost:9999", "k", "s"
 		}},
-		{name: "demo secret with a real upstream", change: func(c *Config, n map[string]*Network) {
+		{name: "demo secret with a real upstream", change: func(c *Config) {
 			c.Teams[0].Keys[0].SecretList = []Secret{"0123456789abcdef-new", DemoKeySecret}
 			c.Teams[0].Keys[0].Secret = ""
-			u := &n["mainnet"].Upstream
+			u := &c.Networks["mainnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "https://api.dataengine.chain.link", "k", "s"
 		}, want: []string{"teams[0].keys[0]: uses a published demo secret, which may only reach the embedded or a loopback upstream, not networks.mainnet"}},
-		{name: "admin listener disabled", change: func(c *Config, n map[string]*Network) { c.Server.AdminListen = "" }},
-		{name: "log level and format", change: func(c *Config, n map[string]*Network) { c.Log = Log{Level: "debug", Format: "console", Audit: true} }},
+		{name: "admin listener disabled", change: func(c *Config) { c.Server.AdminListen = "" }},
+		{name: "log level and format", change: func(c *Config) { c.Log = Log{Level: "debug", Format: "console", Audit: true} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base()
-			// n holds the networks to change in place; they are written
-			// back unless the change removed them.
-			n := map[string]*Network{}
-			for name, net := range cfg.Networks {
-				n[name] = &net
-			}
-			tc.change(cfg, n)
-			for name, net := range n {
-				if _, ok := cfg.Networks[name]; ok {
-					cfg.Networks[name] = *net
-				}
-			}
+			tc.change(cfg)
 			err := cfg.Validate()
 			if tc.want == nil {
 				assert.NoError(t, err)
