@@ -20,8 +20,11 @@ type Budget interface {
 	// Wait blocks until key has a token under l, or returns an error. It
 	// waits only as long as ctx's deadline allows: when the token (or the
 	// end of a pause) comes later than the deadline, it returns at once a
-	// *BudgetError, which wraps ErrBudgetExhausted. It returns ctx's error
-	// when ctx is done first; it never sleeps past ctx.Done.
+	// *BudgetError, which wraps ErrBudgetExhausted; so it does too if the
+	// deadline passes while it waits after all (a late timer, or, shared
+	// with other replicas, the token it waited for went to another). It
+	// returns ctx's error when ctx is cancelled, or was done on entry; it
+	// never sleeps past ctx.Done.
 	Wait(ctx context.Context, key string, l Limit) error
 	// Pause stops calls for key during d, e.g. for the Retry-After of an
 	// upstream 429. A pause is never shortened by a later, shorter one.
@@ -43,12 +46,15 @@ func (e *BudgetError) Error() string {
 func (e *BudgetError) Unwrap() error { return ErrBudgetExhausted }
 
 // sleep waits d, or less if ctx is done first. When ctx's deadline comes no
-// later than d from now, it does not wait at all and returns a BudgetError.
-// asleep, if not nil, is called once the timer is set (tests use it).
+// later than d from now, it does not wait at all and returns a BudgetError,
+// as it does if the deadline passes all the same (a late timer); when ctx
+// is cancelled it returns ctx's error. asleep, if not nil, is called once
+// the timer is set (tests use it).
 func sleep(ctx context.Context, d time.Duration, asleep func()) error {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
 		return &BudgetError{RetryAfter: d}
 	}
+	wake := time.Now().Add(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	if asleep != nil {
@@ -58,8 +64,18 @@ func sleep(ctx context.Context, d time.Duration, asleep func()) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return late(ctx.Err(), max(time.Until(wake), 0))
 	}
+}
+
+// late returns the error of a Wait whose ctx ended with err after it had
+// decided to wait: a BudgetError if the deadline passed (no token in time),
+// else err.
+func late(err error, retryAfter time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &BudgetError{RetryAfter: retryAfter}
+	}
+	return err
 }
 
 // MemoryBudget is a Budget kept in this process, on
@@ -249,8 +265,12 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 	if err := l.Validate(); err != nil {
 		return false, err
 	}
+	var slept time.Duration // the last wait
 	for {
 		if err := ctx.Err(); err != nil {
+			if waited { // the deadline passed while we waited or asked again
+				err = late(err, slept)
+			}
 			return waited, err
 		}
 		if !b.fb.try() {
@@ -258,8 +278,11 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 		}
 		d, err := b.next(ctx, key, l)
 		if err != nil {
-			if !redisFailed(ctx, err) {
-				return waited, err
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				if waited { // another replica took the token we waited for
+					ctxErr = late(ctxErr, slept)
+				}
+				return waited, ctxErr
 			}
 			b.fb.failed("budget", err)
 			return b.fallback(ctx, key, l, waited, err)
@@ -271,7 +294,7 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 		if err := sleep(ctx, d, b.local.asleep); err != nil {
 			return waited, err
 		}
-		waited = true
+		waited, slept = true, d
 	}
 }
 
