@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,9 @@ type Faults struct {
 	// evenly.
 	ErrorRate float64
 	// Hang is the share of requests that get no response until the client
-	// gives up (its request context ends) or the Simulator is closed.
+	// gives up (its request context ends) or the Simulator is closed; then
+	// the handler aborts with http.ErrAbortHandler, which makes the server
+	// drop the connection without a response.
 	Hang float64
 	// Force429 is the share of requests answered 429 with Retry-After: 1.
 	Force429 float64
@@ -89,11 +92,13 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads durations as strings or nanoseconds; absent fields
-// are zero.
+// are zero and unknown fields an error.
 func (f *Faults) UnmarshalJSON(b []byte) error {
 	var w faultsJSON
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return fmt.Errorf("simulator: faults: %w", err)
 	}
 	*f = Faults{time.Duration(w.Latency), time.Duration(w.Jitter), w.ErrorRate, w.Hang, w.Force429}
 	return nil
@@ -140,7 +145,9 @@ func (s *Simulator) injectFaults(w *countingWriter, r *http.Request, catalogStyl
 		case <-r.Context().Done():
 		case <-s.closed:
 		}
-		return false
+		// Close the connection without a response, as a stuck upstream
+		// that finally drops it would.
+		panic(http.ErrAbortHandler)
 	case u < f.Hang+f.Force429:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, "rate limit exceeded (injected fault)", catalogStyle)
