@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"streamgate/config"
+	"streamgate/ratelimit"
+)
+
+// limits are the team limits, daily quotas and upstream budgets of the
+// process, in memory or in Redis.
+type limits struct {
+	limiter ratelimit.Limiter
+	quota   ratelimit.Quota
+	budgets map[string]ratelimit.Budget
+	client  *redis.Client
+}
+
+func (l *limits) Close() {
+	if l.client != nil {
+		l.client.Close()
+	}
+}
+
+func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *zap.Logger) (*limits, error) {
+	m, err := ratelimit.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	l := &limits{budgets: map[string]ratelimit.Budget{}}
+	opts := func(name, network string) ratelimit.Options {
+		return ratelimit.Options{Name: name, Network: network, Metrics: m, Logger: log.Named("ratelimit")}
+	}
+	if cfg.RateLimit.Backend != "redis" {
+		if l.limiter, err = ratelimit.NewMemory(opts("team", "")); err != nil {
+			return nil, err
+		}
+		if l.quota, err = ratelimit.NewMemoryQuota(opts("daily", "")); err != nil {
+			return nil, err
+		}
+		for _, name := range cfg.NetworkNames() {
+			if l.budgets[name], err = ratelimit.NewMemoryBudget(opts("budget", name)); err != nil {
+				return nil, err
+			}
+		}
+		return l, nil
+	}
+
+	rc := cfg.RateLimit.Redis
+	ro, err := redis.ParseURL(rc.URL)
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+	}
+	if pw := rc.Password.Reveal(); pw != "" {
+		ro.Password = pw
+	}
+	// Short timeouts: a limit check sits on every request's path, and the
+	// fail mode decides what happens when Redis is slow or gone.
+	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = time.Second, 250*time.Millisecond, 250*time.Millisecond
+	ro.MaxRetries = 0
+	l.client = redis.NewClient(ro)
+	mode, err := ratelimit.ParseFailMode(rc.FailMode)
+	if err != nil {
+		return nil, err
+	}
+	ropts := func(name, network string) ratelimit.Options {
+		o := opts(name, network)
+		o.FailMode = mode
+		return o
+	}
+	if l.limiter, err = ratelimit.NewRedis(l.client, ropts("team", "")); err != nil {
+		return nil, err
+	}
+	if l.quota, err = ratelimit.NewRedisQuota(l.client, ropts("daily", "")); err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.NetworkNames() {
+		if l.budgets[name], err = ratelimit.NewRedisBudget(l.client, ropts("budget", name)); err != nil {
+			return nil, err
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := l.client.Ping(pctx).Err(); err != nil {
+		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", rc.FailMode), zap.Error(err))
+	}
+	return l, nil
+}

@@ -1,0 +1,78 @@
+// Command streamgate is a caching, quota-enforcing gateway in front of the
+// Data Streams API, for one organisation's teams.
+//
+// Usage:
+//
+//	streamgate [serve] [-config FILE]   run the gateway (no -config: the embedded demo)
+//	streamgate check -config FILE       validate a configuration, listing every problem
+//	streamgate keygen                   print a new key id and secret
+//	streamgate get [flags] PATH         make a signed request and pretty-print the answer
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		var ue usageError
+		if !errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "streamgate:", err)
+		}
+		os.Exit(ue.exitCode())
+	}
+}
+
+// usageError is a failure already reported to the user (bad flags, a
+// configuration with problems); code is the exit status.
+type usageError struct{ code int }
+
+func (e usageError) Error() string { return "usage" }
+
+func (e usageError) exitCode() int {
+	if e.code == 0 {
+		return 1
+	}
+	return e.code
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "check":
+		return check(args, stdout, stderr)
+	case "keygen":
+		return keygen(stdout)
+	case "get":
+		return get(ctx, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "streamgate: unknown command %q\n\n%s", cmd, usage)
+	return usageError{code: 2}
+}
+
+const usage = `streamgate: a caching gateway in front of the Data Streams API
+
+Usage:
+  streamgate [serve] [-config FILE]   run the gateway; without -config, the embedded demo
+                                      (simulated upstream, demo keys, loopback only)
+  streamgate check -config FILE       validate a configuration and list every problem
+  streamgate keygen                   print a new key id and secret for a team
+  streamgate get [flags] PATH         send a signed GET and pretty-print the JSON answer
+                                      (streamgate get -h for its flags)
+`

@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"streamgate/auth"
+	"streamgate/cache"
+)
+
+// bulkParallel bounds the upstream bulk calls one request makes at once.
+const bulkParallel = 4
+
+// noReportBody answers, from a negative entry, for a stream that had no
+// report at a timestamp.
+var noReportBody = []byte(`{"error":"no report for this stream at this timestamp yet","message":"no report for this stream at this timestamp yet"}` + "\n")
+
+// serveBulk answers GET /api/v1/reports/bulk by fan-out: every stream is
+// looked up in the per-stream report cache (shared with /reports); only the
+// missing ones go upstream, in as few bulk calls as max_bulk allows; the
+// answers fill the per-stream entries. The response is 206 when any stream
+// has no report at the timestamp.
+func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	q := r.URL.Query()
+	feeds, err := parseFeedIDs(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ts, err := parseTimestamp(q, "timestamp")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	cred := n.credentialFor(p.Team.Name)
+	for _, f := range feeds {
+		if err := n.entitled(ctx, p, cred, f); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	n.audit(r, p, "bulk", feeds...)
+
+	found := make([][]byte, len(feeds)) // the report record of each stream, nil when none
+	var missing []string
+	hits := 0
+	for i, f := range feeds {
+		e, state := n.g.cache.Get(cache.ReportKey(n.name, cred.scope, f, ts))
+		switch {
+		case state != cache.Fresh:
+			missing = append(missing, f)
+		case e.Status == http.StatusOK:
+			found[i] = reportPayload(e.Body)
+			hits++
+			n.g.metrics.cacheResult("bulk", "hit")
+		default: // a negative entry: no report yet, known without asking
+			hits++
+			n.g.metrics.cacheResult("bulk", "negative")
+		}
+	}
+
+	outcome := "HIT"
+	if len(missing) > 0 {
+		fetched, label, failure := n.fetchBulk(ctx, cred, missing, ts)
+		if failure != nil {
+			stateOf(ctx).cache = "MISS"
+			if failure.ua != nil {
+				writeRaw(w, failure.ua.status, failure.ua.body)
+			} else {
+				writeError(w, failure.err)
+			}
+			return
+		}
+		outcome = label
+		for i, f := range feeds {
+			if found[i] == nil {
+				found[i] = fetched[f]
+			}
+		}
+	}
+	if hits > 0 {
+		n.g.metrics.saved(n.name, "bulk")
+	}
+
+	status := http.StatusOK
+	size := 16
+	for _, rep := range found {
+		if rep == nil {
+			status = http.StatusPartialContent
+		}
+		size += len(rep) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, `{"reports":[`...)
+	first := true
+	for _, rep := range found {
+		if rep == nil {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, rep...)
+	}
+	out = append(out, "]}\n"...)
+
+	stateOf(ctx).cache = outcome
+	h := w.Header()
+	h.Set("X-Cache", outcome)
+	h.Set("X-Cache-Hits", strconv.Itoa(hits)+"/"+strconv.Itoa(len(feeds)))
+	h.Set("Cache-Control", "no-store")
+	writeRaw(w, status, out)
+}
+
+type bulkFailure struct {
+	ua  *upstreamAnswer // an upstream answer to pass on
+	err error           // or no answer
+}
+
+// fetchBulk asks the upstream for the reports of feeds at ts, in chunks of
+// max_bulk made concurrently, and returns the report record of each stream
+// that had one. Identical chunks asked by concurrent requests share one call.
+func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, *bulkFailure) {
+	chunk := max(n.maxBulk, 1)
+	type result struct {
+		reports map[string][]byte
+		outcome cache.Outcome
+		fail    *bulkFailure
+	}
+	nChunks := (len(feeds) + chunk - 1) / chunk
+	results := make([]result, nChunks)
+	sem := make(chan struct{}, bulkParallel)
+	var wg sync.WaitGroup
+	for c := range nChunks {
+		part := feeds[c*chunk : min((c+1)*chunk, len(feeds))]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			reports, outcome, fail := n.fetchChunk(ctx, cred, part, ts)
+			results[c] = result{reports, outcome, fail}
+		}()
+	}
+	wg.Wait()
+	all := make(map[string][]byte, len(feeds))
+	label := "COALESCED"
+	for _, res := range results {
+		if res.fail != nil {
+			return nil, "MISS", res.fail
+		}
+		if res.outcome != cache.Coalesced && res.outcome != cache.Hit {
+			label = "MISS"
+		}
+		for k, v := range res.reports {
+			all[k] = v
+		}
+	}
+	return all, label, nil
+}
+
+func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, *bulkFailure) {
+	tsText := strconv.FormatInt(ts, 10)
+	ids := strings.Join(feeds, ",")
+	target := "/api/v1/reports/bulk?feedIDs=" + ids + "&timestamp=" + tsText
+	// The flight key names the exact chunk: identical chunks asked at once
+	// become one upstream call. The entry itself is never stored.
+	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
+	e, outcome, err := n.g.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
+		stateOf(ctx).upstreamCall()
+		resp, err := n.up.get(ctx, "bulk", target, cred)
+		if err != nil {
+			return nil, err
+		}
+		if resp.status != http.StatusOK && resp.status != http.StatusPartialContent {
+			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+		}
+		reports, err := n.splitBulk(resp.body, feeds)
+		if err != nil {
+			return nil, err
+		}
+		now := n.g.now()
+		negTTL := n.g.policy().negativeTTL
+		for _, f := range feeds {
+			key := cache.ReportKey(n.name, cred.scope, f, ts)
+			if rep, ok := reports[f]; ok {
+				body := make([]byte, 0, len(rep)+13)
+				body = append(append(append(body, `{"report":`...), rep...), "}\n"...)
+				n.g.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
+			} else if negTTL > 0 {
+				n.g.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
+			}
+		}
+		return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, NoStore: true}, nil
+	})
+	if err != nil {
+		return nil, outcome, &bulkFailure{err: err}
+	}
+	if e.Status != http.StatusOK && e.Status != http.StatusPartialContent {
+		return nil, outcome, &bulkFailure{ua: &upstreamAnswer{status: e.Status, body: e.Body}}
+	}
+	reports, err := n.splitBulk(e.Body, feeds)
+	if err != nil {
+		return nil, outcome, &bulkFailure{err: err}
+	}
+	return reports, outcome, nil
+}
+
+// splitBulk parses a bulk answer into the report record of each stream,
+// refusing an answer that holds a stream not asked for.
+func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
+	var doc struct {
+		Reports []json.RawMessage `json:"reports"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil || doc.Reports == nil {
+		n.g.metrics.integrity(n.name, "bulk")
+		return nil, errBadUpstream
+	}
+	asked := make(map[string]struct{}, len(feeds))
+	for _, f := range feeds {
+		asked[f] = struct{}{}
+	}
+	out := make(map[string][]byte, len(doc.Reports))
+	for _, raw := range doc.Reports {
+		var rd reportDoc
+		if err := json.Unmarshal(raw, &rd); err != nil {
+			n.g.metrics.integrity(n.name, "bulk")
+			return nil, errBadUpstream
+		}
+		id := normalFeedID(rd.FeedID)
+		if _, ok := asked[id]; !ok {
+			n.g.metrics.integrity(n.name, "bulk")
+			return nil, errBadUpstream
+		}
+		out[id] = raw
+	}
+	return out, nil
+}
+
+// reportPayload returns the report record inside a {"report": …} body.
+func reportPayload(body []byte) []byte {
+	const prefix = `{"report":`
+	b := bytes.TrimRight(body, " \t\r\n")
+	if bytes.HasPrefix(b, []byte(prefix)) && len(b) > len(prefix)+1 && b[len(b)-1] == '}' {
+		inner := bytes.TrimSpace(b[len(prefix) : len(b)-1])
+		if len(inner) > 1 && inner[0] == '{' && json.Valid(inner) {
+			return inner
+		}
+	}
+	var doc struct {
+		Report json.RawMessage `json:"report"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return nil
+	}
+	return doc.Report
+}

@@ -1,0 +1,260 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"streamgate/auth"
+	"streamgate/cache"
+	"streamgate/catalog"
+)
+
+// The upstream views of the catalog. Each is fetched at most once per
+// network, credential and lifetime; every filter is evaluated locally.
+type catalogView string
+
+const (
+	viewAnonymous catalogView = "anon"   // unsigned: the public listing
+	viewSigned    catalogView = "signed" // signed: public plus entitled
+	viewHidden    catalogView = "hidden" // signed, hidden=true: everything the credential reaches
+)
+
+// catalogStale is how long past its lifetime a catalog view is still served
+// while the upstream cannot be reached (stale-if-error).
+const catalogStale = 24 * time.Hour
+
+// parsedView is a catalog view parsed once: the streams indexed for
+// filtering, their JSON exactly as the upstream sent it (so fields the
+// gateway does not know pass through), and the set of their IDs.
+type parsedView struct {
+	entry   *cache.Entry
+	expires time.Time // end of the advertised lifetime
+	streams []catalog.Indexed
+	raw     []json.RawMessage
+	ids     map[string]struct{}
+}
+
+// catalogs keeps the parsed form of the cached views of one network.
+type catalogs struct {
+	mu     sync.Mutex
+	parsed map[string]*parsedView // by cache key
+}
+
+// view returns the parsed catalog view for cred (nil for anonymous), from
+// the cache or the upstream.
+func (n *network) view(ctx context.Context, view catalogView, cred *credential) (*parsedView, cache.Outcome, error) {
+	pol := n.g.policy()
+	scope := ""
+	if cred != nil {
+		scope = cred.scope
+	}
+	key := cache.CatalogKey(n.name, scope, string(view))
+	target := "/api/v1/discovery"
+	if view == viewHidden {
+		target += "?hidden=true"
+	}
+	e, outcome, err := n.g.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
+		stateOf(ctx).upstreamCall()
+		resp, err := n.up.get(ctx, "discovery", target, cred)
+		if err != nil {
+			return nil, err
+		}
+		if resp.status != http.StatusOK {
+			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+		}
+		ttl := pol.catalogTTL
+		if resp.maxAge > 0 && resp.maxAge < ttl {
+			ttl = resp.maxAge
+		}
+		now := n.g.now()
+		pv, err := parseView(resp.body)
+		if err != nil {
+			n.g.metrics.integrity(n.name, "discovery")
+			return nil, errBadUpstream
+		}
+		// Refresh in the background from 80 % of the lifetime on, so that a
+		// busy catalog never expires in front of a client.
+		e := &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
+			Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale)}
+		pv.entry, pv.expires = e, now.Add(ttl)
+		n.cat.mu.Lock()
+		n.cat.parsed[key] = pv
+		n.cat.mu.Unlock()
+		return e, nil
+	})
+	if err != nil {
+		return nil, outcome, err
+	}
+	if e.Status != http.StatusOK {
+		return nil, outcome, &upstreamAnswer{status: e.Status, body: e.Body}
+	}
+	n.cat.mu.Lock()
+	pv := n.cat.parsed[key]
+	n.cat.mu.Unlock()
+	if pv == nil || pv.entry != e {
+		// Parsed by another replica of this entry's life (evicted and
+		// refilled, or parsed before a reload): parse again.
+		pv, err = parseView(e.Body)
+		if err != nil {
+			return nil, outcome, errBadUpstream
+		}
+		pv.entry, pv.expires = e, e.Stored.Add(e.Expires.Sub(e.Stored)*10/8)
+		n.cat.mu.Lock()
+		n.cat.parsed[key] = pv
+		n.cat.mu.Unlock()
+	}
+	return pv, outcome, nil
+}
+
+func parseView(body []byte) (*parsedView, error) {
+	var doc struct {
+		Feeds []json.RawMessage `json:"feeds"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, err
+	}
+	if doc.Feeds == nil {
+		return nil, errors.New("proxy: catalog without feeds")
+	}
+	pv := &parsedView{raw: doc.Feeds, streams: make([]catalog.Indexed, len(doc.Feeds)), ids: make(map[string]struct{}, len(doc.Feeds))}
+	for i, raw := range doc.Feeds {
+		var s catalog.Stream
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		s.FeedID = normalFeedID(s.FeedID)
+		pv.streams[i] = catalog.NewIndexed(s)
+		pv.ids[s.FeedID] = struct{}{}
+	}
+	return pv, nil
+}
+
+// upstreamAnswer is an upstream answer that is not a success, passed on to
+// the client unchanged.
+type upstreamAnswer struct {
+	status int
+	body   []byte
+}
+
+func (e *upstreamAnswer) Error() string { return "upstream answered " + strconv.Itoa(e.status) }
+
+// known reports whether feedID exists among the streams cred reaches. When
+// the catalog cannot be had, it answers true: the upstream then decides, at
+// the cost of one call, rather than refusing every report while the catalog
+// is down.
+func (n *network) known(ctx context.Context, cred *credential, feedID string) bool {
+	pv, _, err := n.view(ctx, viewHidden, cred)
+	if err != nil {
+		return true
+	}
+	_, ok := pv.ids[feedID]
+	return ok
+}
+
+// serveDiscovery answers GET /api/v1/discovery from a cached view, filtered
+// locally, restricted to the team's streams.
+func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	f, err := catalog.ParseFilter(r.URL.Query())
+	if err != nil {
+		writeCatalogError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	view, cred := viewAnonymous, (*credential)(nil)
+	if p != nil {
+		view, cred = viewSigned, n.credentialFor(p.Team.Name)
+		if f.Hidden {
+			view = viewHidden
+		}
+	}
+	pv, outcome, err := n.view(r.Context(), view, cred)
+	if err != nil {
+		n.writeCatalogFailure(w, err)
+		return
+	}
+	n.markCache(w, r, "catalog", outcome, pv.entry)
+	out := make([]byte, 0, len(pv.entry.Body))
+	out = append(out, `{"feeds":[`...)
+	first := true
+	for i := range pv.streams {
+		x := &pv.streams[i]
+		if !f.MatchIndexed(x) || (p != nil && !p.Team.MayRead(x.Stream.FeedID)) {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, pv.raw[i]...)
+	}
+	out = append(out, "]}\n"...)
+	n.writeCatalog(w, pv, out)
+}
+
+// serveFeeds answers the older list GET /api/v1/feeds: the IDs of the
+// team's streams, hidden ones only with hidden=true.
+func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	hidden, err := catalog.ParseHidden(r.URL.Query().Get("hidden"))
+	if err != nil {
+		writeCatalogError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	view := viewSigned
+	if hidden {
+		view = viewHidden
+	}
+	pv, outcome, err := n.view(r.Context(), view, n.credentialFor(p.Team.Name))
+	if err != nil {
+		n.writeCatalogFailure(w, err)
+		return
+	}
+	n.markCache(w, r, "catalog", outcome, pv.entry)
+	out := make([]byte, 0, 80*len(pv.streams)+16)
+	out = append(out, `{"feeds":[`...)
+	first := true
+	for i := range pv.streams {
+		id := pv.streams[i].Stream.FeedID
+		if !p.Team.MayRead(id) {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, `{"feedID":"`...)
+		out = append(out, id...)
+		out = append(out, `"}`...)
+	}
+	out = append(out, "]}\n"...)
+	n.writeCatalog(w, pv, out)
+}
+
+func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte) {
+	left := max(pv.expires.Sub(n.g.now()), 0)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(left/time.Second)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
+}
+
+// writeCatalogFailure passes an upstream error answer on unchanged, or
+// reports that the catalog could not be fetched.
+func (n *network) writeCatalogFailure(w http.ResponseWriter, err error) {
+	var ua *upstreamAnswer
+	if errors.As(err, &ua) {
+		writeRaw(w, ua.status, ua.body)
+		return
+	}
+	status, msg, _ := statusOf(err)
+	writeCatalogError(w, status, msg)
+}
+
+// writeCatalogError writes the catalog's error shape, with "message" too.
+func writeCatalogError(w http.ResponseWriter, status int, msg string) {
+	writeError(w, &apiError{status: status, msg: msg})
+}

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"streamgate/auth"
+	"streamgate/ratelimit"
+)
+
+// apiError is an error that streamgate answers itself, before or instead of
+// an upstream call. Its text is safe to show to the client.
+type apiError struct {
+	status     int
+	msg        string
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
+
+// writeError writes err as the JSON error body of the API:
+// {"error": "...", "message": "..."}: "error" is the catalog's field and
+// "message" the field the TypeScript SDK shows.
+func writeError(w http.ResponseWriter, err error) {
+	status, msg, retry := statusOf(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if retry > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
+	}
+	w.WriteHeader(status)
+	b := make([]byte, 0, 2*len(msg)+32)
+	b = append(b, `{"error":`...)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, `,"message":`...)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, "}\n"...)
+	w.Write(b)
+}
+
+// statusOf maps an error to the status, message and Retry-After of its
+// answer. It is the one place where errors become HTTP statuses.
+func statusOf(err error) (status int, msg string, retryAfter time.Duration) {
+	var (
+		ae *apiError
+		be *ratelimit.BudgetError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, ae.msg, ae.retryAfter
+	case errors.As(err, &be):
+		return http.StatusServiceUnavailable, "upstream budget exhausted: too many upstream calls right now, retry after the time in Retry-After", max(be.RetryAfter, time.Second)
+	case errors.Is(err, ratelimit.ErrUnavailable):
+		return http.StatusServiceUnavailable, "quota service unavailable, try again shortly", time.Second
+	case errors.Is(err, auth.ErrMissingHeaders):
+		return http.StatusBadRequest, "missing authentication headers: Authorization, X-Authorization-Timestamp and X-Authorization-Signature-SHA256 are required", 0
+	case errors.Is(err, auth.ErrMalformedHeaders):
+		return http.StatusBadRequest, "malformed authentication headers: the timestamp must be Unix milliseconds and the signature 64 hex digits", 0
+	case errors.Is(err, auth.ErrUnknownKey), errors.Is(err, auth.ErrBadSignature):
+		return http.StatusUnauthorized, "authentication failed: unknown key or signature mismatch", 0
+	case errors.Is(err, auth.ErrSkew):
+		return http.StatusUnauthorized, "authentication failed: timestamp outside the allowed clock skew", 0
+	case errors.Is(err, auth.ErrReplay):
+		return http.StatusUnauthorized, "authentication failed: this signature was already used; sign every request afresh", 0
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, "upstream did not answer in time", time.Second
+	case errors.Is(err, context.Canceled):
+		return 499, "client closed the request", 0
+	default:
+		return http.StatusBadGateway, "upstream unavailable", time.Second
+	}
+}
+
+var (
+	errNotFound    = errorf(http.StatusNotFound, "no such endpoint")
+	errMethod      = errorf(http.StatusMethodNotAllowed, "method not allowed: the API answers GET")
+	errForbidden   = errorf(http.StatusUnauthorized, "stream not found or not permitted for this key")
+	errNetwork     = errorf(http.StatusUnauthorized, "this key may not use this network")
+	errNeedsAuth   = errorf(http.StatusBadRequest, "missing authentication headers: Authorization, X-Authorization-Timestamp and X-Authorization-Signature-SHA256 are required")
+	errBadUpstream = errorf(http.StatusBadGateway, "upstream answered with an invalid response")
+)

@@ -1,0 +1,478 @@
+// Package proxy is the HTTP side of streamgate: it serves the Data Streams
+// API to an organisation's teams, checks each request (signature, network,
+// entitlement, quota) before anything reaches the upstream, answers what it
+// can from the cache, and forwards the rest, re-signed with the
+// organisation's credentials.
+//
+// One Gateway serves every configured network; Handler returns the handler
+// of one network and Listeners the handlers per listen address, routing by
+// Host where networks share one.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"streamgate/auth"
+	"streamgate/cache"
+	"streamgate/config"
+	"streamgate/ratelimit"
+)
+
+// Deps are the collaborators of a Gateway. Cache is required; the rest have
+// defaults.
+type Deps struct {
+	// Cache holds responses. Required.
+	Cache *cache.Store
+	// Limiter counts team and key rates. If nil, a memory limiter is used.
+	Limiter ratelimit.Limiter
+	// Quota counts daily quotas. If nil, a memory quota is used.
+	Quota ratelimit.Quota
+	// Budgets spend the upstream budget of each network, by network name.
+	// A network without one makes upstream calls without limit.
+	Budgets map[string]ratelimit.Budget
+	// Transport makes upstream calls. If nil, a clone of
+	// http.DefaultTransport tuned for one busy upstream host is used.
+	Transport http.RoundTripper
+	// Logger receives access and error logs. If nil, nothing is logged.
+	Logger *zap.Logger
+	// Metrics records metrics. If nil, nothing is recorded.
+	Metrics *Metrics
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+}
+
+// Gateway serves the API on every configured network. It is safe for
+// concurrent use; Reload swaps teams, keys, limits and lifetimes while it
+// serves.
+type Gateway struct {
+	pol      atomic.Pointer[policy]
+	networks map[string]*network
+	cache    *cache.Store
+	limiter  ratelimit.Limiter
+	quota    ratelimit.Quota
+	log      *zap.Logger
+	auditLog *zap.Logger
+	metrics  *Metrics
+	now      func() time.Time
+	listen   map[string][]string // listen address → networks
+}
+
+var _ http.Handler = (*network)(nil)
+
+// policy is the reloadable part of the configuration, parsed once.
+type policy struct {
+	keys             *auth.KeyStore
+	verifier         *auth.Verifier
+	teams            map[string]*teamPolicy
+	anonymousCatalog bool
+	catalogTTL       time.Duration
+	latestTTL        time.Duration
+	negativeTTL      time.Duration
+	audit            bool
+}
+
+type teamPolicy struct {
+	rate     ratelimit.Limit
+	keyRates map[string]ratelimit.Limit
+	daily    int64
+	creds    map[string]*credential // own upstream credentials by network
+}
+
+// network serves one network: its upstream, its catalog views, its
+// pass-through proxy.
+type network struct {
+	g       *Gateway
+	name    string
+	hosts   []string
+	up      *upstream
+	org     *credential
+	maxBulk int
+	cat     catalogs
+	rp      *httputil.ReverseProxy
+	handler http.Handler
+}
+
+// New builds a Gateway for cfg, which must be valid (config.Parse validates)
+// and name a real upstream URL for every network: "embedded" must have been
+// resolved by the caller.
+func New(cfg *config.Config, deps Deps) (*Gateway, error) {
+	if deps.Cache == nil {
+		return nil, errors.New("proxy: Deps.Cache is required")
+	}
+	g := &Gateway{
+		networks: map[string]*network{},
+		cache:    deps.Cache,
+		limiter:  deps.Limiter,
+		quota:    deps.Quota,
+		log:      deps.Logger,
+		metrics:  deps.Metrics,
+		now:      deps.Now,
+		listen:   map[string][]string{},
+	}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	g.auditLog = g.log.Named("audit")
+	if g.now == nil {
+		g.now = time.Now
+	}
+	var err error
+	if g.limiter == nil {
+		if g.limiter, err = ratelimit.NewMemory(ratelimit.Options{Name: "team", Now: g.now}); err != nil {
+			return nil, err
+		}
+	}
+	if g.quota == nil {
+		if g.quota, err = ratelimit.NewMemoryQuota(ratelimit.Options{Name: "daily", Now: g.now}); err != nil {
+			return nil, err
+		}
+	}
+	pol, err := buildPolicy(cfg, g.now)
+	if err != nil {
+		return nil, err
+	}
+	g.pol.Store(pol)
+
+	transport := deps.Transport
+	if transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 512
+		t.MaxIdleConnsPerHost = 256
+		t.IdleConnTimeout = 90 * time.Second
+		transport = t
+	}
+	var errs []error
+	for _, name := range cfg.NetworkNames() {
+		nc := cfg.Networks[name]
+		base, err := url.Parse(nc.Upstream.URL)
+		if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+			errs = append(errs, fmt.Errorf("proxy: network %s: upstream url must be http(s), got %q", name, nc.Upstream.URL))
+			continue
+		}
+		base.Path, base.RawPath = strings.TrimRight(base.Path, "/"), ""
+		n := &network{
+			g:       g,
+			name:    name,
+			hosts:   nc.Hosts,
+			maxBulk: nc.Upstream.MaxBulk,
+			org:     &credential{key: nc.Upstream.APIKey, secret: []byte(nc.Upstream.Secret().Reveal())},
+			cat:     catalogs{parsed: map[string]*parsedView{}},
+		}
+		n.up = &upstream{
+			network: name,
+			base:    base,
+			client:  &http.Client{Transport: transport, CheckRedirect: noRedirects},
+			timeout: nc.Upstream.Timeout,
+			retries: nc.Upstream.Retries,
+			budget:  deps.Budgets[name],
+			limit:   ratelimit.Limit{Rate: nc.Upstream.Budget.RPS, Burst: nc.Upstream.Budget.Burst},
+			now:     g.now,
+			log:     g.log,
+			metrics: g.metrics,
+		}
+		n.rp = n.reverseProxy(base, transport)
+		n.handler = observe(name, g.log, g.metrics, n)
+		g.networks[name] = n
+		g.listen[nc.Listen] = append(g.listen[nc.Listen], name)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return g, nil
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// buildPolicy parses the reloadable part of cfg.
+func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
+	pol := &policy{
+		teams:            map[string]*teamPolicy{},
+		anonymousCatalog: cfg.Auth.AnonymousCatalog,
+		catalogTTL:       cfg.Cache.CatalogTTL,
+		latestTTL:        cfg.Cache.LatestTTL,
+		negativeTTL:      cfg.Cache.NegativeTTL,
+		audit:            cfg.Log.Audit,
+		verifier: auth.NewVerifier(auth.VerifierConfig{
+			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, Now: now,
+		}),
+	}
+	teams := make([]auth.Team, 0, len(cfg.Teams))
+	for _, t := range cfg.Teams {
+		at := auth.Team{Name: t.Name, Networks: t.Networks, Feeds: t.Feeds}
+		tp := &teamPolicy{
+			rate:     ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst},
+			keyRates: map[string]ratelimit.Limit{},
+			daily:    t.DailyQuota,
+			creds:    map[string]*credential{},
+		}
+		for _, k := range t.Keys {
+			ak := auth.Key{ID: k.ID}
+			for _, s := range k.Secrets() {
+				ak.Secrets = append(ak.Secrets, s.Reveal())
+			}
+			at.Keys = append(at.Keys, ak)
+			if !k.Rate.Unlimited() {
+				tp.keyRates[k.ID] = ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}
+			}
+		}
+		for net, c := range t.Upstream {
+			if c != nil && c.APIKey != "" {
+				tp.creds[net] = &credential{scope: t.Name, key: c.APIKey, secret: []byte(c.Secret().Reveal())}
+			}
+		}
+		teams = append(teams, at)
+		pol.teams[t.Name] = tp
+	}
+	ks, err := auth.NewKeyStore(teams)
+	if err != nil {
+		return nil, err
+	}
+	pol.keys = ks
+	return pol, nil
+}
+
+// Reload applies the teams, keys, limits and lifetimes of cfg. Listeners,
+// networks and upstreams are fixed at start; changes to them are reported
+// in the returned error and need a restart, the rest still takes effect.
+func (g *Gateway) Reload(cfg *config.Config) error {
+	pol, err := buildPolicy(cfg, g.now)
+	if err != nil {
+		return err
+	}
+	g.pol.Store(pol)
+	var fixed []string
+	for _, name := range cfg.NetworkNames() {
+		if _, ok := g.networks[name]; !ok {
+			fixed = append(fixed, "new network "+name)
+		}
+	}
+	if len(fixed) > 0 {
+		return fmt.Errorf("proxy: reloaded teams and limits; needs a restart: %s", strings.Join(fixed, ", "))
+	}
+	return nil
+}
+
+func (g *Gateway) policy() *policy { return g.pol.Load() }
+
+// Handler returns the handler of one network, or nil.
+func (g *Gateway) Handler(name string) http.Handler {
+	if n, ok := g.networks[name]; ok {
+		return n.handler
+	}
+	return nil
+}
+
+// Listeners returns a handler per listen address. Where several networks
+// share an address, requests are routed by their Host name.
+func (g *Gateway) Listeners() map[string]http.Handler {
+	out := make(map[string]http.Handler, len(g.listen))
+	for addr, names := range g.listen {
+		if len(names) == 1 {
+			out[addr] = g.networks[names[0]].handler
+			continue
+		}
+		hosts := map[string]http.Handler{}
+		for _, name := range names {
+			for _, h := range g.networks[name].hosts {
+				hosts[strings.ToLower(h)] = g.networks[name].handler
+			}
+		}
+		out[addr] = hostRouter(hosts)
+	}
+	return out
+}
+
+// hostRouter routes by the request's Host name, port removed.
+func hostRouter(hosts map[string]http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if h, ok := hosts[strings.ToLower(host)]; ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, errorf(http.StatusNotFound, "unknown host: no network is served under this name"))
+	})
+}
+
+// Networks returns the names of the networks, sorted.
+func (g *Gateway) Networks() []string {
+	names := make([]string, 0, len(g.networks))
+	for name := range g.networks {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Ready reports whether every network's upstream has answered at least once.
+func (g *Gateway) Ready() bool {
+	for _, n := range g.networks {
+		if !n.up.answered.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// Warm loads the catalog of every network (which also tells whether its
+// upstream answers). It returns the first error; the gateway serves anyway.
+func (g *Gateway) Warm(ctx context.Context) error {
+	var errs []error
+	for _, name := range g.Networks() {
+		n := g.networks[name]
+		if _, _, err := n.view(ctx, viewHidden, n.org); err != nil {
+			errs = append(errs, fmt.Errorf("network %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// credentialFor returns the credential that team's calls on n are signed
+// with: its own, if configured, else the organisation's.
+func (n *network) credentialFor(team string) *credential {
+	if tp := n.g.policy().teams[team]; tp != nil {
+		if c := tp.creds[n.name]; c != nil {
+			return c
+		}
+	}
+	return n.org
+}
+
+// ServeHTTP routes one request of the network: authentication, quotas, then
+// the endpoint.
+func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	apiPath := strings.HasPrefix(path, "/api/v1/")
+	if !apiPath && path != "/" {
+		writeError(w, errNotFound)
+		return
+	}
+	if path == "/" && r.Method != http.MethodHead && r.Method != http.MethodGet {
+		writeError(w, errMethod)
+		return
+	}
+	known := path != "/" && path != "/api/v1/ws" && endpointOf(r) != "other"
+	if known && r.Method != http.MethodGet {
+		writeError(w, errMethod)
+		return
+	}
+
+	pol := n.g.policy()
+	st := stateOf(r.Context())
+	var p *auth.Principal
+	if !(path == "/api/v1/discovery" && pol.anonymousCatalog && !auth.HasCredentials(r.Header)) {
+		res, err := pol.verifier.Verify(pol.keys, r)
+		if res.Skew != 0 || err == nil {
+			n.g.metrics.skew(res.Skew)
+		}
+		if err != nil {
+			st.authError = auth.Reason(err)
+			n.g.metrics.authFailure(n.name, st.authError)
+			writeError(w, err)
+			return
+		}
+		p = res.Principal
+		st.team, st.keyID = p.Team.Name, p.KeyID
+		if !p.Team.UsesNetwork(n.name) {
+			st.authError = "network"
+			n.g.metrics.authFailure(n.name, "network")
+			writeError(w, errNetwork)
+			return
+		}
+		if err := n.g.admit(r.Context(), w, pol, p); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+
+	switch path {
+	case "/api/v1/discovery":
+		n.serveDiscovery(w, r, p)
+	case "/api/v1/feeds":
+		n.serveFeeds(w, r, p)
+	case "/api/v1/reports":
+		n.serveReport(w, r, p)
+	case "/api/v1/reports/latest":
+		n.serveLatest(w, r, p)
+	case "/api/v1/reports/bulk":
+		n.serveBulk(w, r, p)
+	case "/api/v1/reports/page":
+		n.servePage(w, r, p)
+	default:
+		n.passThrough(w, r, p)
+	}
+}
+
+// admit applies the team's rate, the key's rate and the team's daily quota.
+// Refusals are 429 with Retry-After; every decision's state is reported in
+// the RateLimit headers.
+func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, pol *policy, p *auth.Principal) error {
+	tp := pol.teams[p.Team.Name]
+	if tp == nil {
+		return nil
+	}
+	check := func(limit, key string, l ratelimit.Limit) error {
+		if l.Unlimited() {
+			return nil
+		}
+		d, err := g.limiter.Allow(ctx, key, l)
+		if err != nil {
+			return err
+		}
+		d.SetHeaders(w.Header(), limit)
+		if !d.Allowed {
+			g.metrics.limited(p.Team.Name, limit)
+			return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for " + limit + ": slow down and retry after the time in Retry-After", retryAfter: d.RetryAfter}
+		}
+		return nil
+	}
+	if err := check("team", "team:"+p.Team.Name, tp.rate); err != nil {
+		return err
+	}
+	if l, ok := tp.keyRates[p.KeyID]; ok {
+		if err := check("key", "key:"+p.KeyID, l); err != nil {
+			return err
+		}
+	}
+	if tp.daily > 0 {
+		d, err := g.quota.Take(ctx, "daily:"+p.Team.Name, tp.daily, g.now())
+		if err != nil {
+			return err
+		}
+		if !d.Allowed {
+			g.metrics.limited(p.Team.Name, "daily")
+			return &apiError{status: http.StatusTooManyRequests, msg: "daily quota exhausted for this team", retryAfter: d.RetryAfter}
+		}
+	}
+	return nil
+}
+
+// audit writes the audit trail of a read, when enabled: which team and key
+// read which streams on which network.
+func (n *network) audit(r *http.Request, p *auth.Principal, endpoint string, feeds ...string) {
+	if !n.g.policy().audit {
+		return
+	}
+	n.g.auditLog.Info("read",
+		zap.String("request_id", stateOf(r.Context()).id),
+		zap.String("network", n.name),
+		zap.String("team", p.Team.Name),
+		zap.String("key_id", p.KeyID),
+		zap.String("endpoint", endpoint),
+		zap.Strings("feeds", feeds))
+}

@@ -1,0 +1,144 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the gateway's Prometheus metrics. Every label takes values
+// from a bounded set: network and team names come from the configuration,
+// endpoints and reasons from fixed lists; never a key ID or a stream ID.
+// A nil *Metrics records nothing.
+type Metrics struct {
+	requests          *prometheus.CounterVec
+	requestDuration   *prometheus.HistogramVec
+	cacheResults      *prometheus.CounterVec
+	upstreamCalls     *prometheus.CounterVec
+	upstreamDuration  *prometheus.HistogramVec
+	upstreamErrors    *prometheus.CounterVec
+	upstreamSaved     *prometheus.CounterVec
+	coalescedWaiters  prometheus.Histogram
+	rateLimited       *prometheus.CounterVec
+	authFailures      *prometheus.CounterVec
+	clockSkew         prometheus.Histogram
+	integrityFailures *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_requests_total", Help: "Requests answered, by network, endpoint, status code and team.",
+		}, []string{"network", "endpoint", "code", "team"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "streamgate_request_duration_seconds", Help: "Time to answer a request, by network and endpoint.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"network", "endpoint"}),
+		cacheResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_cache_results_total", Help: "Cache lookups by kind (catalog, report, latest, page, bulk) and result (hit, miss, stale, coalesced, negative).",
+		}, []string{"kind", "result"}),
+		upstreamCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_upstream_requests_total", Help: "Upstream calls that got an answer, by network, endpoint and status code.",
+		}, []string{"network", "endpoint", "code"}),
+		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "streamgate_upstream_duration_seconds", Help: "Upstream call latency, by network and endpoint.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"network", "endpoint"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_upstream_errors_total", Help: "Upstream calls that got no usable answer, by network, endpoint and reason (timeout, transport, canceled, budget, integrity).",
+		}, []string{"network", "endpoint", "reason"}),
+		upstreamSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_upstream_calls_saved_total", Help: "Upstream calls not made thanks to the cache or coalescing, by network and kind.",
+		}, []string{"network", "kind"}),
+		coalescedWaiters: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "streamgate_coalesced_waiters", Help: "Requests served by one upstream fill.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_ratelimit_rejections_total", Help: "Requests refused by a quota, by team and limit (team, key, daily).",
+		}, []string{"team", "limit"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_auth_failures_total", Help: "Failed authentications, by network and reason.",
+		}, []string{"network", "reason"}),
+		clockSkew: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "streamgate_client_clock_skew_seconds", Help: "Server time minus the request's timestamp, for signed requests.",
+			Buckets: []float64{-10, -5, -2, -1, -.5, -.1, 0, .1, .5, 1, 2, 5, 10},
+		}),
+		integrityFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_upstream_integrity_failures_total", Help: "Upstream answers refused because they did not match the request, by network and endpoint.",
+		}, []string{"network", "endpoint"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
+			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures)
+	}
+	return m
+}
+
+func (m *Metrics) request(network, endpoint string, code int, team string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(network, endpoint, strconv.Itoa(code), team).Inc()
+	m.requestDuration.WithLabelValues(network, endpoint).Observe(d.Seconds())
+}
+
+func (m *Metrics) cacheResult(kind, result string) {
+	if m != nil {
+		m.cacheResults.WithLabelValues(kind, result).Inc()
+	}
+}
+
+func (m *Metrics) saved(network, kind string) {
+	if m != nil {
+		m.upstreamSaved.WithLabelValues(network, kind).Inc()
+	}
+}
+
+func (m *Metrics) upstreamCall(network, endpoint string, code int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.upstreamCalls.WithLabelValues(network, endpoint, strconv.Itoa(code)).Inc()
+	m.upstreamDuration.WithLabelValues(network, endpoint).Observe(d.Seconds())
+}
+
+func (m *Metrics) upstreamError(network, endpoint, reason string) {
+	if m != nil {
+		m.upstreamErrors.WithLabelValues(network, endpoint, reason).Inc()
+	}
+}
+
+func (m *Metrics) integrity(network, endpoint string) {
+	if m != nil {
+		m.integrityFailures.WithLabelValues(network, endpoint).Inc()
+		m.upstreamErrors.WithLabelValues(network, endpoint, "integrity").Inc()
+	}
+}
+
+func (m *Metrics) limited(team, limit string) {
+	if m != nil {
+		m.rateLimited.WithLabelValues(team, limit).Inc()
+	}
+}
+
+func (m *Metrics) authFailure(network, reason string) {
+	if m != nil {
+		m.authFailures.WithLabelValues(network, reason).Inc()
+	}
+}
+
+func (m *Metrics) skew(d time.Duration) {
+	if m != nil {
+		m.clockSkew.Observe(d.Seconds())
+	}
+}
+
+// Waiters records how many requests one upstream fill served.
+func (m *Metrics) Waiters(n int) {
+	if m != nil {
+		m.coalescedWaiters.Observe(float64(n))
+	}
+}

@@ -1,0 +1,284 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"streamgate/auth"
+	"streamgate/cache"
+)
+
+// pageSettle is how far in the past the last report of a page must lie for a
+// page shorter than its limit to count as complete, and so immutable.
+const pageSettle = time.Minute
+
+// reportDoc is the part of a report record the gateway checks.
+type reportDoc struct {
+	FeedID                string `json:"feedID"`
+	ValidFromTimestamp    int64  `json:"validFromTimestamp"`
+	ObservationsTimestamp int64  `json:"observationsTimestamp"`
+	FullReport            string `json:"fullReport"`
+}
+
+// entitled refuses, before any upstream call, a stream the team may not read
+// or that the credential's catalog does not hold.
+func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedID string) error {
+	if !p.Team.MayRead(feedID) || !n.known(ctx, cred, feedID) {
+		return errForbidden
+	}
+	return nil
+}
+
+// serveReport answers GET /api/v1/reports: the report of one stream at a
+// timestamp, immutable once fetched.
+func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	q := r.URL.Query()
+	feed, err := parseFeedID(q, "feedID")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ts, err := parseTimestamp(q, "timestamp")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cred := n.credentialFor(p.Team.Name)
+	if err := n.entitled(r.Context(), p, cred, feed); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.audit(r, p, "reports", feed)
+	key := cache.ReportKey(n.name, cred.scope, feed, ts)
+	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
+	e, outcome, err := n.g.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
+		stateOf(ctx).upstreamCall()
+		resp, err := n.up.get(ctx, "reports", target, cred)
+		if err != nil {
+			return nil, err
+		}
+		now := n.g.now()
+		switch resp.status {
+		case http.StatusOK:
+			if _, err := n.checkReport(resp.body, "reports", feed); err != nil {
+				return nil, err
+			}
+			return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil
+		case http.StatusNotFound:
+			return n.negative(now, resp), nil
+		}
+		return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+	})
+	n.answer(w, r, "report", outcome, e, err)
+}
+
+// serveLatest answers GET /api/v1/reports/latest, always coalesced and kept
+// for latest_ttl. The report it fetches is also stored as the report at its
+// own timestamp, which never changes.
+func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	feed, err := parseFeedID(r.URL.Query(), "feedID")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cred := n.credentialFor(p.Team.Name)
+	if err := n.entitled(r.Context(), p, cred, feed); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.audit(r, p, "latest", feed)
+	ttl := n.g.policy().latestTTL
+	key := cache.LatestKey(n.name, cred.scope, feed)
+	e, outcome, err := n.g.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
+		stateOf(ctx).upstreamCall()
+		resp, err := n.up.get(ctx, "latest", "/api/v1/reports/latest?feedID="+feed, cred)
+		if err != nil {
+			return nil, err
+		}
+		if resp.status != http.StatusOK {
+			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+		}
+		doc, err := n.checkReport(resp.body, "latest", feed)
+		if err != nil {
+			return nil, err
+		}
+		now := n.g.now()
+		n.g.cache.Set(cache.ReportKey(n.name, cred.scope, feed, doc.ObservationsTimestamp),
+			&cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now})
+		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now, Expires: now.Add(ttl), NoStore: ttl <= 0}, nil
+	})
+	n.answer(w, r, "latest", outcome, e, err)
+}
+
+// servePage answers GET /api/v1/reports/page. A page is kept when it can no
+// longer change: it is full, or its last report settled in the past.
+func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	q := r.URL.Query()
+	feed, err := parseFeedID(q, "feedID")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	start, err := parseTimestamp(q, "startTimestamp")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := parseLimit(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cred := n.credentialFor(p.Team.Name)
+	if err := n.entitled(r.Context(), p, cred, feed); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.audit(r, p, "page", feed)
+	target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(start, 10)
+	if limit > 0 {
+		target += "&limit=" + strconv.Itoa(limit)
+	}
+	key := cache.PageKey(n.name, cred.scope, feed, start, limit)
+	e, outcome, err := n.g.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
+		stateOf(ctx).upstreamCall()
+		resp, err := n.up.get(ctx, "page", target, cred)
+		if err != nil {
+			return nil, err
+		}
+		if resp.status != http.StatusOK {
+			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+		}
+		var doc struct {
+			Reports []json.RawMessage `json:"reports"`
+		}
+		if err := json.Unmarshal(resp.body, &doc); err != nil || doc.Reports == nil {
+			n.g.metrics.integrity(n.name, "page")
+			return nil, errBadUpstream
+		}
+		now := n.g.now()
+		last := int64(-1)
+		for _, raw := range doc.Reports {
+			var rd reportDoc
+			if err := json.Unmarshal(raw, &rd); err != nil || normalFeedID(rd.FeedID) != feed ||
+				rd.ObservationsTimestamp < start || rd.ObservationsTimestamp <= last {
+				n.g.metrics.integrity(n.name, "page")
+				return nil, errBadUpstream
+			}
+			last = rd.ObservationsTimestamp
+			// Each report of the page is also the report at its timestamp.
+			body := make([]byte, 0, len(raw)+12)
+			body = append(append(append(body, `{"report":`...), raw...), "}\n"...)
+			n.g.cache.Set(cache.ReportKey(n.name, cred.scope, feed, rd.ObservationsTimestamp),
+				&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
+		}
+		complete := (limit > 0 && len(doc.Reports) == limit) ||
+			(last >= 0 && time.Unix(last, 0).Add(pageSettle).Before(now))
+		switch {
+		case complete:
+			return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil
+		case len(doc.Reports) == 0:
+			return n.negative(now, resp), nil
+		}
+		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now, NoStore: true}, nil
+	})
+	n.answer(w, r, "page", outcome, e, err)
+}
+
+// negative is a short-lived entry for "no report yet".
+func (n *network) negative(now time.Time, resp *upstreamResponse) *cache.Entry {
+	ttl := n.g.policy().negativeTTL
+	return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(ttl), NoStore: ttl <= 0}
+}
+
+// checkReport parses a {"report": …} body and refuses one that is not of the
+// stream asked for: such an answer is an upstream error, never a cache entry.
+func (n *network) checkReport(body []byte, endpoint, feed string) (*reportDoc, error) {
+	var doc struct {
+		Report *reportDoc `json:"report"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil || doc.Report == nil || normalFeedID(doc.Report.FeedID) != feed {
+		n.g.metrics.integrity(n.name, endpoint)
+		return nil, errBadUpstream
+	}
+	return doc.Report, nil
+}
+
+// answer writes a cached or fetched entry, or the error that replaced it.
+func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry, err error) {
+	if err != nil {
+		if errors.Is(err, errBadUpstream) {
+			writeError(w, errBadUpstream)
+			return
+		}
+		writeError(w, err)
+		return
+	}
+	n.markCache(w, r, kind, outcome, e)
+	h := w.Header()
+	switch {
+	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():
+		h.Set("Cache-Control", "no-store")
+	case e.Expires.IsZero():
+		h.Set("Cache-Control", "private, max-age=86400, immutable")
+	default:
+		left := max(e.Expires.Sub(n.g.now()), 0)
+		h.Set("Cache-Control", "private, max-age="+strconv.Itoa(int(left/time.Second)))
+	}
+	writeRaw(w, e.Status, e.Body)
+}
+
+// markCache sets X-Cache and Age, counts the result, and notes it for the
+// access log.
+func (n *network) markCache(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry) {
+	label := cacheLabel(outcome)
+	if e != nil && e.Status == http.StatusNotFound && outcome == cache.Hit {
+		n.g.metrics.cacheResult(kind, "negative")
+	} else {
+		n.g.metrics.cacheResult(kind, lowerLabel(label))
+	}
+	if outcome != cache.Miss {
+		n.g.metrics.saved(n.name, kind)
+	}
+	stateOf(r.Context()).cache = label
+	h := w.Header()
+	h.Set("X-Cache", label)
+	if e != nil && !e.Stored.IsZero() {
+		h.Set("Age", strconv.Itoa(int(max(n.g.now().Sub(e.Stored), 0)/time.Second)))
+	}
+}
+
+func cacheLabel(o cache.Outcome) string {
+	switch o {
+	case cache.Hit:
+		return "HIT"
+	case cache.Coalesced:
+		return "COALESCED"
+	case cache.StaleHit, cache.StaleError:
+		return "STALE"
+	}
+	return "MISS"
+}
+
+func lowerLabel(s string) string {
+	switch s {
+	case "HIT":
+		return "hit"
+	case "COALESCED":
+		return "coalesced"
+	case "STALE":
+		return "stale"
+	}
+	return "miss"
+}
+
+// writeRaw writes a JSON body with status.
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}

@@ -1,0 +1,233 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"streamgate/auth"
+	"streamgate/ratelimit"
+)
+
+// maxUpstreamBody bounds what is read of one upstream answer.
+const maxUpstreamBody = 64 << 20
+
+// credential signs upstream calls: the organisation's for a network, or a
+// team's own. A nil *credential makes an unsigned call (the anonymous catalog).
+type credential struct {
+	scope  string // "" for the organisation, else the team name; part of cache keys
+	key    string
+	secret []byte
+}
+
+// upstream calls one network's upstream API. It is safe for concurrent use.
+type upstream struct {
+	network string
+	base    *url.URL
+	client  *http.Client
+	timeout time.Duration // per attempt
+	retries int           // extra attempts on 502, 503 and timeouts
+	budget  ratelimit.Budget // per endpoint of this network; nil: no budget
+	limit   ratelimit.Limit
+	now     func() time.Time
+	log     *zap.Logger
+	metrics *Metrics
+
+	answered atomic.Bool // the upstream has answered at least once
+}
+
+// upstreamResponse is one upstream answer, read whole.
+type upstreamResponse struct {
+	status      int
+	body        []byte
+	contentType string
+	retryAfter  time.Duration
+	maxAge      time.Duration // from Cache-Control, when given
+}
+
+// deadline is the overall bound on a call with its retries.
+func (u *upstream) deadline() time.Duration {
+	return time.Duration(u.retries+1)*u.timeout + time.Second
+}
+
+// get calls GET target (a path with its query) on the upstream, signing each
+// attempt afresh with cred, retrying 502, 503 and timeouts with backoff and
+// jitter for as long as ctx allows. Any answer the upstream gave is returned
+// with a nil error, whatever its status; an error means no answer.
+func (u *upstream) get(ctx context.Context, endpoint, target string, cred *credential) (*upstreamResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, u.deadline())
+	defer cancel()
+	budgetKey := budgetKey(endpoint, cred)
+	var (
+		last    *upstreamResponse
+		lastErr error
+	)
+	for attempt := 0; attempt <= u.retries; attempt++ {
+		if attempt > 0 {
+			if !u.backoff(ctx, attempt) {
+				break
+			}
+		}
+		if u.budget != nil {
+			if err := u.budget.Wait(ctx, budgetKey, u.limit); err != nil {
+				u.metrics.upstreamError(u.network, endpoint, "budget")
+				if last != nil {
+					return last, nil
+				}
+				return nil, err
+			}
+		}
+		resp, err := u.attempt(ctx, endpoint, target, cred)
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if retryableErr(err) {
+				continue
+			}
+			return nil, err
+		}
+		last, lastErr = resp, nil
+		switch resp.status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			continue
+		case http.StatusTooManyRequests:
+			if u.budget != nil {
+				pause := resp.retryAfter
+				if pause <= 0 {
+					pause = time.Second
+				}
+				u.budget.Pause(budgetKey, pause)
+			}
+		}
+		return resp, nil
+	}
+	if last != nil {
+		return last, nil
+	}
+	return nil, lastErr
+}
+
+// budgetKey names the budget a call spends: the endpoint's, or, for a team
+// calling with its own credentials, that team's budget of the endpoint.
+func budgetKey(endpoint string, cred *credential) string {
+	if cred != nil && cred.scope != "" {
+		return endpoint + " team=" + cred.scope
+	}
+	return endpoint
+}
+
+// backoff waits before attempt (1, 2, …): exponential from 50 ms, capped at
+// 1 s, with full jitter. It reports false when ctx ends first or its deadline
+// leaves no room for another attempt.
+func (u *upstream) backoff(ctx context.Context, attempt int) bool {
+	d := min(50*time.Millisecond<<(attempt-1), time.Second)
+	d = time.Duration(rand.Int64N(int64(d)) + 1)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d+10*time.Millisecond {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential) (*upstreamResponse, error) {
+	actx, cancel := context.WithTimeout(ctx, u.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, u.base.String()+target, nil)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: building upstream request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "streamgate")
+	if cred != nil {
+		auth.Sign(req, cred.key, cred.secret, u.now())
+	}
+	start := time.Now()
+	resp, err := u.client.Do(req)
+	if err != nil {
+		u.metrics.upstreamError(u.network, endpoint, errReason(err))
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody))
+	u.metrics.upstreamCall(u.network, endpoint, resp.StatusCode, time.Since(start))
+	u.answered.Store(true)
+	if err != nil {
+		u.metrics.upstreamError(u.network, endpoint, errReason(err))
+		return nil, fmt.Errorf("proxy: reading upstream answer: %w", err)
+	}
+	out := &upstreamResponse{status: resp.StatusCode, body: body, contentType: resp.Header.Get("Content-Type")}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if s, err := strconv.Atoi(ra); err == nil && s >= 0 {
+			out.retryAfter = time.Duration(s) * time.Second
+		}
+	}
+	out.maxAge = parseMaxAge(resp.Header.Get("Cache-Control"))
+	if u.log != nil && resp.StatusCode >= 500 {
+		if ce := u.log.Check(zap.DebugLevel, "upstream error"); ce != nil {
+			ce.Write(zap.String("network", u.network), zap.String("endpoint", endpoint), zap.Int("status", resp.StatusCode))
+		}
+	}
+	return out, nil
+}
+
+// parseMaxAge reads max-age from a Cache-Control value; 0 when absent.
+func parseMaxAge(cc string) time.Duration {
+	for cc != "" {
+		var part string
+		part, cc, _ = strings.Cut(cc, ",")
+		part = strings.TrimSpace(part)
+		if len(part) > 8 && part[:8] == "max-age=" {
+			if s, err := strconv.Atoi(part[8:]); err == nil && s > 0 {
+				return time.Duration(s) * time.Second
+			}
+		}
+	}
+	return 0
+}
+
+func retryableErr(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true // the attempt's own timeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return true // refused, reset: the upstream may be restarting
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// errReason is a bounded label for a transport failure.
+func errReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	default:
+		return "transport"
+	}
+}

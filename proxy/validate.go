@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+const (
+	// maxBulkStreams bounds the stream IDs of one bulk request.
+	maxBulkStreams = 1000
+	// maxPageLimit bounds limit on /reports/page.
+	maxPageLimit = 10000
+)
+
+// validFeedID reports whether s is "0x" followed by 64 hex digits.
+func validFeedID(s string) bool {
+	if len(s) != 66 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// normalFeedID returns the canonical lower-case form of a valid stream ID.
+func normalFeedID(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
+func parseFeedID(q url.Values, name string) (string, error) {
+	v := q.Get(name)
+	if v == "" {
+		return "", errorf(http.StatusBadRequest, "missing query parameter "+name)
+	}
+	if !validFeedID(v) {
+		return "", errorf(http.StatusBadRequest, "invalid "+name+": a stream ID is 0x followed by 64 hex digits")
+	}
+	return normalFeedID(v), nil
+}
+
+// parseTimestamp reads a Unix timestamp in seconds.
+func parseTimestamp(q url.Values, name string) (int64, error) {
+	v := q.Get(name)
+	if v == "" {
+		return 0, errorf(http.StatusBadRequest, "missing query parameter "+name)
+	}
+	ts, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ts <= 0 || ts > 1<<40 || v[0] == '+' {
+		return 0, errorf(http.StatusBadRequest, "invalid "+name+": a Unix timestamp in seconds is expected")
+	}
+	return ts, nil
+}
+
+// parseLimit reads the optional page size; 0 means absent.
+func parseLimit(q url.Values) (int, error) {
+	v, ok := q["limit"]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v[0])
+	if err != nil || n <= 0 || n > maxPageLimit || v[0][0] == '+' {
+		return 0, errorf(http.StatusBadRequest, "invalid limit: a whole number from 1 to "+strconv.Itoa(maxPageLimit)+" is expected")
+	}
+	return n, nil
+}
+
+// parseFeedIDs reads a bulk list. The query is already decoded, so a comma
+// sent raw or as %2C arrives the same. Duplicates are dropped, order kept.
+func parseFeedIDs(q url.Values) ([]string, error) {
+	v := q.Get("feedIDs")
+	if v == "" {
+		return nil, errorf(http.StatusBadRequest, "missing query parameter feedIDs")
+	}
+	n := strings.Count(v, ",") + 1
+	if n > maxBulkStreams {
+		return nil, errorf(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
+	}
+	ids := make([]string, 0, n)
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		if !validFeedID(part) {
+			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
+		}
+		part = normalFeedID(part)
+		dup := false
+		for _, id := range ids {
+			if id == part {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			ids = append(ids, part)
+		}
+	}
+	return ids, nil
+}
