@@ -22,9 +22,9 @@ type reqState struct {
 	endpoint  string
 	team      string
 	keyID     string
-	cache     string // X-Cache value, when a cache was consulted
+	cache     string       // X-Cache value, when a cache was consulted
 	upstream  atomic.Int32 // upstream calls this request caused
-	authError string // reason, when authentication failed
+	authError string       // reason, when authentication failed
 }
 
 type stateKey struct{}

@@ -36,8 +36,8 @@ type upstream struct {
 	network string
 	base    *url.URL
 	client  *http.Client
-	timeout time.Duration // per attempt
-	retries int           // extra attempts on 502, 503 and timeouts
+	timeout time.Duration    // per attempt
+	retries int              // extra attempts on 502, 503 and timeouts
 	budget  ratelimit.Budget // per endpoint of this network; nil: no budget
 	limit   ratelimit.Limit
 	now     func() time.Time
