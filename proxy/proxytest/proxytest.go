@@ -1,0 +1,193 @@
+// Package proxytest runs a whole gateway in-process for tests and
+// benchmarks: the simulator as its upstream and the gateway's networks on
+// real loopback sockets (httptest), configured like the demo.
+package proxytest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"streamgate/auth"
+	"streamgate/cache"
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/ratelimit"
+	"streamgate/simulator"
+)
+
+// Options adjust an Env before it starts. Every field may be nil.
+type Options struct {
+	// Sim changes the simulator's configuration (simulator.Default() with
+	// its rate limit off).
+	Sim func(*simulator.Config)
+	// Config changes the gateway's configuration (config.Default() with
+	// upstreams pointed at the simulator and the demo team unlimited).
+	Config func(*config.Config)
+	// Deps changes the gateway's collaborators before New.
+	Deps func(*proxy.Deps)
+	// Quiet drops the gateway's logs instead of sending them to t.Log.
+	Quiet bool
+}
+
+// Env is a running gateway and its simulated upstream.
+type Env struct {
+	Sim      *simulator.Simulator
+	Gateway  *proxy.Gateway
+	Config   *config.Config
+	Cache    *cache.Store
+	Registry *prometheus.Registry
+
+	// Base URLs of the gateway's networks and of the simulator's.
+	Mainnet, Testnet     string
+	UpMainnet, UpTestnet string
+}
+
+// Start starts an Env and stops it when t ends.
+func Start(t testing.TB, opts Options) *Env {
+	t.Helper()
+	simCfg := simulator.Default()
+	simCfg.RateLimit = 0
+	if opts.Sim != nil {
+		opts.Sim(&simCfg)
+	}
+	sim, err := simulator.New(simCfg)
+	if err != nil {
+		t.Fatalf("proxytest: simulator: %v", err)
+	}
+	upMain := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	upTest := httptest.NewServer(sim.Handler(simulator.Testnet))
+	t.Cleanup(func() {
+		upMain.Close()
+		upTest.Close()
+		sim.Close()
+	})
+
+	cfg := config.Default()
+	cfg.Server.AdminListen = ""
+	for name, url := range map[string]string{"mainnet": upMain.URL, "testnet": upTest.URL} {
+		up := &cfg.Networks[name].Upstream
+		up.URL = url
+		up.APIKey = simulator.OrgKeyID
+		up.APISecret = config.Secret(simulator.OrgKeySecret)
+		up.Budget = config.Rate{RPS: 1000, Burst: 1000}
+	}
+	cfg.Teams[0].Rate = config.Rate{}
+	cfg.Team(config.ResearchTeam).Feeds = simulator.RestrictedStreams()
+	if opts.Config != nil {
+		opts.Config(cfg)
+	}
+
+	log := zap.NewNop()
+	if !opts.Quiet {
+		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	}
+	reg := prometheus.NewRegistry()
+	metrics := proxy.NewMetrics(reg)
+	store, err := cache.New(cache.Config{MaxBytes: int64(cfg.Cache.MaxBytes), OnFlightDone: func(_ string, n int) { metrics.Waiters(n) }})
+	if err != nil {
+		t.Fatalf("proxytest: cache: %v", err)
+	}
+	t.Cleanup(store.Close)
+	rlm, err := ratelimit.NewMetrics(reg)
+	if err != nil {
+		t.Fatalf("proxytest: %v", err)
+	}
+	budgets := map[string]ratelimit.Budget{}
+	for _, name := range cfg.NetworkNames() {
+		b, err := ratelimit.NewMemoryBudget(ratelimit.Options{Name: "budget", Network: name, Metrics: rlm})
+		if err != nil {
+			t.Fatalf("proxytest: %v", err)
+		}
+		budgets[name] = b
+	}
+	deps := proxy.Deps{Cache: store, Budgets: budgets, Logger: log, Metrics: metrics}
+	if opts.Deps != nil {
+		opts.Deps(&deps)
+	}
+	gw, err := proxy.New(cfg, deps)
+	if err != nil {
+		t.Fatalf("proxytest: gateway: %v", err)
+	}
+	gwMain := httptest.NewServer(gw.Handler("mainnet"))
+	gwTest := httptest.NewServer(gw.Handler("testnet"))
+	t.Cleanup(func() {
+		gwMain.Close()
+		gwTest.Close()
+	})
+	return &Env{
+		Sim: sim, Gateway: gw, Config: cfg, Cache: store, Registry: reg,
+		Mainnet: gwMain.URL, Testnet: gwTest.URL, UpMainnet: upMain.URL, UpTestnet: upTest.URL,
+	}
+}
+
+// Client signs requests with one key.
+type Client struct {
+	Key, Secret string
+	HTTP        *http.Client
+}
+
+// Demo is a client with the demo team's key (every stream, both networks).
+func Demo() *Client {
+	return &Client{Key: config.DemoKeyID, Secret: config.DemoKeySecret, HTTP: http.DefaultClient}
+}
+
+// Research is a client with the research team's key (testnet only, the
+// simulator's restricted streams).
+func Research() *Client {
+	return &Client{Key: config.ResearchKeyID, Secret: config.ResearchKeySecret, HTTP: http.DefaultClient}
+}
+
+// Request builds a signed GET of base+target (target as sent on the wire).
+func (c *Client) Request(ctx context.Context, base, target string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+target, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.Key != "" {
+		auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
+	}
+	return req, nil
+}
+
+// Get sends a signed GET and returns the response with its body read.
+func (c *Client) Get(t testing.TB, base, target string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := c.Request(context.Background(), base, target)
+	if err != nil {
+		t.Fatalf("proxytest: %v", err)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		t.Fatalf("proxytest: GET %s: %v", target, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("proxytest: reading %s: %v", target, err)
+	}
+	return resp, body
+}
+
+// FeedID returns the ID of the simulator's stream on network whose base
+// and quote assets and schema version match, or fails t.
+func (e *Env) FeedID(t testing.TB, network, base, quote, schema string) string {
+	t.Helper()
+	for _, s := range e.Sim.Streams(network) {
+		if s.BaseAsset == base && s.QuoteAsset == quote && s.SchemaVersion == schema {
+			return s.FeedID
+		}
+	}
+	t.Fatalf("proxytest: no %s %s/%s stream on %s", schema, base, quote, network)
+	return ""
+}
+
+// UpstreamCalls returns the requests the simulator received, all networks.
+func (e *Env) UpstreamCalls() int64 { return e.Sim.Counters().Total() }
