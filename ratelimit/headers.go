@@ -38,7 +38,8 @@ const maxSFInteger = 999_999_999_999_999
 // for the team rate and again for the daily quota advertises both. policy
 // names the policy; it is written as a structured-field String, with
 // characters outside printable ASCII replaced by '?'. An unlimited
-// decision adds nothing.
+// decision adds nothing. (Draft -11 of May 2026 keeps this syntax and
+// calls t the "effective window".)
 func (d Decision) SetHeaders(h http.Header, policy string) {
 	if d.Limit.Rate <= 0 {
 		return

@@ -15,10 +15,14 @@ import (
 // github.com/go-redis/redis_rate (one Lua script call per event, timed by
 // Redis's clock). It is safe for concurrent use.
 //
-// While Redis fails it follows Options.FailMode (see fallback). Calls to
-// Redis are bounded by the client's own timeouts: give the client short
-// ones (DialTimeout, ReadTimeout, WriteTimeout of about 100ms), since
-// requests wait on them.
+// When a call to Redis fails (other than by the caller's own context), the
+// failure is counted and logged once, and for Options.RetryInterval every
+// request is decided without Redis as Options.FailMode says: by a local
+// Memory limiter (FailOpen) or refused with ErrUnavailable (FailClosed).
+// Then one request tries Redis again; when it answers, all requests go back
+// to it. Calls to Redis are bounded by the client's own timeouts: give the
+// client short ones (DialTimeout, ReadTimeout, WriteTimeout of about
+// 100ms) and few retries, since requests wait on them.
 type Redis struct {
 	gcra     *redis_rate.Limiter
 	prefix   string
@@ -69,7 +73,7 @@ func (r *Redis) allow(ctx context.Context, key string, l Limit) (Decision, error
 		return Decision{Allowed: true, Limit: l, Remaining: l.Burst}, nil
 	}
 	if !r.fb.try() {
-		return r.fallback(ctx, key, l, nil)
+		return r.fallback(key, l, nil)
 	}
 	res, err := r.gcra.Allow(ctx, r.prefix+key, gcraLimit(l))
 	if err != nil {
@@ -77,7 +81,7 @@ func (r *Redis) allow(ctx context.Context, key string, l Limit) (Decision, error
 			return Decision{Limit: l}, err
 		}
 		r.fb.failed("allow", err)
-		return r.fallback(ctx, key, l, err)
+		return r.fallback(key, l, err)
 	}
 	r.fb.succeeded()
 	d := Decision{Allowed: res.Allowed > 0, Limit: l, Remaining: max(res.Remaining, 0), Reset: max(res.ResetAfter, 0)}
@@ -87,7 +91,7 @@ func (r *Redis) allow(ctx context.Context, key string, l Limit) (Decision, error
 	return d, nil
 }
 
-func (r *Redis) fallback(ctx context.Context, key string, l Limit, cause error) (Decision, error) {
+func (r *Redis) fallback(key string, l Limit, cause error) (Decision, error) {
 	r.fb.metrics.fallback(r.fb.mode)
 	if r.fb.mode == FailClosed {
 		return Decision{Limit: l, RetryAfter: r.interval}, unavailable(cause)
