@@ -1,0 +1,157 @@
+// Command streams-sim serves the simulated Data Streams API: mainnet and
+// testnet on their own loopback ports, and the control API (faults and
+// request counters) on a third.
+//
+//	go run ./cmd/streams-sim                      # 127.0.0.1:9181, :9182, control :9189
+//	go run ./cmd/streams-sim -mainnet 127.0.0.1:0 # pick a free port
+//	go run ./cmd/streams-sim -error-rate 0.1 -latency 50ms
+//
+// It stops cleanly on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"streamgate/auth"
+	"streamgate/simulator"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "streams-sim:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends, then shuts the servers down.
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("streams-sim", flag.ContinueOnError)
+	mainnetAddr := fs.String("mainnet", "127.0.0.1:9181", "listen address of the mainnet API (port 0 picks a free one)")
+	testnetAddr := fs.String("testnet", "127.0.0.1:9182", "listen address of the testnet API")
+	controlAddr := fs.String("control", "127.0.0.1:9189", "listen address of the control API (faults, counters)")
+	history := fs.Duration("history", 24*time.Hour, "how far back reports exist")
+	skew := fs.Duration("max-skew", 5*time.Second, "largest clock difference allowed in X-Authorization-Timestamp")
+	rps := fs.Float64("rate", 10, "requests per second allowed per key and endpoint (0 disables)")
+	burst := fs.Int("burst", 10, "burst of the rate limit")
+	maxBulk := fs.Int("max-bulk", 0, "most stream IDs in one bulk request (0: no cap)")
+	var f simulator.Faults
+	fs.DurationVar(&f.Latency, "latency", 0, "latency added to every API request")
+	fs.DurationVar(&f.Jitter, "jitter", 0, "random extra latency, uniform in [0, jitter)")
+	fs.Float64Var(&f.ErrorRate, "error-rate", 0, "share of API requests answered 500, 502 or 503")
+	fs.Float64Var(&f.Hang, "hang", 0, "share of API requests that hang until the client gives up")
+	fs.Float64Var(&f.Force429, "force-429", 0, "share of API requests answered 429")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	cfg := simulator.Default()
+	cfg.History, cfg.MaxSkew, cfg.MaxBulkFeeds, cfg.Faults = *history, *skew, *maxBulk, f
+	cfg.RateLimit, cfg.Burst = rate.Limit(*rps), *burst
+	sim, err := simulator.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+
+	handlers := []struct {
+		name, addr string
+		h          http.Handler
+	}{
+		{simulator.Mainnet, *mainnetAddr, sim.Handler(simulator.Mainnet)},
+		{simulator.Testnet, *testnetAddr, sim.Handler(simulator.Testnet)},
+		{"control", *controlAddr, sim.ControlHandler()},
+	}
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for _, h := range handlers {
+		l, err := net.Listen("tcp", h.addr)
+		if err != nil {
+			return fmt.Errorf("listen for %s: %w", h.name, err)
+		}
+		listeners = append(listeners, l)
+	}
+
+	urls := make([]string, len(listeners))
+	for i, l := range listeners {
+		urls[i] = "http://" + l.Addr().String()
+	}
+	printBanner(out, sim, urls[0], urls[1], urls[2])
+
+	servers := make([]*http.Server, len(handlers))
+	errc := make(chan error, len(handlers))
+	for i, h := range handlers {
+		servers[i] = &http.Server{Handler: h.h, ReadHeaderTimeout: 10 * time.Second}
+		go func(srv *http.Server, l net.Listener) {
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}(servers[i], listeners[i])
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	sim.Close() // release hanging requests so that shutdown can finish
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutCtx); err != nil && serveErr == nil {
+			serveErr = fmt.Errorf("shutdown: %w", err)
+		}
+	}
+	fmt.Fprintln(out, "streams-sim: stopped")
+	return serveErr
+}
+
+func printBanner(out io.Writer, sim *simulator.Simulator, mainnet, testnet, control string) {
+	feed := simulator.RestrictedStreams()[1]
+	fmt.Fprintf(out, `streams-sim: simulated Data Streams API
+  mainnet  %s
+  testnet  %s
+  control  %s   (GET/PUT /faults, GET /counters, POST /counters/reset)
+
+keys:
+  organisation (every stream, hidden ones too)
+    id      %s
+    secret  %s
+  restricted (five streams, no hidden one)
+    id      %s
+    secret  %s
+
+try:
+  curl -s '%s/api/v1/discovery?asset_class=crypto'
+  KEY=%s SECRET=%s
+  P='/api/v1/reports/latest?feedID=%s'
+  TS=$(date +%%s%%3N)
+  SIG=$(printf '%%s' "GET $P %s $KEY $TS" | openssl dgst -sha256 -hmac "$SECRET" -r | cut -d' ' -f1)
+  curl -s -H "Authorization: $KEY" -H "X-Authorization-Timestamp: $TS" -H "X-Authorization-Signature-SHA256: $SIG" "%s$P"
+  curl -s -X PUT -d '{"errorRate":0.2,"latency":"50ms"}' %s/faults
+`, mainnet, testnet, control,
+		simulator.OrgKeyID, simulator.OrgKeySecret, simulator.RestrictedKeyID, simulator.RestrictedKeySecret,
+		mainnet, simulator.OrgKeyID, simulator.OrgKeySecret, feed, auth.EmptyBodyHash, mainnet, control)
+	fmt.Fprintf(out, "\n%d mainnet and %d testnet streams; Ctrl-C stops.\n",
+		len(sim.Streams(simulator.Mainnet)), len(sim.Streams(simulator.Testnet)))
+}
