@@ -2,8 +2,10 @@ package simulator
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -519,4 +521,41 @@ func TestRateLimit(t *testing.T) {
 func TestHandlerPanicsOnUnknownNetwork(t *testing.T) {
 	s := newTestSim(t, nil)
 	assert.PanicsWithValue(t, `simulator: unknown network "devnet" (want "mainnet" or "testnet")`, func() { s.Handler("devnet") })
+}
+
+// FuzzQuery sends arbitrary queries, signed, to every endpoint: the
+// handler never panics, answers one of the documented statuses, and
+// always with JSON.
+func FuzzQuery(f *testing.F) {
+	s := newTestSim(f, nil)
+	h := s.Handler(Mainnet)
+	eth := findStream(f, s, Mainnet, nameETH)
+	for _, seed := range []string{
+		"feedID=" + eth, "feedID=" + eth + "&timestamp=" + ts(t0.Unix()-5),
+		"feedIDs=" + eth + "%2C" + eth + "&timestamp=1", "feedID=" + eth + "&startTimestamp=0&limit=1000",
+		"hidden=TRUE&created_after=2024-01-01", "feedID=0x&timestamp=-1", "limit=%zz",
+	} {
+		for i := range 5 {
+			f.Add(uint8(i), seed)
+		}
+	}
+	paths := []string{EndpointDiscovery, EndpointFeeds, EndpointReport, EndpointLatest, EndpointBulk, EndpointPage}
+	allowed := map[int]bool{200: true, 206: true, 400: true, 401: true, 404: true}
+	f.Fuzz(func(t *testing.T, which uint8, query string) {
+		target := paths[int(which)%len(paths)] + "?" + query
+		req, err := http.NewRequest(http.MethodGet, "http://sim"+target, nil)
+		if err != nil {
+			return
+		}
+		req.RequestURI = req.URL.RequestURI()
+		auth.Sign(req, OrgKeyID, []byte(OrgKeySecret), t0)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if !allowed[w.Code] {
+			t.Fatalf("%s: status %d", target, w.Code)
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("%s: body is not JSON: %q", target, w.Body.String())
+		}
+	})
 }

@@ -290,7 +290,8 @@ func (s *Simulator) Hidden(network string) []string {
 
 // Window returns the first and last timestamps (Unix seconds) at which
 // network has a report of feedID now, or ok false when it has none (an
-// unknown stream, or one decommissioned before the window).
+// unknown stream, or one decommissioned before the window). Like Streams,
+// it panics on an unknown network.
 func (s *Simulator) Window(network, feedID string) (first, last int64, ok bool) {
 	st := s.network(network).byID[strings.ToLower(feedID)]
 	if st == nil {
@@ -318,7 +319,7 @@ type Report struct {
 
 // Report returns the report of feedID at ts on network, as the API serves
 // it, whether or not ts lies in the current window; ok is false for an
-// unknown stream.
+// unknown stream. Like Streams, it panics on an unknown network.
 func (s *Simulator) Report(network, feedID string, ts int64) (r Report, ok bool) {
 	n := s.network(network)
 	st := n.byID[strings.ToLower(feedID)]
