@@ -33,6 +33,12 @@ type Options struct {
 	Config func(*config.Config)
 	// Deps changes the gateway's collaborators before New.
 	Deps func(*proxy.Deps)
+	// Upstream wraps the simulator's handler of a network, to record or
+	// alter what the upstream receives and answers.
+	Upstream func(network string, h http.Handler) http.Handler
+	// Now is the clock of the gateway and its cache (not of the
+	// simulator). Sign requests with the same clock (Client.Now).
+	Now func() time.Time
 	// Quiet drops the gateway's logs instead of sending them to t.Log.
 	Quiet bool
 }
@@ -62,8 +68,15 @@ func Start(t testing.TB, opts Options) *Env {
 	if err != nil {
 		t.Fatalf("proxytest: simulator: %v", err)
 	}
-	upMain := httptest.NewServer(sim.Handler(simulator.Mainnet))
-	upTest := httptest.NewServer(sim.Handler(simulator.Testnet))
+	upstream := func(network string) http.Handler {
+		h := sim.Handler(network)
+		if opts.Upstream != nil {
+			h = opts.Upstream(network, h)
+		}
+		return h
+	}
+	upMain := httptest.NewServer(upstream(simulator.Mainnet))
+	upTest := httptest.NewServer(upstream(simulator.Testnet))
 	t.Cleanup(func() {
 		upMain.Close()
 		upTest.Close()
@@ -91,7 +104,7 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	reg := prometheus.NewRegistry()
 	metrics := proxy.NewMetrics(reg)
-	store, err := cache.New(cache.Config{MaxBytes: int64(cfg.Cache.MaxBytes), OnFlightDone: func(_ string, n int) { metrics.Waiters(n) }})
+	store, err := cache.New(cache.Config{MaxBytes: int64(cfg.Cache.MaxBytes), Clock: opts.Now, OnFlightDone: func(_ string, n int) { metrics.Waiters(n) }})
 	if err != nil {
 		t.Fatalf("proxytest: cache: %v", err)
 	}
@@ -108,7 +121,7 @@ func Start(t testing.TB, opts Options) *Env {
 		}
 		budgets[name] = b
 	}
-	deps := proxy.Deps{Cache: store, Budgets: budgets, Logger: log, Metrics: metrics}
+	deps := proxy.Deps{Cache: store, Budgets: budgets, Logger: log, Metrics: metrics, Now: opts.Now}
 	if opts.Deps != nil {
 		opts.Deps(&deps)
 	}
@@ -132,6 +145,7 @@ func Start(t testing.TB, opts Options) *Env {
 type Client struct {
 	Key, Secret string
 	HTTP        *http.Client
+	Now         func() time.Time // signing clock; nil means time.Now
 }
 
 // Demo is a client with the demo team's key (every stream, both networks).
@@ -152,7 +166,11 @@ func (c *Client) Request(ctx context.Context, base, target string) (*http.Reques
 		return nil, err
 	}
 	if c.Key != "" {
-		auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
+		now := time.Now
+		if c.Now != nil {
+			now = c.Now
+		}
+		auth.Sign(req, c.Key, []byte(c.Secret), now())
 	}
 	return req, nil
 }
