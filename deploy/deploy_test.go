@@ -313,11 +313,7 @@ func TestKubernetes(t *testing.T) {
 				if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
 					t.Errorf("%s: capabilities must drop ALL and add none", where)
 				}
-				seccomp := sc.SeccompProfile
-				if seccomp == nil && psc != nil {
-					seccomp = psc.SeccompProfile
-				}
-				if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				if sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 					t.Errorf("%s: seccompProfile must be RuntimeDefault", where)
 				}
 				for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -332,6 +328,10 @@ func TestKubernetes(t *testing.T) {
 				if c.LivenessProbe == nil || c.ReadinessProbe == nil {
 					t.Errorf("%s: liveness and readiness probes are required", where)
 				}
+			}
+			if pod.SecurityContext == nil || pod.SecurityContext.SeccompProfile == nil ||
+				pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("%s: the pod's seccompProfile must be RuntimeDefault", name)
 			}
 			if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 				t.Errorf("%s: automountServiceAccountToken must be false: nothing here calls the Kubernetes API", name)
