@@ -418,9 +418,11 @@ func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// admit applies the team's rate, the key's rate and the team's daily quota.
-// Refusals are 429 with Retry-After; every decision's state is reported in
-// the RateLimit headers.
+// admit applies the key's rate, the team's rate and the team's daily quota,
+// in that order: a key refused by its own, tighter limit takes nothing from
+// its team's rate, so that it cannot starve the team's other keys. Refusals
+// are 429 with Retry-After; every decision's state is reported in the
+// RateLimit headers.
 func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, pol *policy, p *auth.Principal) error {
 	tp := pol.teams[p.Team.Name]
 	if tp == nil {
@@ -441,19 +443,20 @@ func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, pol *policy,
 		}
 		return nil
 	}
-	if err := check("team", "team:"+p.Team.Name, tp.rate); err != nil {
-		return err
-	}
 	if l, ok := tp.keyRates[p.KeyID]; ok {
 		if err := check("key", "key:"+p.KeyID, l); err != nil {
 			return err
 		}
+	}
+	if err := check("team", "team:"+p.Team.Name, tp.rate); err != nil {
+		return err
 	}
 	if tp.daily > 0 {
 		d, err := g.quota.Take(ctx, "daily:"+p.Team.Name, tp.daily, g.now())
 		if err != nil {
 			return err
 		}
+		d.SetHeaders(w.Header(), "daily")
 		if !d.Allowed {
 			g.metrics.limited(p.Team.Name, "daily")
 			return &apiError{status: http.StatusTooManyRequests, msg: "daily quota exhausted for this team", retryAfter: d.RetryAfter}
