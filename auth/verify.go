@@ -45,8 +45,12 @@ type VerifierConfig struct {
 	// timestamp and the server's clock. Zero means 5 s.
 	MaxSkew time.Duration
 	// ReplayProtection accepts each (key, signature) once within the skew
-	// window.
+	// window, but for ReplayGrace after its first use.
 	ReplayProtection bool
+	// ReplayGrace is how long after its first use a signature is accepted
+	// again: identical requests sent at once carry identical signatures.
+	// Zero refuses every repeat.
+	ReplayGrace time.Duration
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 }
@@ -69,7 +73,7 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 	}
 	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now}
 	if cfg.ReplayProtection {
-		v.replay = newReplayCache(2 * cfg.MaxSkew)
+		v.replay = newReplayCache(2*cfg.MaxSkew, cfg.ReplayGrace)
 	}
 	return v
 }
@@ -120,16 +124,18 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 	return res, nil
 }
 
-// replayCache remembers signatures for at least ttl. It keeps two
-// generations of sets and drops the older one every ttl, so memory is
-// bounded by the signatures accepted in the last 2×ttl.
+// replayCache remembers signatures, with the time of their first use, for
+// at least ttl. It keeps two generations of maps and drops the older one
+// every ttl, so memory is bounded by the signatures accepted in the last
+// 2×ttl.
 type replayCache struct {
-	ttl time.Duration
+	ttl   time.Duration
+	grace time.Duration
 
 	mu      sync.Mutex
 	rotated time.Time
-	cur     map[replayKey]struct{}
-	prev    map[replayKey]struct{}
+	cur     map[replayKey]time.Time
+	prev    map[replayKey]time.Time
 }
 
 type replayKey struct {
@@ -137,11 +143,12 @@ type replayKey struct {
 	sig [32]byte
 }
 
-func newReplayCache(ttl time.Duration) *replayCache {
-	return &replayCache{ttl: ttl, cur: map[replayKey]struct{}{}, prev: map[replayKey]struct{}{}}
+func newReplayCache(ttl, grace time.Duration) *replayCache {
+	return &replayCache{ttl: ttl, grace: grace, cur: map[replayKey]time.Time{}, prev: map[replayKey]time.Time{}}
 }
 
-// firstUse records (key, sig) and reports whether it was not seen before.
+// firstUse records (key, sig) and reports whether it may be used: not seen
+// before, or first seen less than the grace ago.
 func (rc *replayCache) firstUse(key string, sig []byte, now time.Time) bool {
 	var k replayKey
 	k.key = key
@@ -159,12 +166,13 @@ func (rc *replayCache) firstUse(key string, sig []byte, now time.Time) bool {
 		}
 		rc.rotated = now
 	}
-	if _, seen := rc.cur[k]; seen {
-		return false
+	first, seen := rc.cur[k]
+	if !seen {
+		first, seen = rc.prev[k]
 	}
-	if _, seen := rc.prev[k]; seen {
-		return false
+	if seen {
+		return now.Sub(first) < rc.grace
 	}
-	rc.cur[k] = struct{}{}
+	rc.cur[k] = now
 	return true
 }

@@ -105,6 +105,19 @@ func TestReplay(t *testing.T) {
 	_, err = v.Verify(ks, signedRequest("/api/v1/feeds", "k-trading", "new-secret-0123456789", clock))
 	assert.NoError(t, err)
 
+	// With a grace, identical requests sent at once pass; later repeats not.
+	graced := NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayGrace: time.Second, Now: func() time.Time { return clock }})
+	clock = now
+	r2 := signedRequest("/api/v1/feeds?x=1", "k-trading", "new-secret-0123456789", now)
+	for _, d := range []time.Duration{0, 0, 999 * time.Millisecond} {
+		clock = now.Add(d)
+		_, err = graced.Verify(ks, r2)
+		assert.NoError(t, err, "repeat %v after the first use", d)
+	}
+	clock = now.Add(time.Second)
+	_, err = graced.Verify(ks, r2)
+	assert.ErrorIs(t, err, ErrReplay, "a repeat after the grace")
+
 	off := NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, Now: func() time.Time { return now }})
 	for range 2 {
 		_, err = off.Verify(ks, r)
@@ -113,7 +126,7 @@ func TestReplay(t *testing.T) {
 }
 
 func TestReplayCacheForgets(t *testing.T) {
-	rc := newReplayCache(10 * time.Second)
+	rc := newReplayCache(10*time.Second, 0)
 	t0 := time.Unix(1000, 0)
 	sig := make([]byte, 32)
 	for i := range 100 {

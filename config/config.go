@@ -147,6 +147,12 @@ type Auth struct {
 	// ReplayProtection refuses a signature seen before within MaxSkew.
 	// Default true.
 	ReplayProtection bool `yaml:"replay_protection" json:"replay_protection"`
+	// ReplayGrace is how long after its first use a signature may be used
+	// again: identical requests that a client sends at once (the official
+	// SDKs do, from parallel calls) carry identical signatures. Later uses,
+	// up to MaxSkew, are refused as replays. Default 1s; 0 refuses every
+	// repeat.
+	ReplayGrace time.Duration `yaml:"replay_grace" json:"replay_grace"`
 	// AnonymousCatalog serves the unsigned catalog (/api/v1/discovery)
 	// without authentication, as the upstream does. Default true.
 	AnonymousCatalog bool `yaml:"anonymous_catalog" json:"anonymous_catalog"`

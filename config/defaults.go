@@ -31,6 +31,8 @@ const (
 	DefaultMaxBulk         = 100
 
 	DefaultMaxSkew = 5 * time.Second
+	// DefaultReplayGrace is the default of auth.replay_grace.
+	DefaultReplayGrace = time.Second
 
 	DefaultCacheMaxBytes = 256 * MiB
 	DefaultCatalogTTL    = 300 * time.Second
@@ -124,7 +126,7 @@ func defaultUpstream(url string) Upstream {
 }
 
 func defaultAuth() Auth {
-	return Auth{MaxSkew: DefaultMaxSkew, ReplayProtection: true, AnonymousCatalog: true}
+	return Auth{MaxSkew: DefaultMaxSkew, ReplayProtection: true, ReplayGrace: DefaultReplayGrace, AnonymousCatalog: true}
 }
 
 func defaultCache() Cache {
@@ -181,6 +183,7 @@ func (c *Config) applyDefaults() {
 	a, da := &c.Auth, defaultAuth()
 	d.dur("auth.max_skew", &a.MaxSkew, da.MaxSkew)
 	d.flag("auth.replay_protection", &a.ReplayProtection, da.ReplayProtection)
+	d.dur("auth.replay_grace", &a.ReplayGrace, da.ReplayGrace)
 	d.flag("auth.anonymous_catalog", &a.AnonymousCatalog, da.AnonymousCatalog)
 
 	ca, dc := &c.Cache, defaultCache()

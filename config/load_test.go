@@ -119,7 +119,7 @@ func TestDefaults(t *testing.T) {
 				},
 			},
 		},
-		Auth:  Auth{MaxSkew: 5 * time.Second, ReplayProtection: true, AnonymousCatalog: true},
+		Auth:  Auth{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayGrace: time.Second, AnonymousCatalog: true},
 		Cache: Cache{MaxBytes: 256 << 20, CatalogTTL: 300 * time.Second, LatestTTL: 500 * time.Millisecond, NegativeTTL: time.Second},
 		RateLimit: RateLimit{
 			Backend: "memory",
@@ -166,7 +166,7 @@ func TestExampleKeysAreAllDocumented(t *testing.T) {
 		"log:", "level:", "format:", "audit:",
 		"networks:", "listen:", "hosts:", "upstream:", "url:", "api_key:", "api_secret:", "api_secret_file:",
 		"timeout:", "retries:", "budget:", "rps:", "burst:", "max_bulk:",
-		"auth:", "max_skew:", "replay_protection:", "anonymous_catalog:",
+		"auth:", "max_skew:", "replay_protection:", "replay_grace:", "anonymous_catalog:",
 		"cache:", "max_bytes:", "catalog_ttl:", "latest_ttl:", "negative_ttl:",
 		"ratelimit:", "backend:", "redis:", "password:", "password_file:", "fail_mode:",
 		"teams:", "name:", "feeds:", "rate:", "daily_quota:", "keys:", "id:", "secret:", "secrets:", "secret_file:",

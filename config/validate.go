@@ -80,6 +80,9 @@ func (c *Config) Validate() error {
 	if c.Auth.MaxSkew <= 0 {
 		v.add("auth.max_skew", "must be positive")
 	}
+	if c.Auth.ReplayGrace < 0 || (c.Auth.MaxSkew > 0 && c.Auth.ReplayGrace > c.Auth.MaxSkew) {
+		v.add("auth.replay_grace", "must be between 0 and auth.max_skew")
+	}
 	v.cache(&c.Cache)
 	v.rateLimit(&c.RateLimit)
 	v.teams(c.Teams, c.Networks)

@@ -178,7 +178,6 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			retries: nc.Upstream.Retries,
 			budget:  deps.Budgets[name],
 			limit:   ratelimit.Limit{Rate: nc.Upstream.Budget.RPS, Burst: nc.Upstream.Budget.Burst},
-			now:     g.now,
 			log:     g.log,
 			metrics: g.metrics,
 		}
@@ -205,7 +204,7 @@ func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
 		negativeTTL:      cfg.Cache.NegativeTTL,
 		audit:            cfg.Log.Audit,
 		verifier: auth.NewVerifier(auth.VerifierConfig{
-			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, Now: now,
+			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, ReplayGrace: cfg.Auth.ReplayGrace, Now: now,
 		}),
 	}
 	teams := make([]auth.Team, 0, len(cfg.Teams))
