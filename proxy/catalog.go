@@ -176,7 +176,7 @@ func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth
 		n.writeCatalogFailure(w, err)
 		return
 	}
-	n.markCache(w, r, "catalog", outcome, pv.entry)
+	n.markCatalog(w, r, outcome, pv)
 	out := make([]byte, 0, len(pv.entry.Body))
 	out = append(out, `{"feeds":[`...)
 	first := true
@@ -212,7 +212,7 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		n.writeCatalogFailure(w, err)
 		return
 	}
-	n.markCache(w, r, "catalog", outcome, pv.entry)
+	n.markCatalog(w, r, outcome, pv)
 	out := make([]byte, 0, 80*len(pv.streams)+16)
 	out = append(out, `{"feeds":[`...)
 	first := true
@@ -231,6 +231,25 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	out = append(out, "]}\n"...)
 	n.writeCatalog(w, pv, out)
+}
+
+// markCatalog labels a catalog answer. A view being refreshed in the
+// background while still inside its advertised lifetime is a HIT for the
+// client; past its lifetime it is STALE, with a Warning saying whether the
+// refresh failed (stale-if-error) or is under way.
+func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome cache.Outcome, pv *parsedView) {
+	stale := outcome == cache.StaleHit || outcome == cache.StaleError
+	if stale && n.g.now().Before(pv.expires) {
+		outcome, stale = cache.Hit, false
+	}
+	n.markCache(w, r, "catalog", outcome, pv.entry)
+	if stale {
+		warning := `110 - "Response is Stale"`
+		if outcome == cache.StaleError || n.g.now().After(pv.expires.Add(time.Minute)) {
+			warning = `111 - "Revalidation Failed"`
+		}
+		w.Header().Set("Warning", warning)
+	}
 }
 
 func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"time"
 
 	"streamgate/auth"
 )
@@ -26,7 +27,7 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 				pr.Out.Header.Del(h)
 			}
 			if cred, ok := pr.In.Context().Value(credKey{}).(*credential); ok && cred != nil {
-				auth.Sign(pr.Out, cred.key, cred.secret, n.g.now())
+				auth.Sign(pr.Out, cred.key, cred.secret, time.Now())
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {

@@ -40,7 +40,6 @@ type upstream struct {
 	retries int              // extra attempts on 502, 503 and timeouts
 	budget  ratelimit.Budget // per endpoint of this network; nil: no budget
 	limit   ratelimit.Limit
-	now     func() time.Time
 	log     *zap.Logger
 	metrics *Metrics
 
@@ -158,7 +157,9 @@ func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *c
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "streamgate")
 	if cred != nil {
-		auth.Sign(req, cred.key, cred.secret, u.now())
+		// The wall clock, not the injectable one: the signature must carry
+		// the time the upstream will check it against.
+		auth.Sign(req, cred.key, cred.secret, time.Now())
 	}
 	start := time.Now()
 	resp, err := u.client.Do(req)
