@@ -1,0 +1,255 @@
+// Command streamgate-bench is streamgate's load tool. It drives signed
+// Data Streams requests, each signed afresh, from C concurrent keep-alive
+// clients for a duration or a number of requests, and prints throughput,
+// latency quantiles, status codes and transport errors.
+//
+// Every scenario but "load" is self-contained: it starts the simulator and
+// a gateway wired as cmd/streamgate wires them, in this process, on
+// loopback, and measures side by side in one run:
+//
+//	hit                the latest report, a pure cache hit, against a bare net/http server sending the same bytes
+//	miss               reports at distinct timestamps (every one a miss) against the simulator called directly
+//	latest-reduction   many clients polling latest: upstream calls against the ideal minimum
+//	bulk-reduction     bulk requests with most streams cached: upstream calls and streams per request
+//	catalog-reduction  many teams sending discovery filters: upstream fetches per catalog view
+//	load               a plain load on -target, an external gateway (the real binary)
+//
+// Client and servers share this machine's CPUs, so absolute figures are
+// the client's as much as the server's; the ratios of one run are the
+// figures to compare.
+//
+//	go run ./cmd/streamgate-bench -scenario hit
+//	go run ./cmd/streamgate-bench -target http://127.0.0.1:8080 -mix latest=8,reports=1,bulk=1
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "streamgate-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the parsed flags.
+type options struct {
+	scenario     string
+	targets      []string
+	keyID        string
+	secret       string
+	conc         int
+	dur          time.Duration
+	maxRequests  int64
+	streams      int
+	feeds        []string
+	mix          mix
+	bulk         int
+	bulkCached   int
+	teams        int
+	latestTTL    time.Duration
+	warmup       time.Duration
+	rounds       int
+	logLevel     string
+	cpuProfile   string
+	control      string
+	set          map[string]bool // flags given on the command line
+	out          io.Writer
+	profileStart func() error
+	profileStop  func()
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("streamgate-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var targets, feeds, mixText string
+	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction or load (default: load with -target, else hit)")
+	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
+	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
+	fs.StringVar(&o.secret, "secret", "", "key secret for -target (default $STREAMGATE_SECRET)")
+	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction: 200)")
+	fs.DurationVar(&o.dur, "d", 10*time.Second, "duration of each measured run (latest-reduction: 30s)")
+	fs.Int64Var(&o.maxRequests, "n", 0, "most requests of each measured run; 0: no bound (bulk-reduction: 2000)")
+	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (latest-reduction: M)")
+	fs.StringVar(&feeds, "feeds", "", "stream IDs for -target, comma-separated (default: the first -streams of GET /api/v1/feeds)")
+	fs.StringVar(&mixText, "mix", "latest=8,reports=1,bulk=1", "endpoint weights of scenario load: latest, reports, bulk, page, discovery, feeds")
+	fs.IntVar(&o.bulk, "bulk", 20, "streams per bulk request")
+	fs.IntVar(&o.bulkCached, "bulk-cached", 15, "bulk-reduction: streams of each bulk request already cached at its timestamp")
+	fs.IntVar(&o.teams, "teams", 20, "catalog-reduction: teams, each with its own key")
+	fs.DurationVar(&o.latestTTL, "latest-ttl", 0, "cache.latest_ttl of the in-process gateway (hit: 1h; else the default, 500ms)")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side")
+	fs.IntVar(&o.rounds, "rounds", 2, "hit, miss: alternating runs of each side, each -d/rounds long")
+	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run (whole process) to this file")
+	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if !o.set["secret"] {
+		o.secret = os.Getenv("STREAMGATE_SECRET")
+	}
+	o.targets = splitList(targets)
+	o.feeds = splitList(feeds)
+	o.out = stdout
+	var err error
+	if o.mix, err = parseMix(mixText); err != nil {
+		return err
+	}
+	if o.scenario == "" {
+		o.scenario = "hit"
+		if len(o.targets) > 0 {
+			o.scenario = "load"
+		}
+	}
+	if o.conc < 1 || o.dur <= 0 || o.streams < 1 || o.bulk < 1 || o.maxRequests < 0 {
+		return errors.New("-c, -d, -streams and -bulk must be positive, -n not negative")
+	}
+	o.profileStart, o.profileStop = profiler(o.cpuProfile)
+
+	scenarios := map[string]func(context.Context, *options) error{
+		"hit":               scenarioHit,
+		"miss":              scenarioMiss,
+		"latest-reduction":  scenarioLatest,
+		"bulk-reduction":    scenarioBulk,
+		"catalog-reduction": scenarioCatalog,
+		"load":              scenarioLoad,
+	}
+	sc, ok := scenarios[o.scenario]
+	if !ok {
+		return fmt.Errorf("unknown -scenario %q", o.scenario)
+	}
+	if o.scenario != "load" && len(o.targets) > 0 {
+		return fmt.Errorf("-target is for -scenario load; %s starts its own gateway", o.scenario)
+	}
+	fmt.Fprintf(o.out, "streamgate-bench %s: %s, %s/%s, GOMAXPROCS %d, %d CPUs (%s)\n",
+		o.scenario, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), cpuModel())
+	return sc(ctx, &o)
+}
+
+// profiler returns functions that start and stop a CPU profile into path;
+// both do nothing when path is empty. Only the first start profiles.
+func profiler(path string) (start func() error, stop func()) {
+	if path == "" {
+		return func() error { return nil }, func() {}
+	}
+	var f *os.File
+	done := false
+	start = func() error {
+		if done || f != nil {
+			return nil
+		}
+		var err error
+		if f, err = os.Create(path); err != nil {
+			return err
+		}
+		return pprof.StartCPUProfile(f)
+	}
+	stop = func() {
+		if f == nil || done {
+			return
+		}
+		pprof.StopCPUProfile()
+		f.Close()
+		done = true
+	}
+	return start, stop
+}
+
+// mix is a weighted choice of endpoints.
+type mix struct {
+	names   []string
+	weights []int
+	total   int
+}
+
+var mixEndpoints = []string{"latest", "reports", "bulk", "page", "discovery", "feeds"}
+
+func parseMix(s string) (mix, error) {
+	var m mix
+	for _, part := range splitList(s) {
+		name, w, ok := strings.Cut(part, "=")
+		n, err := strconv.Atoi(w)
+		known := false
+		for _, e := range mixEndpoints {
+			known = known || e == name
+		}
+		if !ok || err != nil || n < 0 || !known {
+			return mix{}, fmt.Errorf("-mix: %q is not endpoint=weight with endpoint one of %s", part, strings.Join(mixEndpoints, ", "))
+		}
+		if n > 0 {
+			m.names, m.weights = append(m.names, name), append(m.weights, n)
+			m.total += n
+		}
+	}
+	if m.total == 0 {
+		return mix{}, errors.New("-mix: no endpoint with a positive weight")
+	}
+	return m, nil
+}
+
+// pick chooses an endpoint for a number r in [0, total).
+func (m mix) pick(r int) string {
+	for i, w := range m.weights {
+		if r < w {
+			return m.names[i]
+		}
+		r -= w
+	}
+	return m.names[len(m.names)-1]
+}
+
+func (m mix) String() string {
+	parts := make([]string, len(m.names))
+	for i := range m.names {
+		parts[i] = m.names[i] + "=" + strconv.Itoa(m.weights[i])
+	}
+	return strings.Join(parts, ",")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// cpuModel is the CPU's model name, from /proc/cpuinfo where there is one.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}

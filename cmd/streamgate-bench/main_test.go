@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+)
+
+// A short load against a server that verifies every signature with replay
+// protection on: every request is counted once, by status or as an error,
+// and no signature is ever used twice.
+func TestLoadCountsAnswersAndSignsAfresh(t *testing.T) {
+	keys := []key{{ID: "k1", Secret: []byte("secret-one-0123456789")}, {ID: "k2", Secret: []byte("secret-two-0123456789")}}
+	ks, err := auth.NewKeyStore([]auth.Team{{Name: "t", Feeds: []string{"*"}, Keys: []auth.Key{
+		{ID: "k1", Secrets: []string{"secret-one-0123456789"}}, {ID: "k2", Secrets: []string{"secret-two-0123456789"}},
+	}}})
+	require.NoError(t, err)
+	v := auth.NewVerifier(auth.VerifierConfig{ReplayProtection: true})
+	var served, refused, failed atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := v.Verify(ks, r); err != nil {
+			refused.Add(1)
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if served.Add(1)%3 == 0 {
+			failed.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("X-Cache", "HIT")
+		w.Write([]byte(`{"report":{}}`))
+	}))
+	defer srv.Close()
+
+	l := &load{
+		Client: newClient(8), Bases: []string{srv.URL}, Keys: keys, Concurrency: 8,
+		Duration: 500 * time.Millisecond, MaxRequests: 1000,
+		// Few targets, so that many requests for one target fall in one
+		// millisecond and only distinct timestamps keep them apart.
+		Next: func(i int64, _ int, _ *rand.Rand) call { return call{Target: []string{"/a", "/b?x=1"}[i%2]} },
+	}
+	r := l.run(context.Background())
+	require.Positive(t, r.Requests)
+	assert.Zero(t, refused.Load(), "a signature was refused: reused or wrong")
+	assert.Zero(t, r.Errors)
+	assert.Equal(t, served.Load()+refused.Load(), r.Requests)
+	assert.Equal(t, failed.Load(), r.Status[http.StatusServiceUnavailable])
+	assert.Equal(t, r.Requests-failed.Load(), r.Status[http.StatusOK])
+	assert.Equal(t, r.Status[http.StatusOK], r.XCache["HIT"])
+	assert.Equal(t, uint64(r.Requests), r.Hist.n)
+	assert.LessOrEqual(t, r.Requests, int64(1000))
+}
+
+// Requests that get no answer are errors, by kind, and nothing else.
+func TestLoadCountsTransportErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	l := &load{
+		Client: newClient(2), Bases: []string{"http://" + addr}, Concurrency: 2, Duration: time.Second, MaxRequests: 20,
+		Next: func(int64, int, *rand.Rand) call { return call{Target: "/"} },
+	}
+	r := l.run(context.Background())
+	assert.Zero(t, r.Requests)
+	assert.Equal(t, int64(20), r.Errors)
+	assert.Equal(t, int64(20), r.ErrKinds["refused"])
+	assert.Contains(t, r.ErrFirst["refused"], "refused")
+	assert.Empty(t, r.Status)
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	for i := 1; i <= 100000; i++ {
+		h.record(time.Duration(i) * time.Microsecond)
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
+		want := q * 100000 * float64(time.Microsecond)
+		got := float64(h.quantile(q))
+		assert.InEpsilon(t, want, got, 1.0/64, "q=%v", q)
+	}
+	assert.Equal(t, 100*time.Millisecond, h.quantile(1))
+	assert.Equal(t, time.Microsecond, h.min)
+
+	var a, b histogram
+	a.record(time.Millisecond)
+	b.record(3 * time.Millisecond)
+	a.merge(&b)
+	assert.Equal(t, uint64(2), a.n)
+	assert.Equal(t, 2*time.Millisecond, a.mean())
+	for v := uint64(0); v < 1<<62; v += v/50 + 1 {
+		i := histIndex(v)
+		if i >= histBuckets {
+			t.Fatalf("histIndex(%d) = %d, out of range", v, i)
+		}
+		if mid := histValue(i); float64(max(mid, v)-min(mid, v)) > float64(v)/64+1 {
+			t.Fatalf("bucket of %d has middle %d: more than 1/64 off", v, mid)
+		}
+	}
+}
+
+func TestParseMix(t *testing.T) {
+	m, err := parseMix("latest=8, reports=1,bulk=1,page=0")
+	require.NoError(t, err)
+	assert.Equal(t, "latest=8,reports=1,bulk=1", m.String())
+	assert.Equal(t, "latest", m.pick(7))
+	assert.Equal(t, "reports", m.pick(8))
+	assert.Equal(t, "bulk", m.pick(9))
+	for _, bad := range []string{"", "latest", "latest=x", "nope=1", "latest=0", "latest=-1"} {
+		_, err := parseMix(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// The self-contained scenarios run end to end on a tiny budget.
+func TestScenariosSmoke(t *testing.T) {
+	for _, args := range [][]string{
+		{"-scenario", "hit", "-rounds", "1"},
+		{"-scenario", "bulk-reduction", "-n", "20", "-bulk", "4", "-bulk-cached", "3"},
+		{"-scenario", "catalog-reduction", "-teams", "3"},
+	} {
+		t.Run(args[1], func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			base := []string{"-c", "4", "-d", "200ms", "-warmup", "0", "-streams", "4", "-log", "off"}
+			err := run(context.Background(), append(base, args...), &out, &errOut)
+			require.NoError(t, err, errOut.String())
+			assert.Contains(t, out.String(), "statuses")
+			assert.NotContains(t, out.String(), "gateway errors")
+			for _, line := range strings.Split(out.String(), "\n") {
+				if strings.HasPrefix(line, "gateway ") {
+					assert.Contains(t, line, " 0  200:", "every request answered 200: %s", line)
+				}
+			}
+		})
+	}
+}

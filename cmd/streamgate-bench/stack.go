@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"streamgate/cache"
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/ratelimit"
+	"streamgate/simulator"
+)
+
+// stackConfig shapes the in-process stack of a scenario.
+type stackConfig struct {
+	LatestTTL  time.Duration // cache.latest_ttl; 0: the default (500ms)
+	ClientKeys int           // keys of the demo team, one per client
+	Teams      int           // further teams, each with one key of its own
+	LogLevel   string        // "off", or a level of the access log (JSON, discarded)
+}
+
+// stack is the simulator and a gateway in front of it, wired as
+// cmd/streamgate wires them (cache, in-memory limits and budgets, metrics,
+// the access log), each network on its own loopback listener.
+//
+// It departs from the demo configuration in what a load test needs: the
+// simulator's per-key rate limit is off, the upstream budget is 100000
+// calls per second per endpoint, and the teams have no rate limit, so that
+// what is measured is the gateway's work and not a limit doing its job.
+type stack struct {
+	sim      *simulator.Simulator
+	gw       *proxy.Gateway
+	store    *cache.Store
+	cfg      *config.Config
+	gateway  map[string]string // network → base URL of the gateway
+	upstream map[string]string // network → base URL of the simulator
+
+	clientKeys []key // of the demo team
+	teamKeys   []key // one per further team
+	bulk       bulkCounter
+
+	servers []*http.Server
+	closers []func()
+}
+
+// bulkCounter counts the bulk calls that reach the simulator and the
+// stream IDs they ask for (the simulator's own counters count requests).
+type bulkCounter struct {
+	calls, streams atomic.Int64
+}
+
+func (b *bulkCounter) reset() { b.calls.Store(0); b.streams.Store(0) }
+
+func (b *bulkCounter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == simulator.EndpointBulk {
+			b.calls.Add(1)
+			if ids := r.URL.Query().Get("feedIDs"); ids != "" {
+				b.streams.Add(int64(strings.Count(ids, ",") + 1))
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// benchKey is the i-th generated key.
+func benchKey(kind string, i int) (string, string) {
+	id := fmt.Sprintf("00000000-0000-4000-8000-%s%08x", kind, i)
+	return id, fmt.Sprintf("bench-%s-secret-%08x", kind, i)
+}
+
+func startStack(sc stackConfig) (_ *stack, err error) {
+	s := &stack{gateway: map[string]string{}, upstream: map[string]string{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	simCfg := simulator.Default()
+	simCfg.RateLimit = 0
+	s.sim, err = simulator.New(simCfg)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { s.sim.Close() })
+
+	cfg := config.Default()
+	cfg.Server.AdminListen = ""
+	if sc.LatestTTL > 0 {
+		cfg.Cache.LatestTTL = sc.LatestTTL
+	}
+	for _, name := range cfg.NetworkNames() {
+		url, err := s.listen(s.bulk.wrap(s.sim.Handler(simNetwork(name))), 10*time.Second, 0)
+		if err != nil {
+			return nil, err
+		}
+		s.upstream[name] = url
+		up := &cfg.Networks[name].Upstream
+		up.URL = url
+		up.APIKey = simulator.OrgKeyID
+		up.APISecret = config.Secret(simulator.OrgKeySecret)
+		up.Budget = config.Rate{RPS: 100000, Burst: 100000}
+	}
+	demo := cfg.Team(config.DemoTeam)
+	demo.Rate = config.Rate{}
+	for i := range sc.ClientKeys {
+		id, secret := benchKey("c", i)
+		demo.Keys = append(demo.Keys, config.Key{ID: id, Secret: config.Secret(secret)})
+		s.clientKeys = append(s.clientKeys, key{ID: id, Secret: []byte(secret)})
+	}
+	restricted := simulator.RestrictedStreams()
+	for i := range sc.Teams {
+		id, secret := benchKey("t", i)
+		t := config.Team{
+			Name:     fmt.Sprintf("team-%02d", i),
+			Networks: []string{"mainnet", "testnet"},
+			Feeds:    []string{config.AllFeedsWildcard},
+			Keys:     []config.Key{{ID: id, Secret: config.Secret(secret)}},
+		}
+		if i%2 == 1 { // every other team may read five streams only
+			t.Feeds = restricted
+		}
+		cfg.Teams = append(cfg.Teams, t)
+		s.teamKeys = append(s.teamKeys, key{ID: id, Secret: []byte(secret)})
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bench configuration: %w", err)
+	}
+	s.cfg = cfg
+
+	log, err := benchLogger(sc.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	metrics := proxy.NewMetrics(reg)
+	s.store, err = cache.New(cache.Config{
+		MaxBytes:     int64(cfg.Cache.MaxBytes),
+		Logger:       log.Named("cache"),
+		OnFlightDone: func(_ string, waiters int) { metrics.Waiters(waiters) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.store.Close)
+	rm, err := ratelimit.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	opts := func(name, network string) ratelimit.Options {
+		return ratelimit.Options{Name: name, Network: network, Metrics: rm, Logger: log.Named("ratelimit")}
+	}
+	deps := proxy.Deps{Cache: s.store, Budgets: map[string]ratelimit.Budget{}, Logger: log, Metrics: metrics}
+	if deps.Limiter, err = ratelimit.NewMemory(opts("team", "")); err != nil {
+		return nil, err
+	}
+	if deps.Quota, err = ratelimit.NewMemoryQuota(opts("daily", "")); err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.NetworkNames() {
+		if deps.Budgets[name], err = ratelimit.NewMemoryBudget(opts("budget", name)); err != nil {
+			return nil, err
+		}
+	}
+	s.gw, err = proxy.New(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range s.gw.Networks() {
+		url, err := s.listen(s.gw.Handler(name), cfg.Server.ReadHeaderTimeout, cfg.Server.IdleTimeout)
+		if err != nil {
+			return nil, err
+		}
+		s.gateway[name] = url
+	}
+	return s, nil
+}
+
+// listen serves h on a free loopback port and returns its base URL.
+func (s *stack) listen(h http.Handler, readHeader, idle time.Duration) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeader, IdleTimeout: idle}
+	s.servers = append(s.servers, srv)
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), nil
+}
+
+// warm loads every network's catalog, as cmd/streamgate does at start.
+func (s *stack) warm(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return s.gw.Warm(ctx)
+}
+
+// resetCounters sets the simulator's counters and the bulk counter to zero.
+func (s *stack) resetCounters() {
+	s.sim.ResetCounters()
+	s.bulk.reset()
+}
+
+// Close stops the servers at once (nothing is drained: the load is over)
+// and releases the simulator and the cache.
+func (s *stack) Close() {
+	for _, srv := range s.servers {
+		srv.Close()
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// benchLogger is the logger of cmd/streamgate (JSON, ISO 8601 times) at
+// level, writing to io.Discard: the access log's encoding is measured, the
+// terminal is not. "off" is no logger at all.
+func benchLogger(level string) (*zap.Logger, error) {
+	if level == "off" {
+		return zap.NewNop(), nil
+	}
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("-log: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), lvl)
+	return zap.New(core), nil
+}
+
+// simNetwork maps a gateway network to the simulator's (as cmd/streamgate).
+func simNetwork(name string) string {
+	if strings.Contains(name, "test") {
+		return simulator.Testnet
+	}
+	return simulator.Mainnet
+}
