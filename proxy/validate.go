@@ -87,20 +87,15 @@ func parseFeedIDs(q url.Values) ([]string, error) {
 		return nil, errorf(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
 	}
 	ids := make([]string, 0, n)
+	seen := make(map[string]struct{}, n)
 	for part := range strings.SplitSeq(v, ",") {
 		part = strings.TrimSpace(part)
 		if !validFeedID(part) {
 			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
 		}
 		part = normalFeedID(part)
-		dup := false
-		for _, id := range ids {
-			if id == part {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		if _, dup := seen[part]; !dup {
+			seen[part] = struct{}{}
 			ids = append(ids, part)
 		}
 	}
