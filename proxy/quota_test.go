@@ -318,7 +318,7 @@ func TestBudgetCacheHitsAndExhaustion(t *testing.T) {
 // it; the wait is bounded by the fill's own deadline, and its answer is
 // cached for the next caller.
 func TestBudgetWaitOutlivesClient(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: budgetConfig(1)}) // next token within 1 s < 1.3 s
+	env := proxytest.Start(t, proxytest.Options{Config: budgetConfig(2)}) // next token within 0.5 s, well within the wait's 1 s
 	c := proxytest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
@@ -341,6 +341,32 @@ func TestBudgetWaitOutlivesClient(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond)
 	assert.Equal(t, int64(2), reportsCalls(env))
 	assert.Zero(t, budgetRefusals(t, env, "reports"))
+}
+
+// TestBudgetWaitLeavesAttemptTime: a fill waits for budget only while its
+// attempt would still have its whole timeout; a token due later is refused
+// at once with 503 and Retry-After, rather than waited for and then spent
+// on an attempt that has no time left to get an answer.
+func TestBudgetWaitLeavesAttemptTime(t *testing.T) {
+	// Fill deadline 0.3 s + 1 s; a token every 1.25 s: within the deadline,
+	// but not with 0.3 s left after it.
+	env := proxytest.Start(t, proxytest.Options{Config: budgetConfig(0.8)})
+	c := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	base := pastTS()
+
+	resp, body := c.Get(t, env.Mainnet, reportTarget(btc, base, 0))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Latency: 250 * time.Millisecond}))
+
+	resp, body = c.Get(t, env.Mainnet, reportTarget(btc, base, 1))
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+	assert.Contains(t, requireAPIError(t, body).Error, "budget")
+	ra := retryAfter(t, resp)
+	assert.GreaterOrEqual(t, ra, 1)
+	assert.LessOrEqual(t, ra, 2)
+	assert.Equal(t, 1.0, budgetRefusals(t, env, "reports"))
+	assert.Equal(t, int64(1), reportsCalls(env), "no token spent on an attempt without time")
 }
 
 // retryAfter60 makes every upstream 429 ask for a minute's pause, longer

@@ -79,7 +79,7 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 			}
 		}
 		if u.budget != nil {
-			if err := u.budget.Wait(ctx, budgetKey, u.limit); err != nil {
+			if err := u.waitBudget(ctx, budgetKey); err != nil {
 				u.metrics.upstreamError(u.network, endpoint, "budget")
 				if last != nil {
 					return last, nil
@@ -117,6 +117,21 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 		return last, nil
 	}
 	return nil, lastErr
+}
+
+// waitBudget waits for a token of key's budget, but only as long as leaves
+// the attempt its whole timeout before ctx's deadline: a token that came
+// later would keep the caller waiting, then spend the budget on an attempt
+// with no time to answer. Such a wait is refused at once with a
+// *ratelimit.BudgetError, whose Retry-After the caller gets. When less than
+// a timeout is left (a late retry), it waits within ctx as it is.
+func (u *upstream) waitBudget(ctx context.Context, key string) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > u.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-u.timeout))
+		defer cancel()
+	}
+	return u.budget.Wait(ctx, key, u.limit)
 }
 
 // budgetKey names the budget a call spends: the endpoint's, or, for a team
