@@ -22,7 +22,9 @@ import (
 // Then one request tries Redis again; when it answers, all requests go back
 // to it. Calls to Redis are bounded by the client's own timeouts: give the
 // client short ones (DialTimeout, ReadTimeout, WriteTimeout of about
-// 100ms) and few retries, since requests wait on them.
+// 100ms) and no retries, since requests wait on them. In go-redis that is
+// MaxRetries -1 (0 means 3 retries) and DialerRetries 1 (0 means 5 dials,
+// 100ms apart, for every request that finds no live connection).
 type Redis struct {
 	gcra     *redis_rate.Limiter
 	prefix   string
