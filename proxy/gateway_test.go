@@ -120,6 +120,7 @@ func TestAuthentication(t *testing.T) {
 	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
 		// A key in rotation: both secrets verify.
 		c.Teams[0].Keys = append(c.Teams[0].Keys, config.Key{ID: "rotating", SecretList: []config.Secret{"new-secret-0123456789", "old-secret-0123456789"}})
+		c.Auth.ReplayGrace = 0 // every repeat is a replay (the grace is tested in auth)
 	}})
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/reports/latest?feedID=" + btc
