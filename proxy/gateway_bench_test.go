@@ -1,0 +1,174 @@
+package proxy_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/proxy/proxytest"
+	"streamgate/simulator"
+)
+
+// The gateway's answer paths, called in-process through
+// Gateway.Handler(network).ServeHTTP with an httptest.ResponseRecorder: no
+// sockets, so what is measured is the gateway's own work, middleware
+// (request ID, metrics, access log check) included.
+//
+// The requests are signed once, before the loop, and sent again and
+// again. For that the benchmark gateway runs with replay protection off
+// and a max skew of one hour; everything else is the proxytest
+// configuration (the demo team, unlimited). Latest reports live for an
+// hour, so that every latest request is a hit.
+
+// benchGateway starts a gateway for the benchmarks and returns it with the
+// mainnet handler.
+func benchGateway(b *testing.B) (*proxytest.Env, http.Handler) {
+	b.Helper()
+	env := proxytest.Start(b, proxytest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.Auth.ReplayProtection = false
+		c.Auth.MaxSkew = time.Hour
+		c.Cache.LatestTTL = time.Hour
+	}})
+	return env, env.Gateway.Handler("mainnet")
+}
+
+// benchRequest is a GET of target signed with the demo key.
+func benchRequest(target string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	auth.Sign(r, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
+	return r
+}
+
+// benchServe serves a fresh signed request for target until it answers
+// want with X-Cache HIT (the cache's writes are asynchronous).
+func benchServe(b *testing.B, env *proxytest.Env, h http.Handler, target string, want int) {
+	b.Helper()
+	for range 50 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, benchRequest(target))
+		if rec.Code == want && rec.Header().Get("X-Cache") == "HIT" {
+			return
+		}
+		env.Cache.Wait()
+	}
+	b.Fatalf("%s never answered %d from the cache", target, want)
+}
+
+// benchFeeds returns n public live mainnet streams with a full history.
+func benchFeeds(b *testing.B, env *proxytest.Env, n int) []string {
+	b.Helper()
+	hidden := map[string]bool{}
+	for _, id := range env.Sim.Hidden(simulator.Mainnet) {
+		hidden[id] = true
+	}
+	now := time.Now().Unix()
+	var out []string
+	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+		first, last, ok := env.Sim.Window(simulator.Mainnet, s.FeedID)
+		if ok && !hidden[s.FeedID] && s.Status == "live" && first < now-3600 && last > now-60 && len(out) < n {
+			out = append(out, s.FeedID)
+		}
+	}
+	if len(out) < n {
+		b.Fatalf("only %d streams fit", len(out))
+	}
+	return out
+}
+
+// benchRun serves r to h b.N times, serially or from parallel goroutines,
+// and fails on any other status than want.
+func benchRun(b *testing.B, h http.Handler, target string, want int, parallel bool) {
+	b.Helper()
+	b.ReportAllocs()
+	if !parallel {
+		r := benchRequest(target)
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != want {
+				b.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+		}
+		return
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		r := benchRequest(target)
+		for pb.Next() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != want {
+				b.Errorf("status %d: %s", rec.Code, rec.Body)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkGatewayLatestHit is the hottest path: a signed latest report
+// answered from the cache.
+func BenchmarkGatewayLatestHit(b *testing.B) {
+	env, h := benchGateway(b)
+	target := "/api/v1/reports/latest?feedID=" + benchFeeds(b, env, 1)[0]
+	benchServe(b, env, h, target, http.StatusOK)
+	b.Run("serial", func(b *testing.B) { benchRun(b, h, target, http.StatusOK, false) })
+	b.Run("parallel", func(b *testing.B) { benchRun(b, h, target, http.StatusOK, true) })
+}
+
+// BenchmarkGatewayReportHit is a report at a timestamp, cached.
+func BenchmarkGatewayReportHit(b *testing.B) {
+	env, h := benchGateway(b)
+	ts := time.Now().Add(-time.Hour).Unix()
+	target := "/api/v1/reports?feedID=" + benchFeeds(b, env, 1)[0] + "&timestamp=" + strconv.FormatInt(ts, 10)
+	benchServe(b, env, h, target, http.StatusOK)
+	benchRun(b, h, target, http.StatusOK, false)
+}
+
+// BenchmarkGatewayBulkHit is a bulk request whose streams are all cached:
+// per-stream lookups, unwrapping each cached report and merging them.
+func BenchmarkGatewayBulkHit(b *testing.B) {
+	env, h := benchGateway(b)
+	ts := time.Now().Add(-time.Hour).Unix()
+	for _, n := range []int{1, 20, 50} {
+		target := "/api/v1/reports/bulk?feedIDs=" + strings.Join(benchFeeds(b, env, n), "%2C") + "&timestamp=" + strconv.FormatInt(ts, 10)
+		benchServe(b, env, h, target, http.StatusOK)
+		b.Run("streams="+strconv.Itoa(n), func(b *testing.B) { benchRun(b, h, target, http.StatusOK, false) })
+	}
+}
+
+// BenchmarkGatewayDiscovery is a filtered catalog request answered from the
+// cached view: parse the filter, match every stream, write the JSON.
+func BenchmarkGatewayDiscovery(b *testing.B) {
+	env, h := benchGateway(b)
+	for _, q := range []string{"", "?asset_class=Crypto&quote_asset=USD&status=live"} {
+		target := "/api/v1/discovery" + q
+		benchServe(b, env, h, target, http.StatusOK)
+		name := "all"
+		if q != "" {
+			name = "filtered"
+		}
+		b.Run(name, func(b *testing.B) { benchRun(b, h, target, http.StatusOK, false) })
+	}
+}
+
+// BenchmarkGatewayBadSignature is a request refused by authentication, the
+// path a flood of bad requests takes.
+func BenchmarkGatewayBadSignature(b *testing.B) {
+	env, h := benchGateway(b)
+	target := "/api/v1/reports/latest?feedID=" + benchFeeds(b, env, 1)[0]
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	auth.Sign(r, config.DemoKeyID, []byte("not-the-secret-0123456789"), time.Now())
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != http.StatusUnauthorized {
+			b.Fatalf("status %d", rec.Code)
+		}
+	}
+}
