@@ -1,0 +1,98 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/proxy/proxytest"
+	"streamgate/simulator"
+)
+
+// TestSharedListener routes two networks on one address by Host name.
+func TestSharedListener(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+		c.Networks["mainnet"].Listen = "127.0.0.1:7000"
+		c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
+		c.Networks["testnet"].Listen = "127.0.0.1:7000"
+		c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
+	}})
+	listeners := env.Gateway.Listeners()
+	require.Len(t, listeners, 1)
+	srv := httptest.NewServer(listeners["127.0.0.1:7000"])
+	t.Cleanup(srv.Close)
+
+	for host, want := range map[string]string{"mainnet.streams.internal": "mainnet", "TESTNET.streams.internal:7000": "testnet"} {
+		req, err := proxytest.Demo().Request(t.Context(), srv.URL, "/api/v1/discovery?asset_class=Crypto")
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var disc struct {
+			Feeds []struct {
+				NetworkType string `json:"networkType"`
+			} `json:"feeds"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&disc))
+		resp.Body.Close()
+		require.NotEmpty(t, disc.Feeds)
+		assert.Equal(t, want, disc.Feeds[0].NetworkType, "Host %s", host)
+	}
+	req, _ := proxytest.Demo().Request(t.Context(), srv.URL, "/api/v1/discovery")
+	req.Host = "elsewhere.internal"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "an unknown Host reaches no network")
+}
+
+// TestLogs checks the access and audit lines, and that no secret is logged.
+func TestLogs(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	env := proxytest.Start(t, proxytest.Options{
+		Config: func(c *config.Config) { c.Log.Audit = true },
+		Deps:   func(d *proxy.Deps) { d.Logger = zap.New(core) },
+	})
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	bad := &proxytest.Client{Key: config.DemoKeyID, Secret: "a-wrong-secret-0123456789", HTTP: http.DefaultClient}
+	resp, _ = bad.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	access := logs.FilterMessage("request").AllUntimed()
+	require.Len(t, access, 2)
+	ok := access[0].ContextMap()
+	assert.Equal(t, "mainnet", ok["network"])
+	assert.Equal(t, "demo", ok["team"])
+	assert.Equal(t, config.DemoKeyID, ok["key_id"])
+	assert.Equal(t, "latest", ok["endpoint"])
+	assert.EqualValues(t, 200, ok["status"])
+	assert.Equal(t, "MISS", ok["cache"])
+	assert.EqualValues(t, 2, ok["upstream_calls"], "the catalog and the report")
+	assert.NotEmpty(t, ok["request_id"])
+	assert.Equal(t, "bad_signature", access[1].ContextMap()["auth_error"])
+
+	audit := logs.FilterLoggerName("audit").AllUntimed()
+	require.Len(t, audit, 1, "one audit line per read, none for the refused request")
+	assert.Equal(t, []any{btc}, audit[0].ContextMap()["feeds"])
+
+	for _, e := range logs.AllUntimed() {
+		line, err := json.Marshal(e.ContextMap())
+		require.NoError(t, err)
+		for _, secret := range []string{config.DemoKeySecret, "a-wrong-secret", simulator.OrgKeySecret, simulator.OrgKeyID} {
+			assert.False(t, strings.Contains(string(line)+e.Message, secret), "a log line holds a secret: %s", line)
+		}
+	}
+}
