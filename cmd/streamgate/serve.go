@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,11 +37,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{code: 2}
 	}
+	demo := *path == ""
+
+	// SIGHUP is caught from the start: one that arrives while the gateway
+	// starts waits for the loop below instead of killing the process.
+	reload := make(chan os.Signal, 1)
+	signal.Notify(reload, syscall.SIGHUP)
+	defer signal.Stop(reload)
+
 	var (
 		cfg *config.Config
 		err error
 	)
-	demo := *path == ""
 	if demo {
 		cfg = config.Default()
 	} else if cfg, err = config.Load(*path); err != nil {
@@ -57,7 +65,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := proxy.NewMetrics(reg)
 
-	var servers []*http.Server
+	var upstreamServers, servers []*http.Server
 	var listeners []net.Listener
 	closeAll := func() {
 		for _, l := range listeners {
@@ -83,7 +91,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			listeners = append(listeners, ln)
 			srv := &http.Server{Handler: sim.Handler(simNetwork(name)), ReadHeaderTimeout: 10 * time.Second}
-			servers = append(servers, srv)
+			upstreamServers = append(upstreamServers, srv)
 			go srv.Serve(ln)
 			up := &cfg.Networks[name].Upstream
 			up.URL = "http://" + ln.Addr().String()
@@ -127,22 +135,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	addrs := make([]string, 0)
-	for addr := range gw.Listeners() {
-		addrs = append(addrs, addr)
-	}
-	sort.Strings(addrs)
-	bound := map[string]string{} // listen address → actual address
-	for _, addr := range addrs {
-		ln, err := net.Listen("tcp", addr)
+	bound := map[string]string{} // network name, or "admin" → the address bound
+	for _, b := range bindings(cfg, gw) {
+		ln, err := net.Listen("tcp", b.addr)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("listening on %s: %w", addr, err)
+			return fmt.Errorf("listening on %s: %w", b.addr, err)
 		}
 		listeners = append(listeners, ln)
-		bound[addr] = ln.Addr().String()
+		for _, name := range b.networks {
+			bound[name] = ln.Addr().String()
+		}
 		srv := &http.Server{
-			Handler:           gw.Listeners()[addr],
+			Handler:           b.handler,
 			ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 			IdleTimeout:       cfg.Server.IdleTimeout,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
@@ -150,10 +155,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("listener stopped", zap.String("addr", addr), zap.Error(err))
+				log.Error("listener stopped", zap.String("addr", b.addr), zap.Error(err))
 			}
 		}()
 	}
+	var draining atomic.Bool // set when SIGTERM arrives: /readyz answers 503
 	var admin *http.Server
 	if cfg.Server.AdminListen != "" {
 		ln, err := net.Listen("tcp", cfg.Server.AdminListen)
@@ -162,8 +168,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("admin listener on %s: %w", cfg.Server.AdminListen, err)
 		}
 		bound["admin"] = ln.Addr().String()
-		admin = &http.Server{Handler: adminHandler(reg, gw), ReadHeaderTimeout: 10 * time.Second}
+		admin = &http.Server{Handler: adminHandler(reg, gw, &draining), ReadHeaderTimeout: 10 * time.Second}
 		go admin.Serve(ln)
+		log.Info("admin listening", zap.String("addr", bound["admin"]))
 	}
 
 	// Load every catalog now, so the first requests find it cached and
@@ -177,16 +184,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 
 	for _, name := range gw.Networks() {
-		nc := cfg.Networks[name]
-		log.Info("serving network", zap.String("network", name), zap.String("listen", bound[nc.Listen]), zap.Strings("hosts", nc.Hosts))
+		log.Info("serving network", zap.String("network", name), zap.String("listen", bound[name]), zap.Strings("hosts", cfg.Networks[name].Hosts))
 	}
 	if demo {
-		printDemo(stdout, cfg, bound, demoFeed)
+		printDemo(stdout, bound, demoFeed)
 	}
 
-	reload := make(chan os.Signal, 1)
-	signal.Notify(reload, syscall.SIGHUP)
-	defer signal.Stop(reload)
+	// reloadConfig applies the configuration file again; a configuration
+	// with problems is refused and the one in force stays.
+	reloadConfig := func(trigger string) {
+		next, err := config.Load(*path)
+		if err != nil {
+			log.Error("reload refused: the new configuration has problems; the old one stays in force",
+				zap.String("trigger", trigger), zap.Error(err))
+			return
+		}
+		if err := gw.Reload(next); err != nil {
+			log.Warn("reload incomplete", zap.String("trigger", trigger), zap.Error(err))
+			return
+		}
+		log.Info("configuration reloaded", zap.String("trigger", trigger), zap.Int("teams", len(next.Teams)))
+	}
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -196,45 +214,86 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				log.Info("SIGHUP ignored: the demo has no configuration file")
 				continue
 			}
-			next, err := config.Load(*path)
-			if err != nil {
-				log.Error("reload refused: the new configuration has problems; the old one stays in force", zap.Error(err))
-				continue
-			}
-			if err := gw.Reload(next); err != nil {
-				log.Warn("reload", zap.Error(err))
-				continue
-			}
-			log.Info("configuration reloaded", zap.Int("teams", len(next.Teams)))
+			reloadConfig("SIGHUP")
 		}
 	}
 
+	// Drain: stop accepting and finish the requests in flight, then stop the
+	// embedded upstream they may still be calling, then the admin listener,
+	// which answers /readyz with 503 meanwhile.
+	draining.Store(true)
 	log.Info("draining", zap.Duration("timeout", cfg.Server.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	var shutdownErr error
-	var mu sync.Mutex
-	for _, srv := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Shutdown(sctx); err != nil {
-				mu.Lock()
-				shutdownErr = err
-				mu.Unlock()
-			}
-		}()
+	err = shutdown(sctx, servers)
+	if err != nil {
+		log.Warn("drain incomplete: closing the connections still open", zap.Error(err))
+		for _, srv := range servers {
+			srv.Close()
+		}
 	}
-	wg.Wait()
+	if err := shutdown(sctx, upstreamServers); err != nil {
+		for _, srv := range upstreamServers {
+			srv.Close()
+		}
+	}
 	if admin != nil {
-		admin.Shutdown(sctx)
-	}
-	if shutdownErr != nil {
-		log.Warn("drain incomplete", zap.Error(shutdownErr))
+		if err := admin.Shutdown(sctx); err != nil {
+			admin.Close()
+		}
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// shutdown shuts the servers down together and returns the first error.
+func shutdown(ctx context.Context, servers []*http.Server) error {
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		wg.Go(func() { errs[i] = srv.Shutdown(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// binding is one listener: its address and what it serves.
+type binding struct {
+	addr     string
+	networks []string
+	handler  http.Handler
+}
+
+// bindings lists the listeners to open. Networks that share a listen
+// address share a listener, routed by Host; a network on port 0 gets a
+// listener of its own, since a free port is never shared.
+func bindings(cfg *config.Config, gw *proxy.Gateway) []binding {
+	var out []binding
+	byAddr := map[string][]string{}
+	for _, name := range gw.Networks() {
+		addr := cfg.Networks[name].Listen
+		if anyPort(addr) {
+			out = append(out, binding{addr: addr, networks: []string{name}, handler: gw.Handler(name)})
+			continue
+		}
+		byAddr[addr] = append(byAddr[addr], name)
+	}
+	shared := gw.Listeners()
+	addrs := make([]string, 0, len(byAddr))
+	for addr := range byAddr {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	for _, addr := range addrs {
+		out = append(out, binding{addr: addr, networks: byAddr[addr], handler: shared[addr]})
+	}
+	return out
+}
+
+// anyPort reports whether a listen address asks for any free port.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }
 
 // embeddedNetworks lists the networks whose upstream is the simulator.
@@ -272,7 +331,9 @@ func exampleFeed(sim *simulator.Simulator) string {
 	return ""
 }
 
-func adminHandler(reg *prometheus.Registry, gw *proxy.Gateway) http.Handler {
+// adminHandler serves /metrics, /healthz (the process is alive) and /readyz
+// (every upstream has answered, and the process is not draining).
+func adminHandler(reg *prometheus.Registry, gw *proxy.Gateway, draining *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -281,6 +342,11 @@ func adminHandler(reg *prometheus.Registry, gw *proxy.Gateway) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if draining.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"status":"draining"}`+"\n")
+			return
+		}
 		if !gw.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, `{"status":"waiting for every upstream to answer"}`+"\n")
@@ -309,9 +375,8 @@ func newLogger(c config.Log, stderr io.Writer) (*zap.Logger, error) {
 }
 
 // printDemo prints the addresses, the demo key and a request to paste.
-func printDemo(w io.Writer, cfg *config.Config, bound map[string]string, feed string) {
-	main := bound[cfg.Networks["mainnet"].Listen]
-	test := bound[cfg.Networks["testnet"].Listen]
+func printDemo(w io.Writer, bound map[string]string, feed string) {
+	main, test := bound["mainnet"], bound["testnet"]
 	fmt.Fprintf(w, `
 streamgate demo: mainnet on http://%s, testnet on http://%s, metrics on http://%s/metrics
 The upstream is the embedded simulator; nothing leaves this machine.
