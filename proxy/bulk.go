@@ -67,14 +67,10 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 
 	outcome := "HIT"
 	if len(missing) > 0 {
-		fetched, label, failure := n.fetchBulk(ctx, cred, missing, ts)
-		if failure != nil {
+		fetched, label, err := n.fetchBulk(ctx, cred, missing, ts)
+		if err != nil {
 			stateOf(ctx).cache = "MISS"
-			if failure.ua != nil {
-				writeRaw(w, failure.ua.status, failure.ua.body)
-			} else {
-				writeError(w, failure.err)
-			}
+			writeError(w, err)
 			return
 		}
 		outcome = label
@@ -119,20 +115,15 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	writeRaw(w, status, out)
 }
 
-type bulkFailure struct {
-	ua  *upstreamAnswer // an upstream answer to pass on
-	err error           // or no answer
-}
-
 // fetchBulk asks the upstream for the reports of feeds at ts, in chunks of
 // max_bulk made concurrently, and returns the report record of each stream
 // that had one. Identical chunks asked by concurrent requests share one call.
-func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, *bulkFailure) {
+func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, error) {
 	chunk := max(n.maxBulk, 1)
 	type result struct {
 		reports map[string][]byte
 		outcome cache.Outcome
-		fail    *bulkFailure
+		err     error
 	}
 	nChunks := (len(feeds) + chunk - 1) / chunk
 	results := make([]result, nChunks)
@@ -144,16 +135,16 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			reports, outcome, fail := n.fetchChunk(ctx, cred, part, ts)
-			results[c] = result{reports, outcome, fail}
+			reports, outcome, err := n.fetchChunk(ctx, cred, part, ts)
+			results[c] = result{reports, outcome, err}
 		}()
 	}
 	wg.Wait()
 	all := make(map[string][]byte, len(feeds))
 	label := "COALESCED"
 	for _, res := range results {
-		if res.fail != nil {
-			return nil, "MISS", res.fail
+		if res.err != nil {
+			return nil, "MISS", res.err
 		}
 		if res.outcome != cache.Coalesced && res.outcome != cache.Hit {
 			label = "MISS"
@@ -165,7 +156,7 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 	return all, label, nil
 }
 
-func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, *bulkFailure) {
+func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
 	tsText := strconv.FormatInt(ts, 10)
 	ids := strings.Join(feeds, ",")
 	target := "/api/v1/reports/bulk?feedIDs=" + ids + "&timestamp=" + tsText
@@ -179,7 +170,7 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 			return nil, err
 		}
 		if resp.status != http.StatusOK && resp.status != http.StatusPartialContent {
-			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+			return nil, passOn(resp)
 		}
 		reports, err := n.splitBulk(resp.body, feeds)
 		if err != nil {
@@ -200,14 +191,11 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, NoStore: true}, nil
 	})
 	if err != nil {
-		return nil, outcome, &bulkFailure{err: err}
-	}
-	if e.Status != http.StatusOK && e.Status != http.StatusPartialContent {
-		return nil, outcome, &bulkFailure{ua: &upstreamAnswer{status: e.Status, body: e.Body}}
+		return nil, outcome, err
 	}
 	reports, err := n.splitBulk(e.Body, feeds)
 	if err != nil {
-		return nil, outcome, &bulkFailure{err: err}
+		return nil, outcome, err
 	}
 	return reports, outcome, nil
 }

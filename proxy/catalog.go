@@ -65,7 +65,7 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 			return nil, err
 		}
 		if resp.status != http.StatusOK {
-			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+			return nil, passOn(resp)
 		}
 		ttl := pol.catalogTTL
 		if resp.maxAge > 0 && resp.maxAge < ttl {
@@ -89,9 +89,6 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	})
 	if err != nil {
 		return nil, outcome, err
-	}
-	if e.Status != http.StatusOK {
-		return nil, outcome, &upstreamAnswer{status: e.Status, body: e.Body}
 	}
 	n.cat.mu.Lock()
 	pv := n.cat.parsed[key]
@@ -134,15 +131,6 @@ func parseView(body []byte) (*parsedView, error) {
 	return pv, nil
 }
 
-// upstreamAnswer is an upstream answer that is not a success, passed on to
-// the client unchanged.
-type upstreamAnswer struct {
-	status int
-	body   []byte
-}
-
-func (e *upstreamAnswer) Error() string { return "upstream answered " + strconv.Itoa(e.status) }
-
 // known reports whether feedID exists among the streams cred reaches. When
 // the catalog cannot be had, it answers true: the upstream then decides, at
 // the cost of one call, rather than refusing every report while the catalog
@@ -173,7 +161,7 @@ func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth
 	}
 	pv, outcome, err := n.view(r.Context(), view, cred)
 	if err != nil {
-		n.writeCatalogFailure(w, err)
+		writeError(w, err)
 		return
 	}
 	n.markCatalog(w, r, outcome, pv)
@@ -209,7 +197,7 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	pv, outcome, err := n.view(r.Context(), view, n.credentialFor(p.Team.Name))
 	if err != nil {
-		n.writeCatalogFailure(w, err)
+		writeError(w, err)
 		return
 	}
 	n.markCatalog(w, r, outcome, pv)
@@ -259,18 +247,6 @@ func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byt
 	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(left/time.Second)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(body)
-}
-
-// writeCatalogFailure passes an upstream error answer on unchanged, or
-// reports that the catalog could not be fetched.
-func (n *network) writeCatalogFailure(w http.ResponseWriter, err error) {
-	var ua *upstreamAnswer
-	if errors.As(err, &ua) {
-		writeRaw(w, ua.status, ua.body)
-		return
-	}
-	status, msg, _ := statusOf(err)
-	writeCatalogError(w, status, msg)
 }
 
 // writeCatalogError writes the catalog's error shape, with "message" too.

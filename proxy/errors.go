@@ -27,6 +27,11 @@ func errorf(status int, msg string) *apiError { return &apiError{status: status,
 // {"error": "...", "message": "..."}: "error" is the catalog's field and
 // "message" the field the TypeScript SDK shows.
 func writeError(w http.ResponseWriter, err error) {
+	var ua *upstreamAnswer
+	if errors.As(err, &ua) {
+		ua.write(w)
+		return
+	}
 	status, msg, retry := statusOf(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -75,6 +80,30 @@ func statusOf(err error) (status int, msg string, retryAfter time.Duration) {
 	default:
 		return http.StatusBadGateway, "upstream unavailable", time.Second
 	}
+}
+
+// upstreamAnswer is an upstream answer that is neither a success nor
+// cacheable. It travels as an error, so that it is never cached and reaches
+// every waiter of its fill, and is passed on to the client unchanged, with
+// its Retry-After.
+type upstreamAnswer struct {
+	status     int
+	body       []byte
+	retryAfter time.Duration
+}
+
+func (e *upstreamAnswer) Error() string { return "proxy: upstream answered " + strconv.Itoa(e.status) }
+
+func passOn(resp *upstreamResponse) error {
+	return &upstreamAnswer{status: resp.status, body: resp.body, retryAfter: resp.retryAfter}
+}
+
+func (e *upstreamAnswer) write(w http.ResponseWriter) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeRaw(w, e.status, e.body)
 }
 
 var (

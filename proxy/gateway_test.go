@@ -432,6 +432,9 @@ func TestUpstreamFailures(t *testing.T) {
 			ts := strconv.FormatInt(base-int64(i), 10)
 			resp, body := c.Get(t, env.Mainnet, "/api/v1/reports?feedID="+btc+"&timestamp="+ts)
 			assert.Contains(t, tc.status, resp.StatusCode, string(body))
+			if resp.StatusCode == http.StatusTooManyRequests {
+				assert.Equal(t, "1", resp.Header.Get("Retry-After"), "the upstream's Retry-After is passed on")
+			}
 			calls := env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport) - before
 			if tc.attempts > 0 {
 				assert.Equal(t, tc.attempts, calls)

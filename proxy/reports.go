@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -71,7 +70,7 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		case http.StatusNotFound:
 			return n.negative(now, resp), nil
 		}
-		return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+		return nil, passOn(resp)
 	})
 	n.answer(w, r, "report", outcome, e, err)
 }
@@ -100,7 +99,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 			return nil, err
 		}
 		if resp.status != http.StatusOK {
-			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+			return nil, passOn(resp)
 		}
 		doc, err := n.checkReport(resp.body, "latest", feed)
 		if err != nil {
@@ -151,7 +150,7 @@ func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Prin
 			return nil, err
 		}
 		if resp.status != http.StatusOK {
-			return &cache.Entry{Status: resp.status, Body: resp.body, NoStore: true}, nil
+			return nil, passOn(resp)
 		}
 		var doc struct {
 			Reports []json.RawMessage `json:"reports"`
@@ -211,10 +210,6 @@ func (n *network) checkReport(body []byte, endpoint, feed string) (*reportDoc, e
 // answer writes a cached or fetched entry, or the error that replaced it.
 func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry, err error) {
 	if err != nil {
-		if errors.Is(err, errBadUpstream) {
-			writeError(w, errBadUpstream)
-			return
-		}
 		writeError(w, err)
 		return
 	}
