@@ -3,7 +3,9 @@
 //
 // Usage:
 //
-//	streamgate [serve] [-config FILE]   run the gateway (no -config: the embedded demo)
+//	streamgate [serve] [-config FILE] [-watch]
+//	                                    run the gateway (no -config: the embedded demo);
+//	                                    SIGHUP, or with -watch a change of FILE, reloads it
 //	streamgate check -config FILE       validate a configuration, listing every problem
 //	streamgate keygen                   print a new key id and secret
 //	streamgate get [flags] PATH         make a signed request and pretty-print the answer
@@ -69,8 +71,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const usage = `streamgate: a caching gateway in front of the Data Streams API
 
 Usage:
-  streamgate [serve] [-config FILE]   run the gateway; without -config, the embedded demo
-                                      (simulated upstream, demo keys, loopback only)
+  streamgate [serve] [-config FILE] [-watch]
+                                      run the gateway; without -config, the embedded demo
+                                      (simulated upstream, demo keys, loopback only).
+                                      SIGHUP reloads teams, keys, limits and lifetimes from
+                                      FILE; -watch also reloads when FILE changes.
+                                      SIGTERM drains within server.shutdown_timeout.
   streamgate check -config FILE       validate a configuration and list every problem
   streamgate keygen                   print a new key id and secret for a team
   streamgate get [flags] PATH         send a signed GET and pretty-print the JSON answer

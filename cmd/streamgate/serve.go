@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,10 +37,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (default: the embedded demo configuration)")
+	watch := fs.Bool("watch", false, "also reload when the configuration file changes (checked every "+watchInterval.String()+"), as on SIGHUP")
 	if err := fs.Parse(args); err != nil {
 		return usageError{code: 2}
 	}
 	demo := *path == ""
+	if demo && *watch {
+		fmt.Fprintln(stderr, "streamgate: -watch needs -config FILE")
+		return usageError{code: 2}
+	}
 
 	// SIGHUP is caught from the start: one that arrives while the gateway
 	// starts waits for the loop below instead of killing the process.
@@ -46,15 +54,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(reload)
 
 	var (
-		cfg *config.Config
-		err error
+		cfg     *config.Config
+		err     error
+		fileSum [sha256.Size]byte // of the configuration file last loaded
 	)
 	if demo {
 		cfg = config.Default()
-	} else if cfg, err = config.Load(*path); err != nil {
-		fmt.Fprintf(stderr, "%v\n", err)
-		return usageError{code: 1}
+	} else {
+		fileSum, _ = sumFile(*path)
+		if cfg, err = config.Load(*path); err != nil {
+			fmt.Fprintf(stderr, "%v\n", err)
+			return usageError{code: 1}
+		}
 	}
+	fixed := restartSettings(cfg)
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
@@ -193,6 +206,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// reloadConfig applies the configuration file again; a configuration
 	// with problems is refused and the one in force stays.
 	reloadConfig := func(trigger string) {
+		if sum, err := sumFile(*path); err == nil {
+			fileSum = sum
+		}
 		next, err := config.Load(*path)
 		if err != nil {
 			log.Error("reload refused: the new configuration has problems; the old one stays in force",
@@ -203,8 +219,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn("reload incomplete", zap.String("trigger", trigger), zap.Error(err))
 			return
 		}
+		if changed := changedSettings(fixed, restartSettings(next)); len(changed) > 0 {
+			log.Warn("reload: these settings only change with a restart; the running values stay in force",
+				zap.Strings("settings", changed))
+		}
 		log.Info("configuration reloaded", zap.String("trigger", trigger), zap.Int("teams", len(next.Teams)))
 	}
+	var watchTick <-chan time.Time
+	if *watch {
+		t := time.NewTicker(watchInterval)
+		defer t.Stop()
+		watchTick = t.C
+		log.Info("watching the configuration file", zap.String("path", *path), zap.Duration("interval", watchInterval))
+	}
+	watchFailing := false
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -215,6 +243,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			reloadConfig("SIGHUP")
+		case <-watchTick:
+			sum, err := sumFile(*path)
+			if err != nil {
+				if !watchFailing {
+					log.Warn("config watch: cannot read the configuration file; the one in force stays", zap.Error(err))
+				}
+				watchFailing = true
+				continue
+			}
+			watchFailing = false
+			if sum != fileSum {
+				reloadConfig("watch")
+			}
 		}
 	}
 
@@ -244,6 +285,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// watchInterval is how often -watch looks at the configuration file.
+const watchInterval = 2 * time.Second
+
+// sumFile returns the SHA-256 of the file's contents.
+func sumFile(path string) ([sha256.Size]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(data), nil
 }
 
 // shutdown shuts the servers down together and returns the first error.
@@ -294,6 +347,61 @@ func bindings(cfg *config.Config, gw *proxy.Gateway) []binding {
 func anyPort(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	return err == nil && port == "0"
+}
+
+// restartSettings returns the settings that a reload does not change, by
+// their YAML path. Secrets are represented by a digest, and only the paths
+// are ever logged.
+func restartSettings(cfg *config.Config) map[string]string {
+	digest := func(s config.Secret) string {
+		sum := sha256.Sum256([]byte(s.Reveal()))
+		return hex.EncodeToString(sum[:])
+	}
+	m := map[string]string{
+		"server.admin_listen":        cfg.Server.AdminListen,
+		"server.shutdown_timeout":    cfg.Server.ShutdownTimeout.String(),
+		"server.read_header_timeout": cfg.Server.ReadHeaderTimeout.String(),
+		"server.idle_timeout":        cfg.Server.IdleTimeout.String(),
+		"log.level":                  cfg.Log.Level,
+		"log.format":                 cfg.Log.Format,
+		"cache.max_bytes":            strconv.FormatInt(int64(cfg.Cache.MaxBytes), 10),
+		"ratelimit.backend":          cfg.RateLimit.Backend,
+		"ratelimit.redis.url":        cfg.RateLimit.Redis.URL,
+		"ratelimit.redis.password":   digest(cfg.RateLimit.Redis.Password),
+		"ratelimit.redis.fail_mode":  cfg.RateLimit.Redis.FailMode,
+	}
+	for name, n := range cfg.Networks {
+		p := "networks." + name
+		up := n.Upstream
+		m[p] = "configured"
+		m[p+".listen"] = n.Listen
+		m[p+".hosts"] = strings.Join(n.Hosts, ",")
+		m[p+".upstream.url"] = up.URL
+		m[p+".upstream.api_key"] = up.APIKey
+		m[p+".upstream.api_secret"] = digest(up.Secret())
+		m[p+".upstream.timeout"] = up.Timeout.String()
+		m[p+".upstream.retries"] = strconv.Itoa(up.Retries)
+		m[p+".upstream.budget"] = fmt.Sprint(up.Budget.RPS, "/", up.Budget.Burst)
+		m[p+".upstream.max_bulk"] = strconv.Itoa(up.MaxBulk)
+	}
+	return m
+}
+
+// changedSettings lists the paths whose values differ, sorted.
+func changedSettings(running, next map[string]string) []string {
+	var out []string
+	for k, v := range running {
+		if w, ok := next[k]; !ok || w != v {
+			out = append(out, k)
+		}
+	}
+	for k := range next {
+		if _, ok := running[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // embeddedNetworks lists the networks whose upstream is the simulator.
