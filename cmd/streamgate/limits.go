@@ -28,6 +28,11 @@ func (l *limits) Close() {
 	}
 }
 
+// redisLog adapts zap to go-redis's logger.
+type redisLog struct{ s *zap.SugaredLogger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) { l.s.Debugf(format, v...) }
+
 func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *zap.Logger) (*limits, error) {
 	m, err := ratelimit.NewMetrics(reg)
 	if err != nil {
@@ -62,8 +67,16 @@ func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 	}
 	// Short timeouts: a limit check sits on every request's path, and the
 	// fail mode decides what happens when Redis is slow or gone.
+	// go-redis: MaxRetries -1 means no retry (0 means the default, 3), and
+	// one dial attempt keeps a request from trying five times, 100 ms apart,
+	// while Redis is unreachable.
 	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = time.Second, 250*time.Millisecond, 250*time.Millisecond
-	ro.MaxRetries = 0
+	ro.MaxRetries = -1
+	ro.DialerRetries = 1
+	// go-redis logs through a process-wide logger: send its lines (one per
+	// failed dial while Redis is down) to ours at debug level; the limiters
+	// log each outage and recovery once.
+	redis.SetLogger(redisLog{log.Named("redis").Sugar()})
 	l.client = redis.NewClient(ro)
 	mode, err := ratelimit.ParseFailMode(rc.FailMode)
 	if err != nil {
