@@ -75,6 +75,7 @@ var _ http.Handler = (*network)(nil)
 type policy struct {
 	keys             *auth.KeyStore
 	verifier         *auth.Verifier
+	auth             config.Auth // what the verifier was built from
 	teams            map[string]*teamPolicy
 	anonymousCatalog bool
 	catalogTTL       time.Duration
@@ -203,6 +204,7 @@ func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
 		latestTTL:        cfg.Cache.LatestTTL,
 		negativeTTL:      cfg.Cache.NegativeTTL,
 		audit:            cfg.Log.Audit,
+		auth:             cfg.Auth,
 		verifier: auth.NewVerifier(auth.VerifierConfig{
 			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, ReplayGrace: cfg.Auth.ReplayGrace, Now: now,
 		}),
@@ -249,6 +251,11 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	pol, err := buildPolicy(cfg, g.now)
 	if err != nil {
 		return err
+	}
+	if old := g.policy(); old.auth == pol.auth {
+		// Same checks: keep the verifier, and with it the signatures seen,
+		// so that a reload opens no window for a replay.
+		pol.verifier = old.verifier
 	}
 	g.pol.Store(pol)
 	var fixed []string

@@ -96,3 +96,37 @@ func TestLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestReload swaps keys and lifetimes while serving; a signature used
+// before a reload is still a replay after it.
+func TestReload(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 }})
+	newKey := &proxytest.Client{Key: "added-key", Secret: "added-secret-0123456789", HTTP: http.DefaultClient}
+	resp, _ := newKey.Get(t, env.Mainnet, "/api/v1/feeds")
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "unknown before the reload")
+
+	req, err := proxytest.Demo().Request(t.Context(), env.Mainnet, "/api/v1/feeds")
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(req.Clone(req.Context()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	next := *env.Config
+	next.Teams = append([]config.Team{}, env.Config.Teams...)
+	next.Teams[0].Keys = append([]config.Key{{ID: "added-key", Secret: "added-secret-0123456789"}}, next.Teams[0].Keys...)
+	require.NoError(t, env.Gateway.Reload(&next))
+
+	resp, _ = newKey.Get(t, env.Mainnet, "/api/v1/feeds")
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "known after the reload")
+	resp, err = http.DefaultClient.Do(req.Clone(req.Context()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a replay across a reload is still a replay")
+
+	bad := next
+	bad.Teams = append(append([]config.Team{}, next.Teams...), next.Teams[0]) // a duplicate team
+	assert.Error(t, env.Gateway.Reload(&bad), "an invalid configuration is refused")
+	resp, _ = newKey.Get(t, env.Mainnet, "/api/v1/feeds?hidden=true")
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "and the one in force stays")
+}
