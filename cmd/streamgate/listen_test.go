@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/config"
+)
+
+// TestSharedListenerRoutesByHost puts both networks on one address, told
+// apart by Host, next to the free-port listeners of the other tests.
+func TestSharedListenerRoutesByHost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := fmt.Sprintf(`server:
+  admin_listen: "127.0.0.1:0"
+networks:
+  mainnet:
+    listen: %[1]q
+    hosts: [main.streams.test]
+  testnet:
+    listen: %[1]q
+    hosts: [test.streams.test]
+teams:
+  - name: demo
+    networks: [mainnet, testnet]
+    feeds: ["*"]
+    keys: [{id: %[2]s, secret: %[3]s}]
+`, addr, config.DemoKeyID, config.DemoKeySecret)
+	p := start(t, cfg, []string{"mainnet", "testnet"})
+	assert.Equal(t, "http://"+addr, p.net["mainnet"])
+	assert.Equal(t, "http://"+addr, p.net["testnet"])
+
+	for host, want := range map[string]string{"main.streams.test": "mainnet", "test.streams.test": "testnet"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/discovery", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var doc struct {
+			Feeds []struct {
+				NetworkType string `json:"networkType"`
+			} `json:"feeds"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+		resp.Body.Close()
+		cancel()
+		require.Equal(t, http.StatusOK, resp.StatusCode, host)
+		require.NotEmpty(t, doc.Feeds)
+		assert.Equal(t, want, doc.Feeds[0].NetworkType, host)
+	}
+}

@@ -1,0 +1,420 @@
+package main
+
+// The tests of this package run the real streamgate binary, built once by
+// TestMain, with its simulator embedded and every listener on a free
+// loopback port. They learn the addresses from the JSON log on stderr.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/config"
+)
+
+// binary is the streamgate binary under test.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "streamgate-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "streamgate")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race") // the binary too is checked for races
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building streamgate:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// A second team, limited to one request per 100 s, for rejections.
+const (
+	tinyKeyID     = "7d1f0c2e-9a4b-4c3d-8e5f-0a1b2c3d4e5f"
+	tinyKeySecret = "tiny-team-secret-0123456789abcdef"
+	// A key that only a reloaded configuration holds.
+	lateKeyID     = "3b9e7a51-2c4d-4f60-9a8b-7c6d5e4f3a2b"
+	lateKeySecret = "late-team-secret-fedcba9876543210"
+)
+
+// testConfig is a configuration on free loopback ports with both networks
+// embedded: the demo team without a rate limit and the tiny team. extra is
+// appended to the teams list; shutdown is server.shutdown_timeout; budget is
+// mainnet's upstream budget.
+type testConfig struct {
+	shutdown string // default 15s
+	budget   string // default {rps: 8, burst: 5}, under the simulator's 10/s
+	tinyRate string // a line of the tiny team; default its rate, {rps: 0.01, burst: 1}
+	extra    string
+}
+
+func (c testConfig) String() string {
+	shutdown, budget, tinyRate := c.shutdown, c.budget, c.tinyRate
+	if shutdown == "" {
+		shutdown = "15s"
+	}
+	if budget == "" {
+		budget = "{rps: 8, burst: 5}"
+	}
+	if tinyRate == "" {
+		tinyRate = "rate: {rps: 0.01, burst: 1}"
+	}
+	return fmt.Sprintf(`server:
+  admin_listen: "127.0.0.1:0"
+  shutdown_timeout: %s
+networks:
+  mainnet:
+    listen: "127.0.0.1:0"
+    upstream: {url: embedded, budget: %s}
+  testnet:
+    listen: "127.0.0.1:0"
+    upstream: {url: embedded, budget: {rps: 8, burst: 5}}
+teams:
+  - name: demo
+    networks: [mainnet, testnet]
+    feeds: ["*"]
+    keys: [{id: %s, secret: %s}]
+  - name: tiny
+    networks: [mainnet]
+    feeds: ["*"]
+    %s
+    keys: [{id: %s, secret: %s}]
+%s`, shutdown, budget, config.DemoKeyID, config.DemoKeySecret, tinyRate, tinyKeyID, tinyKeySecret, c.extra)
+}
+
+// lateTeam is a team that the first configuration lacks.
+var lateTeam = fmt.Sprintf(`  - name: late
+    networks: [mainnet]
+    feeds: ["*"]
+    keys: [{id: %s, secret: %s}]
+`, lateKeyID, lateKeySecret)
+
+// invalidConfig has several problems; a reload to it must be refused.
+const invalidConfig = `server:
+  shutdown_timeout: soon
+networks:
+  mainnet:
+    listen: "127.0.0.1:0"
+teams:
+  - name: "no spaces allowed"
+    networks: [nowhere]
+    feeds: ["*"]
+    keys: [{id: k, secret: tooShort42}]
+`
+
+// logLine is one line of the gateway's JSON log.
+type logLine map[string]any
+
+func (l logLine) str(key string) string {
+	s, _ := l[key].(string)
+	return s
+}
+
+// proc is a running streamgate process.
+type proc struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	cfgPath string
+
+	mu      sync.Mutex
+	lines   []logLine
+	raw     []string
+	changed chan struct{} // closed and replaced when a line arrives
+
+	exited  chan struct{} // closed when the process has ended
+	exitErr error
+
+	net   map[string]string // network → base URL
+	admin string            // admin base URL
+}
+
+// start writes cfg to a file and runs "streamgate -config FILE args...",
+// waiting until the admin listener and every network in networks serve.
+func start(t testing.TB, cfg string, networks []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cfgPath: filepath.Join(t.TempDir(), "streamgate.yaml"), changed: make(chan struct{}),
+		exited: make(chan struct{}), net: map[string]string{}}
+	p.writeConfig(cfg)
+	p.cmd = exec.Command(binary, append([]string{"-config", p.cfgPath}, args...)...)
+	stderr, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	go p.read(stderr)
+	t.Cleanup(func() {
+		if !p.done() {
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, line := range p.raw {
+			if strings.Contains(line, "DATA RACE") {
+				t.Errorf("the binary reported a data race:\n%s", strings.Join(p.raw, "\n"))
+				return
+			}
+		}
+		if t.Failed() {
+			t.Logf("streamgate log (last lines):\n%s", strings.Join(p.raw[max(0, len(p.raw)-60):], "\n"))
+		}
+	})
+
+	p.admin = "http://" + p.waitLog(20*time.Second, func(l logLine) bool { return l.str("msg") == "admin listening" }).str("addr")
+	for _, name := range networks {
+		l := p.waitLog(20*time.Second, func(l logLine) bool {
+			return l.str("msg") == "serving network" && l.str("network") == name
+		})
+		p.net[name] = "http://" + l.str("listen")
+	}
+	return p
+}
+
+// writeConfig replaces the configuration file atomically, as an operator's
+// tooling would (a reader never sees half a file).
+func (p *proc) writeConfig(cfg string) {
+	p.t.Helper()
+	tmp := p.cfgPath + ".new"
+	require.NoError(p.t, os.WriteFile(tmp, []byte(cfg), 0o600))
+	require.NoError(p.t, os.Rename(tmp, p.cfgPath))
+}
+
+func (p *proc) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		raw := sc.Text()
+		var l logLine
+		if json.Unmarshal([]byte(raw), &l) != nil {
+			l = logLine{"raw": raw}
+		}
+		p.mu.Lock()
+		p.raw = append(p.raw, raw)
+		p.lines = append(p.lines, l)
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.mu.Unlock()
+	}
+	io.Copy(io.Discard, r)
+	p.exitErr = p.cmd.Wait()
+	close(p.exited)
+}
+
+func (p *proc) done() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// findLog returns the first line from index from on that matches, and the
+// index after it.
+func (p *proc) findLog(from int, match func(logLine) bool) (logLine, int, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := from; i < len(p.lines); i++ {
+		if match(p.lines[i]) {
+			return p.lines[i], i + 1, nil
+		}
+	}
+	return nil, len(p.lines), p.changed
+}
+
+// waitLog waits for a log line that matches, failing the test after timeout
+// or when the process ends first.
+func (p *proc) waitLog(timeout time.Duration, match func(logLine) bool) logLine {
+	p.t.Helper()
+	l, _ := p.waitLogFrom(0, timeout, match)
+	return l
+}
+
+// waitLogFrom is waitLog for lines from index from on; it returns the index
+// after the line found, for the next wait.
+func (p *proc) waitLogFrom(from int, timeout time.Duration, match func(logLine) bool) (logLine, int) {
+	p.t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		l, next, changed := p.findLog(from, match)
+		if l != nil {
+			return l, next
+		}
+		from = next
+		select {
+		case <-changed:
+		case <-p.exited:
+			if l, next, _ := p.findLog(from, match); l != nil {
+				return l, next
+			}
+			p.t.Fatalf("streamgate exited (%v) before the awaited log line", p.exitErr)
+		case <-deadline.C:
+			p.t.Fatalf("no awaited log line within %s", timeout)
+		}
+	}
+}
+
+// logMark is the number of log lines so far: waits from it see only later ones.
+func (p *proc) logMark() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lines)
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(sig))
+}
+
+// wait waits for the process to end and returns its exit code.
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		p.t.Fatalf("streamgate still running %s after being asked to stop", timeout)
+	}
+	var ee *exec.ExitError
+	if errors.As(p.exitErr, &ee) {
+		return ee.ExitCode()
+	}
+	require.NoError(p.t, p.exitErr)
+	return 0
+}
+
+// signer signs requests with one key, never twice with the same timestamp
+// for the same target: the gateway refuses a signature it has seen.
+type signer struct {
+	key, secret string
+	mu          sync.Mutex
+	last        map[string]int64 // request URI → last timestamp used, ms
+}
+
+func newSigner(key, secret string) *signer {
+	return &signer{key: key, secret: secret, last: map[string]int64{}}
+}
+
+func (s *signer) sign(req *http.Request) {
+	uri := req.URL.RequestURI()
+	s.mu.Lock()
+	ms := max(time.Now().UnixMilli(), s.last[uri]+1)
+	s.last[uri] = ms
+	s.mu.Unlock()
+	auth.Sign(req, s.key, []byte(s.secret), time.UnixMilli(ms))
+}
+
+// fetch makes a GET request, signed when s is not nil, and reads the whole
+// answer.
+func fetch(ctx context.Context, hc *http.Client, s *signer, url string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s != nil {
+		s.sign(req)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, body, err
+}
+
+// mustGet is fetch for a test's own checks: it fails on any error.
+func mustGet(t testing.TB, s *signer, url string) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, body, err := fetch(ctx, http.DefaultClient, s, url)
+	require.NoError(t, err, url)
+	return resp.StatusCode, body
+}
+
+// feedIDs returns n live streams of the network's public catalog.
+func feedIDs(t testing.TB, base string, n int) []string {
+	t.Helper()
+	code, body := mustGet(t, nil, base+"/api/v1/discovery")
+	require.Equal(t, http.StatusOK, code, string(body))
+	var doc struct {
+		Feeds []struct {
+			FeedID string `json:"feedId"`
+			Status string `json:"status"`
+		} `json:"feeds"`
+	}
+	require.NoError(t, json.Unmarshal(body, &doc))
+	var out []string
+	for _, f := range doc.Feeds {
+		if f.Status == "live" && len(out) < n {
+			out = append(out, f.FeedID)
+		}
+	}
+	require.Len(t, out, n, "live streams in the catalog")
+	return out
+}
+
+// pastTS returns a distinct timestamp, in seconds, inside the simulator's
+// history, for each call: a report that no cache holds yet.
+func pastTS() func() int64 {
+	base := time.Now().Add(-3 * time.Hour).Unix()
+	var mu sync.Mutex
+	n := int64(0)
+	return func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return base - n
+	}
+}
+
+func reportURL(base, feed string, ts int64) string {
+	return base + "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
+}
+
+// isDialError reports whether err is a refused connection: the request never
+// reached the server.
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// validAnswer checks that an answer is a complete 200 with a JSON body.
+func validAnswer(resp *http.Response, body []byte, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	case !json.Valid(body):
+		return fmt.Errorf("a 200 whose body is not JSON (%d bytes)", len(body))
+	}
+	return nil
+}

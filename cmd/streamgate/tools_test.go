@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/config"
+)
+
+// runTool runs the binary to completion with args and extra environment.
+func runTool(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("running streamgate %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+func writeFile(t testing.TB, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	return path
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	bad := writeFile(t, "bad.yaml", invalidConfig)
+	good := writeFile(t, "good.yaml", testConfig{}.String())
+	cases := []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   []string
+		stderr   []string
+		noStderr []string
+	}{
+		{name: "a good file", args: []string{"check", "-config", good}, code: 0,
+			stdout: []string{"ok (2 networks, 2 teams)"}},
+		{name: "every problem of a bad file at once", args: []string{"check", "-config", bad}, code: 1,
+			stderr: []string{
+				"line 2: cannot unmarshal", // shutdown_timeout: soon
+				"teams[0].name:",           // spaces
+				`teams[0].networks[0]: no network named "nowhere"`,
+				"teams[0].keys[0].secret: too short",
+			},
+			noStderr: []string{"tooShort42"}},
+		{name: "a missing file", args: []string{"check", "-config", filepath.Join(t.TempDir(), "none.yaml")}, code: 1,
+			stderr: []string{"no such file"}},
+		{name: "no -config", args: []string{"check"}, code: 2, stderr: []string{"-config FILE is required"}},
+		{name: "serve refuses a bad file", args: []string{"-config", bad}, code: 1,
+			stderr: []string{`no network named "nowhere"`}, noStderr: []string{"tooShort42"}},
+		{name: "-watch needs a file", args: []string{"-watch"}, code: 2, stderr: []string{"-watch needs -config"}},
+		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: []string{"unknown command"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, code := runTool(t, nil, c.args...)
+			assert.Equal(t, c.code, code, "exit status; stderr:\n%s", stderr)
+			for _, s := range c.stdout {
+				assert.Contains(t, stdout, s)
+			}
+			for _, s := range c.stderr {
+				assert.Contains(t, stderr, s)
+			}
+			for _, s := range c.noStderr {
+				assert.NotContains(t, stderr, s)
+			}
+		})
+	}
+}
+
+// TestKeygen checks the shape of a new key and that a configuration
+// accepts it.
+func TestKeygen(t *testing.T) {
+	t.Parallel()
+	re := regexp.MustCompile(`^id: ([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})\nsecret: ([0-9a-f]{64})\n$`)
+	first, _, code := runTool(t, nil, "keygen")
+	require.Equal(t, 0, code)
+	m := re.FindStringSubmatch(first)
+	require.NotNil(t, m, "keygen printed %q", first)
+	second, _, _ := runTool(t, nil, "keygen")
+	assert.NotEqual(t, first, second, "two keys alike")
+
+	cfg := testConfig{extra: fmt.Sprintf("  - name: new\n    networks: [mainnet]\n    feeds: [\"*\"]\n    keys: [{id: %s, secret: %s}]\n", m[1], m[2])}
+	stdout, stderr, code := runTool(t, nil, "check", "-config", writeFile(t, "c.yaml", cfg.String()))
+	assert.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "3 teams")
+}
+
+// TestGet calls the running binary with "streamgate get".
+func TestGet(t *testing.T) {
+	p := start(t, testConfig{}.String(), []string{"mainnet", "testnet"})
+	base := p.net["mainnet"]
+	feed := feedIDs(t, base, 1)[0]
+	env := []string{"STREAMGATE_KEY=" + config.DemoKeyID, "STREAMGATE_SECRET=" + config.DemoKeySecret, "STREAMGATE_URL=" + base}
+
+	stdout, stderr, code := runTool(t, env, "get", "/api/v1/reports/latest?feedID="+feed)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "HTTP/1.1 200 OK")
+	assert.Regexp(t, `(?m)^X-Cache: (MISS|HIT|COALESCED)$`, stderr)
+	assert.True(t, strings.HasPrefix(stdout, "{\n  \"report\": {\n    \"feedID\": \""+feed), "pretty JSON:\n%s", stdout)
+	var doc struct {
+		Report struct{ FeedID string } `json:"report"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
+	assert.Equal(t, feed, doc.Report.FeedID)
+
+	stdout, stderr, code = runTool(t, nil, "get", "-anonymous", "-url", p.net["testnet"], "api/v1/discovery")
+	assert.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "\n  \"feeds\": [\n")
+
+	// A refusal is printed and exits 1.
+	_, stderr, code = runTool(t, []string{"STREAMGATE_SECRET=wrong-secret-0123456789"}, "get", "-url", base, "-key", config.DemoKeyID, "/api/v1/feeds")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "401 Unauthorized")
+	// No credentials at all: a usage error before any request.
+	_, stderr, code = runTool(t, []string{"STREAMGATE_KEY=", "STREAMGATE_SECRET="}, "get", "-url", base, "/api/v1/feeds")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "a key and a secret are needed")
+}
