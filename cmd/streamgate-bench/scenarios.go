@@ -621,7 +621,7 @@ func scenarioLoad(ctx context.Context, o *options) error {
 		}
 		return c
 	}
-	fmt.Fprintf(o.out, "load: %s, mix %s, %d streams, bulk of %d, %d clients, %v\n",
+	fmt.Fprintf(o.out, "load: %s, mix %s, %d streams, bulk of %d, %d clients, %v (cpu/req is this client's alone)\n",
 		strings.Join(o.targets, " "), o.mix, len(feeds), bulk, o.conc, o.dur)
 	l := o.newLoad(client, "", []key{k}, st, next)
 	l.Bases = o.targets
