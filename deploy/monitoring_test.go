@@ -41,8 +41,10 @@ func registeredMetrics(t *testing.T) map[string]metric {
 	if _, err := ratelimit.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}
-	// Registered by cmd/streamgate (serve.go) next to the cache.
+	// Registered by cmd/streamgate (serve.go) next to the cache and the
+	// gateway.
 	rec.metrics["streamgate_cache_bytes"] = metric{}
+	rec.metrics["streamgate_ready"] = metric{}
 	return rec.metrics
 }
 

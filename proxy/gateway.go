@@ -66,7 +66,6 @@ type Gateway struct {
 	auditLog *zap.Logger
 	metrics  *Metrics
 	now      func() time.Time
-	listen   map[string][]string // listen address → networks
 }
 
 var _ http.Handler = (*network)(nil)
@@ -96,6 +95,7 @@ type teamPolicy struct {
 type network struct {
 	g       *Gateway
 	name    string
+	listen  string
 	hosts   []string
 	up      *upstream
 	org     *credential
@@ -120,7 +120,6 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		log:      deps.Logger,
 		metrics:  deps.Metrics,
 		now:      deps.Now,
-		listen:   map[string][]string{},
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
@@ -166,6 +165,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		n := &network{
 			g:       g,
 			name:    name,
+			listen:  nc.Listen,
 			hosts:   nc.Hosts,
 			maxBulk: nc.Upstream.MaxBulk,
 			org:     &credential{key: nc.Upstream.APIKey, secret: []byte(nc.Upstream.Secret().Reveal())},
@@ -185,7 +185,6 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		n.rp = n.reverseProxy(base, transport)
 		n.handler = observe(name, g.log, g.metrics, n)
 		g.networks[name] = n
-		g.listen[nc.Listen] = append(g.listen[nc.Listen], name)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -245,8 +244,9 @@ func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
 }
 
 // Reload applies the teams, keys, limits and lifetimes of cfg. Listeners,
-// networks and upstreams are fixed at start; changes to them are reported
-// in the returned error and need a restart, the rest still takes effect.
+// networks and upstreams are fixed at start and not changed by a reload;
+// telling the operator so is the caller's business. An invalid cfg is
+// refused, and the configuration in force stays.
 func (g *Gateway) Reload(cfg *config.Config) error {
 	pol, err := buildPolicy(cfg, g.now)
 	if err != nil {
@@ -258,15 +258,6 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		pol.verifier = old.verifier
 	}
 	g.pol.Store(pol)
-	var fixed []string
-	for _, name := range cfg.NetworkNames() {
-		if _, ok := g.networks[name]; !ok {
-			fixed = append(fixed, "new network "+name)
-		}
-	}
-	if len(fixed) > 0 {
-		return fmt.Errorf("proxy: reloaded teams and limits; needs a restart: %s", strings.Join(fixed, ", "))
-	}
 	return nil
 }
 
@@ -280,23 +271,42 @@ func (g *Gateway) Handler(name string) http.Handler {
 	return nil
 }
 
-// Listeners returns a handler per listen address. Where several networks
-// share an address, requests are routed by their Host name.
-func (g *Gateway) Listeners() map[string]http.Handler {
-	out := make(map[string]http.Handler, len(g.listen))
-	for addr, names := range g.listen {
-		if len(names) == 1 {
-			out[addr] = g.networks[names[0]].handler
+// Listener is one address to listen on and what it serves.
+type Listener struct {
+	Addr     string   // the configured listen address
+	Networks []string // the networks served there, sorted
+	Handler  http.Handler
+}
+
+// Listeners returns the listeners to open, sorted by address. Networks that
+// share a listen address share a listener, where requests are routed by
+// their Host name; a network on port 0 (any free port) has a listener of
+// its own, since a free port is never shared.
+func (g *Gateway) Listeners() []Listener {
+	var out []Listener
+	byAddr := map[string][]string{}
+	for _, name := range g.Networks() {
+		addr := g.networks[name].listen
+		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+			out = append(out, Listener{Addr: addr, Networks: []string{name}, Handler: g.networks[name].handler})
 			continue
 		}
-		hosts := map[string]http.Handler{}
-		for _, name := range names {
-			for _, h := range g.networks[name].hosts {
-				hosts[strings.ToLower(h)] = g.networks[name].handler
-			}
-		}
-		out[addr] = hostRouter(hosts)
+		byAddr[addr] = append(byAddr[addr], name)
 	}
+	for addr, names := range byAddr {
+		l := Listener{Addr: addr, Networks: names, Handler: g.networks[names[0]].handler}
+		if len(names) > 1 {
+			hosts := map[string]http.Handler{}
+			for _, name := range names {
+				for _, h := range g.networks[name].hosts {
+					hosts[strings.ToLower(h)] = g.networks[name].handler
+				}
+			}
+			l.Handler = hostRouter(hosts)
+		}
+		out = append(out, l)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out
 }
 

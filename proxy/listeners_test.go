@@ -29,7 +29,8 @@ func TestSharedListener(t *testing.T) {
 	}})
 	listeners := env.Gateway.Listeners()
 	require.Len(t, listeners, 1)
-	srv := httptest.NewServer(listeners["127.0.0.1:7000"])
+	assert.Equal(t, proxy.Listener{Addr: "127.0.0.1:7000", Networks: []string{"mainnet", "testnet"}}, proxy.Listener{Addr: listeners[0].Addr, Networks: listeners[0].Networks})
+	srv := httptest.NewServer(listeners[0].Handler)
 	t.Cleanup(srv.Close)
 
 	for host, want := range map[string]string{"mainnet.streams.internal": "mainnet", "TESTNET.streams.internal:7000": "testnet"} {
@@ -129,4 +130,15 @@ func TestReload(t *testing.T) {
 	assert.Error(t, env.Gateway.Reload(&bad), "an invalid configuration is refused")
 	resp, _ = newKey.Get(t, env.Mainnet, "/api/v1/feeds?hidden=true")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "and the one in force stays")
+}
+
+func TestListenersOnFreePorts(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+		c.Networks["mainnet"].Listen = "127.0.0.1:0"
+		c.Networks["testnet"].Listen = "127.0.0.1:0"
+	}})
+	ls := env.Gateway.Listeners()
+	require.Len(t, ls, 2, "a free port is never shared")
+	assert.Equal(t, []string{"mainnet"}, ls[0].Networks)
+	assert.Equal(t, []string{"testnet"}, ls[1].Networks)
 }

@@ -156,6 +156,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		{"streamgate_auth_failures_total", dto.MetricType_COUNTER, []string{"network", "reason"}},
 		{"streamgate_client_clock_skew_seconds", dto.MetricType_HISTOGRAM, nil},
 		{"streamgate_cache_bytes", dto.MetricType_GAUGE, nil},
+		{"streamgate_ready", dto.MetricType_GAUGE, nil},
 	}
 	for _, w := range want {
 		fam := fams[w.name]
@@ -197,6 +198,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		{"streamgate_auth_failures_total", map[string]string{"network": "mainnet", "reason": "bad_signature"}},
 		{"streamgate_client_clock_skew_seconds", nil},
 		{"streamgate_cache_bytes", nil},
+		{"streamgate_ready", nil},
 	} {
 		v, ok := sample(fams, c.name, c.labels)
 		assert.True(t, ok && v > 0, "%s%v: got %v (present: %v)", c.name, c.labels, v, ok)

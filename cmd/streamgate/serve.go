@@ -60,6 +60,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	if demo {
 		cfg = config.Default()
+		// The research team reads the simulator's restricted streams only,
+		// to show an entitlement at work.
+		cfg.Team(config.ResearchTeam).Feeds = simulator.RestrictedStreams()
 	} else {
 		fileSum, _ = sumFile(*path)
 		if cfg, err = config.Load(*path); err != nil {
@@ -135,6 +138,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer limits.Close()
 
+	var draining atomic.Bool // set when SIGTERM arrives: /readyz answers 503
 	gw, err := proxy.New(cfg, proxy.Deps{
 		Cache:   store,
 		Limiter: limits.limiter,
@@ -148,19 +152,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
+	}, func() float64 {
+		if gw.Ready() && !draining.Load() {
+			return 1
+		}
+		return 0
+	}))
+
 	bound := map[string]string{} // network name, or "admin" → the address bound
-	for _, b := range bindings(cfg, gw) {
-		ln, err := net.Listen("tcp", b.addr)
+	for _, b := range gw.Listeners() {
+		ln, err := net.Listen("tcp", b.Addr)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("listening on %s: %w", b.addr, err)
+			return fmt.Errorf("listening on %s: %w", b.Addr, err)
 		}
 		listeners = append(listeners, ln)
-		for _, name := range b.networks {
+		for _, name := range b.Networks {
 			bound[name] = ln.Addr().String()
 		}
 		srv := &http.Server{
-			Handler:           b.handler,
+			Handler:           b.Handler,
 			ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 			IdleTimeout:       cfg.Server.IdleTimeout,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
@@ -168,11 +181,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("listener stopped", zap.String("addr", b.addr), zap.Error(err))
+				log.Error("listener stopped", zap.String("addr", b.Addr), zap.Error(err))
 			}
 		}()
 	}
-	var draining atomic.Bool // set when SIGTERM arrives: /readyz answers 503
 	var admin *http.Server
 	if cfg.Server.AdminListen != "" {
 		ln, err := net.Listen("tcp", cfg.Server.AdminListen)
@@ -308,45 +320,6 @@ func shutdown(ctx context.Context, servers []*http.Server) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// binding is one listener: its address and what it serves.
-type binding struct {
-	addr     string
-	networks []string
-	handler  http.Handler
-}
-
-// bindings lists the listeners to open. Networks that share a listen
-// address share a listener, routed by Host; a network on port 0 gets a
-// listener of its own, since a free port is never shared.
-func bindings(cfg *config.Config, gw *proxy.Gateway) []binding {
-	var out []binding
-	byAddr := map[string][]string{}
-	for _, name := range gw.Networks() {
-		addr := cfg.Networks[name].Listen
-		if anyPort(addr) {
-			out = append(out, binding{addr: addr, networks: []string{name}, handler: gw.Handler(name)})
-			continue
-		}
-		byAddr[addr] = append(byAddr[addr], name)
-	}
-	shared := gw.Listeners()
-	addrs := make([]string, 0, len(byAddr))
-	for addr := range byAddr {
-		addrs = append(addrs, addr)
-	}
-	sort.Strings(addrs)
-	for _, addr := range addrs {
-		out = append(out, binding{addr: addr, networks: byAddr[addr], handler: shared[addr]})
-	}
-	return out
-}
-
-// anyPort reports whether a listen address asks for any free port.
-func anyPort(addr string) bool {
-	_, port, err := net.SplitHostPort(addr)
-	return err == nil && port == "0"
 }
 
 // restartSettings returns the settings that a reload does not change, by
