@@ -30,7 +30,7 @@ type Key struct {
 type Principal struct {
 	KeyID   string
 	Team    *Team
-	secrets [][]byte
+	secrets []*macPool
 }
 
 // UsesNetwork reports whether the team may call network.
@@ -96,7 +96,7 @@ func NewKeyStore(teams []Team) (*KeyStore, error) {
 			}
 			p := &Principal{KeyID: k.ID, Team: tp}
 			for _, s := range k.Secrets {
-				p.secrets = append(p.secrets, []byte(s))
+				p.secrets = append(p.secrets, newMACPool([]byte(s)))
 			}
 			ks.keys[k.ID] = p
 		}

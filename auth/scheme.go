@@ -11,8 +11,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -40,6 +42,7 @@ type Credentials struct {
 	Timestamp int64  // Unix milliseconds, as sent
 	Signature []byte // decoded HMAC
 	rawTS     string // the timestamp exactly as sent; it is part of the signed string
+	sig       [sha256.Size]byte
 }
 
 // BodyHash returns the lowercase hex SHA-256 of body.
@@ -54,8 +57,14 @@ func BodyHash(body []byte) string {
 // Signature returns the raw HMAC-SHA256, keyed with secret, of the signed
 // string "METHOD pathWithQuery bodyHash apiKey timestamp".
 func Signature(secret []byte, method, pathWithQuery, bodyHash, apiKey, timestamp string) []byte {
-	m := hmac.New(sha256.New, secret)
-	buf := make([]byte, 0, len(method)+len(pathWithQuery)+len(bodyHash)+len(apiKey)+len(timestamp)+4)
+	out, _ := sum(hmac.New(sha256.New, secret), nil, nil, method, pathWithQuery, bodyHash, apiKey, timestamp)
+	return out
+}
+
+// sum writes the signed string, built in buf, to the keyed, reset mac and
+// appends its sum to dst. It returns the sum and buf, for reuse.
+func sum(mac hash.Hash, dst, buf []byte, method, pathWithQuery, bodyHash, apiKey, timestamp string) ([]byte, []byte) {
+	buf = buf[:0]
 	buf = append(buf, method...)
 	buf = append(buf, ' ')
 	buf = append(buf, pathWithQuery...)
@@ -65,8 +74,38 @@ func Signature(secret []byte, method, pathWithQuery, bodyHash, apiKey, timestamp
 	buf = append(buf, apiKey...)
 	buf = append(buf, ' ')
 	buf = append(buf, timestamp...)
-	m.Write(buf)
-	return m.Sum(nil)
+	mac.Write(buf)
+	return mac.Sum(dst), buf
+}
+
+// macPool keeps HMAC states keyed with one secret, so that verifying does
+// not key SHA-256 afresh for every request. Safe for concurrent use.
+type macPool struct{ pool sync.Pool }
+
+// pooledMAC is an HMAC state and a buffer for the signed string.
+type pooledMAC struct {
+	mac hash.Hash
+	buf []byte
+}
+
+func newMACPool(secret []byte) *macPool {
+	key := append([]byte(nil), secret...)
+	return &macPool{pool: sync.Pool{New: func() any {
+		return &pooledMAC{mac: hmac.New(sha256.New, key), buf: make([]byte, 0, 256)}
+	}}}
+}
+
+// valid reports, in constant time, whether c carries the signature of method
+// and requestURI under the pool's secret.
+func (p *macPool) valid(c *Credentials, method, requestURI, bodyHash string) bool {
+	m := p.pool.Get().(*pooledMAC)
+	m.mac.Reset()
+	var out [sha256.Size]byte
+	var want []byte
+	want, m.buf = sum(m.mac, out[:0], m.buf, method, requestURI, bodyHash, c.KeyID, c.rawTS)
+	ok := hmac.Equal(want, c.Signature)
+	p.pool.Put(m)
+	return ok
 }
 
 // SignatureHex is Signature in lowercase hex, as sent on the wire.
@@ -91,11 +130,26 @@ func HasCredentials(h http.Header) bool {
 	return h.Get(HeaderAuthorization) != "" || h.Get(HeaderTimestamp) != "" || h.Get(HeaderSignature) != ""
 }
 
+// The headers in canonical form, to read an http.Header without
+// canonicalising (and allocating) on every request.
+var (
+	canonAuthorization = http.CanonicalHeaderKey(HeaderAuthorization)
+	canonTimestamp     = http.CanonicalHeaderKey(HeaderTimestamp)
+	canonSignature     = http.CanonicalHeaderKey(HeaderSignature)
+)
+
+func first(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // ParseCredentials reads the authentication headers. It returns
 // ErrMissingHeaders when any is absent and ErrMalformedHeaders when the
 // timestamp is not a decimal integer or the signature is not 64 hex digits.
 func ParseCredentials(h http.Header) (Credentials, error) {
-	key, ts, sig := h.Get(HeaderAuthorization), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	key, ts, sig := first(h, canonAuthorization), first(h, canonTimestamp), first(h, canonSignature)
 	if key == "" || ts == "" || sig == "" {
 		return Credentials{}, ErrMissingHeaders
 	}
@@ -109,11 +163,12 @@ func ParseCredentials(h http.Header) (Credentials, error) {
 	if len(sig) != 2*sha256.Size {
 		return Credentials{}, ErrMalformedHeaders
 	}
-	raw, err := hex.DecodeString(sig)
-	if err != nil {
+	c := Credentials{KeyID: key, Timestamp: millis, rawTS: ts}
+	if _, err := hex.Decode(c.sig[:], []byte(sig)); err != nil {
 		return Credentials{}, ErrMalformedHeaders
 	}
-	return Credentials{KeyID: key, Timestamp: millis, Signature: raw, rawTS: ts}, nil
+	c.Signature = c.sig[:]
+	return c, nil
 }
 
 // Valid reports, in constant time, whether c carries the signature of method

@@ -107,7 +107,7 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 	}
 	valid := false
 	for _, s := range p.secrets {
-		if c.Valid(s, r.Method, uri, EmptyBodyHash) {
+		if s.valid(&c, r.Method, uri, EmptyBodyHash) {
 			valid = true
 			break
 		}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -39,11 +38,9 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	}
 	ctx := r.Context()
 	cred := n.credentialFor(p.Team.Name)
-	for _, f := range feeds {
-		if err := n.entitled(ctx, p, cred, f); err != nil {
-			writeError(w, err)
-			return
-		}
+	if err := n.entitled(ctx, p, cred, feeds...); err != nil {
+		writeError(w, err)
+		return
 	}
 	n.audit(r, p, "bulk", feeds...)
 
@@ -181,9 +178,7 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		for _, f := range feeds {
 			key := cache.ReportKey(n.name, cred.scope, f, ts)
 			if rep, ok := reports[f]; ok {
-				body := make([]byte, 0, len(rep)+13)
-				body = append(append(append(body, `{"report":`...), rep...), "}\n"...)
-				n.g.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
+				n.g.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
 			} else if negTTL > 0 {
 				n.g.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
 			}
@@ -231,21 +226,10 @@ func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, err
 	return out, nil
 }
 
-// reportPayload returns the report record inside a {"report": …} body.
+// reportPayload returns the record of a stored report (see reportBody).
 func reportPayload(body []byte) []byte {
-	const prefix = `{"report":`
-	b := bytes.TrimRight(body, " \t\r\n")
-	if bytes.HasPrefix(b, []byte(prefix)) && len(b) > len(prefix)+1 && b[len(b)-1] == '}' {
-		inner := bytes.TrimSpace(b[len(prefix) : len(b)-1])
-		if len(inner) > 1 && inner[0] == '{' && json.Valid(inner) {
-			return inner
-		}
+	if len(body) < len(reportPrefix)+len(reportSuffix) || string(body[:len(reportPrefix)]) != reportPrefix {
+		return nil // never stored by this package
 	}
-	var doc struct {
-		Report json.RawMessage `json:"report"`
-	}
-	if json.Unmarshal(body, &doc) != nil {
-		return nil
-	}
-	return doc.Report
+	return body[len(reportPrefix) : len(body)-len(reportSuffix)]
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"streamgate/auth"
@@ -43,11 +44,22 @@ type parsedView struct {
 type catalogs struct {
 	mu     sync.Mutex
 	parsed map[string]*parsedView // by cache key
+
+	// orgHidden is the organisation's hidden view, which every report
+	// request consults for the streams that exist; while it is fresh it is
+	// used without a cache lookup.
+	orgHidden atomic.Pointer[parsedView]
 }
 
 // view returns the parsed catalog view for cred (nil for anonymous), from
 // the cache or the upstream.
 func (n *network) view(ctx context.Context, view catalogView, cred *credential) (*parsedView, cache.Outcome, error) {
+	hot := view == viewHidden && cred == n.org
+	if hot {
+		if pv := n.cat.orgHidden.Load(); pv != nil && n.g.now().Before(pv.entry.Expires) {
+			return pv, cache.Hit, nil
+		}
+	}
 	pol := n.g.policy()
 	scope := ""
 	if cred != nil {
@@ -105,6 +117,9 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 		n.cat.parsed[key] = pv
 		n.cat.mu.Unlock()
 	}
+	if hot {
+		n.cat.orgHidden.Store(pv)
+	}
 	return pv, outcome, nil
 }
 
@@ -131,17 +146,19 @@ func parseView(body []byte) (*parsedView, error) {
 	return pv, nil
 }
 
-// known reports whether feedID exists among the streams cred reaches. When
-// the catalog cannot be had, it answers true: the upstream then decides, at
-// the cost of one call, rather than refusing every report while the catalog
-// is down.
-func (n *network) known(ctx context.Context, cred *credential, feedID string) bool {
+// knownStreams returns whether a stream exists among those cred reaches.
+// When the catalog cannot be had, it answers true: the upstream then
+// decides, at the cost of one call, rather than every report being refused
+// while the catalog is down.
+func (n *network) knownStreams(ctx context.Context, cred *credential) func(feedID string) bool {
 	pv, _, err := n.view(ctx, viewHidden, cred)
 	if err != nil {
-		return true
+		return func(string) bool { return true }
 	}
-	_, ok := pv.ids[feedID]
-	return ok
+	return func(id string) bool {
+		_, ok := pv.ids[id]
+		return ok
+	}
 }
 
 // serveDiscovery answers GET /api/v1/discovery from a cached view, filtered

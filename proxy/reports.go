@@ -25,9 +25,17 @@ type reportDoc struct {
 
 // entitled refuses, before any upstream call, a stream the team may not read
 // or that the credential's catalog does not hold.
-func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedID string) error {
-	if !p.Team.MayRead(feedID) || !n.known(ctx, cred, feedID) {
-		return errForbidden
+func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...string) error {
+	for _, id := range feedIDs {
+		if !p.Team.MayRead(id) {
+			return errForbidden
+		}
+	}
+	known := n.knownStreams(ctx, cred)
+	for _, id := range feedIDs {
+		if !known(id) {
+			return errForbidden
+		}
 	}
 	return nil
 }
@@ -63,10 +71,11 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		now := n.g.now()
 		switch resp.status {
 		case http.StatusOK:
-			if _, err := n.checkReport(resp.body, "reports", feed); err != nil {
+			_, body, err := n.checkReport(resp.body, "reports", feed)
+			if err != nil {
 				return nil, err
 			}
-			return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil
+			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
 		case http.StatusNotFound:
 			return n.negative(now, resp), nil
 		}
@@ -101,14 +110,14 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		if resp.status != http.StatusOK {
 			return nil, passOn(resp)
 		}
-		doc, err := n.checkReport(resp.body, "latest", feed)
+		doc, body, err := n.checkReport(resp.body, "latest", feed)
 		if err != nil {
 			return nil, err
 		}
 		now := n.g.now()
 		n.g.cache.Set(cache.ReportKey(n.name, cred.scope, feed, doc.ObservationsTimestamp),
-			&cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now})
-		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now, Expires: now.Add(ttl), NoStore: ttl <= 0}, nil
+			&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
+		return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(ttl), NoStore: ttl <= 0}, nil
 	})
 	n.answer(w, r, "latest", outcome, e, err)
 }
@@ -170,10 +179,8 @@ func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Prin
 			}
 			last = rd.ObservationsTimestamp
 			// Each report of the page is also the report at its timestamp.
-			body := make([]byte, 0, len(raw)+12)
-			body = append(append(append(body, `{"report":`...), raw...), "}\n"...)
 			n.g.cache.Set(cache.ReportKey(n.name, cred.scope, feed, rd.ObservationsTimestamp),
-				&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
+				&cache.Entry{Status: http.StatusOK, Body: reportBody(raw), Stored: now})
 		}
 		complete := (limit > 0 && len(doc.Reports) == limit) ||
 			(last >= 0 && time.Unix(last, 0).Add(pageSettle).Before(now))
@@ -196,15 +203,32 @@ func (n *network) negative(now time.Time, resp *upstreamResponse) *cache.Entry {
 
 // checkReport parses a {"report": …} body and refuses one that is not of the
 // stream asked for: such an answer is an upstream error, never a cache entry.
-func (n *network) checkReport(body []byte, endpoint, feed string) (*reportDoc, error) {
+// It returns the body in the form every stored report has (see reportBody).
+func (n *network) checkReport(body []byte, endpoint, feed string) (*reportDoc, []byte, error) {
 	var doc struct {
-		Report *reportDoc `json:"report"`
+		Report json.RawMessage `json:"report"`
 	}
-	if err := json.Unmarshal(body, &doc); err != nil || doc.Report == nil || normalFeedID(doc.Report.FeedID) != feed {
+	var rd reportDoc
+	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Report) == 0 ||
+		json.Unmarshal(doc.Report, &rd) != nil || normalFeedID(rd.FeedID) != feed {
 		n.g.metrics.integrity(n.name, endpoint)
-		return nil, errBadUpstream
+		return nil, nil, errBadUpstream
 	}
-	return doc.Report, nil
+	return &rd, reportBody(doc.Report), nil
+}
+
+// The form of every stored report: {"report":<record>} and a newline, the
+// record exactly as the upstream sent it. Bulk answers cut the record out of
+// it without parsing again.
+const (
+	reportPrefix = `{"report":`
+	reportSuffix = "}\n"
+)
+
+// reportBody wraps a report record checked by the caller.
+func reportBody(record []byte) []byte {
+	body := make([]byte, 0, len(reportPrefix)+len(record)+len(reportSuffix))
+	return append(append(append(body, reportPrefix...), record...), reportSuffix...)
 }
 
 // answer writes a cached or fetched entry, or the error that replaced it.
