@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,24 +26,17 @@ var noReportBody = []byte(`{"error":"no report for this stream at this timestamp
 // answers fill the per-stream entries. The response is 206 when any stream
 // has no report at the timestamp.
 func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	q := r.URL.Query()
-	feeds, err := parseFeedIDs(q)
-	if err != nil {
-		writeError(w, err)
+	rq, ok := n.readQuery(w, r, p, "bulk", func(q url.Values, rq *reportQuery) (err error) {
+		if rq.feeds, err = parseFeedIDs(q); err != nil {
+			return err
+		}
+		rq.ts, err = parseTimestamp(q, "timestamp")
+		return err
+	})
+	if !ok {
 		return
 	}
-	ts, err := parseTimestamp(q, "timestamp")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx := r.Context()
-	cred := n.credentialFor(p.Team.Name)
-	if err := n.entitled(ctx, p, cred, feeds...); err != nil {
-		writeError(w, err)
-		return
-	}
-	n.audit(r, p, "bulk", feeds...)
+	ctx, feeds, ts, cred := r.Context(), rq.feeds, rq.ts, rq.cred
 
 	found := make([][]byte, len(feeds)) // the report record of each stream, nil when none
 	var missing []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -40,26 +41,56 @@ func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credent
 	return nil
 }
 
+// reportQuery is a report request, validated and admitted.
+type reportQuery struct {
+	feeds []string // one, but for bulk
+	ts    int64    // timestamp, or startTimestamp of a page
+	limit int      // page size; 0 when absent
+	cred  *credential
+}
+
+// readQuery validates a report request with parse, checks the team may read
+// its streams and that they exist, and writes the audit line. On failure it
+// answers the client and reports false: nothing has reached the upstream.
+func (n *network) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string,
+	parse func(url.Values, *reportQuery) error) (reportQuery, bool) {
+	var rq reportQuery
+	if err := parse(r.URL.Query(), &rq); err != nil {
+		writeError(w, err)
+		return rq, false
+	}
+	rq.cred = n.credentialFor(p.Team.Name)
+	if err := n.entitled(r.Context(), p, rq.cred, rq.feeds...); err != nil {
+		writeError(w, err)
+		return rq, false
+	}
+	n.audit(r, p, endpoint, rq.feeds...)
+	return rq, true
+}
+
+// oneFeed reads feedID, and then the timestamp parameter named ts, if any.
+func oneFeed(ts string) func(url.Values, *reportQuery) error {
+	return func(q url.Values, rq *reportQuery) error {
+		feed, err := parseFeedID(q, "feedID")
+		if err != nil {
+			return err
+		}
+		rq.feeds = []string{feed}
+		if ts != "" {
+			rq.ts, err = parseTimestamp(q, ts)
+		}
+		return err
+	}
+}
+
 // serveReport answers GET /api/v1/reports: the report of one stream at a
 // timestamp, immutable once fetched.
 func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	q := r.URL.Query()
-	feed, err := parseFeedID(q, "feedID")
-	if err != nil {
-		writeError(w, err)
+	rq, ok := n.readQuery(w, r, p, "reports", oneFeed("timestamp"))
+	if !ok {
 		return
 	}
-	ts, err := parseTimestamp(q, "timestamp")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	cred := n.credentialFor(p.Team.Name)
-	if err := n.entitled(r.Context(), p, cred, feed); err != nil {
-		writeError(w, err)
-		return
-	}
-	n.audit(r, p, "reports", feed)
+	feed, ts, cred := rq.feeds[0], rq.ts, rq.cred
 	key := cache.ReportKey(n.name, cred.scope, feed, ts)
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	e, outcome, err := n.g.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
@@ -88,17 +119,11 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 // for latest_ttl. The report it fetches is also stored as the report at its
 // own timestamp, which never changes.
 func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	feed, err := parseFeedID(r.URL.Query(), "feedID")
-	if err != nil {
-		writeError(w, err)
+	rq, ok := n.readQuery(w, r, p, "latest", oneFeed(""))
+	if !ok {
 		return
 	}
-	cred := n.credentialFor(p.Team.Name)
-	if err := n.entitled(r.Context(), p, cred, feed); err != nil {
-		writeError(w, err)
-		return
-	}
-	n.audit(r, p, "latest", feed)
+	feed, cred := rq.feeds[0], rq.cred
 	ttl := n.g.policy().latestTTL
 	key := cache.LatestKey(n.name, cred.scope, feed)
 	e, outcome, err := n.g.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
@@ -125,28 +150,18 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 // servePage answers GET /api/v1/reports/page. A page is kept when it can no
 // longer change: it is full, or its last report settled in the past.
 func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	q := r.URL.Query()
-	feed, err := parseFeedID(q, "feedID")
-	if err != nil {
-		writeError(w, err)
+	rq, ok := n.readQuery(w, r, p, "page", func(q url.Values, rq *reportQuery) error {
+		if err := oneFeed("startTimestamp")(q, rq); err != nil {
+			return err
+		}
+		var err error
+		rq.limit, err = parseLimit(q)
+		return err
+	})
+	if !ok {
 		return
 	}
-	start, err := parseTimestamp(q, "startTimestamp")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	limit, err := parseLimit(q)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	cred := n.credentialFor(p.Team.Name)
-	if err := n.entitled(r.Context(), p, cred, feed); err != nil {
-		writeError(w, err)
-		return
-	}
-	n.audit(r, p, "page", feed)
+	feed, start, limit, cred := rq.feeds[0], rq.ts, rq.limit, rq.cred
 	target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(start, 10)
 	if limit > 0 {
 		target += "&limit=" + strconv.Itoa(limit)
