@@ -411,7 +411,7 @@ func counterValue(t *testing.T, env *proxytest.Env, name string, labels ...strin
 	return 0
 }
 
-// CatalogDifferential runs random filter combinations against the
+// TestCatalogDifferential runs 2000 random filter combinations against the
 // simulator directly and through the gateway: the gateway filters its
 // cached views locally and must give the upstream's answer, for anonymous
 // callers, signed ones, and with hidden=true.
@@ -484,7 +484,7 @@ func TestCatalogDifferential(t *testing.T) {
 		}
 		return q.Encode()
 	}
-	const rounds = 600
+	const rounds = 2000
 	before := discoveryCalls(env)
 	for i := range rounds {
 		target := "/api/v1/discovery?" + query()
