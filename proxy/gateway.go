@@ -45,8 +45,10 @@ type Deps struct {
 	// Transport makes upstream calls. If nil, a clone of
 	// http.DefaultTransport tuned for one busy upstream host is used.
 	Transport http.RoundTripper
-	// Logger receives access and error logs. If nil, nothing is logged.
+	// Logger receives error and audit logs. If nil, nothing is logged.
 	Logger *zap.Logger
+	// AccessLog receives one line per request. If nil, Logger does.
+	AccessLog *zap.Logger
 	// Metrics records metrics. If nil, nothing is recorded.
 	Metrics *Metrics
 	// Now is the clock. If nil, time.Now.
@@ -125,6 +127,10 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		g.log = zap.NewNop()
 	}
 	g.auditLog = g.log.Named("audit")
+	accessLog := deps.AccessLog
+	if accessLog == nil {
+		accessLog = g.log
+	}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -183,7 +189,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			metrics: g.metrics,
 		}
 		n.rp = n.reverseProxy(base, transport)
-		n.handler = observe(name, g.log, g.metrics, n)
+		n.handler = observe(name, accessLog, g.metrics, n)
 		g.networks[name] = n
 	}
 	if len(errs) > 0 {
