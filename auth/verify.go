@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -51,6 +52,13 @@ type VerifierConfig struct {
 	// again: identical requests sent at once carry identical signatures.
 	// Zero refuses every repeat.
 	ReplayGrace time.Duration
+	// Shared, if non-nil, also records first uses where other replicas see
+	// them, so that a request accepted by one replica is a replay at
+	// another. Each verifier keeps its own record too, which alone decides
+	// while Shared fails.
+	Shared ReplayStore
+	// SharedFailed, if non-nil, is called with each error of Shared.
+	SharedFailed func(error)
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 }
@@ -58,9 +66,21 @@ type VerifierConfig struct {
 // Verifier authenticates requests against a KeyStore. It is safe for
 // concurrent use.
 type Verifier struct {
-	maxSkew time.Duration
-	now     func() time.Time
-	replay  *replayCache // nil when replay protection is off
+	maxSkew      time.Duration
+	now          func() time.Time
+	replay       *replayCache // nil when replay protection is off
+	shared       ReplayStore  // nil unless shared and replay protection is on
+	grace        time.Duration
+	sharedFailed func(error)
+}
+
+// ReplayStore records the first uses of signatures where several verifiers
+// (replicas) see them. Implementations are safe for concurrent use.
+type ReplayStore interface {
+	// FirstUse reports whether the signature sig of key may be used at now:
+	// it was not seen before, or was first seen less than grace ago. A first
+	// use is kept for at least ttl.
+	FirstUse(ctx context.Context, key string, sig []byte, now time.Time, ttl, grace time.Duration) (bool, error)
 }
 
 // NewVerifier returns a Verifier for cfg.
@@ -71,9 +91,10 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now}
+	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed}
 	if cfg.ReplayProtection {
 		v.replay = newReplayCache(2*cfg.MaxSkew, cfg.ReplayGrace)
+		v.shared = cfg.Shared
 	}
 	return v
 }
@@ -120,6 +141,17 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 	}
 	if v.replay != nil && !v.replay.firstUse(c.KeyID, c.Signature, now) {
 		return res, ErrReplay
+	}
+	if v.shared != nil {
+		ok, err := v.shared.FirstUse(r.Context(), c.KeyID, c.Signature, now, 2*v.maxSkew, v.grace)
+		switch {
+		case err != nil:
+			if v.sharedFailed != nil {
+				v.sharedFailed(err)
+			}
+		case !ok:
+			return res, ErrReplay
+		}
 	}
 	return res, nil
 }

@@ -42,6 +42,9 @@ type Deps struct {
 	// Budgets spend the upstream budget of each network, by network name.
 	// A network without one makes upstream calls without limit.
 	Budgets map[string]ratelimit.Budget
+	// ReplayStore, if non-nil, shares the record of signatures seen with
+	// the other replicas (see auth.VerifierConfig.Shared).
+	ReplayStore auth.ReplayStore
 	// Transport makes upstream calls. If nil, a clone of
 	// http.DefaultTransport tuned for one busy upstream host is used.
 	Transport http.RoundTripper
@@ -68,6 +71,19 @@ type Gateway struct {
 	auditLog *zap.Logger
 	metrics  *Metrics
 	now      func() time.Time
+
+	replayStore  auth.ReplayStore
+	replayLogged atomic.Int64 // Unix seconds of the last log line of a replay store failure
+}
+
+// replayStoreFailed counts a failure of the shared replay store and logs it
+// at most once a minute; the replica's own record decides meanwhile.
+func (g *Gateway) replayStoreFailed(err error) {
+	g.metrics.replayStoreError()
+	now := time.Now().Unix()
+	if last := g.replayLogged.Load(); now-last >= 60 && g.replayLogged.CompareAndSwap(last, now) {
+		g.log.Warn("shared replay record unavailable; each replica checks replays on its own meanwhile", zap.Error(err))
+	}
 }
 
 var _ http.Handler = (*network)(nil)
@@ -145,7 +161,8 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	pol, err := buildPolicy(cfg, g.now)
+	g.replayStore = deps.ReplayStore
+	pol, err := g.buildPolicy(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +218,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // buildPolicy parses the reloadable part of cfg.
-func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
+func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	pol := &policy{
 		teams:            map[string]*teamPolicy{},
 		anonymousCatalog: cfg.Auth.AnonymousCatalog,
@@ -211,7 +228,8 @@ func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
 		audit:            cfg.Log.Audit,
 		auth:             cfg.Auth,
 		verifier: auth.NewVerifier(auth.VerifierConfig{
-			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, ReplayGrace: cfg.Auth.ReplayGrace, Now: now,
+			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, ReplayGrace: cfg.Auth.ReplayGrace, Now: g.now,
+			Shared: g.replayStore, SharedFailed: g.replayStoreFailed,
 		}),
 	}
 	teams := make([]auth.Team, 0, len(cfg.Teams))
@@ -254,7 +272,7 @@ func buildPolicy(cfg *config.Config, now func() time.Time) (*policy, error) {
 // telling the operator so is the caller's business. An invalid cfg is
 // refused, and the configuration in force stays.
 func (g *Gateway) Reload(cfg *config.Config) error {
-	pol, err := buildPolicy(cfg, g.now)
+	pol, err := g.buildPolicy(cfg)
 	if err != nil {
 		return err
 	}

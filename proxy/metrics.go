@@ -24,6 +24,7 @@ type Metrics struct {
 	authFailures      *prometheus.CounterVec
 	clockSkew         prometheus.Histogram
 	integrityFailures *prometheus.CounterVec
+	replayStoreErrors prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -69,10 +70,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		integrityFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_upstream_integrity_failures_total", Help: "Upstream answers refused because they did not match the request, by network and endpoint.",
 		}, []string{"network", "endpoint"}),
+		replayStoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "streamgate_replay_store_errors_total", Help: "Failed checks of the replay record shared through Redis (the replica's own record decided).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
-			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures)
+			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
+			m.replayStoreErrors)
 	}
 	return m
 }
@@ -133,6 +138,12 @@ func (m *Metrics) authFailure(network, reason string) {
 func (m *Metrics) skew(d time.Duration) {
 	if m != nil {
 		m.clockSkew.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) replayStoreError() {
+	if m != nil {
+		m.replayStoreErrors.Inc()
 	}
 }
 

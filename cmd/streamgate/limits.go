@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/ratelimit"
 )
@@ -20,6 +21,16 @@ type limits struct {
 	quota   ratelimit.Quota
 	budgets map[string]ratelimit.Budget
 	client  *redis.Client
+}
+
+// replayStore shares the record of signatures seen through the same Redis
+// as the limits, so that a request accepted by one replica is a replay at
+// the others; nil with the memory backend.
+func (l *limits) replayStore() auth.ReplayStore {
+	if l.client == nil {
+		return nil
+	}
+	return auth.NewRedisReplay(l.client, "streamgate:replay:")
 }
 
 func (l *limits) Close() {

@@ -141,13 +141,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var draining atomic.Bool // set when SIGTERM arrives: /readyz answers 503
 	gw, err := proxy.New(cfg, proxy.Deps{
-		Cache:     store,
-		Limiter:   limits.limiter,
-		Quota:     limits.quota,
-		Budgets:   limits.budgets,
-		Logger:    log,
-		AccessLog: access,
-		Metrics:   metrics,
+		Cache:       store,
+		Limiter:     limits.limiter,
+		Quota:       limits.quota,
+		Budgets:     limits.budgets,
+		ReplayStore: limits.replayStore(),
+		Logger:      log,
+		AccessLog:   access,
+		Metrics:     metrics,
 	})
 	if err != nil {
 		closeAll()

@@ -1,0 +1,53 @@
+package proxy_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/proxy/proxytest"
+	"streamgate/ratelimit/redistest"
+)
+
+// TestReplayAcrossReplicas sends a request to one gateway and the same
+// signed request to another sharing its Redis: the second is a replay.
+func TestReplayAcrossReplicas(t *testing.T) {
+	url := redistest.Start(t)
+	replica := func() *proxytest.Env {
+		opts, err := redis.ParseURL(url)
+		require.NoError(t, err)
+		opts.MaxRetries, opts.DialerRetries = -1, 1
+		client := redis.NewClient(opts)
+		t.Cleanup(func() { client.Close() })
+		return proxytest.Start(t, proxytest.Options{
+			Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 },
+			Deps:   func(d *proxy.Deps) { d.ReplayStore = auth.NewRedisReplay(client, "streamgate:replay:") },
+		})
+	}
+	a, b := replica(), replica()
+	send := func(base string, req *http.Request) int {
+		out := req.Clone(req.Context())
+		var err error
+		out.URL, err = out.URL.Parse(base + "/api/v1/feeds")
+		require.NoError(t, err)
+		out.Host = ""
+		resp, err := http.DefaultClient.Do(out)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	req, err := proxytest.Demo().Request(t.Context(), a.Mainnet, "/api/v1/feeds")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, send(a.Mainnet, req))
+	assert.Equal(t, http.StatusUnauthorized, send(b.Mainnet, req), "accepted by one replica, a replay at another")
+
+	fresh, err := proxytest.Demo().Request(t.Context(), b.Mainnet, "/api/v1/feeds")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, send(b.Mainnet, fresh), "a request signed afresh passes")
+}
