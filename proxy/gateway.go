@@ -402,12 +402,13 @@ func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound)
 		return
 	}
-	if path == "/" && r.Method != http.MethodHead && r.Method != http.MethodGet {
-		writeError(w, errMethod)
-		return
-	}
-	known := path != "/" && path != "/api/v1/ws" && endpointOf(r) != "other"
-	if known && r.Method != http.MethodGet {
+	// The API is read-only: GET everywhere, HEAD on the root (origin
+	// discovery) and on pass-through paths. Upstream calls are signed over
+	// an empty body, so nothing with a body is forwarded.
+	switch known := path != "/" && path != "/api/v1/ws" && endpointOf(r) != "other"; {
+	case r.Method == http.MethodGet:
+	case r.Method == http.MethodHead && !known:
+	default:
 		writeError(w, errMethod)
 		return
 	}

@@ -346,13 +346,22 @@ func TestValidation(t *testing.T) {
 			assert.Equal(t, before, env.UpstreamCalls(), "bad input costs no upstream call")
 		})
 	}
-	t.Run("method", func(t *testing.T) {
-		req, _ := http.NewRequest(http.MethodPost, env.Mainnet+"/api/v1/reports/latest?feedID="+btc, nil)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
-	})
+	for _, m := range []struct{ method, path string }{
+		{http.MethodPost, "/api/v1/reports/latest?feedID=" + btc},
+		{http.MethodHead, "/api/v1/reports/latest?feedID=" + btc},
+		{http.MethodPost, "/api/v1/something-new"},
+		{http.MethodDelete, "/"},
+	} {
+		t.Run("method "+m.method+" "+m.path[:min(len(m.path), 24)], func(t *testing.T) {
+			before := env.UpstreamCalls()
+			req, _ := http.NewRequest(m.method, env.Mainnet+m.path, strings.NewReader("x"))
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+			assert.Equal(t, before, env.UpstreamCalls())
+		})
+	}
 }
 
 // TestCredentialsStayApart checks that the client's own credentials never go
