@@ -106,8 +106,8 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	pv := n.cat.parsed[key]
 	n.cat.mu.Unlock()
 	if pv == nil || pv.entry != e {
-		// Parsed by another replica of this entry's life (evicted and
-		// refilled, or parsed before a reload): parse again.
+		// The memo holds another entry's parse (a concurrent refresh
+		// replaced it, or the fill's parse was dropped): parse this one.
 		pv, err = parseView(e.Body)
 		if err != nil {
 			return nil, outcome, errBadUpstream

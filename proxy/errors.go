@@ -111,6 +111,5 @@ var (
 	errMethod      = errorf(http.StatusMethodNotAllowed, "method not allowed: the API answers GET")
 	errForbidden   = errorf(http.StatusUnauthorized, "stream not found or not permitted for this key")
 	errNetwork     = errorf(http.StatusUnauthorized, "this key may not use this network")
-	errNeedsAuth   = errorf(http.StatusBadRequest, "missing authentication headers: Authorization, X-Authorization-Timestamp and X-Authorization-Signature-SHA256 are required")
 	errBadUpstream = errorf(http.StatusBadGateway, "upstream answered with an invalid response")
 )

@@ -89,6 +89,16 @@ func RestrictedStreams() []string {
 	return out
 }
 
+// NetworkFor maps a gateway's network name to the simulator network that
+// stands in for its upstream: Testnet for names containing "test", else
+// Mainnet.
+func NetworkFor(name string) string {
+	if strings.Contains(name, "test") {
+		return Testnet
+	}
+	return Mainnet
+}
+
 // Default returns the configuration of a realistic simulator on the wall
 // clock: 24 h of history, 5 s skew, 10 requests per second with a burst of
 // 10, and two keys: OrgKeyID (everything, hidden streams included) and

@@ -101,7 +101,7 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 		cfg.Cache.LatestTTL = sc.LatestTTL
 	}
 	for _, name := range cfg.NetworkNames() {
-		url, err := s.listen(s.bulk.wrap(s.sim.Handler(simNetwork(name))), 10*time.Second, 0)
+		url, err := s.listen(s.bulk.wrap(s.sim.Handler(simulator.NetworkFor(name))), 10*time.Second, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -238,12 +238,4 @@ func benchLogger(level string) (*zap.Logger, error) {
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), lvl)
 	return zap.New(core), nil
-}
-
-// simNetwork maps a gateway network to the simulator's (as cmd/streamgate).
-func simNetwork(name string) string {
-	if strings.Contains(name, "test") {
-		return simulator.Testnet
-	}
-	return simulator.Mainnet
 }

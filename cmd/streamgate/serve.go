@@ -107,7 +107,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			listeners = append(listeners, ln)
-			srv := &http.Server{Handler: sim.Handler(simNetwork(name)), ReadHeaderTimeout: 10 * time.Second}
+			srv := &http.Server{Handler: sim.Handler(simulator.NetworkFor(name)), ReadHeaderTimeout: 10 * time.Second}
 			upstreamServers = append(upstreamServers, srv)
 			go srv.Serve(ln)
 			up := &cfg.Networks[name].Upstream
@@ -389,15 +389,6 @@ func embeddedNetworks(cfg *config.Config) []string {
 		}
 	}
 	return out
-}
-
-// simNetwork maps a network name to the simulator's network: testnet for
-// names containing "test", else mainnet.
-func simNetwork(name string) string {
-	if strings.Contains(name, "test") {
-		return simulator.Testnet
-	}
-	return simulator.Mainnet
 }
 
 // exampleFeed picks a live ETH/USD crypto stream of the simulator's mainnet
