@@ -72,6 +72,12 @@ type Network struct {
 	// Hosts are the Host names (no scheme, no port; lower-cased at load)
 	// routed to this network on a shared listener. Default none.
 	Hosts []string `yaml:"hosts" json:"hosts"`
+	// PassThrough lists extra paths under /api/v1/ that are forwarded to
+	// the upstream as they are (GET or HEAD, authenticated, re-signed with
+	// the organisation's credential, within the budget), for upstream
+	// endpoints the gateway does not know. Every other unknown path is 404
+	// at the gateway. Exact paths, without query. Default none.
+	PassThrough []string `yaml:"pass_through" json:"pass_through"`
 	// Upstream is the service this network's requests go to.
 	Upstream Upstream `yaml:"upstream" json:"upstream"`
 }

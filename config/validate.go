@@ -64,6 +64,7 @@ var (
 	teamNameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	keyIDRE       = regexp.MustCompile(`^[!-~]{1,128}$`) // printable ASCII, no space
 	hostRE        = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	passPathRE    = regexp.MustCompile(`^/api/v1(/[A-Za-z0-9_-]+)+$`)
 	feedIDRE      = regexp.MustCompile(`^0x[0-9a-fA-F]{64}$`)
 )
 
@@ -187,6 +188,11 @@ func (v *validator) networks(networks map[string]*Network) {
 		for i, h := range n.Hosts {
 			if !hostRE.MatchString(h) {
 				v.add(fmt.Sprintf("%s.hosts[%d]", p, i), "%q is not a host name (give it without scheme or port)", h)
+			}
+		}
+		for i, pt := range n.PassThrough {
+			if !passPathRE.MatchString(pt) {
+				v.add(fmt.Sprintf("%s.pass_through[%d]", p, i), "%q must be a path under /api/v1/ of letters, digits, '-', '_' and single slashes, without query (e.g. /api/v1/something)", pt)
 			}
 		}
 		v.upstream(p+".upstream", name, &n.Upstream)

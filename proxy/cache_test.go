@@ -93,7 +93,7 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 	// Max-age counts down with the view's age.
 	clock.Advance(100 * time.Second)
 	resp, _ = demo.Get(t, env.Mainnet, "/api/v1/discovery")
-	assert.Equal(t, "public, max-age=200", resp.Header.Get("Cache-Control"))
+	assert.Equal(t, "private, max-age=200", resp.Header.Get("Cache-Control"))
 	assert.Equal(t, "HIT", resp.Header.Get("X-Cache"))
 	assert.Equal(t, "100", resp.Header.Get("Age"))
 
@@ -102,14 +102,14 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 	clock.Advance(150 * time.Second)
 	resp, _ = demo.Get(t, env.Mainnet, "/api/v1/discovery")
 	assert.Equal(t, "HIT", resp.Header.Get("X-Cache"))
-	assert.Equal(t, "public, max-age=50", resp.Header.Get("Cache-Control"))
+	assert.Equal(t, "private, max-age=50", resp.Header.Get("Cache-Control"))
 	require.Eventually(t, func() bool {
 		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery) == 4
 	}, 5*time.Second, 10*time.Millisecond, "one background refresh")
 	require.Eventually(t, func() bool {
 		env.Cache.Wait()
 		resp, _ = demo.Get(t, env.Mainnet, "/api/v1/discovery")
-		return resp.Header.Get("Cache-Control") == "public, max-age=300"
+		return resp.Header.Get("Cache-Control") == "private, max-age=300"
 	}, 5*time.Second, 10*time.Millisecond, "the refreshed view has a new lifetime")
 	assert.Equal(t, int64(4), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery), "and no further fetch")
 }
@@ -132,7 +132,7 @@ func TestCatalogStaleIfError(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the last good copy is served while the upstream fails")
 	assert.Equal(t, "STALE", resp.Header.Get("X-Cache"))
 	assert.NotEmpty(t, resp.Header.Get("Warning"))
-	assert.Equal(t, "public, max-age=0", resp.Header.Get("Cache-Control"))
+	assert.Equal(t, "private, max-age=0", resp.Header.Get("Cache-Control"))
 	assert.JSONEq(t, string(body), string(stale))
 }
 

@@ -197,7 +197,7 @@ func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth
 		out = append(out, pv.raw[i]...)
 	}
 	out = append(out, "]}\n"...)
-	n.writeCatalog(w, pv, out)
+	n.writeCatalog(w, pv, out, p == nil)
 }
 
 // serveFeeds answers the older list GET /api/v1/feeds: the IDs of the
@@ -235,7 +235,7 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		out = append(out, `"}`...)
 	}
 	out = append(out, "]}\n"...)
-	n.writeCatalog(w, pv, out)
+	n.writeCatalog(w, pv, out, false)
 }
 
 // markCatalog labels a catalog answer. A view being refreshed in the
@@ -257,11 +257,20 @@ func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome ca
 	}
 }
 
-func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte) {
+// writeCatalog writes a catalog answer. Only the anonymous listing is the
+// same for everyone and may be kept by a shared cache in front; a team's
+// answer (its streams, hidden ones included) is private. Both vary with the
+// authentication: the same URL signed or not gets another answer.
+func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte, public bool) {
 	left := max(pv.expires.Sub(n.g.now()), 0)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(left/time.Second)))
+	scope := "private, max-age="
+	if public {
+		scope = "public, max-age="
+	}
+	h.Set("Cache-Control", scope+strconv.Itoa(int(left/time.Second)))
+	h.Set("Vary", "Authorization")
 	w.WriteHeader(http.StatusOK)
 	w.Write(body)
 }

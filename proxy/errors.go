@@ -108,7 +108,9 @@ func (e *upstreamAnswer) write(w http.ResponseWriter) {
 
 var (
 	errNotFound    = errorf(http.StatusNotFound, "no such endpoint")
-	errMethod      = errorf(http.StatusMethodNotAllowed, "method not allowed: the API answers GET")
+	errMethod      = errorf(http.StatusMethodNotAllowed, "method not allowed: see the Allow header")
+	errBody        = errorf(http.StatusBadRequest, "request body not allowed: the API takes none")
+	errBadTarget   = errorf(http.StatusBadRequest, "invalid request path: dot segments, empty segments, backslashes and encoded slashes or dots are refused")
 	errForbidden   = errorf(http.StatusUnauthorized, "stream not found or not permitted for this key")
 	errNetwork     = errorf(http.StatusUnauthorized, "this key may not use this network")
 	errBadUpstream = errorf(http.StatusBadGateway, "upstream answered with an invalid response")

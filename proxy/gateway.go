@@ -72,6 +72,10 @@ type Gateway struct {
 	metrics  *Metrics
 	now      func() time.Time
 
+	// unknownHost answers a Host no network of a shared listener serves,
+	// observed (access log, metrics, request ID) like every answer.
+	unknownHost http.Handler
+
 	replayStore  auth.ReplayStore
 	replayLogged atomic.Int64 // Unix seconds of the last log line of a replay store failure
 }
@@ -118,9 +122,12 @@ type network struct {
 	up      *upstream
 	org     *credential
 	maxBulk int
-	cat     catalogs
-	rp      *httputil.ReverseProxy
-	handler http.Handler
+	// passPaths are the paths under /api/v1/ the operator listed for
+	// pass-through; every other unknown path is 404.
+	passPaths map[string]bool
+	cat       catalogs
+	rp        *httputil.ReverseProxy
+	handler   http.Handler
 }
 
 // New builds a Gateway for cfg, which must be valid (config.Parse validates)
@@ -150,6 +157,10 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
+	g.unknownHost = observe("unknown-host", accessLog, g.metrics, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refuseBody(w, r)
+		writeError(w, errorf(http.StatusNotFound, "unknown host: no network is served under this name"))
+	}))
 	var err error
 	if g.limiter == nil {
 		if g.limiter, err = ratelimit.NewMemory(ratelimit.Options{Name: "team", Now: g.now}); err != nil {
@@ -186,13 +197,17 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		}
 		base.Path, base.RawPath = strings.TrimRight(base.Path, "/"), ""
 		n := &network{
-			g:       g,
-			name:    name,
-			listen:  nc.Listen,
-			hosts:   nc.Hosts,
-			maxBulk: nc.Upstream.MaxBulk,
-			org:     &credential{key: nc.Upstream.APIKey, secret: []byte(nc.Upstream.Secret().Reveal())},
-			cat:     catalogs{parsed: map[string]*parsedView{}},
+			g:         g,
+			name:      name,
+			listen:    nc.Listen,
+			hosts:     nc.Hosts,
+			maxBulk:   nc.Upstream.MaxBulk,
+			passPaths: map[string]bool{},
+			org:       &credential{key: nc.Upstream.APIKey, secret: []byte(nc.Upstream.Secret().Reveal())},
+			cat:       catalogs{parsed: map[string]*parsedView{}},
+		}
+		for _, p := range nc.PassThrough {
+			n.passPaths[p] = true
 		}
 		n.up = &upstream{
 			network: name,
@@ -326,7 +341,7 @@ func (g *Gateway) Listeners() []Listener {
 					hosts[strings.ToLower(h)] = g.networks[name].handler
 				}
 			}
-			l.Handler = hostRouter(hosts)
+			l.Handler = hostRouter(hosts, g.unknownHost)
 		}
 		out = append(out, l)
 	}
@@ -335,7 +350,7 @@ func (g *Gateway) Listeners() []Listener {
 }
 
 // hostRouter routes by the request's Host name, port removed.
-func hostRouter(hosts map[string]http.Handler) http.Handler {
+func hostRouter(hosts map[string]http.Handler, unknown http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
@@ -345,7 +360,7 @@ func hostRouter(hosts map[string]http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		writeError(w, errorf(http.StatusNotFound, "unknown host: no network is served under this name"))
+		unknown.ServeHTTP(w, r)
 	})
 }
 
@@ -393,32 +408,46 @@ func (n *network) credentialFor(team string) *credential {
 	return n.org
 }
 
-// ServeHTTP routes one request of the network: authentication, quotas, then
-// the endpoint.
+// ServeHTTP routes one request of the network: the target, method and body
+// checks, authentication, quotas, then the endpoint. Nothing reaches the
+// upstream that was not matched, validated and entitled here.
 func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Path
-	apiPath := strings.HasPrefix(path, "/api/v1/")
-	if !apiPath && path != "/" {
+	if err := checkTarget(r); err != nil {
+		refuseBody(w, r)
+		writeError(w, err)
+		return
+	}
+	rt := routeByPath[r.URL.Path]
+	if rt == nil && n.passPaths[r.URL.Path] {
+		rt = passThroughRoute
+	}
+	if rt == nil {
+		refuseBody(w, r)
 		writeError(w, errNotFound)
 		return
 	}
-	// The API is read-only: GET everywhere, HEAD on the root (origin
-	// discovery) and on pass-through paths. Upstream calls are signed over
-	// an empty body, so nothing with a body is forwarded.
-	switch known := path != "/" && path != "/api/v1/ws" && endpointOf(r) != "other"; {
-	case r.Method == http.MethodGet:
-	case r.Method == http.MethodHead && !known:
-	default:
+	// The API is read-only: GET everywhere, HEAD where the upstream answers
+	// it (origin discovery on the root, listed pass-through paths).
+	if r.Method != http.MethodGet && !(r.Method == http.MethodHead && rt.allow != "GET") {
+		refuseBody(w, r)
+		w.Header().Set("Allow", rt.allow)
 		writeError(w, errMethod)
+		return
+	}
+	if hasBody(r) {
+		refuseBody(w, r)
+		writeError(w, errBody)
 		return
 	}
 
 	pol := n.g.policy()
 	st := stateOf(r.Context())
 	var p *auth.Principal
-	if !(path == "/api/v1/discovery" && pol.anonymousCatalog && !auth.HasCredentials(r.Header)) {
+	if !(rt.anonymous && pol.anonymousCatalog && !auth.HasCredentials(r.Header)) {
 		res, err := pol.verifier.Verify(pol.keys, r)
-		if res.Skew != 0 || err == nil {
+		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
+			// Only a verified signature's skew is a sample: anyone can
+			// send an arbitrary timestamp with a wrong signature.
 			n.g.metrics.skew(res.Skew)
 		}
 		if err != nil {
@@ -440,22 +469,17 @@ func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	rt.serve(n, w, r, p)
+}
 
-	switch path {
-	case "/api/v1/discovery":
-		n.serveDiscovery(w, r, p)
-	case "/api/v1/feeds":
-		n.serveFeeds(w, r, p)
-	case "/api/v1/reports":
-		n.serveReport(w, r, p)
-	case "/api/v1/reports/latest":
-		n.serveLatest(w, r, p)
-	case "/api/v1/reports/bulk":
-		n.serveBulk(w, r, p)
-	case "/api/v1/reports/page":
-		n.servePage(w, r, p)
-	default:
-		n.passThrough(w, r, p)
+// refuseBody makes the server close the connection after an answer given
+// without reading a declared body, rather than wait for a body that may
+// never come: net/http would otherwise read up to 256 KiB of it after the
+// handler returns, until the read timeout.
+func refuseBody(w http.ResponseWriter, r *http.Request) {
+	if hasBody(r) {
+		w.Header().Set("Connection", "close")
+		http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
 }
 

@@ -65,7 +65,7 @@ func TestEveryEndpoint(t *testing.T) {
 			for _, f := range disc.Feeds {
 				assert.Equal(t, net.name, f.NetworkType, "a network's catalog never shows the other's streams")
 			}
-			assert.Regexp(t, `^public, max-age=\d+$`, resp.Header.Get("Cache-Control"))
+			assert.Regexp(t, `^private, max-age=\d+$`, resp.Header.Get("Cache-Control"), "a team's listing is its own")
 
 			resp, body = c.Get(t, net.base, "/api/v1/feeds")
 			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -349,7 +349,6 @@ func TestValidation(t *testing.T) {
 	for _, m := range []struct{ method, path string }{
 		{http.MethodPost, "/api/v1/reports/latest?feedID=" + btc},
 		{http.MethodHead, "/api/v1/reports/latest?feedID=" + btc},
-		{http.MethodPost, "/api/v1/something-new"},
 		{http.MethodDelete, "/"},
 	} {
 		t.Run("method "+m.method+" "+m.path[:min(len(m.path), 24)], func(t *testing.T) {
@@ -359,6 +358,7 @@ func TestValidation(t *testing.T) {
 			require.NoError(t, err)
 			resp.Body.Close()
 			assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+			assert.NotEmpty(t, resp.Header.Get("Allow"), "a 405 says which methods are allowed")
 			assert.Equal(t, before, env.UpstreamCalls())
 		})
 	}
@@ -403,10 +403,14 @@ func TestPassThrough(t *testing.T) {
 	assert.Equal(t, "{001,002}", resp.Header.Get("X-Cll-Available-Origins"))
 	assert.Equal(t, int64(1), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointRoot))
 
-	// An endpoint the gateway does not know is forwarded, re-signed, and its
-	// answer passed through unchanged.
-	resp2, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/ws?feedIDs=0x01")
-	assert.Equal(t, http.StatusUpgradeRequired, resp2.StatusCode, string(body))
+	// A WebSocket request whose streams are valid and entitled is
+	// forwarded, re-signed, and the upstream's answer passed through.
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	before := env.UpstreamCalls()
+	resp2, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
+	assert.NotEqual(t, http.StatusUnauthorized, resp2.StatusCode, string(body))
+	assert.NotEqual(t, http.StatusBadRequest, resp2.StatusCode, string(body))
+	assert.Greater(t, env.UpstreamCalls(), before, "an entitled request reaches the upstream")
 }
 
 func TestUpstreamFailures(t *testing.T) {

@@ -157,30 +157,3 @@ func requestID(r *http.Request) string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
-
-// endpointOf names the endpoint of a request, from a fixed list: it is a
-// metric label.
-func endpointOf(r *http.Request) string {
-	switch r.URL.Path {
-	case "/api/v1/discovery":
-		return "discovery"
-	case "/api/v1/feeds":
-		return "feeds"
-	case "/api/v1/reports":
-		return "reports"
-	case "/api/v1/reports/latest":
-		return "latest"
-	case "/api/v1/reports/bulk":
-		return "bulk"
-	case "/api/v1/reports/page":
-		return "page"
-	case "/api/v1/ws":
-		return "ws"
-	case "/":
-		return "root"
-	}
-	if len(r.URL.Path) >= 8 && r.URL.Path[:8] == "/api/v1/" {
-		return "other"
-	}
-	return "unknown"
-}

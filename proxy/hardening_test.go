@@ -1,0 +1,272 @@
+package proxy_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/proxy/proxytest"
+	"streamgate/simulator"
+)
+
+// rawGet sends one request exactly as written (target not cleaned, headers
+// as given) on a new connection, signed by c for that target, and returns
+// the answer.
+func rawGet(t *testing.T, base string, c *proxytest.Client, method, target string, extra string) (*http.Response, []byte) {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	req := method + " " + target + " HTTP/1.1\r\nHost: " + u.Host + "\r\n"
+	if c != nil {
+		hr, err := http.NewRequest(method, base+"/", nil)
+		require.NoError(t, err)
+		hr.URL.Opaque = target // sign the target as written
+		hr.RequestURI = ""
+		sign(hr, c, target)
+		for _, h := range []string{auth.HeaderAuthorization, auth.HeaderTimestamp, auth.HeaderSignature} {
+			req += h + ": " + hr.Header.Get(h) + "\r\n"
+		}
+	}
+	req += extra + "\r\n"
+	_, err = io.WriteString(conn, req)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, body
+}
+
+// sign signs req for the raw target, as a client that sends it would.
+func sign(req *http.Request, c *proxytest.Client, target string) {
+	// auth.Sign signs req.URL.RequestURI(); an opaque URL keeps the target
+	// exactly as given.
+	req.URL = &url.URL{Scheme: "http", Host: req.URL.Host, Opaque: target}
+	if strings.Contains(target, "?") {
+		path, q, _ := strings.Cut(target, "?")
+		req.URL.Opaque, req.URL.RawQuery = path, q
+	}
+	auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
+}
+
+// TestNothingUnvalidatedGoesUpstream: unknown paths, dot segments, encoded
+// slashes and dots, bodies and unentitled WebSocket streams are refused at
+// the gateway; nothing of them reaches the upstream.
+func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
+	rec := &recorder{}
+	core, logs := observer.New(zapcore.InfoLevel)
+	env := proxytest.Start(t, proxytest.Options{
+		Upstream: rec.wrap,
+		Config: func(c *config.Config) {
+			c.Log.Audit = true
+			c.Networks["testnet"].PassThrough = []string{"/api/v1/listed"}
+		},
+		Deps: func(d *proxy.Deps) { d.Logger = zap.New(core) },
+	})
+	demo, research := proxytest.Demo(), proxytest.Research()
+	permitted := simulator.RestrictedStreams()[0]
+	other := env.FeedID(t, simulator.Testnet, "BTC", "USD", "V3")
+	require.NotContains(t, simulator.RestrictedStreams(), other)
+	hidden := env.Sim.Hidden(simulator.Testnet)[0]
+	// Load the catalogs first, so that what follows counts only what the
+	// requests themselves would send upstream.
+	resp, _ := research.Get(t, env.Testnet, "/api/v1/feeds?hidden=true")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = demo.Get(t, env.Testnet, "/api/v1/feeds?hidden=true")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	rec.mu.Lock()
+	rec.targets = nil
+	rec.mu.Unlock()
+
+	tests := []struct {
+		name   string
+		c      *proxytest.Client
+		method string
+		target string
+		extra  string
+		status int
+	}{
+		{"ws with a stream the team may not read", research, "GET", "/api/v1/ws?feedIDs=" + permitted + "," + other, "", 401},
+		{"ws with a hidden stream", research, "GET", "/api/v1/ws?feedIDs=" + permitted + "%2C" + hidden, "", 401},
+		{"ws with an unknown stream", demo, "GET", "/api/v1/ws?feedIDs=0x" + strings.Repeat("ab", 32), "", 401},
+		{"ws with a malformed stream", demo, "GET", "/api/v1/ws?feedIDs=0x01", "", 400},
+		{"ws without streams", demo, "GET", "/api/v1/ws", "", 400},
+		{"dot-dot segments", demo, "GET", "/api/v1/../../admin/secrets", "", 400},
+		{"encoded dots", demo, "GET", "/api/v1/%2e%2e/%2E%2E/admin", "", 400},
+		{"encoded slash", demo, "GET", "/api/v1/reports%2Flatest?feedID=" + other, "", 400},
+		{"dot segment", demo, "GET", "/api/v1/./feeds", "", 400},
+		{"empty segment", demo, "GET", "/api/v1//feeds", "", 400},
+		{"backslash", demo, "GET", "/api/v1/reports\\latest", "", 400},
+		{"unknown path", demo, "GET", "/api/v1/admin", "", 404},
+		{"unknown path unsigned", nil, "GET", "/api/v1/admin", "", 404},
+		{"GET with a body", demo, "GET", "/api/v1/feeds", "Content-Length: 5\r\n\r\nhello", 400},
+		{"GET with a chunked body", demo, "GET", "/api/v1/feeds", "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n", 400},
+		{"HEAD of a gateway endpoint", demo, "HEAD", "/api/v1/feeds", "", 405},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := rawGet(t, env.Testnet, tc.c, tc.method, tc.target, tc.extra)
+			assert.Equal(t, tc.status, resp.StatusCode, string(body))
+			if tc.method != "HEAD" {
+				var eb errorBody
+				require.NoError(t, json.Unmarshal(body, &eb), "errors are JSON: %s", body)
+				assert.NotEmpty(t, eb.Message)
+			}
+			assert.Empty(t, rec.matching("/"), "nothing reached the upstream")
+		})
+	}
+	assert.Empty(t, logs.FilterLoggerName("audit").FilterField(zap.String("endpoint", "ws")).AllUntimed(), "no audit line for a refused connection")
+
+	// Entitled streams pass: the upgrade request is forwarded, audited.
+	resp, body := research.Get(t, env.Testnet, "/api/v1/ws?feedIDs="+permitted)
+	assert.NotContains(t, []int{400, 401, 404}, resp.StatusCode, string(body))
+	assert.Len(t, rec.matching("/api/v1/ws"), 1)
+	audit := logs.FilterLoggerName("audit").FilterField(zap.String("endpoint", "ws")).AllUntimed()
+	require.Len(t, audit, 1)
+	assert.Equal(t, "research", audit[0].ContextMap()["team"])
+	assert.Equal(t, []any{permitted}, audit[0].ContextMap()["feeds"])
+
+	// A path the operator listed is forwarded, GET and HEAD.
+	resp, _ = demo.Get(t, env.Testnet, "/api/v1/listed")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the simulator knows no such path")
+	assert.Len(t, rec.matching("/api/v1/listed"), 1, "a listed path reaches the upstream")
+	resp, _ = demo.Get(t, env.Mainnet, "/api/v1/listed")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Len(t, rec.matching("/api/v1/listed"), 1, "listed on testnet only")
+}
+
+// TestDeclaredBodyNeverSent: a request that declares a body and never sends
+// it is answered at once and its connection closed, rather than held.
+func TestDeclaredBodyNeverSent(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{})
+	u, err := url.Parse(env.Mainnet)
+	require.NoError(t, err)
+	for _, req := range []string{
+		"GET /api/v1/feeds HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+		"POST /api/v1/reports HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+		"GET /api/v1/nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+	} {
+		conn, err := net.Dial("tcp", u.Host)
+		require.NoError(t, err)
+		// The deadline only keeps a broken test from hanging: the gateway
+		// must answer and close long before.
+		require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
+		_, err = io.WriteString(conn, req)
+		require.NoError(t, err)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err, "an answer without the body")
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Contains(t, []int{400, 404, 405}, resp.StatusCode)
+		_, err = br.ReadByte()
+		assert.ErrorIs(t, err, io.EOF, "the connection is closed, not held for the body")
+		conn.Close()
+	}
+}
+
+// TestSkewOnlyFromVerifiedSignatures: requests with a wrong signature or an
+// unknown key add nothing to the clock-skew histogram.
+func TestSkewOnlyFromVerifiedSignatures(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{})
+	count := func() uint64 {
+		mfs, err := env.Registry.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "streamgate_client_clock_skew_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return 0
+	}
+	old := func() time.Time { return time.Now().Add(-time.Hour) }
+	for _, c := range []*proxytest.Client{
+		{Key: config.DemoKeyID, Secret: "wrong-secret-0123456789", HTTP: http.DefaultClient, Now: old},
+		{Key: "no-such-key", Secret: "wrong-secret-0123456789", HTTP: http.DefaultClient, Now: old},
+	} {
+		resp, _ := c.Get(t, env.Mainnet, "/api/v1/feeds")
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	assert.Zero(t, count(), "unverified timestamps are not samples")
+	stale := proxytest.Demo()
+	stale.Now = old
+	resp, _ := stale.Get(t, env.Mainnet, "/api/v1/feeds")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Equal(t, uint64(1), count(), "a verified signature with a stale timestamp is a sample")
+}
+
+// TestTeamCatalogIsPrivate: only the anonymous listing may be kept by a
+// shared cache in front of the gateway.
+func TestTeamCatalogIsPrivate(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{})
+	demo := proxytest.Demo()
+	for _, target := range []string{"/api/v1/discovery", "/api/v1/discovery?hidden=true", "/api/v1/feeds", "/api/v1/feeds?hidden=true"} {
+		resp, body := demo.Get(t, env.Mainnet, target)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		assert.Regexp(t, `^private, max-age=\d+$`, resp.Header.Get("Cache-Control"), target)
+		assert.Contains(t, resp.Header.Values("Vary"), "Authorization", target)
+	}
+	anon := &proxytest.Client{HTTP: http.DefaultClient}
+	resp, _ := anon.Get(t, env.Mainnet, "/api/v1/discovery")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Regexp(t, `^public, max-age=\d+$`, resp.Header.Get("Cache-Control"))
+	assert.Contains(t, resp.Header.Values("Vary"), "Authorization", "a signed request to the same URL gets another answer")
+}
+
+// TestUnknownHostObserved: the 404 of an unknown Host on a shared listener
+// is logged and counted like any other answer, with a request ID.
+func TestUnknownHostObserved(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	env := proxytest.Start(t, proxytest.Options{
+		Config: func(c *config.Config) {
+			c.Networks["mainnet"].Listen = "127.0.0.1:7000"
+			c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
+			c.Networks["testnet"].Listen = "127.0.0.1:7000"
+			c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
+		},
+		Deps: func(d *proxy.Deps) { d.Logger = zap.New(core) },
+	})
+	l := env.Gateway.Listeners()
+	require.Len(t, l, 1)
+	srv := newServer(t, l[0].Handler)
+	req, _ := http.NewRequest(http.MethodGet, srv+"/api/v1/feeds", nil)
+	req.Host = "elsewhere.internal"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("X-Request-Id"))
+	lines := logs.FilterMessage("request").AllUntimed()
+	require.Len(t, lines, 1)
+	assert.Equal(t, "unknown-host", lines[0].ContextMap()["network"])
+	assert.EqualValues(t, 404, lines[0].ContextMap()["status"])
+	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_requests_total",
+		map[string]string{"network": "unknown-host", "endpoint": "feeds", "code": "404", "team": "anonymous"}))
+}
+
+func newServer(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
