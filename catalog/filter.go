@@ -54,6 +54,15 @@ const DateLayout = "2006-01-02"
 // maxQuoted bounds how much of a bad value an error message repeats.
 const maxQuoted = 40
 
+// Bounds of a discovery query: MaxQueryBytes of raw query (checked by the
+// server, before the query is parsed) and MaxListItems list items in all
+// parameters together. The catalog has a few hundred streams and a handful
+// of values per field, so real filters stay far below both.
+const (
+	MaxQueryBytes = 4096
+	MaxListItems  = 64
+)
+
 // Filter is a parsed discovery query (upstream-api.md 4.1). Its zero value
 // restricts nothing and asks for no hidden streams. A Filter is immutable
 // once parsed and safe for concurrent use.
@@ -95,8 +104,12 @@ type dateBound struct {
 // Errors wrap ErrBadFilter.
 func ParseFilter(q url.Values) (Filter, error) {
 	var f Filter
+	items := 0
 	for i, name := range listParams {
-		f.lists[i] = parseList(q[name])
+		var ok bool
+		if f.lists[i], ok = parseList(q[name], &items); !ok {
+			return Filter{}, fmt.Errorf("%w: too many filter values: at most %d list items in all parameters together", ErrBadFilter, MaxListItems)
+		}
 	}
 	h, err := ParseHidden(q.Get("hidden"))
 	if err != nil {
@@ -135,18 +148,27 @@ func ParseHidden(v string) (bool, error) {
 	return b, nil
 }
 
-func parseList(vals []string) []string {
+// parseList splits and deduplicates the values of one list parameter,
+// counting its items into *items. It stops and reports false at the first
+// item past MaxListItems, so the work is linear in the query's length (the
+// duplicate scan is over at most MaxListItems items).
+func parseList(vals []string, items *int) ([]string, bool) {
 	var out []string
 	for _, v := range vals {
 		for item := range strings.SplitSeq(v, ",") {
 			item = strings.TrimSpace(item)
-			if item == "" || containsFold(out, item) {
+			if item == "" {
 				continue
 			}
-			out = append(out, item)
+			if *items++; *items > MaxListItems {
+				return nil, false
+			}
+			if !containsFold(out, item) {
+				out = append(out, item)
+			}
 		}
 	}
-	return out
+	return out, true
 }
 
 // parseDate accepts exactly YYYY-MM-DD with a valid day.

@@ -318,3 +318,24 @@ func BenchmarkSelect(b *testing.B) {
 		}
 	}
 }
+
+func TestParseFilterBounds(t *testing.T) {
+	many := func(n int) string {
+		items := make([]string, n)
+		for i := range items {
+			items[i] = fmt.Sprintf("A%d", i)
+		}
+		return strings.Join(items, ",")
+	}
+	_, err := ParseFilter(url.Values{"base_asset": {many(MaxListItems)}})
+	require.NoError(t, err, "the bound itself is allowed")
+	_, err = ParseFilter(url.Values{"base_asset": {many(MaxListItems / 2)}, "quote_asset": {many(MaxListItems/2 + 1)}})
+	require.ErrorIs(t, err, ErrBadFilter, "the bound is over all parameters together")
+	assert.Contains(t, err.Error(), fmt.Sprintf("at most %d", MaxListItems), "the message names the limit")
+	// Duplicates count too: the work is bounded by the items read, not kept.
+	_, err = ParseFilter(url.Values{"status": {strings.Repeat("live,", 20000)}})
+	require.ErrorIs(t, err, ErrBadFilter)
+	f, err := ParseFilter(url.Values{"status": {"live,LIVE, live"}})
+	require.NoError(t, err)
+	assert.Equal(t, "live", f.Values().Get("status"), "duplicates still removed, case-insensitively")
+}

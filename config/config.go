@@ -49,6 +49,15 @@ type Server struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" json:"read_header_timeout"`
 	// IdleTimeout is http.Server.IdleTimeout of every listener. Default 120s.
 	IdleTimeout time.Duration `yaml:"idle_timeout" json:"idle_timeout"`
+	// ReadTimeout is http.Server.ReadTimeout of every listener: the whole
+	// request, headers and any body, must arrive within it. Default 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout" json:"read_timeout"`
+	// WriteTimeout is http.Server.WriteTimeout of every listener: the
+	// answer must be written within it from the end of the request's
+	// headers, including the upstream call. It must exceed the longest
+	// upstream call with its retries. Default 60s. A WebSocket connection
+	// is not bound by either timeout once upgraded.
+	WriteTimeout time.Duration `yaml:"write_timeout" json:"write_timeout"`
 }
 
 // Log configures the process logger.
@@ -162,6 +171,16 @@ type Auth struct {
 	// AnonymousCatalog serves the unsigned catalog (/api/v1/discovery)
 	// without authentication, as the upstream does. Default true.
 	AnonymousCatalog bool `yaml:"anonymous_catalog" json:"anonymous_catalog"`
+	// AnonymousRate limits unsigned catalog requests per client address
+	// (the connection's IP address; X-Forwarded-For is not trusted).
+	// Default {rps: 20, burst: 40}; rps 0 lifts the limit.
+	AnonymousRate Rate `yaml:"anonymous_rate" json:"anonymous_rate"`
+	// ReplayMaxEntries bounds the replica's record of signatures seen
+	// (about 64 bytes each). Only admitted requests are recorded, so it
+	// holds about the admitted rate times 2×max_skew; when it is full, new
+	// signatures are refused with 503 rather than accepted unrecorded.
+	// Default 1000000.
+	ReplayMaxEntries int `yaml:"replay_max_entries" json:"replay_max_entries"`
 }
 
 // Cache bounds the response cache and sets its lifetimes.

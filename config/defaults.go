@@ -20,6 +20,8 @@ const (
 	DefaultShutdownTimeout   = 15 * time.Second
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
 
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "json"
@@ -33,6 +35,12 @@ const (
 	DefaultMaxSkew = 5 * time.Second
 	// DefaultReplayGrace is the default of auth.replay_grace.
 	DefaultReplayGrace = time.Second
+	// DefaultAnonymousRPS and DefaultAnonymousBurst are the default of
+	// auth.anonymous_rate, per client address.
+	DefaultAnonymousRPS   = 20
+	DefaultAnonymousBurst = 40
+	// DefaultReplayMaxEntries is the default of auth.replay_max_entries.
+	DefaultReplayMaxEntries = 1_000_000
 
 	DefaultCacheMaxBytes = 256 * MiB
 	DefaultCatalogTTL    = 300 * time.Second
@@ -112,6 +120,8 @@ func defaultServer() Server {
 		ShutdownTimeout:   DefaultShutdownTimeout,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
 	}
 }
 
@@ -126,7 +136,11 @@ func defaultUpstream(url string) Upstream {
 }
 
 func defaultAuth() Auth {
-	return Auth{MaxSkew: DefaultMaxSkew, ReplayProtection: true, ReplayGrace: DefaultReplayGrace, AnonymousCatalog: true}
+	return Auth{
+		MaxSkew: DefaultMaxSkew, ReplayProtection: true, ReplayGrace: DefaultReplayGrace, AnonymousCatalog: true,
+		AnonymousRate:    Rate{RPS: DefaultAnonymousRPS, Burst: DefaultAnonymousBurst},
+		ReplayMaxEntries: DefaultReplayMaxEntries,
+	}
 }
 
 func defaultCache() Cache {
@@ -160,6 +174,8 @@ func (c *Config) applyDefaults() {
 	d.dur("server.shutdown_timeout", &s.ShutdownTimeout, ds.ShutdownTimeout)
 	d.dur("server.read_header_timeout", &s.ReadHeaderTimeout, ds.ReadHeaderTimeout)
 	d.dur("server.idle_timeout", &s.IdleTimeout, ds.IdleTimeout)
+	d.dur("server.read_timeout", &s.ReadTimeout, ds.ReadTimeout)
+	d.dur("server.write_timeout", &s.WriteTimeout, ds.WriteTimeout)
 
 	d.str("log.level", &c.Log.Level, DefaultLogLevel)
 	d.str("log.format", &c.Log.Format, DefaultLogFormat)
@@ -185,6 +201,8 @@ func (c *Config) applyDefaults() {
 	d.flag("auth.replay_protection", &a.ReplayProtection, da.ReplayProtection)
 	d.dur("auth.replay_grace", &a.ReplayGrace, da.ReplayGrace)
 	d.flag("auth.anonymous_catalog", &a.AnonymousCatalog, da.AnonymousCatalog)
+	d.rate("auth.anonymous_rate", &a.AnonymousRate, da.AnonymousRate)
+	d.num("auth.replay_max_entries", &a.ReplayMaxEntries, da.ReplayMaxEntries)
 
 	ca, dc := &c.Cache, defaultCache()
 	if !d.has("cache.max_bytes") {

@@ -105,6 +105,8 @@ func TestDefaults(t *testing.T) {
 			ShutdownTimeout:   15 * time.Second,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      60 * time.Second,
 		},
 		Log: Log{Level: "info", Format: "json", Audit: false},
 		Networks: map[string]*Network{
@@ -119,7 +121,8 @@ func TestDefaults(t *testing.T) {
 				},
 			},
 		},
-		Auth:  Auth{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayGrace: time.Second, AnonymousCatalog: true},
+		Auth: Auth{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayGrace: time.Second, AnonymousCatalog: true,
+			AnonymousRate: Rate{RPS: 20, Burst: 40}, ReplayMaxEntries: 1000000},
 		Cache: Cache{MaxBytes: 256 << 20, CatalogTTL: 300 * time.Second, LatestTTL: 500 * time.Millisecond, NegativeTTL: time.Second},
 		RateLimit: RateLimit{
 			Backend: "memory",

@@ -84,6 +84,10 @@ func (c *Config) Validate() error {
 	if c.Auth.ReplayGrace < 0 || (c.Auth.MaxSkew > 0 && c.Auth.ReplayGrace > c.Auth.MaxSkew) {
 		v.add("auth.replay_grace", "must be between 0 and auth.max_skew")
 	}
+	v.rate("auth.anonymous_rate", c.Auth.AnonymousRate, false)
+	if c.Auth.ReplayMaxEntries < 1000 {
+		v.add("auth.replay_max_entries", "must be at least 1000")
+	}
 	v.cache(&c.Cache)
 	v.rateLimit(&c.RateLimit)
 	v.teams(c.Teams, c.Networks)
@@ -127,6 +131,8 @@ func (v *validator) server(s *Server, networks map[string]*Network) {
 	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
 	v.positive("server.read_header_timeout", s.ReadHeaderTimeout)
 	v.positive("server.idle_timeout", s.IdleTimeout)
+	v.positive("server.read_timeout", s.ReadTimeout)
+	v.positive("server.write_timeout", s.WriteTimeout)
 }
 
 func (v *validator) log(l *Log) {

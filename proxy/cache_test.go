@@ -416,8 +416,12 @@ func counterValue(t *testing.T, env *proxytest.Env, name string, labels ...strin
 // cached views locally and must give the upstream's answer, for anonymous
 // callers, signed ones, and with hidden=true.
 func TestCatalogDifferential(t *testing.T) {
-	// Identical random queries may be signed in the same millisecond.
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) { c.Auth.ReplayProtection = false }})
+	// Identical random queries may be signed in the same millisecond; the
+	// anonymous queries come faster than the per-address limit allows.
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+		c.Auth.ReplayProtection = false
+		c.Auth.AnonymousRate = config.Rate{}
+	}})
 	demo := proxytest.Demo()
 	org := &proxytest.Client{Key: simulator.OrgKeyID, Secret: simulator.OrgKeySecret, HTTP: http.DefaultClient}
 	anon := &proxytest.Client{HTTP: http.DefaultClient}

@@ -164,6 +164,10 @@ func (n *network) knownStreams(ctx context.Context, cred *credential) func(feedI
 // serveDiscovery answers GET /api/v1/discovery from a cached view, filtered
 // locally, restricted to the team's streams.
 func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if len(r.URL.RawQuery) > catalog.MaxQueryBytes {
+		writeCatalogError(w, http.StatusBadRequest, "query too long: a discovery query has at most "+strconv.Itoa(catalog.MaxQueryBytes)+" bytes")
+		return
+	}
 	f, err := catalog.ParseFilter(r.URL.Query())
 	if err != nil {
 		writeCatalogError(w, http.StatusBadRequest, err.Error())

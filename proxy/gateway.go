@@ -99,6 +99,7 @@ type policy struct {
 	auth             config.Auth // what the verifier was built from
 	teams            map[string]*teamPolicy
 	anonymousCatalog bool
+	anonymousRate    ratelimit.Limit // per client address
 	catalogTTL       time.Duration
 	latestTTL        time.Duration
 	negativeTTL      time.Duration
@@ -237,6 +238,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	pol := &policy{
 		teams:            map[string]*teamPolicy{},
 		anonymousCatalog: cfg.Auth.AnonymousCatalog,
+		anonymousRate:    ratelimit.Limit{Rate: cfg.Auth.AnonymousRate.RPS, Burst: cfg.Auth.AnonymousRate.Burst},
 		catalogTTL:       cfg.Cache.CatalogTTL,
 		latestTTL:        cfg.Cache.LatestTTL,
 		negativeTTL:      cfg.Cache.NegativeTTL,
@@ -443,7 +445,12 @@ func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := n.g.policy()
 	st := stateOf(r.Context())
 	var p *auth.Principal
-	if !(rt.anonymous && pol.anonymousCatalog && !auth.HasCredentials(r.Header)) {
+	if rt.anonymous && pol.anonymousCatalog && !auth.HasCredentials(r.Header) {
+		if err := n.g.admitAnonymous(r.Context(), w, r, pol); err != nil {
+			writeError(w, err)
+			return
+		}
+	} else {
 		res, err := pol.verifier.Verify(pol.keys, r)
 		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
 			// Only a verified signature's skew is a sample: anyone can
@@ -526,6 +533,29 @@ func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, pol *policy,
 			g.metrics.limited(p.Team.Name, "daily")
 			return &apiError{status: http.StatusTooManyRequests, msg: "daily quota exhausted for this team", retryAfter: d.RetryAfter}
 		}
+	}
+	return nil
+}
+
+// admitAnonymous applies auth.anonymous_rate to an unsigned request, per
+// client address (the connection's: a forwarded-for header is the client's
+// word and not trusted).
+func (g *Gateway) admitAnonymous(ctx context.Context, w http.ResponseWriter, r *http.Request, pol *policy) error {
+	if pol.anonymousRate.Unlimited() {
+		return nil
+	}
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	d, err := g.limiter.Allow(ctx, "anon:"+ip, pol.anonymousRate)
+	if err != nil {
+		return err
+	}
+	d.SetHeaders(w.Header(), "address")
+	if !d.Allowed {
+		g.metrics.limited("anonymous", "address")
+		return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for unsigned catalog requests from this address: slow down, or sign the request", retryAfter: d.RetryAfter}
 	}
 	return nil
 }

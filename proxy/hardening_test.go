@@ -270,3 +270,37 @@ func newServer(t *testing.T, h http.Handler) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// TestAnonymousCatalogBounded: unsigned discovery is limited per client
+// address, and a query too long or with too many values is refused with a
+// message that names the limit.
+func TestAnonymousCatalogBounded(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+		c.Auth.AnonymousRate = config.Rate{RPS: 0.001, Burst: 5}
+	}})
+	anon := &proxytest.Client{HTTP: http.DefaultClient}
+	statuses := map[int]int{}
+	var limited *http.Response
+	for range 8 {
+		resp, _ := anon.Get(t, env.Mainnet, "/api/v1/discovery?asset_class=Crypto")
+		statuses[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests {
+			limited = resp
+		}
+	}
+	assert.Equal(t, map[int]int{200: 5, 429: 3}, statuses)
+	require.NotNil(t, limited)
+	assert.NotEmpty(t, limited.Header.Get("Retry-After"))
+	// A signed request is the team's business, not the address's.
+	resp, _ := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/discovery?asset_class=Crypto")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	long := "/api/v1/discovery?base_asset=" + strings.Repeat("ETH,", 2000)
+	resp, body := proxytest.Demo().Get(t, env.Mainnet, long)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "4096 bytes")
+	many := "/api/v1/discovery?base_asset=" + strings.Repeat("A,B,", 40)
+	resp, body = proxytest.Demo().Get(t, env.Mainnet, many)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "at most 64 list items")
+}
