@@ -12,13 +12,13 @@ import (
 
 // EntryOverhead is the fixed number of bytes added to the cost of every entry
 // on top of len(key)+len(Body), for what holding an entry costs besides its
-// body: the Entry struct (about 120 bytes), ristretto's item in its sharded
+// body: the Entry struct (about 140 bytes), ristretto's item in its sharded
 // map, its key-cost record in the eviction policy and its TTL bucket record
 // (about 130 bytes together). The key itself is not retained (ristretto keeps
 // only its hashes), so counting len(key) keeps the bound conservative. The
 // cost counts len(Body), not its capacity: a fill should not hand over a
 // body with much spare capacity.
-const EntryOverhead = 256
+const EntryOverhead = 288
 
 // DefaultFillTimeout is the bound on one fill when Config.FillTimeout is zero.
 const DefaultFillTimeout = 30 * time.Second
@@ -29,7 +29,8 @@ var ErrClosed = errors.New("cache: store closed")
 // Config configures a Store. Only MaxBytes is required.
 type Config struct {
 	// MaxBytes bounds the total cost of the entries held, in bytes; the cost
-	// of an entry is len(key)+len(Body)+EntryOverhead. Must be positive.
+	// of an entry is len(key)+len(Body)+ValueCost+EntryOverhead. Must be
+	// positive.
 	MaxBytes int64
 	// Clock returns the current time, which decides whether an entry is
 	// fresh or stale. If nil, time.Now is used.
@@ -125,7 +126,7 @@ func numCounters(maxBytes int64) int64 {
 
 // cost is what an entry counts against MaxBytes.
 func cost(key string, e *Entry) int64 {
-	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead
+	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead + max(e.ValueCost, 0)
 }
 
 // Get returns the entry stored under key and its state now. A Missing state

@@ -106,8 +106,9 @@ type Upstream struct {
 	Credentials `yaml:",inline"`
 	// Timeout bounds each attempt. Default 5s.
 	Timeout time.Duration `yaml:"timeout" json:"timeout"`
-	// Retries is the number of extra attempts after a 502, a 503 or a
-	// timeout. Default 2; 0 disables retries.
+	// Retries is the number of extra attempts after a 500, 502, 503 or
+	// 504, a timeout or a transport failure (never after a 429, which
+	// pauses the endpoint). Default 2; 0 disables retries.
 	Retries int `yaml:"retries" json:"retries"`
 	// Budget is the rate of upstream calls per endpoint, shared by all
 	// teams. Default {rps: 10, burst: 10}; both must be positive.

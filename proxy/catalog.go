@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,9 +28,10 @@ const (
 // while the upstream cannot be reached (stale-if-error).
 const catalogStale = 24 * time.Hour
 
-// parsedView is a catalog view parsed once: the streams indexed for
-// filtering, their JSON exactly as the upstream sent it (so fields the
-// gateway does not know pass through), and the set of their IDs.
+// parsedView is a catalog view parsed once, kept as the Value of its cache
+// entry (and so under cache.max_bytes, dropped with it): the streams
+// indexed for filtering, their JSON exactly as the upstream sent it (so
+// fields the gateway does not know pass through), and the set of their IDs.
 type parsedView struct {
 	entry   *cache.Entry
 	expires time.Time // end of the advertised lifetime
@@ -40,11 +40,8 @@ type parsedView struct {
 	ids     map[string]struct{}
 }
 
-// catalogs keeps the parsed form of the cached views of one network.
+// catalogs keeps the organisation's hidden view of one network at hand.
 type catalogs struct {
-	mu     sync.Mutex
-	parsed map[string]*parsedView // by cache key
-
 	// orgHidden is the organisation's hidden view, which every report
 	// request consults for the streams that exist; while it is fresh it is
 	// used without a cache lookup.
@@ -92,35 +89,36 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 		// Refresh in the background from 80 % of the lifetime on, so that a
 		// busy catalog never expires in front of a client.
 		e := &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
-			Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale)}
+			Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale),
+			Value: pv, ValueCost: pv.cost(len(resp.body))}
 		pv.entry, pv.expires = e, now.Add(ttl)
-		n.cat.mu.Lock()
-		n.cat.parsed[key] = pv
-		n.cat.mu.Unlock()
 		return e, nil
 	})
 	if err != nil {
 		return nil, outcome, err
 	}
-	n.cat.mu.Lock()
-	pv := n.cat.parsed[key]
-	n.cat.mu.Unlock()
-	if pv == nil || pv.entry != e {
-		// The memo holds another entry's parse (a concurrent refresh
-		// replaced it, or the fill's parse was dropped): parse this one.
-		pv, err = parseView(e.Body)
-		if err != nil {
-			return nil, outcome, errBadUpstream
-		}
-		pv.entry, pv.expires = e, e.Stored.Add(e.Expires.Sub(e.Stored)*10/8)
-		n.cat.mu.Lock()
-		n.cat.parsed[key] = pv
-		n.cat.mu.Unlock()
+	pv, ok := e.Value.(*parsedView)
+	if !ok {
+		return nil, outcome, errBadUpstream // every catalog fill sets its view
 	}
 	if hot {
 		n.cat.orgHidden.Store(pv)
 	}
 	return pv, outcome, nil
+}
+
+// catalogHeld reports whether cred's hidden view (the one report requests
+// are checked against) is in the cache, fresh or stale.
+func (n *network) catalogHeld(cred *credential) bool {
+	_, state := n.g.cache.Get(cache.CatalogKey(n.name, cred.scope, string(viewHidden)))
+	return state != cache.Missing
+}
+
+// cost estimates the memory a parsed view holds besides the body it was
+// parsed from: each stream's JSON copied once more as raw, its decoded
+// fields, and its ID in the set.
+func (pv *parsedView) cost(bodyLen int) int64 {
+	return int64(2*bodyLen + 256*len(pv.streams))
 }
 
 func parseView(body []byte) (*parsedView, error) {

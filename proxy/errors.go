@@ -99,8 +99,12 @@ func passOn(resp *upstreamResponse) error {
 }
 
 func (e *upstreamAnswer) write(w http.ResponseWriter) {
-	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	retry := e.retryAfter
+	if retry <= 0 && e.status >= 500 {
+		retry = time.Second // a 5xx is worth a retry, but not at once
+	}
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeRaw(w, e.status, e.body)

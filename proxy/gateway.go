@@ -40,7 +40,8 @@ type Deps struct {
 	// Quota counts daily quotas. If nil, a memory quota is used.
 	Quota ratelimit.Quota
 	// Budgets spend the upstream budget of each network, by network name.
-	// A network without one makes upstream calls without limit.
+	// A network without one gets a memory budget of its own: the
+	// configured budget always applies.
 	Budgets map[string]ratelimit.Budget
 	// ReplayStore, if non-nil, shares the record of signatures seen with
 	// the other replicas (see auth.VerifierConfig.Shared).
@@ -205,10 +206,15 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			maxBulk:   nc.Upstream.MaxBulk,
 			passPaths: map[string]bool{},
 			org:       &credential{key: nc.Upstream.APIKey, secret: []byte(nc.Upstream.Secret().Reveal())},
-			cat:       catalogs{parsed: map[string]*parsedView{}},
 		}
 		for _, p := range nc.PassThrough {
 			n.passPaths[p] = true
+		}
+		budget := deps.Budgets[name]
+		if budget == nil {
+			if budget, err = ratelimit.NewMemoryBudget(ratelimit.Options{Name: "budget", Network: name, Now: g.now}); err != nil {
+				return nil, err
+			}
 		}
 		n.up = &upstream{
 			network: name,
@@ -216,11 +222,12 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			client:  &http.Client{Transport: transport, CheckRedirect: noRedirects},
 			timeout: nc.Upstream.Timeout,
 			retries: nc.Upstream.Retries,
-			budget:  deps.Budgets[name],
+			budget:  budget,
 			limit:   ratelimit.Limit{Rate: nc.Upstream.Budget.RPS, Burst: nc.Upstream.Budget.Burst},
 			log:     g.log,
 			metrics: g.metrics,
 		}
+		n.up.catalogHeld = n.catalogHeld
 		n.rp = n.reverseProxy(base, transport)
 		n.handler = observe(name, accessLog, g.metrics, n)
 		g.networks[name] = n

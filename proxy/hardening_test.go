@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -303,4 +304,154 @@ func TestAnonymousCatalogBounded(t *testing.T) {
 	resp, body = proxytest.Demo().Get(t, env.Mainnet, many)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, string(body), "at most 64 list items")
+}
+
+// TestPassThroughTimeout: a forwarded request gets the upstream timeout
+// like every other upstream call.
+func TestPassThroughTimeout(t *testing.T) {
+	gaveUp := make(chan struct{}, 1)
+	env := proxytest.Start(t, proxytest.Options{
+		Config: func(c *config.Config) { c.Networks["mainnet"].Upstream.Timeout = 200 * time.Millisecond },
+		Upstream: func(_ string, h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodHead && r.URL.Path == "/" {
+					select {
+					case <-r.Context().Done():
+						gaveUp <- struct{}{}
+					case <-time.After(30 * time.Second):
+					}
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		},
+	})
+	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
+	require.NoError(t, err)
+	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	select {
+	case <-gaveUp:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the gateway never gave up on the hanging upstream")
+	}
+}
+
+// refusing answers 401 to every call signed with the organisation's key, as
+// an upstream does when that credential is revoked.
+func refusing(_ string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get(auth.HeaderAuthorization), simulator.OrgKeyID) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"unauthorized"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// TestUpstreamRefusesOurCredential: a 401 to the gateway's own credential is
+// the operator's problem, not the client's: 502 with a message saying so,
+// counted.
+func TestUpstreamRefusesOurCredential(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Upstream: refusing, Quiet: true})
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	for _, target := range []string{"/api/v1/feeds", "/api/v1/discovery?hidden=true", "/api/v1/reports/latest?feedID=" + btc} {
+		resp, body := demo.Get(t, env.Mainnet, target)
+		assert.Equal(t, http.StatusBadGateway, resp.StatusCode, target)
+		assert.Contains(t, string(body), "refused the gateway's credential", target)
+	}
+	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
+	require.NoError(t, err)
+	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "pass-through too")
+	assert.GreaterOrEqual(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total", map[string]string{"network": "mainnet"}), 4.0)
+}
+
+// TestUpstream401ForAStreamPassesOn: while the catalog cannot be had (5xx)
+// and the credential was never refused, an upstream 401 for a stream is the
+// upstream's word on that stream and reaches the client as 401.
+func TestUpstream401ForAStreamPassesOn(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1/discovery" {
+				http.Error(w, `{"error":"down"}`, http.StatusInternalServerError)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	resp, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID=0x"+strings.Repeat("ab", 32))
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, string(body))
+	assert.Zero(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total", map[string]string{"network": "mainnet"}))
+}
+
+// TestUpstream500RetriedAndRetryAfter: a 500 is retried like a 502; a 5xx
+// that is passed on carries Retry-After.
+func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
+	var fail, calls atomic.Int32 // answers left to fail with 500; report calls
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1/reports" {
+				calls.Add(1)
+			}
+			if r.URL.Path == "/api/v1/reports" && fail.Add(-1) >= 0 {
+				http.Error(w, `{"error":"internal"}`, http.StatusInternalServerError)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/feeds?hidden=true") // the catalog first
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	fail.Store(1)
+	resp, body := demo.Get(t, env.Mainnet, reportTarget(btc, pastTS(), 0))
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.Equal(t, int32(2), calls.Load(), "one 500, then the retry")
+
+	fail.Store(100)
+	resp, body = demo.Get(t, env.Mainnet, reportTarget(btc, pastTS(), 1))
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, string(body))
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+}
+
+// TestBudgetWithoutDeps: a gateway given no budgets still keeps the
+// configured one.
+func TestBudgetWithoutDeps(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{
+		Config: func(c *config.Config) {
+			c.Networks["mainnet"].Upstream.Budget = config.Rate{RPS: 0.001, Burst: 2}
+			c.Networks["mainnet"].Upstream.Retries = 0
+		},
+		Deps: func(d *proxy.Deps) { d.Budgets = nil },
+	})
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	statuses := map[int]int{}
+	for i := range 4 {
+		resp, _ := demo.Get(t, env.Mainnet, reportTarget(btc, pastTS(), i))
+		statuses[resp.StatusCode]++
+	}
+	assert.Equal(t, map[int]int{200: 2, 503: 2}, statuses, "two report calls fit the burst, the catalog has its own endpoint budget")
+}
+
+// TestParsedCatalogCounted: the parsed form of a catalog view is held by its
+// cache entry and counted in cache.max_bytes, not in a memo beside it.
+func TestParsedCatalogCounted(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{})
+	resp, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/discovery?hidden=true")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	env.Cache.Wait()
+	assert.Greater(t, env.Cache.Bytes(), int64(3*len(body)), "body, raw streams and decoded streams")
 }

@@ -25,6 +25,7 @@ type Metrics struct {
 	clockSkew         prometheus.Histogram
 	integrityFailures *prometheus.CounterVec
 	replayStoreErrors prometheus.Counter
+	credRefused       *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -73,11 +74,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		replayStoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "streamgate_replay_store_errors_total", Help: "Failed checks of the replay record shared through Redis (the replica's own record decided).",
 		}),
+		credRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to the gateway's own credential (answered 502), by network: the operator must fix the credential.",
+		}, []string{"network"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors)
+			m.replayStoreErrors, m.credRefused)
 	}
 	return m
 }
@@ -138,6 +142,12 @@ func (m *Metrics) authFailure(network, reason string) {
 func (m *Metrics) skew(d time.Duration) {
 	if m != nil {
 		m.clockSkew.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) credentialRefused(network string) {
+	if m != nil {
+		m.credRefused.WithLabelValues(network).Inc()
 	}
 }
 

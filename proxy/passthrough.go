@@ -12,11 +12,21 @@ import (
 
 type credKey struct{}
 
-// reverseProxy forwards what the gateway does not answer itself (HEAD /, the
-// WebSocket endpoint, any other path under /api/v1/) to the upstream,
-// re-signed: the client's authentication headers are replaced by a
-// signature of the outgoing request with the credential chosen for the
-// caller. Upgrades (WebSocket) pass through.
+// passState is what one forwarded request carries through the reverse
+// proxy: the credential it is signed with, its endpoint, and the timer that
+// bounds it until the upstream's answer arrives.
+type passState struct {
+	cred     *credential
+	endpoint string
+	start    time.Time
+	timer    *time.Timer
+}
+
+// reverseProxy forwards what the gateway does not answer itself and has
+// validated (HEAD /, an entitled WebSocket upgrade, a path listed in
+// networks.<name>.pass_through) to the upstream, re-signed: the client's
+// authentication headers are replaced by a signature of the outgoing
+// request with the credential chosen for the caller. Upgrades pass through.
 func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Transport: transport,
@@ -26,36 +36,60 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 			for _, h := range []string{auth.HeaderAuthorization, auth.HeaderTimestamp, auth.HeaderSignature, "Cookie"} {
 				pr.Out.Header.Del(h)
 			}
-			if cred, ok := pr.In.Context().Value(credKey{}).(*credential); ok && cred != nil {
-				auth.Sign(pr.Out, cred.key, cred.secret, time.Now())
+			if ps, ok := pr.In.Context().Value(credKey{}).(*passState); ok && ps.cred != nil {
+				auth.Sign(pr.Out, ps.cred.key, ps.cred.secret, time.Now())
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			ps := resp.Request.Context().Value(credKey{}).(*passState) // set by passThrough
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				ps.timer.Stop() // an upgraded connection lives on
+			}
+			n.g.metrics.upstreamCall(n.name, ps.endpoint, resp.StatusCode, time.Since(ps.start))
+			n.up.answered.Store(true)
+			if err := n.up.refusedCredential(ps.endpoint, ps.cred, resp.StatusCode); err != nil {
+				resp.Body.Close()
+				return err
+			}
 			resp.Header.Del("Set-Cookie")
+			if resp.StatusCode >= 500 && resp.Header.Get("Retry-After") == "" {
+				resp.Header.Set("Retry-After", "1")
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			n.g.metrics.upstreamError(n.name, endpointOf(r), errReason(err))
+			if context.Cause(r.Context()) == errPassTimeout {
+				err = errPassTimeout
+				n.g.metrics.upstreamError(n.name, endpointOf(r), "timeout")
+			} else if _, ours := err.(*apiError); !ours {
+				n.g.metrics.upstreamError(n.name, endpointOf(r), errReason(err))
+			}
 			writeError(w, err)
 		},
 	}
 }
 
+// errPassTimeout is the cause of a forwarded request's end when the
+// upstream did not answer within its timeout.
+var errPassTimeout = &apiError{status: http.StatusServiceUnavailable, msg: "upstream did not answer in time", retryAfter: time.Second}
+
 // passThrough forwards a request through the reverse proxy, within the
-// upstream budget.
+// upstream budget, bounded by the upstream timeout until the answer's
+// headers arrive (an upgraded WebSocket is not bound after that).
 func (n *network) passThrough(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	var cred *credential
 	if p != nil {
 		cred = n.credentialFor(p.Team.Name)
 	}
-	endpoint := endpointOf(r)
-	if n.up.budget != nil {
-		if err := n.up.budget.Wait(r.Context(), budgetKey(endpoint, cred), n.up.limit); err != nil {
-			writeError(w, err)
-			return
-		}
+	endpoint := stateOf(r.Context()).endpoint
+	if err := n.up.budget.Wait(r.Context(), budgetKey(endpoint, cred), n.up.limit); err != nil {
+		writeError(w, err)
+		return
 	}
 	stateOf(r.Context()).upstreamCall()
-	ctx := context.WithValue(r.Context(), credKey{}, cred)
-	n.rp.ServeHTTP(w, r.WithContext(ctx))
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	ps := &passState{cred: cred, endpoint: endpoint, start: time.Now(), timer: time.AfterFunc(n.up.timeout, func() { cancel(errPassTimeout) })}
+	defer ps.timer.Stop()
+	n.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, credKey{}, ps)))
 }

@@ -29,6 +29,11 @@ type credential struct {
 	scope  string // "" for the organisation, else the team name; part of cache keys
 	key    string
 	secret []byte
+
+	// refused is set when the upstream last answered a call signed with
+	// this credential with 401 or 403 on an endpoint where that can only
+	// mean the credential itself (the catalog), and cleared by a success.
+	refused atomic.Bool
 }
 
 // upstream calls one network's upstream API. It is safe for concurrent use.
@@ -37,11 +42,15 @@ type upstream struct {
 	base    *url.URL
 	client  *http.Client
 	timeout time.Duration    // per attempt
-	retries int              // extra attempts on 502, 503 and timeouts
-	budget  ratelimit.Budget // per endpoint of this network; nil: no budget
+	retries int              // extra attempts on 500, 502, 503, 504, timeouts and transport failures
+	budget  ratelimit.Budget // per endpoint of this network
 	limit   ratelimit.Limit
 	log     *zap.Logger
 	metrics *Metrics
+	// catalogHeld reports whether the credential's catalog is held: a
+	// stream checked against it exists for that credential, so an upstream
+	// 401 for it means the credential, not the stream, was refused.
+	catalogHeld func(*credential) bool
 
 	answered atomic.Bool // the upstream has answered at least once
 }
@@ -61,9 +70,12 @@ func (u *upstream) deadline() time.Duration {
 }
 
 // get calls GET target (a path with its query) on the upstream, signing each
-// attempt afresh with cred, retrying 502, 503 and timeouts with backoff and
-// jitter for as long as ctx allows. Any answer the upstream gave is returned
-// with a nil error, whatever its status; an error means no answer.
+// attempt afresh with cred, retrying 500, 502, 503, 504, timeouts and
+// transport failures with backoff and jitter for as long as ctx allows (a
+// GET is safe to repeat; 429 is never retried, it pauses the endpoint).
+// An upstream 401 or 403 to the gateway's own credential is an error of
+// its own (see refusedCredential). Any other answer is returned with a nil
+// error, whatever its status; an error means no answer.
 func (u *upstream) get(ctx context.Context, endpoint, target string, cred *credential) (*upstreamResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, u.deadline())
 	defer cancel()
@@ -78,14 +90,12 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 				break
 			}
 		}
-		if u.budget != nil {
-			if err := u.waitBudget(ctx, budgetKey); err != nil {
-				u.metrics.upstreamError(u.network, endpoint, "budget")
-				if last != nil {
-					return last, nil
-				}
-				return nil, err
+		if err := u.waitBudget(ctx, budgetKey); err != nil {
+			u.metrics.upstreamError(u.network, endpoint, "budget")
+			if last != nil {
+				return last, nil
 			}
+			return nil, err
 		}
 		resp, err := u.attempt(ctx, endpoint, target, cred)
 		if err != nil {
@@ -99,17 +109,18 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 			return nil, err
 		}
 		last, lastErr = resp, nil
+		if err := u.refusedCredential(endpoint, cred, resp.status); err != nil {
+			return nil, err
+		}
 		switch resp.status {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			continue
 		case http.StatusTooManyRequests:
-			if u.budget != nil {
-				pause := resp.retryAfter
-				if pause <= 0 {
-					pause = time.Second
-				}
-				u.budget.Pause(budgetKey, pause)
+			pause := resp.retryAfter
+			if pause <= 0 {
+				pause = time.Second
 			}
+			u.budget.Pause(budgetKey, pause)
 		}
 		return resp, nil
 	}
@@ -117,6 +128,39 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 		return last, nil
 	}
 	return nil, lastErr
+}
+
+// refusedCredential tells a refusal of the gateway's credential (the
+// operator's problem: 502, counted, logged) from a refusal of what the
+// client asked (its business: passed on). On the catalog a 401 or 403 can
+// only mean the credential; on a report or stream endpoint, whose streams
+// were checked against the credential's catalog, it does when that catalog
+// is held or the credential was refused on the catalog already.
+func (u *upstream) refusedCredential(endpoint string, cred *credential, status int) error {
+	if cred == nil {
+		return nil
+	}
+	if status != http.StatusUnauthorized && status != http.StatusForbidden {
+		if status < 300 {
+			cred.refused.Store(false)
+		}
+		return nil
+	}
+	switch endpoint {
+	case "reports", "latest", "bulk", "page", "ws":
+		if !cred.refused.Load() && (u.catalogHeld == nil || !u.catalogHeld(cred)) {
+			return nil
+		}
+	default:
+		cred.refused.Store(true)
+	}
+	u.metrics.credentialRefused(u.network)
+	if u.log != nil {
+		u.log.Error("the upstream refused the gateway's credential: check the api_key and api_secret of this network (or of the team's own upstream credential)",
+			zap.String("network", u.network), zap.String("endpoint", endpoint), zap.Int("status", status), zap.String("team_credential", cred.scope))
+	}
+	return &apiError{status: http.StatusBadGateway, retryAfter: 30 * time.Second,
+		msg: "the upstream refused the gateway's credential for this network (HTTP " + strconv.Itoa(status) + "); this is not your key: the gateway's operator must fix its upstream credential"}
 }
 
 // waitBudget waits for a token of key's budget, but only as long as leaves
