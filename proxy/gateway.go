@@ -13,12 +13,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -394,16 +396,40 @@ func (g *Gateway) Ready() bool {
 }
 
 // Warm loads the catalog of every network (which also tells whether its
-// upstream answers). It returns the first error; the gateway serves anyway.
+// upstream answers, and so makes Ready true), trying a network whose
+// upstream fails again with backoff (250 ms doubling to 30 s, with jitter)
+// until it succeeds or ctx ends. It logs a network's first failure and its
+// recovery, and returns nil once every network is warm, else ctx's error.
 func (g *Gateway) Warm(ctx context.Context) error {
-	var errs []error
+	var wg sync.WaitGroup
 	for _, name := range g.Networks() {
 		n := g.networks[name]
-		if _, _, err := n.view(ctx, viewHidden, n.org); err != nil {
-			errs = append(errs, fmt.Errorf("network %s: %w", name, err))
-		}
+		wg.Go(func() {
+			for attempt := 0; ; attempt++ {
+				_, _, err := n.view(ctx, viewHidden, n.org)
+				if err == nil {
+					if attempt > 0 {
+						g.log.Info("catalog warm-up succeeded", zap.String("network", n.name), zap.Int("attempts", attempt+1))
+					}
+					return
+				}
+				if attempt == 0 {
+					g.log.Warn("catalog warm-up failed; trying again in the background until the upstream answers",
+						zap.String("network", n.name), zap.Error(err))
+				}
+				d := min(250*time.Millisecond<<min(attempt, 7), 30*time.Second)
+				t := time.NewTimer(d/2 + rand.N(d/2))
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		})
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return ctx.Err()
 }
 
 // credentialFor returns the credential that team's calls on n are signed

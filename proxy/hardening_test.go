@@ -455,3 +455,67 @@ func TestParsedCatalogCounted(t *testing.T) {
 	env.Cache.Wait()
 	assert.Greater(t, env.Cache.Bytes(), int64(3*len(body)), "body, raw streams and decoded streams")
 }
+
+// TestWarmUpRetries: an upstream unreachable at start is tried again in the
+// background, and readiness follows once it answers.
+func TestWarmUpRetries(t *testing.T) {
+	var down atomic.Bool
+	var refused atomic.Int32
+	down.Store(true)
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if down.Load() {
+				refused.Add(1)
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					conn.Close() // no answer at all, as from a host that is down
+				}
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	done := make(chan error, 1)
+	go func() { done <- env.Gateway.Warm(t.Context()) }()
+	require.Eventually(t, func() bool { return refused.Load() >= 6 }, 30*time.Second, 10*time.Millisecond,
+		"warm-up keeps trying (two networks, three attempts per call)")
+	assert.False(t, env.Gateway.Ready(), "not ready while no upstream answered")
+	down.Store(false)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("warm-up did not finish after the upstream came back")
+	}
+	assert.True(t, env.Gateway.Ready(), "ready once the upstreams answered")
+}
+
+// TestServerReadTimeout: every listener is built with the configured read
+// timeout, so even a handler that reads a body never waits longer for it.
+func TestServerReadTimeout(t *testing.T) {
+	readErr := make(chan error, 1)
+	s := config.Default().Server
+	s.ReadTimeout = 300 * time.Millisecond
+	srv := proxy.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		readErr <- err
+	}), s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+	require.NoError(t, err)
+	select {
+	case err := <-readErr:
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		assert.True(t, ne.Timeout(), "the body read ends with the read timeout: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server waited for the body past its read timeout")
+	}
+	assert.Equal(t, config.Default().Server.WriteTimeout, srv.WriteTimeout)
+}

@@ -225,7 +225,9 @@ func TestMetricsAfterTraffic(t *testing.T) {
 
 // TestReadyzWaitsForTheUpstream points the only network at a loopback port
 // where nothing listens: the process is alive (/healthz 200) but not ready
-// (/readyz 503), and the failed upstream calls are counted.
+// (/readyz 503), and the failed upstream calls are counted. When an
+// upstream starts listening there, the warm-up, tried again in the
+// background, reaches it and /readyz turns 200.
 func TestReadyzWaitsForTheUpstream(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -240,8 +242,8 @@ networks:
     listen: "127.0.0.1:0"
     upstream:
       url: http://%s
-      api_key: org-key
-      api_secret: org-secret-0123456789abcdef
+      api_key: %s
+      api_secret: %s
       timeout: 1s
       retries: 1
 teams:
@@ -249,11 +251,11 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, closed, config.DemoKeyID, config.DemoKeySecret)
+`, closed, simulator.OrgKeyID, simulator.OrgKeySecret, config.DemoKeyID, config.DemoKeySecret)
 	p := start(t, cfg, []string{"mainnet"})
 	// The warm-up has asked the upstream and given up: from here on nothing
 	// changes the answer but an upstream that answers.
-	p.waitLog(20*time.Second, func(l logLine) bool { return l.str("msg") == "catalog warm-up incomplete" })
+	p.waitLog(20*time.Second, func(l logLine) bool { return strings.HasPrefix(l.str("msg"), "catalog warm-up failed") })
 
 	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
 		resp, err := http.Get(p.admin + path)
@@ -270,4 +272,22 @@ teams:
 			}
 		}
 	}
+
+	// The upstream comes up where it was expected: readiness follows.
+	sim, err := simulator.New(simulator.Default())
+	require.NoError(t, err)
+	defer sim.Close()
+	up, err := net.Listen("tcp", closed)
+	require.NoError(t, err, "the port freed at the start is taken again for the upstream")
+	srv := &http.Server{Handler: sim.Handler(simulator.Mainnet), ReadHeaderTimeout: time.Second}
+	go srv.Serve(up)
+	defer srv.Close()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(p.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 100*time.Millisecond, "/readyz turns 200 once the upstream answers, with no restart")
 }

@@ -66,7 +66,8 @@ const (
 )
 
 // testConfig is a configuration on free loopback ports with both networks
-// embedded: the demo team without a rate limit and the tiny team. extra is
+// embedded: the demo team without a rate limit and the tiny team, and no
+// limit on anonymous catalog requests (the loads send many). extra is
 // appended to the teams list; shutdown is server.shutdown_timeout; budget is
 // mainnet's upstream budget.
 type testConfig struct {
@@ -97,6 +98,8 @@ networks:
   testnet:
     listen: "127.0.0.1:0"
     upstream: {url: embedded, budget: {rps: 8, burst: 5}}
+auth:
+  anonymous_rate: {rps: 0}
 teams:
   - name: demo
     networks: [mainnet, testnet]

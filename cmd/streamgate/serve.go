@@ -175,12 +175,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, name := range b.Networks {
 			bound[name] = ln.Addr().String()
 		}
-		srv := &http.Server{
-			Handler:           b.Handler,
-			ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
-			IdleTimeout:       cfg.Server.IdleTimeout,
-			ErrorLog:          zap.NewStdLog(log.Named("http")),
-		}
+		srv := proxy.NewServer(b.Handler, cfg.Server, zap.NewStdLog(log.Named("http")))
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -196,20 +191,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("admin listener on %s: %w", cfg.Server.AdminListen, err)
 		}
 		bound["admin"] = ln.Addr().String()
-		admin = &http.Server{Handler: adminHandler(reg, gw, &draining), ReadHeaderTimeout: 10 * time.Second}
+		admin = proxy.NewServer(adminHandler(reg, gw, &draining), cfg.Server, zap.NewStdLog(log.Named("http")))
 		go admin.Serve(ln)
 		log.Info("admin listening", zap.String("addr", bound["admin"]))
 	}
 
 	// Load every catalog now, so the first requests find it cached and
-	// /readyz turns ready as soon as the upstreams answered.
-	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := gw.Warm(wctx); err != nil {
-			log.Warn("catalog warm-up incomplete", zap.Error(err))
-		}
-	}()
+	// /readyz turns ready as soon as the upstreams answered; an upstream
+	// that cannot be reached is tried again, with backoff, until it can.
+	go gw.Warm(ctx)
 
 	for _, name := range gw.Networks() {
 		log.Info("serving network", zap.String("network", name), zap.String("listen", bound[name]), zap.Strings("hosts", cfg.Networks[name].Hosts))
@@ -338,6 +328,8 @@ func restartSettings(cfg *config.Config) map[string]string {
 		"server.shutdown_timeout":    cfg.Server.ShutdownTimeout.String(),
 		"server.read_header_timeout": cfg.Server.ReadHeaderTimeout.String(),
 		"server.idle_timeout":        cfg.Server.IdleTimeout.String(),
+		"server.read_timeout":        cfg.Server.ReadTimeout.String(),
+		"server.write_timeout":       cfg.Server.WriteTimeout.String(),
 		"log.level":                  cfg.Log.Level,
 		"log.format":                 cfg.Log.Format,
 		"cache.max_bytes":            strconv.FormatInt(int64(cfg.Cache.MaxBytes), 10),
@@ -352,6 +344,7 @@ func restartSettings(cfg *config.Config) map[string]string {
 		m[p] = "configured"
 		m[p+".listen"] = n.Listen
 		m[p+".hosts"] = strings.Join(n.Hosts, ",")
+		m[p+".pass_through"] = strings.Join(n.PassThrough, ",")
 		m[p+".upstream.url"] = up.URL
 		m[p+".upstream.api_key"] = up.APIKey
 		m[p+".upstream.api_secret"] = digest(up.Secret())
