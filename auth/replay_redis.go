@@ -12,6 +12,13 @@ import (
 // RedisReplay is a ReplayStore in Redis, shared by every replica that uses
 // the same server and prefix. One round trip a request: a script records
 // the first use of a signature with an expiry, or compares it with now.
+//
+// It sits on every signed request's path and has no fallback of its own:
+// FirstUse returns Redis's error and the Verifier's local record decides.
+// So give it a client whose calls are short and fail at once while Redis
+// is down or hung, as ratelimit.NewRedisClient makes them: a deadline on
+// every call and a circuit breaker, whose error (ratelimit.ErrCircuitOpen)
+// FirstUse then returns without waiting.
 type RedisReplay struct {
 	client redis.UniversalClient
 	prefix string

@@ -1,15 +1,23 @@
 package auth
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
+	"streamgate/ratelimit"
 	"streamgate/ratelimit/redistest"
 )
 
@@ -66,4 +74,119 @@ func TestRedisReplay(t *testing.T) {
 	_, err = a.Verify(ks, r2)
 	assert.ErrorIs(t, err, ErrReplay)
 	assert.False(t, errors.Is(failures[0], ErrReplay))
+}
+
+// countHook counts the calls that went past the circuit breaker of
+// ratelimit.NewRedisClient to Redis and got no reply (here: timed out).
+type countHook struct{ reached, failed atomic.Int64 }
+
+type counted struct{}
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(counted{}) != nil { // a connection's set-up, inside a call
+			return next(ctx, cmd)
+		}
+		err := next(context.WithValue(ctx, counted{}, true), cmd)
+		h.reached.Add(1)
+		var reply redis.Error
+		if err != nil && !errors.As(err, &reply) {
+			h.failed.Add(1)
+		}
+		return err
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// With Redis hung (SIGSTOP), the shared replay record fails at once, after
+// the few calls that opened the breaker and one probe per breaker window;
+// the verifier's local record decides meanwhile. When Redis answers again
+// the record is shared again, without a restart.
+func TestRedisReplayHangingRedis(t *testing.T) {
+	srv := redistest.New(t)
+	reg := prometheus.NewRegistry()
+	m, err := ratelimit.NewMetrics(reg)
+	require.NoError(t, err)
+	core, logs := observer.New(zapcore.InfoLevel)
+	client, err := ratelimit.NewRedisClient(srv.URL(), "", ratelimit.RedisClientOptions{
+		CommandTimeout: 50 * time.Millisecond, BreakerOpen: 100 * time.Millisecond,
+		Metrics: m, Logger: zap.New(core),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	hook := &countHook{}
+	client.AddHook(hook)
+	store := NewRedisReplay(client, "test:replay:")
+	ctx := context.Background()
+	now := time.UnixMilli(1_750_000_000_000)
+	sig := func(i int) []byte { return []byte(fmt.Sprintf("signature-%d", i)) }
+	first := func(i int) (bool, error) {
+		return store.FirstUse(ctx, "k-trading", sig(i), now, 10*time.Second, time.Second)
+	}
+
+	ok, err := first(-1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	base := hook.reached.Load()
+
+	srv.Pause()
+	const calls = 200
+	rejected := 0
+	for i := range calls {
+		_, err := first(i)
+		require.Error(t, err)
+		if errors.Is(err, ratelimit.ErrCircuitOpen) {
+			rejected++
+		}
+	}
+	probes := int64(counterValue(t, reg, "streamgate_redis_breaker_transitions_total", "half-open"))
+	waited := hook.reached.Load() - base
+	assert.Equal(t, waited, hook.failed.Load(), "every call that reached the hung Redis failed")
+	assert.EqualValues(t, ratelimit.DefaultBreakerFailures+probes, waited,
+		"the calls that waited for the deadline: those that opened the breaker and one probe per window")
+	assert.EqualValues(t, calls-waited, rejected, "the others failed at once")
+	assert.LessOrEqual(t, waited, int64(calls/10))
+
+	srv.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		require.Less(t, i, 5000, "the shared record did not come back: %v", err)
+		require.True(t, time.Now().Before(deadline), "the shared record did not come back: %v", err)
+		if ok, err = first(1000); err == nil {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	assert.True(t, ok)
+	ok, err = store.FirstUse(ctx, "k-trading", sig(1000), now.Add(2*time.Second), 10*time.Second, time.Second)
+	require.NoError(t, err)
+	assert.False(t, ok, "the use was recorded in Redis: a replay after the grace")
+	assert.Equal(t, 1, logs.FilterMessageSnippet("redis unavailable").Len())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("redis recovered").Len())
+}
+
+// counterValue returns the value of the counter name whose label "to" is to.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, to string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "to" && l.GetValue() == to {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{to=%q}", name, to)
+	return 0
 }

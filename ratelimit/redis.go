@@ -20,11 +20,11 @@ import (
 // request is decided without Redis as Options.FailMode says: by a local
 // Memory limiter (FailOpen) or refused with ErrUnavailable (FailClosed).
 // Then one request tries Redis again; when it answers, all requests go back
-// to it. Calls to Redis are bounded by the client's own timeouts: give the
-// client short ones (DialTimeout, ReadTimeout, WriteTimeout of about
-// 100ms) and no retries, since requests wait on them. In go-redis that is
-// MaxRetries -1 (0 means 3 retries) and DialerRetries 1 (0 means 5 dials,
-// 100ms apart, for every request that finds no live connection).
+// to it. Calls to Redis are bounded by the client's own timeouts, and
+// requests wait on them: use the client of NewRedisClient, whose calls have
+// a short deadline, no retries and a circuit breaker shared by every user of
+// the client, so that a hanging Redis costs at most a timeout per breaker
+// window and the others fail at once with ErrCircuitOpen.
 type Redis struct {
 	gcra     *redis_rate.Limiter
 	prefix   string

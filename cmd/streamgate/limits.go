@@ -69,29 +69,23 @@ func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 	}
 
 	rc := cfg.RateLimit.Redis
-	ro, err := redis.ParseURL(rc.URL)
-	if err != nil {
-		return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
-	}
-	if pw := rc.Password.Reveal(); pw != "" {
-		ro.Password = pw
-	}
-	// Short timeouts: a limit check sits on every request's path, and the
-	// fail mode decides what happens when Redis is slow or gone.
-	// go-redis: MaxRetries -1 means no retry (0 means the default, 3), and
-	// one dial attempt keeps a request from trying five times, 100 ms apart,
-	// while Redis is unreachable.
-	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = time.Second, 250*time.Millisecond, 250*time.Millisecond
-	ro.MaxRetries = -1
-	ro.DialerRetries = 1
-	// go-redis logs through a process-wide logger: send its lines (one per
-	// failed dial while Redis is down) to ours at debug level; the limiters
-	// log each outage and recovery once.
-	redis.SetLogger(redisLog{log.Named("redis").Sugar()})
-	l.client = redis.NewClient(ro)
 	mode, err := ratelimit.ParseFailMode(rc.FailMode)
 	if err != nil {
 		return nil, err
+	}
+	// go-redis logs through a process-wide logger: send its lines (one per
+	// failed dial while Redis is down) to ours at debug level; the client's
+	// circuit breaker logs each outage and recovery once, and so do the
+	// limiters.
+	redis.SetLogger(redisLog{log.Named("redis").Sugar()})
+	// One client for the limits and the replay record: short deadlines, no
+	// retries, and one circuit breaker, so that a hanging Redis costs at
+	// most a timeout per breaker window before every caller falls back.
+	l.client, err = ratelimit.NewRedisClient(rc.URL, rc.Password.Reveal(), ratelimit.RedisClientOptions{
+		Metrics: m, Logger: log.Named("redis"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit.redis: %w", err)
 	}
 	ropts := func(name, network string) ratelimit.Options {
 		o := opts(name, network)

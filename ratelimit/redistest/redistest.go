@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -80,6 +81,32 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// Pause stops the server with SIGSTOP: it keeps its port and its
+// connections, and the kernel still completes new TCP handshakes, but it
+// answers nothing, as a hung Redis. Stop and Restart work on a paused
+// server.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused server with SIGCONT; it answers again what was
+// sent to it meanwhile on the connections that are still open.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.signal(syscall.SIGCONT)
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if s.cmd == nil {
+		s.t.Fatalf("redistest: %v to a server that is not running", sig)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: %v: %v", sig, err)
+	}
 }
 
 // Restart starts the server again on the same port, empty. It stops it
