@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -35,6 +34,8 @@ func Reason(err error) string {
 		return "skew"
 	case errors.Is(err, ErrReplay):
 		return "replay"
+	case errors.Is(err, ErrReplayFull):
+		return "replay_full"
 	default:
 		return "other"
 	}
@@ -52,6 +53,9 @@ type VerifierConfig struct {
 	// again: identical requests sent at once carry identical signatures.
 	// Zero refuses every repeat.
 	ReplayGrace time.Duration
+	// ReplayMaxEntries bounds the signatures recorded (see ReplayRecord).
+	// Zero means DefaultReplayMaxEntries.
+	ReplayMaxEntries int
 	// Shared, if non-nil, also records first uses where other replicas see
 	// them, so that a request accepted by one replica is a replay at
 	// another. Each verifier keeps its own record too, which alone decides
@@ -68,8 +72,8 @@ type VerifierConfig struct {
 type Verifier struct {
 	maxSkew      time.Duration
 	now          func() time.Time
-	replay       *replayCache // nil when replay protection is off
-	shared       ReplayStore  // nil unless shared and replay protection is on
+	replay       *ReplayRecord // nil when replay protection is off
+	shared       ReplayStore   // nil unless shared and replay protection is on
 	grace        time.Duration
 	sharedFailed func(error)
 }
@@ -93,10 +97,23 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 	}
 	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed}
 	if cfg.ReplayProtection {
-		v.replay = newReplayCache(2*cfg.MaxSkew, cfg.ReplayGrace)
+		v.replay = NewReplayRecord()
+		v.replay.configure(2*cfg.MaxSkew, cfg.ReplayMaxEntries, cfg.Now())
 		v.shared = cfg.Shared
 	}
 	return v
+}
+
+// Stats returns the size of the replay record and its refusals; all zero
+// when replay protection is off. It first drops the generations that have
+// expired, so that an idle gateway whose metrics are read gives their
+// memory back.
+func (v *Verifier) Stats() ReplayStats {
+	if v.replay == nil {
+		return ReplayStats{}
+	}
+	v.replay.expire(v.now())
+	return v.replay.Stats()
 }
 
 // Result is what Verify learned of a request, also when it failed.
@@ -139,8 +156,10 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 	if res.Skew > v.maxSkew || res.Skew < -v.maxSkew {
 		return res, ErrSkew
 	}
-	if v.replay != nil && !v.replay.firstUse(c.KeyID, c.Signature, now) {
-		return res, ErrReplay
+	if v.replay != nil {
+		if err := v.replay.use(replayKeyOf(c.KeyID, c.Signature), now, v.grace); err != nil {
+			return res, err
+		}
 	}
 	if v.shared != nil {
 		ok, err := v.shared.FirstUse(r.Context(), c.KeyID, c.Signature, now, 2*v.maxSkew, v.grace)
@@ -154,57 +173,4 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 		}
 	}
 	return res, nil
-}
-
-// replayCache remembers signatures, with the time of their first use, for
-// at least ttl. It keeps two generations of maps and drops the older one
-// every ttl, so memory is bounded by the signatures accepted in the last
-// 2×ttl.
-type replayCache struct {
-	ttl   time.Duration
-	grace time.Duration
-
-	mu      sync.Mutex
-	rotated time.Time
-	cur     map[replayKey]time.Time
-	prev    map[replayKey]time.Time
-}
-
-type replayKey struct {
-	key string
-	sig [32]byte
-}
-
-func newReplayCache(ttl, grace time.Duration) *replayCache {
-	return &replayCache{ttl: ttl, grace: grace, cur: map[replayKey]time.Time{}, prev: map[replayKey]time.Time{}}
-}
-
-// firstUse records (key, sig) and reports whether it may be used: not seen
-// before, or first seen less than the grace ago.
-func (rc *replayCache) firstUse(key string, sig []byte, now time.Time) bool {
-	var k replayKey
-	k.key = key
-	copy(k.sig[:], sig)
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if since := now.Sub(rc.rotated); since >= rc.ttl || since < 0 {
-		if since >= 2*rc.ttl || since < 0 {
-			clear(rc.prev)
-			rc.prev, rc.cur = rc.cur, rc.prev
-			clear(rc.prev)
-		} else {
-			rc.prev, rc.cur = rc.cur, rc.prev
-			clear(rc.cur)
-		}
-		rc.rotated = now
-	}
-	first, seen := rc.cur[k]
-	if !seen {
-		first, seen = rc.prev[k]
-	}
-	if seen {
-		return now.Sub(first) < rc.grace
-	}
-	rc.cur[k] = now
-	return true
 }
