@@ -208,6 +208,17 @@ func (r *ReplayRecord) retryAfter(now int64) time.Duration {
 	return time.Duration(max(until-now, 0))
 }
 
+// peek reports, without recording anything, whether k may be used at at
+// with grace (see decide).
+func (r *ReplayRecord) peek(k replayKey, at time.Time, grace time.Duration) error {
+	now := r.since(at)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotate(now)
+	_, err := r.decide(k, now, grace)
+	return err
+}
+
 // use records k as used at at, unless it was used before, and reports
 // whether it may be used (see decide).
 func (r *ReplayRecord) use(k replayKey, at time.Time, grace time.Duration) error {

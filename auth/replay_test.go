@@ -1,10 +1,14 @@
 package auth
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,4 +109,188 @@ func TestReplayRecordGivesMemoryBack(t *testing.T) {
 	t.Logf("after rotation: %.1f MB above the start", float64(int64(after)-int64(before))/1e6)
 	assert.Less(t, int64(after)-int64(before), grown/2, "the rotated maps' memory is given back")
 	runtime.KeepAlive(rc)
+}
+
+// fakeShared is a ReplayStore in memory that counts its calls.
+type fakeShared struct {
+	mu    sync.Mutex
+	calls int
+	err   error
+	seen  map[string]time.Time
+}
+
+func (f *fakeShared) FirstUse(_ context.Context, key string, sig []byte, now time.Time, _, grace time.Duration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return false, f.err
+	}
+	k := key + ":" + string(sig)
+	if first, ok := f.seen[k]; ok {
+		return now.Sub(first) < grace, nil
+	}
+	f.seen[k] = now
+	return true, nil
+}
+
+func TestCheckThenRecord(t *testing.T) {
+	ks := testStore(t)
+	now := time.UnixMilli(1_750_000_000_000)
+	clock := now
+	shared := &fakeShared{seen: map[string]time.Time{}}
+	v := NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, Shared: shared,
+		Now: func() time.Time { return clock }})
+	r := signedRequest("/api/v1/feeds", "k-trading", "new-secret-0123456789", now)
+
+	// Checks alone record nothing: a request refused after them (by a
+	// rate limit, say) leaves no trace and may be sent again.
+	for range 3 {
+		res, err := v.Check(ks, r)
+		require.NoError(t, err)
+		assert.Equal(t, "k-trading", res.Principal.KeyID)
+	}
+	assert.Zero(t, v.Stats().Entries, "Check records nothing")
+	assert.Zero(t, shared.calls, "nor asks the shared store")
+
+	res, err := v.Check(ks, r)
+	require.NoError(t, err)
+	require.NoError(t, v.Record(t.Context(), res))
+	assert.Equal(t, 1, v.Stats().Entries, "Record records")
+	assert.Equal(t, 1, shared.calls, "in the shared store too")
+
+	_, err = v.Check(ks, r)
+	assert.ErrorIs(t, err, ErrReplay, "a replay is refused at Check")
+	assert.ErrorIs(t, v.Record(t.Context(), res), ErrReplay, "and at Record")
+	assert.Equal(t, 1, v.Stats().Entries)
+
+	// A Result that Check refused is not recorded.
+	bad, err := v.Check(ks, signedRequest("/api/v1/feeds?x=1", "k-trading", "not-the-secret", now))
+	require.ErrorIs(t, err, ErrBadSignature)
+	assert.Error(t, v.Record(t.Context(), bad))
+	assert.Error(t, v.Record(t.Context(), Result{}))
+	assert.Equal(t, 1, v.Stats().Entries)
+
+	// The shared store failing: reported, and the own record decides.
+	var failures []error
+	shared.err = errors.New("store down")
+	v2 := NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, Shared: shared,
+		SharedFailed: func(err error) { failures = append(failures, err) }, Now: func() time.Time { return clock }})
+	res, err = v2.Check(ks, r)
+	require.NoError(t, err)
+	assert.NoError(t, v2.Record(t.Context(), res))
+	assert.Len(t, failures, 1)
+	_, err = v2.Check(ks, r)
+	assert.ErrorIs(t, err, ErrReplay)
+
+	// Replay protection off: Record has nothing to do.
+	off := NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, Now: func() time.Time { return clock }})
+	for range 2 {
+		res, err := off.Check(ks, r)
+		require.NoError(t, err)
+		assert.NoError(t, off.Record(t.Context(), res))
+	}
+}
+
+func TestRecordRace(t *testing.T) {
+	ks := testStore(t)
+	now := time.UnixMilli(1_750_000_000_000)
+	clock := now
+	verifier := func(grace time.Duration) *Verifier {
+		return NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayGrace: grace,
+			Now: func() time.Time { return clock }})
+	}
+	r := signedRequest("/api/v1/feeds", "k-trading", "new-secret-0123456789", now)
+	twins := func(v *Verifier) (Result, Result) {
+		a, err := v.Check(ks, r)
+		require.NoError(t, err)
+		b, err := v.Check(ks, r)
+		require.NoError(t, err, "both pass Check: neither is recorded yet")
+		return a, b
+	}
+
+	v := verifier(0)
+	a, b := twins(v)
+	require.NoError(t, v.Record(t.Context(), a))
+	assert.ErrorIs(t, v.Record(t.Context(), b), ErrReplay, "without a grace, only the first recorded passes")
+
+	v = verifier(time.Second)
+	a, b = twins(v)
+	require.NoError(t, v.Record(t.Context(), a))
+	assert.NoError(t, v.Record(t.Context(), b), "within the grace, both pass")
+
+	// Checked later, recorded first: the earlier check is within the
+	// grace of it, and without a grace still refused.
+	for _, grace := range []time.Duration{0, time.Second} {
+		v = verifier(grace)
+		clock = now
+		early, err := v.Check(ks, r)
+		require.NoError(t, err)
+		clock = now.Add(10 * time.Millisecond)
+		late, err := v.Check(ks, r)
+		require.NoError(t, err)
+		require.NoError(t, v.Record(t.Context(), late))
+		if err := v.Record(t.Context(), early); grace == 0 {
+			assert.ErrorIs(t, err, ErrReplay)
+		} else {
+			assert.NoError(t, err)
+		}
+	}
+
+	// A twin checked beyond the grace of a first use recorded meanwhile is
+	// refused at Record.
+	v = verifier(time.Second)
+	clock = now
+	a, err := v.Check(ks, r)
+	require.NoError(t, err)
+	clock = now.Add(2 * time.Second)
+	b, err = v.Check(ks, r)
+	require.NoError(t, err)
+	require.NoError(t, v.Record(t.Context(), a))
+	assert.ErrorIs(t, v.Record(t.Context(), b), ErrReplay)
+
+	// Truly concurrent: of identical requests, exactly one is recorded.
+	v = verifier(0)
+	clock = now
+	var wg sync.WaitGroup
+	var passed atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			res, err := v.Check(ks, r)
+			if err != nil {
+				assert.ErrorIs(t, err, ErrReplay)
+				return
+			}
+			if err := v.Record(context.Background(), res); err != nil {
+				assert.ErrorIs(t, err, ErrReplay)
+				return
+			}
+			passed.Add(1)
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), passed.Load())
+}
+
+func TestCheckUnadmittedTakesNoRoom(t *testing.T) {
+	// The review's attack: a key sends many distinct signatures, all
+	// refused by its rate limit after Check. None is recorded.
+	ks := testStore(t)
+	now := time.UnixMilli(1_750_000_000_000)
+	v := NewVerifier(VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayMaxEntries: 10,
+		Now: func() time.Time { return now }})
+	for i := range 1000 {
+		_, err := v.Check(ks, signedRequest("/api/v1/feeds?i="+strconv.Itoa(i), "k-trading", "new-secret-0123456789", now))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, ReplayStats{MaxEntries: 10}, v.Stats())
+
+	// Peeking allocates nothing.
+	k := replayKeyOf("k-trading", make([]byte, 32))
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := v.replay.peek(k, now, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
 }

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"time"
@@ -116,18 +117,43 @@ func (v *Verifier) Stats() ReplayStats {
 	return v.replay.Stats()
 }
 
-// Result is what Verify learned of a request, also when it failed.
+// Result is what Check learned of a request, also when it failed. It
+// carries what Record needs: the key, the signature and the time of the
+// check (never a secret).
 type Result struct {
 	Principal *Principal    // set when the key is known
 	Skew      time.Duration // server time minus request time, set when the timestamp parsed
+
+	checked bool      // Check accepted the request
+	at      time.Time // when it was checked
+	sig     [sha256.Size]byte
+	key     replayKey // of Principal.KeyID and sig, when hashed
+	hashed  bool
 }
 
-// Verify checks the authentication headers of r against ks: the key must be
-// known, the timestamp within the skew, the signature that of the raw request
-// target r.RequestURI under one of the key's secrets, and (when enabled) not
-// seen before. The returned error is one of the sentinel errors of this
-// package.
+// errUnchecked is the error of Record of a Result that Check refused.
+var errUnchecked = errors.New("auth: recording a request that was not checked")
+
+// Verify checks r as Check does, and records its signature as Record does:
+// for callers that admit every request that authenticates.
 func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
+	res, err := v.Check(ks, r)
+	if err != nil {
+		return res, err
+	}
+	return res, v.Record(r.Context(), res)
+}
+
+// Check checks the authentication headers of r against ks: the key must be
+// known, the timestamp within the skew, the signature that of the raw
+// request target r.RequestURI under one of the key's secrets, and (when
+// replay protection is on) not used before, but within the grace. It
+// records nothing: a caller that admits the request (its rate limits, say)
+// then calls Record with the Result, so that the requests refused meanwhile
+// take no room in the record. With the record full, a signature not in it
+// is refused at once (ErrReplayFull), since Record would refuse it. The
+// returned error is one of the sentinel errors of this package.
+func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
 	c, err := ParseCredentials(r.Header)
 	if err != nil {
 		return Result{}, err
@@ -157,20 +183,47 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 		return res, ErrSkew
 	}
 	if v.replay != nil {
-		if err := v.replay.use(replayKeyOf(c.KeyID, c.Signature), now, v.grace); err != nil {
+		res.key, res.hashed = replayKeyOf(c.KeyID, c.Signature), true
+		if err := v.replay.peek(res.key, now, v.grace); err != nil {
 			return res, err
 		}
 	}
+	res.checked, res.at, res.sig = true, now, c.sig
+	return res, nil
+}
+
+// Record records the signature of a request that Check accepted (res) and
+// the caller admitted. It is atomic: of identical requests checked at once,
+// the first recorded is the first use, and the others are refused with
+// ErrReplay unless within the grace of it. It also refuses ErrReplayFull
+// (a *ReplayFullError) when the record has no room left, and ErrReplay when
+// the shared store (VerifierConfig.Shared) has seen the signature; the
+// shared store's failures go to SharedFailed, and the verifier's own record
+// decides meanwhile. With replay protection off it does nothing.
+func (v *Verifier) Record(ctx context.Context, res Result) error {
+	if !res.checked {
+		return errUnchecked
+	}
+	if v.replay == nil {
+		return nil
+	}
+	if !res.hashed { // checked by a verifier without replay protection
+		res.key = replayKeyOf(res.Principal.KeyID, res.sig[:])
+	}
+	if err := v.replay.use(res.key, res.at, v.grace); err != nil {
+		return err
+	}
 	if v.shared != nil {
-		ok, err := v.shared.FirstUse(r.Context(), c.KeyID, c.Signature, now, 2*v.maxSkew, v.grace)
+		sig := res.sig // only this copy escapes, and only here
+		ok, err := v.shared.FirstUse(ctx, res.Principal.KeyID, sig[:], res.at, 2*v.maxSkew, v.grace)
 		switch {
 		case err != nil:
 			if v.sharedFailed != nil {
 				v.sharedFailed(err)
 			}
 		case !ok:
-			return res, ErrReplay
+			return ErrReplay
 		}
 	}
-	return res, nil
+	return nil
 }
