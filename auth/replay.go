@@ -1,10 +1,10 @@
 package auth
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -92,18 +92,25 @@ type ReplayRecord struct {
 	full    uint64
 }
 
-// replayKey identifies a signature of a key: the first 16 bytes of the
-// SHA-256 of both. A collision would take some 2^64 signatures.
+// replayKey identifies a signature of a key: a 128-bit hash of both. The
+// hash is seeded at random when the process starts and is not
+// cryptographic; it need not be. A collision would only make a request
+// look like a replay of another, and finding one takes the seeds, which
+// never leave the process, or some 2^64 signatures.
 type replayKey [16]byte
+
+var replaySeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
 // replayKeyOf returns the replayKey of (keyID, sig).
 func replayKeyOf(keyID string, sig []byte) replayKey {
-	var buf [2 + 128 + sha256.Size]byte
+	var buf [binary.MaxVarintLen64 + 128 + 32]byte // room for every key and signature that parse
 	b := binary.AppendUvarint(buf[:0], uint64(len(keyID)))
 	b = append(b, keyID...)
 	b = append(b, sig...)
-	sum := sha256.Sum256(b)
-	return replayKey(sum[:16])
+	var k replayKey
+	binary.LittleEndian.PutUint64(k[:8], maphash.Bytes(replaySeeds[0], b))
+	binary.LittleEndian.PutUint64(k[8:], maphash.Bytes(replaySeeds[1], b))
+	return k
 }
 
 // NewReplayRecord returns an empty record. The Verifiers that use it set
