@@ -294,3 +294,106 @@ func TestCheckUnadmittedTakesNoRoom(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+func TestReplayRecordKeptAcrossSettings(t *testing.T) {
+	ks := testStore(t)
+	now := time.UnixMilli(1_750_000_000_000)
+	clock := now
+	cfg := VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, Now: func() time.Time { return clock }}
+	v1 := NewVerifier(cfg)
+	r := signedRequest("/api/v1/feeds", "k-trading", "new-secret-0123456789", now)
+	_, err := v1.Verify(ks, r)
+	require.NoError(t, err)
+
+	// A reload changes the grace: the first use is kept, and the new grace
+	// is reckoned from it.
+	cfg.ReplayGrace = time.Second
+	v2 := v1.WithSettings(cfg)
+	assert.Same(t, v1.ReplayRecord(), v2.ReplayRecord())
+	assert.Equal(t, 1, v2.Stats().Entries)
+	clock = now.Add(500 * time.Millisecond)
+	_, err = v2.Verify(ks, r)
+	assert.NoError(t, err, "a twin within the new grace of the first use")
+	clock = now.Add(2 * time.Second)
+	_, err = v2.Verify(ks, r)
+	assert.ErrorIs(t, err, ErrReplay, "a replay beyond the new grace")
+	_, err = v1.Verify(ks, r)
+	assert.ErrorIs(t, err, ErrReplay, "the old verifier shares the record")
+
+	// Replay protection off, then on again: the record is still there.
+	off := cfg
+	off.ReplayProtection = false
+	v3 := v2.WithSettings(off)
+	_, err = v3.Verify(ks, r)
+	assert.NoError(t, err, "replay protection off")
+	v4 := v3.WithSettings(cfg)
+	_, err = v4.Verify(ks, r)
+	assert.ErrorIs(t, err, ErrReplay, "replay protection on again")
+
+	// The same through VerifierConfig.Record.
+	cfg.Record = v4.ReplayRecord()
+	_, err = NewVerifier(cfg).Verify(ks, r)
+	assert.ErrorIs(t, err, ErrReplay)
+}
+
+func TestReplayRecordSkewChanges(t *testing.T) {
+	ks := testStore(t)
+	t0 := time.UnixMilli(1_750_000_000_000)
+	clock := t0
+	verifier := func(skew time.Duration) *Verifier {
+		return NewVerifier(VerifierConfig{MaxSkew: skew, ReplayProtection: true, Now: func() time.Time { return clock }})
+	}
+	req := func(i int, at time.Time) *http.Request {
+		return signedRequest("/api/v1/feeds?i="+strconv.Itoa(i), "k-trading", "new-secret-0123456789", at)
+	}
+	// verify verifies a new request at at, which rotates the record when
+	// due.
+	i := 0
+	verify := func(v *Verifier, at time.Duration) {
+		clock = t0.Add(at)
+		i++
+		_, err := v.Verify(ks, req(i, clock))
+		require.NoError(t, err)
+	}
+
+	// Longer: 5 s to 10 s. A signature dated 5 s ahead, used at t0, is
+	// valid until t0+15s under the new skew; with the old ttl of 10 s the
+	// rotations at t0+0.1s and t0+10.1s would have dropped it.
+	v := verifier(5 * time.Second)
+	verify(v, -9900*time.Millisecond) // the generation starts
+	clock = t0
+	s := req(0, t0.Add(5*time.Second))
+	_, err := v.Verify(ks, s)
+	require.NoError(t, err)
+	verify(v, 100*time.Millisecond) // rotation
+	clock = t0.Add(time.Second)
+	v = v.WithSettings(VerifierConfig{MaxSkew: 10 * time.Second, ReplayProtection: true, Now: func() time.Time { return clock }})
+	verify(v, 10100*time.Millisecond)
+	clock = t0.Add(12 * time.Second)
+	_, err = v.Verify(ks, s)
+	assert.ErrorIs(t, err, ErrReplay, "kept for the longer skew")
+
+	// Shorter: 10 s to 5 s. A signature dated 10 s ahead, used at t0 under
+	// the old skew, is valid from t0+5s to t0+15s under the new one; a ttl
+	// of 10 s at once would drop it at t0+11s.
+	v = verifier(10 * time.Second)
+	verify(v, -9*time.Second) // the generation starts
+	clock = t0
+	s = req(0, t0.Add(10*time.Second))
+	_, err = v.Verify(ks, s)
+	require.NoError(t, err)
+	clock = t0.Add(time.Second)
+	v = v.WithSettings(VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, Now: func() time.Time { return clock }})
+	verify(v, time.Second)
+	verify(v, 11*time.Second)
+	clock = t0.Add(12 * time.Second)
+	_, err = v.Verify(ks, s)
+	assert.ErrorIs(t, err, ErrReplay, "kept for the old skew")
+
+	// Once the old ttl has passed, the shorter one applies: a generation
+	// lasts 10 s again.
+	verify(v, 22*time.Second)
+	verify(v, 32*time.Second)
+	verify(v, 42*time.Second)
+	assert.Equal(t, 2, v.Stats().Entries, "two generations of one request each")
+}

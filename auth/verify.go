@@ -57,6 +57,12 @@ type VerifierConfig struct {
 	// ReplayMaxEntries bounds the signatures recorded (see ReplayRecord).
 	// Zero means DefaultReplayMaxEntries.
 	ReplayMaxEntries int
+	// Record, if non-nil, is the record of signatures to use: that of the
+	// verifier this one replaces (Verifier.ReplayRecord), so that a change
+	// of settings forgets no signature. The verifier sets its ttl
+	// (2×MaxSkew) and bound when replay protection is on. Nil means a new
+	// record. See also Verifier.WithSettings.
+	Record *ReplayRecord
 	// Shared, if non-nil, also records first uses where other replicas see
 	// them, so that a request accepted by one replica is a replay at
 	// another. Each verifier keeps its own record too, which alone decides
@@ -73,7 +79,8 @@ type VerifierConfig struct {
 type Verifier struct {
 	maxSkew      time.Duration
 	now          func() time.Time
-	replay       *ReplayRecord // nil when replay protection is off
+	record       *ReplayRecord // never nil, kept while replay protection is off
+	replay       *ReplayRecord // record, or nil when replay protection is off
 	shared       ReplayStore   // nil unless shared and replay protection is on
 	grace        time.Duration
 	sharedFailed func(error)
@@ -96,25 +103,46 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed}
+	if cfg.Record == nil {
+		cfg.Record = NewReplayRecord()
+	}
+	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed, record: cfg.Record}
 	if cfg.ReplayProtection {
-		v.replay = NewReplayRecord()
+		v.replay = cfg.Record
 		v.replay.configure(2*cfg.MaxSkew, cfg.ReplayMaxEntries, cfg.Now())
 		v.shared = cfg.Shared
 	}
 	return v
 }
 
-// Stats returns the size of the replay record and its refusals; all zero
-// when replay protection is off. It first drops the generations that have
-// expired, so that an idle gateway whose metrics are read gives their
-// memory back.
+// WithSettings returns a Verifier for cfg that takes over v's record of
+// signatures (cfg.Record is ignored): the verifier to use after a reload
+// that changes any setting, so that no signature accepted by v can be
+// replayed. The grace applies to the first uses recorded by v as to its
+// own, since a record keeps the time of each first use. A longer MaxSkew
+// keeps signatures longer at once; a shorter one lets them go sooner only
+// once v's ttl (2×MaxSkew) has passed, since v accepted them with its
+// larger skew. v
+// goes on working, on the same record, for the requests it is checking.
+// The record is kept while replay protection is off, and used again when
+// it is turned back on (the signatures accepted meanwhile are not in it).
+func (v *Verifier) WithSettings(cfg VerifierConfig) *Verifier {
+	cfg.Record = v.record
+	return NewVerifier(cfg)
+}
+
+// ReplayRecord returns v's record of signatures, to give to the Verifier
+// that replaces it (VerifierConfig.Record).
+func (v *Verifier) ReplayRecord() *ReplayRecord { return v.record }
+
+// Stats returns the size of the replay record and its refusals. It first
+// drops the generations that have expired, so that an idle gateway whose
+// metrics are read gives their memory back.
 func (v *Verifier) Stats() ReplayStats {
-	if v.replay == nil {
-		return ReplayStats{}
+	if v.replay != nil {
+		v.replay.expire(v.now())
 	}
-	v.replay.expire(v.now())
-	return v.replay.Stats()
+	return v.record.Stats()
 }
 
 // Result is what Check learned of a request, also when it failed. It
