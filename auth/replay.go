@@ -129,9 +129,11 @@ func NewReplayRecord() *ReplayRecord {
 func (r *ReplayRecord) since(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
 
 // configure sets the ttl and bound at time at. A longer ttl applies at
-// once. A shorter one applies after the longer has passed, since the
-// signatures recorded meanwhile may have been accepted with the larger skew
-// of the longer ttl, and be within the new skew for as long.
+// once. A shorter one applies only once the ttl in force has passed, since
+// the signatures recorded until now may have been accepted with the larger
+// skew of that ttl, and be within the new skew for as long. (Should it
+// shorten again meanwhile, the ttl of the verifier it replaces must pass
+// too.)
 func (r *ReplayRecord) configure(ttl time.Duration, maxEntries int, at time.Time) {
 	if maxEntries <= 0 {
 		maxEntries = DefaultReplayMaxEntries
@@ -146,6 +148,8 @@ func (r *ReplayRecord) configure(ttl time.Duration, maxEntries int, at time.Time
 	switch t := int64(ttl); {
 	case t >= r.ttl || !r.started:
 		r.ttl, r.nextTTL = t, 0
+	case r.nextTTL != 0:
+		r.nextTTL, r.nextAt = t, max(r.nextAt, now+r.nextTTL)
 	default:
 		r.nextTTL, r.nextAt = t, now+r.ttl
 	}

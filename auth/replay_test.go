@@ -397,3 +397,24 @@ func TestReplayRecordSkewChanges(t *testing.T) {
 	verify(v, 42*time.Second)
 	assert.Equal(t, 2, v.Stats().Entries, "two generations of one request each")
 }
+
+func TestReplayRecordShortensTwice(t *testing.T) {
+	// The skew shortens (ttl 20 s to 10 s) at c, and a reload at c+15s
+	// keeps the shorter skew. A signature recorded at c+14s by the
+	// verifier of the first reload is kept its 10 s, although the ttl of
+	// 20 s in force before c has passed at c+20s.
+	c := time.Unix(1_750_000_000, 0)
+	rc := newReplayCache(20*time.Second, 0)
+	require.NoError(t, rc.use(replayKey{1}, c.Add(-time.Second), 0)) // the generation starts
+	rc.configure(10*time.Second, 0, c)
+	require.NoError(t, rc.use(replayKey{2}, c.Add(14*time.Second), 0))
+	rc.configure(10*time.Second, 0, c.Add(15*time.Second))
+	require.NoError(t, rc.use(replayKey{3}, c.Add(20*time.Second), 0))
+	assert.ErrorIs(t, rc.use(replayKey{2}, c.Add(23*time.Second), 0), ErrReplay)
+
+	// Later on, the ttl is 10 s.
+	for i, at := range []time.Duration{30, 40, 50} {
+		require.NoError(t, rc.use(replayKey{byte(10 + i)}, c.Add(at*time.Second), 0))
+	}
+	assert.Equal(t, 2, rc.Stats().Entries)
+}
