@@ -33,8 +33,8 @@ var ErrReplayFull = errors.New("auth: replay record full")
 // ReplayFullError is the error of a request refused because the replay
 // record is full. It wraps ErrReplayFull; find it with errors.As.
 type ReplayFullError struct {
-	// RetryAfter is how long until the record drops its older generation,
-	// which makes room.
+	// RetryAfter is how long until the record drops a generation, which
+	// makes room.
 	RetryAfter time.Duration
 }
 
@@ -72,7 +72,8 @@ type ReplayStats struct {
 // When the record is full, a signature not in it is refused with
 // ErrReplayFull rather than accepted unrecorded: accepting it would let it
 // be replayed, each replay a paid upstream call. The cap is reached only
-// if the admitted rate exceeds MaxEntries / (4×MaxSkew) for a whole ttl.
+// if more than MaxEntries / (4×MaxSkew) requests a second are admitted for
+// up to 2×ttl: at the defaults, 50,000 a second.
 //
 // A ReplayRecord is safe for concurrent use, and may be shared by
 // successive Verifiers (see VerifierConfig.Record), so that a
@@ -125,7 +126,8 @@ func NewReplayRecord() *ReplayRecord {
 	}
 }
 
-// since returns t as nanoseconds since r's epoch.
+// since returns t as nanoseconds since r's epoch. With clocks that carry
+// a monotonic reading (time.Now), steps of the wall clock change nothing.
 func (r *ReplayRecord) since(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
 
 // configure sets the ttl and bound at time at. A longer ttl applies at

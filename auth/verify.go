@@ -122,9 +122,8 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 // own, since a record keeps the time of each first use. A longer MaxSkew
 // keeps signatures longer at once; a shorter one lets them go sooner only
 // once v's ttl (2×MaxSkew) has passed, since v accepted them with its
-// larger skew. v
-// goes on working, on the same record, for the requests it is checking.
-// The record is kept while replay protection is off, and used again when
+// larger skew. v goes on working, on the same record, for the requests it
+// is checking. The record is kept while replay protection is off, and used again when
 // it is turned back on (the signatures accepted meanwhile are not in it).
 func (v *Verifier) WithSettings(cfg VerifierConfig) *Verifier {
 	cfg.Record = v.record
@@ -180,7 +179,9 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 // then calls Record with the Result, so that the requests refused meanwhile
 // take no room in the record. With the record full, a signature not in it
 // is refused at once (ErrReplayFull), since Record would refuse it. The
-// returned error is one of the sentinel errors of this package.
+// shared store (VerifierConfig.Shared) is not asked: it records as it
+// answers, and Record asks it. The returned error is one of the sentinel
+// errors of this package, or a *ReplayFullError.
 func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
 	c, err := ParseCredentials(r.Header)
 	if err != nil {
