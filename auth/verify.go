@@ -2,9 +2,9 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -35,6 +35,8 @@ func Reason(err error) string {
 		return "skew"
 	case errors.Is(err, ErrReplay):
 		return "replay"
+	case errors.Is(err, ErrReplayFull):
+		return "replay_full"
 	default:
 		return "other"
 	}
@@ -52,6 +54,15 @@ type VerifierConfig struct {
 	// again: identical requests sent at once carry identical signatures.
 	// Zero refuses every repeat.
 	ReplayGrace time.Duration
+	// ReplayMaxEntries bounds the signatures recorded (see ReplayRecord).
+	// Zero means DefaultReplayMaxEntries.
+	ReplayMaxEntries int
+	// Record, if non-nil, is the record of signatures to use: that of the
+	// verifier this one replaces (Verifier.ReplayRecord), so that a change
+	// of settings forgets no signature. The verifier sets its ttl
+	// (2×MaxSkew) and bound when replay protection is on. Nil means a new
+	// record. See also Verifier.WithSettings.
+	Record *ReplayRecord
 	// Shared, if non-nil, also records first uses where other replicas see
 	// them, so that a request accepted by one replica is a replay at
 	// another. Each verifier keeps its own record too, which alone decides
@@ -68,8 +79,9 @@ type VerifierConfig struct {
 type Verifier struct {
 	maxSkew      time.Duration
 	now          func() time.Time
-	replay       *replayCache // nil when replay protection is off
-	shared       ReplayStore  // nil unless shared and replay protection is on
+	record       *ReplayRecord // never nil, kept while replay protection is off
+	replay       *ReplayRecord // record, or nil when replay protection is off
+	shared       ReplayStore   // nil unless shared and replay protection is on
 	grace        time.Duration
 	sharedFailed func(error)
 }
@@ -91,26 +103,86 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed}
+	if cfg.Record == nil {
+		cfg.Record = NewReplayRecord()
+	}
+	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed, record: cfg.Record}
 	if cfg.ReplayProtection {
-		v.replay = newReplayCache(2*cfg.MaxSkew, cfg.ReplayGrace)
+		v.replay = cfg.Record
+		v.replay.configure(2*cfg.MaxSkew, cfg.ReplayMaxEntries, cfg.Now())
 		v.shared = cfg.Shared
 	}
 	return v
 }
 
-// Result is what Verify learned of a request, also when it failed.
+// WithSettings returns a Verifier for cfg that takes over v's record of
+// signatures (cfg.Record is ignored): the verifier to use after a reload
+// that changes any setting, so that no signature accepted by v can be
+// replayed. The grace applies to the first uses recorded by v as to its
+// own, since a record keeps the time of each first use. A longer MaxSkew
+// keeps signatures longer at once; a shorter one lets them go sooner only
+// once v's ttl (2×MaxSkew) has passed, since v accepted them with its
+// larger skew. v goes on working, on the same record, for the requests it
+// is checking. The record is kept while replay protection is off, and used again when
+// it is turned back on (the signatures accepted meanwhile are not in it).
+func (v *Verifier) WithSettings(cfg VerifierConfig) *Verifier {
+	cfg.Record = v.record
+	return NewVerifier(cfg)
+}
+
+// ReplayRecord returns v's record of signatures, to give to the Verifier
+// that replaces it (VerifierConfig.Record).
+func (v *Verifier) ReplayRecord() *ReplayRecord { return v.record }
+
+// Stats returns the size of the replay record and its refusals. It first
+// drops the generations that have expired, so that an idle gateway whose
+// metrics are read gives their memory back.
+func (v *Verifier) Stats() ReplayStats {
+	if v.replay != nil {
+		v.replay.expire(v.now())
+	}
+	return v.record.Stats()
+}
+
+// Result is what Check learned of a request, also when it failed. It
+// carries what Record needs: the key, the signature and the time of the
+// check (never a secret).
 type Result struct {
 	Principal *Principal    // set when the key is known
 	Skew      time.Duration // server time minus request time, set when the timestamp parsed
+
+	checked bool      // Check accepted the request
+	at      time.Time // when it was checked
+	sig     [sha256.Size]byte
+	key     replayKey // of Principal.KeyID and sig, when hashed
+	hashed  bool
 }
 
-// Verify checks the authentication headers of r against ks: the key must be
-// known, the timestamp within the skew, the signature that of the raw request
-// target r.RequestURI under one of the key's secrets, and (when enabled) not
-// seen before. The returned error is one of the sentinel errors of this
-// package.
+// errUnchecked is the error of Record of a Result that Check refused.
+var errUnchecked = errors.New("auth: recording a request that was not checked")
+
+// Verify checks r as Check does, and records its signature as Record does:
+// for callers that admit every request that authenticates.
 func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
+	res, err := v.Check(ks, r)
+	if err != nil {
+		return res, err
+	}
+	return res, v.Record(r.Context(), res)
+}
+
+// Check checks the authentication headers of r against ks: the key must be
+// known, the timestamp within the skew, the signature that of the raw
+// request target r.RequestURI under one of the key's secrets, and (when
+// replay protection is on) not used before, but within the grace. It
+// records nothing: a caller that admits the request (its rate limits, say)
+// then calls Record with the Result, so that the requests refused meanwhile
+// take no room in the record. With the record full, a signature not in it
+// is refused at once (ErrReplayFull), since Record would refuse it. The
+// shared store (VerifierConfig.Shared) is not asked: it records as it
+// answers, and Record asks it. The returned error is one of the sentinel
+// errors of this package, or a *ReplayFullError.
+func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
 	c, err := ParseCredentials(r.Header)
 	if err != nil {
 		return Result{}, err
@@ -139,72 +211,48 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 	if res.Skew > v.maxSkew || res.Skew < -v.maxSkew {
 		return res, ErrSkew
 	}
-	if v.replay != nil && !v.replay.firstUse(c.KeyID, c.Signature, now) {
-		return res, ErrReplay
+	if v.replay != nil {
+		res.key, res.hashed = replayKeyOf(c.KeyID, c.Signature), true
+		if err := v.replay.peek(res.key, now, v.grace); err != nil {
+			return res, err
+		}
+	}
+	res.checked, res.at, res.sig = true, now, c.sig
+	return res, nil
+}
+
+// Record records the signature of a request that Check accepted (res) and
+// the caller admitted. It is atomic: of identical requests checked at once,
+// the first recorded is the first use, and the others are refused with
+// ErrReplay unless within the grace of it. It also refuses ErrReplayFull
+// (a *ReplayFullError) when the record has no room left, and ErrReplay when
+// the shared store (VerifierConfig.Shared) has seen the signature; the
+// shared store's failures go to SharedFailed, and the verifier's own record
+// decides meanwhile. With replay protection off it does nothing.
+func (v *Verifier) Record(ctx context.Context, res Result) error {
+	if !res.checked {
+		return errUnchecked
+	}
+	if v.replay == nil {
+		return nil
+	}
+	if !res.hashed { // checked by a verifier without replay protection
+		res.key = replayKeyOf(res.Principal.KeyID, res.sig[:])
+	}
+	if err := v.replay.use(res.key, res.at, v.grace); err != nil {
+		return err
 	}
 	if v.shared != nil {
-		ok, err := v.shared.FirstUse(r.Context(), c.KeyID, c.Signature, now, 2*v.maxSkew, v.grace)
+		sig := res.sig // only this copy escapes, and only here
+		ok, err := v.shared.FirstUse(ctx, res.Principal.KeyID, sig[:], res.at, 2*v.maxSkew, v.grace)
 		switch {
 		case err != nil:
 			if v.sharedFailed != nil {
 				v.sharedFailed(err)
 			}
 		case !ok:
-			return res, ErrReplay
+			return ErrReplay
 		}
 	}
-	return res, nil
-}
-
-// replayCache remembers signatures, with the time of their first use, for
-// at least ttl. It keeps two generations of maps and drops the older one
-// every ttl, so memory is bounded by the signatures accepted in the last
-// 2×ttl.
-type replayCache struct {
-	ttl   time.Duration
-	grace time.Duration
-
-	mu      sync.Mutex
-	rotated time.Time
-	cur     map[replayKey]time.Time
-	prev    map[replayKey]time.Time
-}
-
-type replayKey struct {
-	key string
-	sig [32]byte
-}
-
-func newReplayCache(ttl, grace time.Duration) *replayCache {
-	return &replayCache{ttl: ttl, grace: grace, cur: map[replayKey]time.Time{}, prev: map[replayKey]time.Time{}}
-}
-
-// firstUse records (key, sig) and reports whether it may be used: not seen
-// before, or first seen less than the grace ago.
-func (rc *replayCache) firstUse(key string, sig []byte, now time.Time) bool {
-	var k replayKey
-	k.key = key
-	copy(k.sig[:], sig)
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if since := now.Sub(rc.rotated); since >= rc.ttl || since < 0 {
-		if since >= 2*rc.ttl || since < 0 {
-			clear(rc.prev)
-			rc.prev, rc.cur = rc.cur, rc.prev
-			clear(rc.prev)
-		} else {
-			rc.prev, rc.cur = rc.cur, rc.prev
-			clear(rc.cur)
-		}
-		rc.rotated = now
-	}
-	first, seen := rc.cur[k]
-	if !seen {
-		first, seen = rc.prev[k]
-	}
-	if seen {
-		return now.Sub(first) < rc.grace
-	}
-	rc.cur[k] = now
-	return true
+	return nil
 }

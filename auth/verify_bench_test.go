@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -113,4 +114,62 @@ func BenchmarkVerifierVerifyReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkVerifierCheckRecord is BenchmarkVerifierVerifyReplay split as
+// the gateway does it, with replay protection on: "check+record" checks
+// and records distinct signatures (an admitted request), "check" only
+// checks them (a request then refused by a rate limit: nothing is
+// recorded), and "replay" checks a signature already recorded (refused
+// when the record is peeked).
+func BenchmarkVerifierCheckRecord(b *testing.B) {
+	ks := benchStore(b)
+	clock := time.UnixMilli(1_750_000_000_000)
+	const batch = 1024
+	reqs := make([]*http.Request, batch)
+	sign := func() {
+		clock = clock.Add(1100 * time.Millisecond)
+		for i := range reqs {
+			reqs[i] = benchSigned(benchTarget, "key-7-3", "secret-7-3-0123456789", clock.Add(-time.Duration(i)*time.Millisecond))
+		}
+	}
+	run := func(b *testing.B, record bool) {
+		v := auth.NewVerifier(auth.VerifierConfig{MaxSkew: 5 * time.Second, ReplayProtection: true, Now: func() time.Time { return clock }})
+		ctx := b.Context()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if i%batch == 0 {
+				b.StopTimer()
+				sign()
+				b.StartTimer()
+			}
+			res, err := v.Check(ks, reqs[i%batch])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if record {
+				if err := v.Record(ctx, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(v.Stats().Entries), "entries")
+	}
+	b.Run("check+record", func(b *testing.B) { run(b, true) })
+	b.Run("check", func(b *testing.B) { run(b, false) })
+	b.Run("replay", func(b *testing.B) {
+		v := auth.NewVerifier(auth.VerifierConfig{MaxSkew: time.Hour, ReplayProtection: true})
+		r := benchSigned(benchTarget, "key-7-3", "secret-7-3-0123456789", time.Now())
+		if _, err := v.Verify(ks, r); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := v.Check(ks, r); !errors.Is(err, auth.ErrReplay) {
+				b.Fatal(err)
+			}
+		}
+	})
 }
