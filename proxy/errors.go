@@ -55,12 +55,15 @@ func statusOf(err error) (status int, msg string, retryAfter time.Duration) {
 	var (
 		ae *apiError
 		be *ratelimit.BudgetError
+		rf *auth.ReplayFullError
 	)
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg, ae.retryAfter
 	case errors.As(err, &be):
 		return http.StatusServiceUnavailable, "upstream budget exhausted: too many upstream calls right now, retry after the time in Retry-After", max(be.RetryAfter, time.Second)
+	case errors.As(err, &rf):
+		return http.StatusServiceUnavailable, "the gateway's replay record is full: too many requests right now, retry after the time in Retry-After", max(rf.RetryAfter, time.Second)
 	case errors.Is(err, ratelimit.ErrUnavailable):
 		return http.StatusServiceUnavailable, "quota service unavailable, try again shortly", time.Second
 	case errors.Is(err, auth.ErrMissingHeaders):

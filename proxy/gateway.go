@@ -80,7 +80,8 @@ type Gateway struct {
 	unknownHost http.Handler
 
 	replayStore  auth.ReplayStore
-	replayLogged atomic.Int64 // Unix seconds of the last log line of a replay store failure
+	replayRecord *auth.ReplayRecord // the signatures seen, kept across reloads
+	replayLogged atomic.Int64       // Unix seconds of the last log line of a replay store failure
 }
 
 // replayStoreFailed counts a failure of the shared replay store and logs it
@@ -99,7 +100,6 @@ var _ http.Handler = (*network)(nil)
 type policy struct {
 	keys             *auth.KeyStore
 	verifier         *auth.Verifier
-	auth             config.Auth // what the verifier was built from
 	teams            map[string]*teamPolicy
 	anonymousCatalog bool
 	anonymousRate    ratelimit.Limit // per client address
@@ -177,6 +177,8 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		}
 	}
 	g.replayStore = deps.ReplayStore
+	g.replayRecord = auth.NewReplayRecord()
+	g.metrics.replayRecord(func() auth.ReplayStats { return g.policy().verifier.Stats() })
 	pol, err := g.buildPolicy(cfg)
 	if err != nil {
 		return nil, err
@@ -252,10 +254,12 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 		latestTTL:        cfg.Cache.LatestTTL,
 		negativeTTL:      cfg.Cache.NegativeTTL,
 		audit:            cfg.Log.Audit,
-		auth:             cfg.Auth,
 		verifier: auth.NewVerifier(auth.VerifierConfig{
 			MaxSkew: cfg.Auth.MaxSkew, ReplayProtection: cfg.Auth.ReplayProtection, ReplayGrace: cfg.Auth.ReplayGrace, Now: g.now,
 			Shared: g.replayStore, SharedFailed: g.replayStoreFailed,
+			// One record for the gateway's life: a reload that changes the
+			// checks opens no window for a replay.
+			Record: g.replayRecord, ReplayMaxEntries: cfg.Auth.ReplayMaxEntries,
 		}),
 	}
 	teams := make([]auth.Team, 0, len(cfg.Teams))
@@ -301,11 +305,6 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	pol, err := g.buildPolicy(cfg)
 	if err != nil {
 		return err
-	}
-	if old := g.policy(); old.auth == pol.auth {
-		// Same checks: keep the verifier, and with it the signatures seen,
-		// so that a reload opens no window for a replay.
-		pol.verifier = old.verifier
 	}
 	g.pol.Store(pol)
 	return nil
@@ -484,7 +483,10 @@ func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		res, err := pol.verifier.Verify(pol.keys, r)
+		// Check the signature and look at the replay record, admit (the
+		// quotas), and only then record the signature: a refused request
+		// costs the record nothing.
+		res, err := pol.verifier.Check(pol.keys, r)
 		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
 			// Only a verified signature's skew is a sample: anyone can
 			// send an arbitrary timestamp with a wrong signature.
@@ -505,6 +507,12 @@ func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := n.g.admit(r.Context(), w, pol, p); err != nil {
+			writeError(w, err)
+			return
+		}
+		if err := pol.verifier.Record(r.Context(), res); err != nil {
+			st.authError = auth.Reason(err)
+			n.g.metrics.authFailure(n.name, st.authError)
 			writeError(w, err)
 			return
 		}

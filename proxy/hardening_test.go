@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -518,4 +519,76 @@ func TestServerReadTimeout(t *testing.T) {
 		t.Fatal("the server waited for the body past its read timeout")
 	}
 	assert.Equal(t, config.Default().Server.WriteTimeout, srv.WriteTimeout)
+}
+
+// do sends req (a clone, so that it can be sent again) and returns the
+// status.
+func do(t *testing.T, req *http.Request) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req.Clone(req.Context()))
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestReplayRecordAcrossAuthReload: a reload that changes the auth settings
+// keeps the signatures seen.
+func TestReplayRecordAcrossAuthReload(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 }})
+	req, err := proxytest.Demo().Request(t.Context(), env.Mainnet, "/api/v1/feeds")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, do(t, req))
+	require.Equal(t, http.StatusUnauthorized, do(t, req), "a replay")
+
+	next := *env.Config
+	next.Auth.ReplayGrace = 2 * time.Second // and the other way round: a longer skew
+	next.Auth.MaxSkew = 10 * time.Second
+	require.NoError(t, env.Gateway.Reload(&next))
+	time.Sleep(10 * time.Millisecond) // within the new grace of its first use: still accepted
+	assert.Equal(t, http.StatusOK, do(t, req), "the first use is kept, so the new grace counts from it")
+
+	next2 := next
+	next2.Auth.ReplayGrace = 0
+	require.NoError(t, env.Gateway.Reload(&next2))
+	assert.Equal(t, http.StatusUnauthorized, do(t, req), "a replay across reloads that changed auth.* is still a replay")
+}
+
+// TestReplayRecordsOnlyAdmitted: requests refused by a quota leave nothing
+// in the replay record; the record is bounded and a full record refuses
+// with 503 rather than accept an unrecorded signature.
+func TestReplayRecordsOnlyAdmitted(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.Team(config.ResearchTeam).Rate = config.Rate{RPS: 0.001, Burst: 3}
+		c.Team(config.ResearchTeam).DailyQuota = 0
+		c.Auth.ReplayMaxEntries = 1000
+	}})
+	entries := func() float64 {
+		return metricValue(t, env.Registry, "streamgate_replay_record_entries", map[string]string{})
+	}
+	research := proxytest.Research()
+	statuses := map[int]int{}
+	for i := range 300 {
+		// A distinct target per request: a distinct signature.
+		resp, _ := research.Get(t, env.Testnet, "/api/v1/feeds?n="+strconv.Itoa(i))
+		statuses[resp.StatusCode]++
+	}
+	assert.Equal(t, map[int]int{200: 3, 429: 297}, statuses)
+	assert.Equal(t, 3.0, entries(), "only the admitted requests are recorded")
+
+	demo := proxytest.Demo() // unlimited
+	statuses = map[int]int{}
+	var full *http.Response
+	for i := range 1000 {
+		resp, _ := demo.Get(t, env.Testnet, "/api/v1/feeds?n="+strconv.Itoa(i))
+		statuses[resp.StatusCode]++
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			full = resp
+		}
+	}
+	assert.Equal(t, map[int]int{200: 997, 503: 3}, statuses, "1000 entries in all, then refused")
+	require.NotNil(t, full)
+	assert.NotEmpty(t, full.Header.Get("Retry-After"))
+	assert.Equal(t, 1000.0, entries())
+	assert.Equal(t, 3.0, metricValue(t, env.Registry, "streamgate_replay_record_full_total", map[string]string{}))
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"streamgate/auth"
 )
 
 // Metrics are the gateway's Prometheus metrics. Every label takes values
@@ -26,6 +28,7 @@ type Metrics struct {
 	integrityFailures *prometheus.CounterVec
 	replayStoreErrors prometheus.Counter
 	credRefused       *prometheus.CounterVec
+	reg               prometheus.Registerer
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -78,6 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to the gateway's own credential (answered 502), by network: the operator must fix the credential.",
 		}, []string{"network"}),
 	}
+	m.reg = reg
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
@@ -143,6 +147,25 @@ func (m *Metrics) skew(d time.Duration) {
 	if m != nil {
 		m.clockSkew.Observe(d.Seconds())
 	}
+}
+
+// replayRecord exports the size of the replay record, read from stats at
+// each scrape.
+func (m *Metrics) replayRecord(stats func() auth.ReplayStats) {
+	if m == nil || m.reg == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
+		}, func() float64 { return float64(stats().Entries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "streamgate_replay_record_bytes", Help: "Approximate memory held by this replica's replay record.",
+		}, func() float64 { return float64(stats().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "streamgate_replay_record_full_total", Help: "Requests refused (503) because the replay record was full.",
+		}, func() float64 { return float64(stats().FullRefusals) }),
+	)
 }
 
 func (m *Metrics) credentialRefused(network string) {
