@@ -218,6 +218,8 @@ var wantAlerts = []string{
 	"StreamgateUpstreamErrors",
 	"StreamgateUpstreamBudgetRefusals",
 	"StreamgateUpstreamIntegrityFailures",
+	"StreamgateUpstreamCredentialRefused",
+	"StreamgateReplayRecordFull",
 	"StreamgateCacheHitRatioCollapse",
 	"StreamgateRedisFailOpen",
 	"StreamgateRedisFailClosed",

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +29,7 @@ type Metrics struct {
 	integrityFailures *prometheus.CounterVec
 	replayStoreErrors prometheus.Counter
 	credRefused       *prometheus.CounterVec
-	reg               prometheus.Registerer
+	replayStats       atomic.Pointer[func() auth.ReplayStats] // set by New
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -81,11 +82,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to the gateway's own credential (answered 502), by network: the operator must fix the credential.",
 		}, []string{"network"}),
 	}
-	m.reg = reg
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors, m.credRefused)
+			m.replayStoreErrors, m.credRefused,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
+			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.Entries) })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "streamgate_replay_record_bytes", Help: "Approximate memory held by this replica's replay record.",
+			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.Bytes) })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "streamgate_replay_record_full_total", Help: "Requests refused (503) because the replay record was full.",
+			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.FullRefusals) })),
+		)
 	}
 	return m
 }
@@ -149,23 +159,20 @@ func (m *Metrics) skew(d time.Duration) {
 	}
 }
 
-// replayRecord exports the size of the replay record, read from stats at
-// each scrape.
+// replayRecord makes the replay record's gauges read stats at each scrape.
 func (m *Metrics) replayRecord(stats func() auth.ReplayStats) {
-	if m == nil || m.reg == nil {
-		return
+	if m != nil {
+		m.replayStats.Store(&stats)
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
-		}, func() float64 { return float64(stats().Entries) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "streamgate_replay_record_bytes", Help: "Approximate memory held by this replica's replay record.",
-		}, func() float64 { return float64(stats().Bytes) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "streamgate_replay_record_full_total", Help: "Requests refused (503) because the replay record was full.",
-		}, func() float64 { return float64(stats().FullRefusals) }),
-	)
+}
+
+func (m *Metrics) replayStat(f func(auth.ReplayStats) float64) func() float64 {
+	return func() float64 {
+		if p := m.replayStats.Load(); p != nil {
+			return f((*p)())
+		}
+		return 0
+	}
 }
 
 func (m *Metrics) credentialRefused(network string) {
