@@ -38,7 +38,9 @@ type Faults struct {
 	// and their pings no pongs (a blackholed path). An upgrade still gets
 	// its 101. Bytes a client sends meanwhile are read when the stall ends,
 	// and the reports of the stalled seconds follow (at most the last 10 of
-	// each stream).
+	// each stream). A stalled connection stays open, and counts toward
+	// Config.WSMaxConnsPerKey, until the stall ends, even if its client
+	// has gone: a client that reconnects during a long stall can meet 429.
 	WSStall bool
 	// WSStallOrigin limits WSStall to the connections of one HA origin
 	// (see Config.HAOrigins); "" stalls every connection.
