@@ -1,16 +1,22 @@
 package simulator
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 )
 
 // ControlHandler returns the control API, to be served apart from the
 // networks' APIs (faults never apply to it):
 //
 //	GET  /faults          the injected faults, as JSON
-//	PUT  /faults          replace them: {"latency":"150ms","jitter":"50ms","errorRate":0.1,"hang":0,"force429":0}
+//	PUT  /faults          replace them: {"latency":"150ms","jitter":"50ms","errorRate":0.1,"hang":0,"force429":0,
+//	                      "wsStall":false,"wsStallOrigin":"","wsRefuse":0} (absent fields are zero)
+//	POST /faults/ws-drop  close open WebSocket connections now (see DropWS); the optional body
+//	                      {"network":"mainnet","origin":"001","abrupt":true} selects them and the
+//	                      manner; answers {"dropped":N}
 //	GET  /counters        the request counters (see Counters.MarshalJSON)
 //	POST /counters/reset  set the counters to zero (204)
 //
@@ -43,6 +49,29 @@ func (s *Simulator) serveControl(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		allow = "GET, PUT"
+	case "/faults/ws-drop":
+		if r.Method == http.MethodPost {
+			var d WSDrop
+			body, err := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+			if err == nil && len(bytes.TrimSpace(body)) > 0 {
+				dec := json.NewDecoder(bytes.NewReader(body))
+				dec.DisallowUnknownFields()
+				err = dec.Decode(&d)
+			}
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "bad ws-drop: "+err.Error(), false)
+				return
+			}
+			if d.Network != "" && d.Network != Mainnet && d.Network != Testnet {
+				writeError(w, http.StatusBadRequest, "bad ws-drop: unknown network "+strconv.Quote(truncate(d.Network)), false)
+				return
+			}
+			writeJSON(w, http.StatusOK, mustJSON(struct {
+				Dropped int `json:"dropped"`
+			}{s.DropWS(d)}))
+			return
+		}
+		allow = "POST"
 	case "/counters":
 		if r.Method == http.MethodGet {
 			writeJSON(w, http.StatusOK, mustJSON(s.Counters()))

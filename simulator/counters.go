@@ -48,6 +48,43 @@ type Count struct {
 // request counted.
 type Counters struct {
 	Counts []Count `json:"counts"` // sorted by network, endpoint, key, status
+	// WS is the WebSocket activity, sorted by network and key. Upgrade
+	// requests are also counted in Counts, at EndpointWS: status 101 when
+	// accepted.
+	WS []WSCount `json:"ws"`
+}
+
+// WSCount is the WebSocket activity of one network and key (KeyAnonymous
+// and KeyUnknown for requests without a known key).
+type WSCount struct {
+	Network string `json:"network"`
+	Key     string `json:"key"`
+	// Accepted are the upgrades answered 101; Refused the upgrade requests
+	// answered anything else (or nothing, under a hang fault).
+	Accepted int64 `json:"accepted"`
+	Refused  int64 `json:"refused"`
+	// Open are the connections open now; ResetCounters leaves it alone.
+	Open int64 `json:"open"`
+	// Frames are the report frames sent, one report each.
+	Frames int64 `json:"frames"`
+	// Dropped are the connections closed by DropWS.
+	Dropped int64 `json:"dropped"`
+}
+
+// WSTotal sums the WebSocket activity of network over every key; network
+// "" sums both networks.
+func (c Counters) WSTotal(network string) WSCount {
+	out := WSCount{Network: network}
+	for _, x := range c.WS {
+		if network == "" || x.Network == network {
+			out.Accepted += x.Accepted
+			out.Refused += x.Refused
+			out.Open += x.Open
+			out.Frames += x.Frames
+			out.Dropped += x.Dropped
+		}
+	}
+	return out
 }
 
 // Sum returns the requests of the counts that match selects.
@@ -92,13 +129,18 @@ func (c Counters) MarshalJSON() ([]byte, error) {
 	if counts == nil {
 		counts = []Count{}
 	}
+	ws := c.WS
+	if ws == nil {
+		ws = []WSCount{}
+	}
 	return json.Marshal(struct {
 		Total      int64            `json:"total"`
 		ByEndpoint map[string]int64 `json:"byEndpoint"`
 		ByKey      map[string]int64 `json:"byKey"`
 		ByStatus   map[string]int64 `json:"byStatus"`
 		Counts     []Count          `json:"counts"`
-	}{c.Total(), byEndpoint, byKey, byStatus, counts})
+		WS         []WSCount        `json:"ws"`
+	}{c.Total(), byEndpoint, byKey, byStatus, counts, ws})
 }
 
 type countKey struct {
@@ -107,8 +149,45 @@ type countKey struct {
 }
 
 type counterSet struct {
-	mu sync.Mutex
-	m  map[countKey]int64
+	mu   sync.Mutex
+	m    map[countKey]int64
+	ws   map[wsCountKey]*WSCount // Open unused: see open
+	open map[wsCountKey]int64    // not reset
+}
+
+type wsCountKey struct{ network, key string }
+
+// addWS adds to the WebSocket counters of network and key.
+func (cs *counterSet) addWS(network, key string, accepted, refused, frames, dropped int64) {
+	k := wsCountKey{network, key}
+	cs.mu.Lock()
+	if cs.ws == nil {
+		cs.ws = map[wsCountKey]*WSCount{}
+	}
+	c := cs.ws[k]
+	if c == nil {
+		c = &WSCount{Network: network, Key: key}
+		cs.ws[k] = c
+	}
+	c.Accepted += accepted
+	c.Refused += refused
+	c.Frames += frames
+	c.Dropped += dropped
+	cs.mu.Unlock()
+}
+
+// addOpen moves the gauge of open connections of network and key by d.
+func (cs *counterSet) addOpen(network, key string, d int64) {
+	k := wsCountKey{network, key}
+	cs.mu.Lock()
+	if cs.open == nil {
+		cs.open = map[wsCountKey]int64{}
+	}
+	cs.open[k] += d
+	if cs.open[k] == 0 {
+		delete(cs.open, k)
+	}
+	cs.mu.Unlock()
 }
 
 func (cs *counterSet) add(k countKey) {
@@ -126,7 +205,24 @@ func (cs *counterSet) snapshot() Counters {
 	for k, n := range cs.m {
 		out = append(out, Count{Network: k.network, Endpoint: k.endpoint, Key: k.key, Status: k.status, N: n})
 	}
+	var ws []WSCount
+	for k, c := range cs.ws {
+		x := *c
+		x.Open = cs.open[k]
+		ws = append(ws, x)
+	}
+	for k, n := range cs.open {
+		if cs.ws[k] == nil {
+			ws = append(ws, WSCount{Network: k.network, Key: k.key, Open: n})
+		}
+	}
 	cs.mu.Unlock()
+	slices.SortFunc(ws, func(a, b WSCount) int {
+		if c := strings.Compare(a.Network, b.Network); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
 	slices.SortFunc(out, func(a, b Count) int {
 		if c := strings.Compare(a.Network, b.Network); c != 0 {
 			return c
@@ -139,19 +235,22 @@ func (cs *counterSet) snapshot() Counters {
 		}
 		return a.Status - b.Status
 	})
-	return Counters{Counts: out}
+	return Counters{Counts: out, WS: ws}
 }
 
+// reset zeroes every counter but the gauge of open connections.
 func (cs *counterSet) reset() {
 	cs.mu.Lock()
 	cs.m = nil
+	cs.ws = nil
 	cs.mu.Unlock()
 }
 
 // Counters returns a snapshot of the request counters.
 func (s *Simulator) Counters() Counters { return s.counters.snapshot() }
 
-// ResetCounters sets every counter to zero.
+// ResetCounters sets every counter to zero, except the gauge of open
+// WebSocket connections.
 func (s *Simulator) ResetCounters() { s.counters.reset() }
 
 // countingWriter counts its request once, at the first WriteHeader or

@@ -6,9 +6,9 @@
 // of streams, and every stream has a report for every second of a sliding
 // window [now-History, now-delay]; a report's values are a pure function of
 // (network, stream, second), so two simulators with the same clock answer
-// with identical bytes. Handler(network) serves the REST API of one network
-// over plain HTTP; ControlHandler serves fault injection and request
-// counters on a separate handler.
+// with identical bytes. Handler(network) serves the REST API and the
+// WebSocket stream (/api/v1/ws) of one network over plain HTTP;
+// ControlHandler serves fault injection and counters on a separate handler.
 //
 // # Choices the specification leaves open
 //
@@ -41,7 +41,51 @@
 //     between networks, so a gateway that mixes them up is caught.
 //   - Market hours are UTC approximations without daylight saving time or
 //     holidays; outside them a price stays at its last traded value.
-//   - /api/v1/ws is not simulated: after authentication it answers 426.
+//   - HEAD / (and GET /) answers 200; it advertises X-Cll-Available-Origins
+//     only when Config.HAOrigins is set (off by default: the official Go
+//     client then uses one connection). Credentials are checked when sent
+//     and not required.
+//
+// # The WebSocket stream
+//
+//   - GET /api/v1/ws?feedIDs=a,b upgrades to a WebSocket (no subprotocol, no
+//     compression, any Origin header). Checks, all before the upgrade, in
+//     this order: a WSRefuse fault (its status); credentials (400 missing or
+//     malformed, 401 unknown key, bad signature or stale timestamp), where
+//     the signature may cover the request target as received or
+//     "/api/v1/ws?" and the raw query; the query (400: feedIDs missing,
+//     given twice, an empty item or an ID not 0x and 64 hex digits; the
+//     comma raw or %2C; duplicates dropped, other parameters ignored); the
+//     streams (401 when any does not exist on the network or the key may
+//     not read it, as on REST); the upgrade headers (426 without them); an
+//     unknown X-Cll-Origin under HA (400); the connection limit (429). The
+//     errors are JSON {"error","message"}. The REST rate limits do not
+//     apply; the other faults (latency, errors, hangs, 429s) do.
+//   - Config.WSMaxConnsPerKey (default 20) caps the open connections of a
+//     key on one network, whatever their origin.
+//   - Frames: one binary frame per report, exactly the body of
+//     /api/v1/reports for that stream and second: {"report":{...}}. Per
+//     stream, a connection gets every report published after it opened,
+//     each second's once, in time order, following the stream's
+//     publication delay; a stream without reports (decommissioned) is
+//     accepted and sends nothing. Nothing else is ever sent. A connection
+//     looks for new reports just after each whole second of the clock
+//     (Config.WSTick sets a fixed interval instead) and sends at most the
+//     last 10 seconds it missed per stream.
+//   - Each connection has two goroutines (and a short-lived one per ping
+//     the simulator sends): one reads (so pings are answered
+//     at once, and a client's data message closes the connection with
+//     1008), one writes the frames. Writes time out after WSWriteTimeout
+//     (10 s), which closes the connection. The simulator pings every client
+//     every WSPingInterval (15 s) and closes one whose pong is later than
+//     min(WSPingInterval, 5 s).
+//   - HA: every origin serves the same connections and the same bytes; the
+//     origin only selects which connections a WSStall or DropWS hits.
+//   - Faults: WSStall holds connections (no reads, no writes, so no frames
+//     and no pongs) until it is cleared, new ones included once upgraded;
+//     DropWS closes open connections with 1001 or abruptly (no close
+//     frame); WSRefuse answers upgrades with a status. Close closes every
+//     connection with 1001.
 //
 // A Simulator is safe for concurrent use.
 package simulator

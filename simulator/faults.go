@@ -28,6 +28,27 @@ type Faults struct {
 	Hang float64
 	// Force429 is the share of requests answered 429 with Retry-After: 1.
 	Force429 float64
+
+	// The faults above apply to WebSocket upgrades as to any request; the
+	// ones below only to /api/v1/ws. Dropping the open connections is an
+	// action rather than a state: see DropWS.
+
+	// WSStall stalls WebSocket connections, open and new, while it is set:
+	// the simulator neither reads nor writes them, so they get no frames
+	// and their pings no pongs (a blackholed path). An upgrade still gets
+	// its 101. Bytes a client sends meanwhile are read when the stall ends,
+	// and the reports of the stalled seconds follow (at most the last 10 of
+	// each stream). A stalled connection stays open, and counts toward
+	// Config.WSMaxConnsPerKey, until the stall ends, even if its client
+	// has gone: a client that reconnects during a long stall can meet 429.
+	WSStall bool
+	// WSStallOrigin limits WSStall to the connections of one HA origin
+	// (see Config.HAOrigins); "" stalls every connection.
+	WSStallOrigin string
+	// WSRefuse, when not zero, answers every WebSocket upgrade request with
+	// this status (400-599), before the WebSocket handler checks anything;
+	// 429 and 503 carry Retry-After: 1.
+	WSRefuse int
 }
 
 // Validate reports every problem of f.
@@ -47,10 +68,20 @@ func (f Faults) Validate() error {
 	if len(errs) == 0 && f.ErrorRate+f.Hang+f.Force429 > 1+1e-9 {
 		errs = append(errs, errors.New("simulator: fault shares ErrorRate, Hang and Force429 must sum to at most 1"))
 	}
+	if f.WSRefuse != 0 && (f.WSRefuse < 400 || f.WSRefuse > 599) {
+		errs = append(errs, fmt.Errorf("simulator: fault WSRefuse must be 0 or an HTTP status in 400-599, got %d", f.WSRefuse))
+	}
+	if f.WSStallOrigin != "" && !f.WSStall {
+		errs = append(errs, errors.New("simulator: fault WSStallOrigin needs WSStall"))
+	}
 	return errors.Join(errs...)
 }
 
-func (f Faults) zero() bool { return f == Faults{} }
+// zero reports whether f injects nothing into a request (the WebSocket
+// faults are applied by the WebSocket handler).
+func (f Faults) zero() bool {
+	return f.Latency == 0 && f.Jitter == 0 && f.ErrorRate == 0 && f.Hang == 0 && f.Force429 == 0
+}
 
 // faultsJSON is the wire form of Faults: durations as Go duration strings
 // ("150ms"); a JSON number is read as nanoseconds.
@@ -60,6 +91,10 @@ type faultsJSON struct {
 	ErrorRate float64      `json:"errorRate"`
 	Hang      float64      `json:"hang"`
 	Force429  float64      `json:"force429"`
+
+	WSStall       bool   `json:"wsStall"`
+	WSStallOrigin string `json:"wsStallOrigin"`
+	WSRefuse      int    `json:"wsRefuse"`
 }
 
 type jsonDuration time.Duration
@@ -88,7 +123,11 @@ func (d *jsonDuration) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes durations as strings such as "150ms".
 func (f Faults) MarshalJSON() ([]byte, error) {
-	return json.Marshal(faultsJSON{jsonDuration(f.Latency), jsonDuration(f.Jitter), f.ErrorRate, f.Hang, f.Force429})
+	return json.Marshal(faultsJSON{
+		Latency: jsonDuration(f.Latency), Jitter: jsonDuration(f.Jitter),
+		ErrorRate: f.ErrorRate, Hang: f.Hang, Force429: f.Force429,
+		WSStall: f.WSStall, WSStallOrigin: f.WSStallOrigin, WSRefuse: f.WSRefuse,
+	})
 }
 
 // UnmarshalJSON reads durations as strings or nanoseconds; absent fields
@@ -100,7 +139,11 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	if err := dec.Decode(&w); err != nil {
 		return fmt.Errorf("simulator: faults: %w", err)
 	}
-	*f = Faults{time.Duration(w.Latency), time.Duration(w.Jitter), w.ErrorRate, w.Hang, w.Force429}
+	*f = Faults{
+		Latency: time.Duration(w.Latency), Jitter: time.Duration(w.Jitter),
+		ErrorRate: w.ErrorRate, Hang: w.Hang, Force429: w.Force429,
+		WSStall: w.WSStall, WSStallOrigin: w.WSStallOrigin, WSRefuse: w.WSRefuse,
+	}
 	return nil
 }
 
@@ -110,7 +153,10 @@ func (s *Simulator) SetFaults(f Faults) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
+	s.faultsMu.Lock()
+	defer s.faultsMu.Unlock()
 	s.faults.Store(&f)
+	s.ws.setStall(f)
 	return nil
 }
 

@@ -221,7 +221,7 @@ func TestControlHandler(t *testing.T) {
 
 	resp, body := do(http.MethodGet, "/faults", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.JSONEq(t, `{"latency":"0s","jitter":"0s","errorRate":0,"hang":0,"force429":0}`, string(body))
+	assert.JSONEq(t, `{"latency":"0s","jitter":"0s","errorRate":0,"hang":0,"force429":0,"wsStall":false,"wsStallOrigin":"","wsRefuse":0}`, string(body))
 
 	resp, body = do(http.MethodPut, "/faults", `{"latency":"2ms","jitter":1000000,"errorRate":1}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -245,7 +245,8 @@ func TestControlHandler(t *testing.T) {
 	require.Len(t, counters.Counts, 1)
 	assert.Equal(t, e.sim.Counters().Counts, counters.Counts)
 
-	for _, bad := range []string{`{"errorRate":2}`, `{"latency":"soon"}`, `{"colour":"red"}`, `not json`} {
+	for _, bad := range []string{`{"errorRate":2}`, `{"latency":"soon"}`, `{"colour":"red"}`, `not json`,
+		`{"wsRefuse":200}`, `{"wsStallOrigin":"001"}`} {
 		resp, body = do(http.MethodPut, "/faults", bad)
 		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, bad)
 		assert.NotEmpty(t, decode[map[string]string](t, body)["message"])
@@ -255,7 +256,7 @@ func TestControlHandler(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
 	assert.Zero(t, e.sim.Counters().Total())
 	_, body = do(http.MethodGet, "/counters", "")
-	assert.JSONEq(t, `{"total":0,"byEndpoint":{},"byKey":{},"byStatus":{},"counts":[]}`, string(body))
+	assert.JSONEq(t, `{"total":0,"byEndpoint":{},"byKey":{},"byStatus":{},"counts":[],"ws":[]}`, string(body))
 
 	resp, _ = do(http.MethodGet, "/counters/reset", "")
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
@@ -267,10 +268,12 @@ func TestControlHandler(t *testing.T) {
 }
 
 func TestFaultsJSONRoundTrip(t *testing.T) {
-	f := Faults{Latency: 150 * time.Millisecond, Jitter: 3 * time.Second, ErrorRate: 0.25, Hang: 0.05, Force429: 0.1}
+	f := Faults{Latency: 150 * time.Millisecond, Jitter: 3 * time.Second, ErrorRate: 0.25, Hang: 0.05, Force429: 0.1,
+		WSStall: true, WSStallOrigin: "002", WSRefuse: 503}
 	b, err := json.Marshal(f)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"latency":"150ms","jitter":"3s","errorRate":0.25,"hang":0.05,"force429":0.1}`, string(b))
+	assert.JSONEq(t, `{"latency":"150ms","jitter":"3s","errorRate":0.25,"hang":0.05,"force429":0.1,
+		"wsStall":true,"wsStallOrigin":"002","wsRefuse":503}`, string(b))
 	var g Faults
 	require.NoError(t, json.Unmarshal(b, &g))
 	assert.Equal(t, f, g)

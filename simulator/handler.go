@@ -20,10 +20,13 @@ const (
 )
 
 // OriginsHeader is the header of HEAD / (origin discovery of the
-// high-availability clients) and its value.
+// high-availability clients); OriginsValue is its value for the origins
+// "001" and "002" (see Config.HAOrigins). OriginHeader chooses an origin on
+// a WebSocket upgrade.
 const (
 	OriginsHeader = "X-Cll-Available-Origins"
 	OriginsValue  = "{001,002}"
+	OriginHeader  = "X-Cll-Origin"
 )
 
 // Handler returns the API of one network, Mainnet or Testnet; it panics on
@@ -53,7 +56,12 @@ func (h *apiHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	ep := endpointOf(r.URL.Path)
 	w := &countingWriter{ResponseWriter: rw, cs: &h.s.counters,
 		k: countKey{network: h.n.name, endpoint: ep, key: h.s.keyLabel(r.Header.Get(auth.HeaderAuthorization))}}
-	defer w.count(StatusNoResponse) // when nothing was written
+	defer func() {
+		w.count(StatusNoResponse) // when nothing was written
+		if ep == EndpointWS && w.k.status != http.StatusSwitchingProtocols {
+			h.s.counters.addWS(w.k.network, w.k.key, 0, 1, 0, 0)
+		}
+	}()
 	catalogStyle := ep == EndpointDiscovery
 	if !h.s.injectFaults(w, r, catalogStyle) {
 		return
@@ -68,8 +76,7 @@ func (h *apiHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed: "+truncate(r.Method), false)
 			return
 		}
-		w.Header().Set(OriginsHeader, OriginsValue)
-		w.WriteHeader(http.StatusOK)
+		h.root(w, r)
 		return
 	}
 	if r.Method != http.MethodGet {
@@ -91,10 +98,24 @@ func (h *apiHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case EndpointPage:
 		h.page(w, r)
 	case EndpointWS:
-		if _, ok := h.authorize(w, r, ep); ok {
-			writeError(w, http.StatusUpgradeRequired, "the simulator does not serve WebSocket streams; use the REST endpoints", false)
+		h.ws(w, r)
+	}
+}
+
+// root answers GET and HEAD /: 200, with the HA origins in OriginsHeader
+// when Config.HAOrigins is set. Credentials, when sent, are checked (the
+// official clients sign this request); a request without any is answered
+// too.
+func (h *apiHandler) root(w http.ResponseWriter, r *http.Request) {
+	if auth.HasCredentials(r.Header) {
+		if _, ok := h.authorize(w, r, EndpointRoot); !ok {
+			return
 		}
 	}
+	if h.s.originsHV != "" {
+		w.Header().Set(OriginsHeader, h.s.originsHV)
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 func (s *Simulator) keyLabel(id string) string {
@@ -111,6 +132,29 @@ func (s *Simulator) keyLabel(id string) string {
 // failure it writes the error and returns false.
 func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, ep string) (*key, bool) {
 	catalogStyle := ep == EndpointDiscovery
+	uri := r.RequestURI
+	if uri == "" {
+		uri = r.URL.RequestURI()
+	}
+	k, ok := h.verify(w, r, catalogStyle, uri, "")
+	if !ok {
+		return nil, false
+	}
+	if h.s.limit > 0 {
+		if !h.n.limiter(k.ID, ep, h.s.limit, h.s.burst).AllowN(h.s.now(), 1) {
+			retry := max(1, int(math.Ceil(1/float64(h.s.limit))))
+			w.Header().Set("Retry-After", strconv.Itoa(retry))
+			writeError(w, http.StatusTooManyRequests, "rate limit exceeded", catalogStyle)
+			return nil, false
+		}
+	}
+	return k, true
+}
+
+// verify checks the credentials of r: the signature of target, or of
+// alt when alt is not empty, and the timestamp's skew. On failure it
+// writes the error and returns false.
+func (h *apiHandler) verify(w http.ResponseWriter, r *http.Request, catalogStyle bool, target, alt string) (*key, bool) {
 	c, err := auth.ParseCredentials(r.Header)
 	if err != nil {
 		msg := "malformed authentication headers"
@@ -125,26 +169,14 @@ func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, ep string
 		writeError(w, http.StatusUnauthorized, "authentication failed: unknown key", catalogStyle)
 		return nil, false
 	}
-	uri := r.RequestURI
-	if uri == "" {
-		uri = r.URL.RequestURI()
-	}
-	if !c.Valid(k.secret, r.Method, uri, auth.EmptyBodyHash) {
+	if !c.Valid(k.secret, r.Method, target, auth.EmptyBodyHash) &&
+		(alt == "" || alt == target || !c.Valid(k.secret, r.Method, alt, auth.EmptyBodyHash)) {
 		writeError(w, http.StatusUnauthorized, "authentication failed: signature mismatch", catalogStyle)
 		return nil, false
 	}
-	now := h.s.now()
-	if d := now.Sub(c.Time()); d > h.s.maxSkew || d < -h.s.maxSkew {
+	if d := h.s.now().Sub(c.Time()); d > h.s.maxSkew || d < -h.s.maxSkew {
 		writeError(w, http.StatusUnauthorized, "authentication failed: timestamp outside the allowed skew of "+h.s.maxSkew.String(), catalogStyle)
 		return nil, false
-	}
-	if h.s.limit > 0 {
-		if !h.n.limiter(k.ID, ep, h.s.limit, h.s.burst).AllowN(now, 1) {
-			retry := max(1, int(math.Ceil(1/float64(h.s.limit))))
-			w.Header().Set("Retry-After", strconv.Itoa(retry))
-			writeError(w, http.StatusTooManyRequests, "rate limit exceeded", catalogStyle)
-			return nil, false
-		}
 	}
 	return k, true
 }

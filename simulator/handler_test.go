@@ -137,7 +137,7 @@ func TestStatusCodes(t *testing.T) {
 		{name: "POST reports", method: http.MethodPost, target: "/api/v1/reports/latest?feedID=" + eth, c: org, status: 405},
 		{name: "PUT discovery", method: http.MethodPut, target: "/api/v1/discovery", status: 405},
 		{name: "DELETE /", method: http.MethodDelete, target: "/", status: 405},
-		{name: "websocket", target: "/api/v1/ws?feedIDs=" + eth, c: org, status: 426},
+		{name: "websocket without the upgrade headers", target: "/api/v1/ws?feedIDs=" + eth, c: org, status: 426},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,13 +175,56 @@ func TestStatusCodes(t *testing.T) {
 }
 
 func TestHeadRoot(t *testing.T) {
+	head := func(e *env, c *creds) (*http.Response, []byte) {
+		req := e.request(t, Testnet, "/", nil)
+		req.Method = http.MethodHead
+		if c != nil {
+			auth.Sign(req, c.id, []byte(c.secret), e.now())
+		}
+		return e.do(t, req)
+	}
+
+	// Without HA, no origin is advertised: the clients use one connection.
 	e := newEnv(t, nil)
-	req := e.request(t, Testnet, "/", nil)
+	for _, c := range []*creds{nil, org} {
+		resp, body := head(e, c)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		_, advertised := resp.Header[OriginsHeader]
+		assert.False(t, advertised)
+		assert.Empty(t, body)
+	}
+
+	e = newEnv(t, func(c *Config) { c.HAOrigins = []string{"001", "002"} })
+	for _, c := range []*creds{nil, org} {
+		resp, body := head(e, c)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, OriginsValue, resp.Header.Get("X-Cll-Available-Origins"))
+		assert.Empty(t, body)
+	}
+	// Credentials, when sent, are checked.
+	resp, _ := head(e, &creds{OrgKeyID, "wrong secret"})
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Empty(t, resp.Header.Get(OriginsHeader))
+}
+
+// TestHeadRootVector signs HEAD / as the official clients do, with the
+// test vector of the WebSocket notes.
+func TestHeadRootVector(t *testing.T) {
+	const sig = "cd40b153da894b865b4a6ef422127ca86f50323d3491126bf809eff01944992e"
+	require.Equal(t, sig, auth.SignatureHex([]byte("userSecret"), http.MethodHead, "/", auth.EmptyBodyHash, "clientId", "1718885772000"))
+	e := newEnv(t, func(c *Config) {
+		c.Now = func() time.Time { return time.UnixMilli(1718885772000) }
+		c.Keys = append(c.Keys, Key{ID: "clientId", Secret: "userSecret"})
+		c.HAOrigins = []string{"001", "002"}
+	})
+	req := e.request(t, Mainnet, "/", nil)
 	req.Method = http.MethodHead
-	resp, body := e.do(t, req)
+	req.Header.Set(auth.HeaderAuthorization, "clientId")
+	req.Header.Set(auth.HeaderTimestamp, "1718885772000")
+	req.Header.Set(auth.HeaderSignature, sig)
+	resp, _ := e.do(t, req)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Equal(t, "{001,002}", resp.Header.Get("X-Cll-Available-Origins"))
-	assert.Empty(t, body)
+	assert.Equal(t, "{001,002}", resp.Header.Get(OriginsHeader))
 }
 
 // discover returns the feed IDs of a discovery response.

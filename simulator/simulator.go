@@ -54,6 +54,30 @@ type Config struct {
 	Keys []Key
 	// Faults are the faults injected from the start; see SetFaults.
 	Faults Faults
+
+	// HAOrigins turns on high-availability mode: HEAD / advertises these
+	// origins (X-Cll-Available-Origins: {001,002} for "001", "002") and an
+	// upgrade of /api/v1/ws chooses one with X-Cll-Origin. Every origin
+	// serves the same reports, byte for byte. nil (the default) is a
+	// service without HA: HEAD / advertises nothing and X-Cll-Origin is
+	// ignored.
+	HAOrigins []string
+	// WSMaxConnsPerKey caps the concurrent WebSocket connections of one key
+	// on one network; an upgrade beyond it is 429. Zero means 20, the
+	// published limit; a negative value means no cap.
+	WSMaxConnsPerKey int
+	// WSTick is how often a WebSocket connection looks for newly published
+	// reports. Zero means once a second, just after each whole second of
+	// Now; a test on a settable clock sets a few milliseconds.
+	WSTick time.Duration
+	// WSPingInterval is how often the simulator pings each WebSocket
+	// client; a client that has not answered within min(WSPingInterval,
+	// 5s) is disconnected. Zero means 15s; a negative value disables pings.
+	WSPingInterval time.Duration
+	// WSWriteTimeout bounds the writes of one tick (the frames of one
+	// second); a connection whose frames cannot be written in time is
+	// closed. Zero means 10s.
+	WSWriteTimeout time.Duration
 }
 
 // The keys of Default.
@@ -129,8 +153,13 @@ type Simulator struct {
 	networks map[string]*network
 
 	faults   atomic.Pointer[Faults]
+	faultsMu sync.Mutex // serialises SetFaults
 	counters counterSet
 	cache    reportCache
+
+	haOrigins []string
+	originsHV string // the value of OriginsHeader; "" without HA
+	ws        wsState
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -199,6 +228,15 @@ func New(cfg Config) (*Simulator, error) {
 	if err := cfg.Faults.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := validateOrigins(cfg.HAOrigins); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.WSTick < 0 {
+		errs = append(errs, errors.New("simulator: WSTick must not be negative"))
+	}
+	if cfg.WSWriteTimeout < 0 {
+		errs = append(errs, errors.New("simulator: WSWriteTimeout must not be negative"))
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -256,13 +294,20 @@ func New(cfg Config) (*Simulator, error) {
 		}
 		s.networks[name] = n
 	}
+	if len(cfg.HAOrigins) > 0 {
+		s.haOrigins = slices.Clone(cfg.HAOrigins)
+		s.originsHV = "{" + strings.Join(s.haOrigins, ",") + "}"
+	}
+	s.ws.init(cfg)
 	f := cfg.Faults
 	s.faults.Store(&f)
+	s.ws.setStall(f)
 	return s, nil
 }
 
 // Close ends the requests that a hang fault holds and makes later hangs end
-// at once. The handlers go on serving otherwise.
+// at once, and closes every WebSocket connection (status 1001, going
+// away). The handlers go on serving otherwise.
 func (s *Simulator) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	return nil

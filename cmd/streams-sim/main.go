@@ -1,12 +1,15 @@
 // Command streams-sim serves the simulated Data Streams API: mainnet and
-// testnet on their own loopback ports, and the control API (faults and
-// request counters) on a third.
+// testnet on their own loopback ports, each with its REST endpoints and its
+// WebSocket stream (/api/v1/ws, plain ws://), and the control API (faults,
+// WebSocket drops and counters) on a third.
 //
 //	go run ./cmd/streams-sim                      # 127.0.0.1:9181, :9182, control :9189
 //	go run ./cmd/streams-sim -mainnet 127.0.0.1:0 # pick a free port
 //	go run ./cmd/streams-sim -error-rate 0.1 -latency 50ms
+//	go run ./cmd/streams-sim -ha-origins 001,002  # HEAD / advertises two HA origins
 //
-// It stops cleanly on SIGINT or SIGTERM.
+// It stops cleanly on SIGINT or SIGTERM, closing WebSocket connections with
+// status 1001.
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,12 +55,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	rps := fs.Float64("rate", 10, "requests per second allowed per key and endpoint (0 disables)")
 	burst := fs.Int("burst", 10, "burst of the rate limit")
 	maxBulk := fs.Int("max-bulk", 0, "most stream IDs in one bulk request (0: no cap)")
+	haOrigins := fs.String("ha-origins", "", "comma-separated HA origins advertised by HEAD / and chosen with X-Cll-Origin, e.g. 001,002 (empty: no HA)")
+	wsMaxConns := fs.Int("ws-max-conns", simulator.DefaultWSMaxConnsPerKey, "concurrent WebSocket connections allowed per key and network (negative: no cap)")
+	wsPing := fs.Duration("ws-ping", 15*time.Second, "interval of the simulator's pings to WebSocket clients (negative: none)")
 	var f simulator.Faults
 	fs.DurationVar(&f.Latency, "latency", 0, "latency added to every API request")
 	fs.DurationVar(&f.Jitter, "jitter", 0, "random extra latency, uniform in [0, jitter)")
 	fs.Float64Var(&f.ErrorRate, "error-rate", 0, "share of API requests answered 500, 502 or 503")
 	fs.Float64Var(&f.Hang, "hang", 0, "share of API requests that hang until the client gives up")
 	fs.Float64Var(&f.Force429, "force-429", 0, "share of API requests answered 429")
+	fs.IntVar(&f.WSRefuse, "ws-refuse", 0, "answer every WebSocket upgrade with this status (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,6 +72,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg := simulator.Default()
 	cfg.History, cfg.MaxSkew, cfg.MaxBulkFeeds, cfg.Faults = *history, *skew, *maxBulk, f
 	cfg.RateLimit, cfg.Burst = rate.Limit(*rps), *burst
+	if *haOrigins != "" {
+		cfg.HAOrigins = strings.Split(*haOrigins, ",")
+	}
+	cfg.WSMaxConnsPerKey, cfg.WSPingInterval = *wsMaxConns, *wsPing
+	if *wsMaxConns == 0 {
+		cfg.WSMaxConnsPerKey = -1 // the flag's 0 would mean the default
+	}
 	sim, err := simulator.New(cfg)
 	if err != nil {
 		return err
@@ -96,7 +111,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	for i, l := range listeners {
 		urls[i] = "http://" + l.Addr().String()
 	}
-	printBanner(out, sim, urls[0], urls[1], urls[2])
+	printBanner(out, sim, cfg, urls[0], urls[1], urls[2])
 
 	servers := make([]*http.Server, len(handlers))
 	errc := make(chan error, len(handlers))
@@ -126,12 +141,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return serveErr
 }
 
-func printBanner(out io.Writer, sim *simulator.Simulator, mainnet, testnet, control string) {
+func printBanner(out io.Writer, sim *simulator.Simulator, cfg simulator.Config, mainnet, testnet, control string) {
 	feed := simulator.RestrictedStreams()[1]
+	ha := "off"
+	if len(cfg.HAOrigins) > 0 {
+		ha = "origins " + strings.Join(cfg.HAOrigins, ",")
+	}
+	wsLimit := "no cap"
+	if cfg.WSMaxConnsPerKey > 0 {
+		wsLimit = fmt.Sprintf("%d per key and network", cfg.WSMaxConnsPerKey)
+	}
 	fmt.Fprintf(out, `streams-sim: simulated Data Streams API
-  mainnet  %s
-  testnet  %s
-  control  %s   (GET/PUT /faults, GET /counters, POST /counters/reset)
+  mainnet  %s   (WebSocket: ws://%s/api/v1/ws?feedIDs=...)
+  testnet  %s   (WebSocket: ws://%s/api/v1/ws?feedIDs=...)
+  control  %s   (GET/PUT /faults, POST /faults/ws-drop, GET /counters, POST /counters/reset)
+  websocket connections: %s; HA: %s
 
 keys:
   organisation (every stream, hidden ones too)
@@ -149,9 +173,10 @@ try:
   SIG=$(printf '%%s' "GET $P %s $KEY $TS" | openssl dgst -sha256 -hmac "$SECRET" -r | cut -d' ' -f1)
   curl -s -H "Authorization: $KEY" -H "X-Authorization-Timestamp: $TS" -H "X-Authorization-Signature-SHA256: $SIG" "%s$P"
   curl -s -X PUT -d '{"errorRate":0.2,"latency":"50ms"}' %s/faults
-`, mainnet, testnet, control,
+  curl -s -X POST -d '{"abrupt":false}' %s/faults/ws-drop
+`, mainnet, strings.TrimPrefix(mainnet, "http://"), testnet, strings.TrimPrefix(testnet, "http://"), control, wsLimit, ha,
 		simulator.OrgKeyID, simulator.OrgKeySecret, simulator.RestrictedKeyID, simulator.RestrictedKeySecret,
-		mainnet, simulator.OrgKeyID, simulator.OrgKeySecret, feed, auth.EmptyBodyHash, mainnet, control)
+		mainnet, simulator.OrgKeyID, simulator.OrgKeySecret, feed, auth.EmptyBodyHash, mainnet, control, control)
 	fmt.Fprintf(out, "\n%d mainnet and %d testnet streams; Ctrl-C stops.\n",
 		len(sim.Streams(simulator.Mainnet)), len(sim.Streams(simulator.Testnet)))
 }

@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -75,13 +77,42 @@ func TestRunServesAndStops(t *testing.T) {
 	status, body = get(req)
 	assert.Equal(t, http.StatusOK, status, string(body))
 
+	// Without -ha-origins, HEAD / advertises no origin.
+	req, _ = http.NewRequest(http.MethodHead, mainnet+"/", nil)
+	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), time.Now())
+	status, _ = get(req)
+	assert.Equal(t, http.StatusOK, status)
+
+	// The WebSocket stream: a report of the next second arrives.
+	target := "/api/v1/ws?feedIDs=" + simulator.RestrictedStreams()[0]
+	hdr := http.Header{}
+	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	hdr.Set(auth.HeaderAuthorization, simulator.OrgKeyID)
+	hdr.Set(auth.HeaderTimestamp, ts)
+	hdr.Set(auth.HeaderSignature, auth.SignatureHex([]byte(simulator.OrgKeySecret), http.MethodGet, target, auth.EmptyBodyHash, simulator.OrgKeyID, ts))
+	dialCtx, dialCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer dialCancel()
+	ws, _, err := websocket.Dial(dialCtx, "ws"+strings.TrimPrefix(mainnet, "http")+target, &websocket.DialOptions{HTTPHeader: hdr})
+	require.NoError(t, err)
+	defer ws.CloseNow()
+	typ, frame, err := ws.Read(dialCtx)
+	require.NoError(t, err)
+	assert.Equal(t, websocket.MessageBinary, typ)
+	assert.Contains(t, string(frame), `{"report":{"feedID":"`+simulator.RestrictedStreams()[0])
+
 	req, _ = http.NewRequest(http.MethodGet, control+"/counters", nil)
 	status, body = get(req)
 	require.Equal(t, http.StatusOK, status)
-	var c struct{ Total int64 }
+	var c struct {
+		Total int64
+		WS    []simulator.WSCount
+	}
 	require.NoError(t, json.Unmarshal(body, &c))
-	assert.Equal(t, int64(2), c.Total)
+	assert.Equal(t, int64(4), c.Total)
+	require.Len(t, c.WS, 1)
+	assert.Equal(t, int64(1), c.WS[0].Open)
 
+	// Stopping closes the WebSocket connection: going away.
 	cancel()
 	select {
 	case err := <-done:
@@ -90,6 +121,32 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Fatal("run did not stop")
 	}
 	assert.Contains(t, out.String(), "stopped")
+	_, _, err = ws.Read(dialCtx)
+	assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "%v", err)
+}
+
+func TestRunHA(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-mainnet", "127.0.0.1:0", "-testnet", "127.0.0.1:0", "-control", "127.0.0.1:0",
+			"-ha-origins", "001,002", "-ws-max-conns", "0"}, &out)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Ctrl-C stops") }, 20*time.Second, 5*time.Millisecond)
+	assert.Contains(t, out.String(), "HA: origins 001,002")
+	assert.Contains(t, out.String(), "websocket connections: no cap")
+	m := regexp.MustCompile(`(?m)^  testnet\s+(http://127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
+	require.Len(t, m, 2)
+	req, _ := http.NewRequest(http.MethodHead, m[1]+"/", nil)
+	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "{001,002}", resp.Header.Get(simulator.OriginsHeader))
+	cancel()
+	require.NoError(t, <-done)
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
