@@ -392,7 +392,7 @@ func TestCredentialsStayApart(t *testing.T) {
 }
 
 func TestPassThrough(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
+	env := proxytest.Start(t, proxytest.Options{Sim: func(c *simulator.Config) { c.HAOrigins = []string{"001", "002"} }})
 	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
 	require.NoError(t, err)
 	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
