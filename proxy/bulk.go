@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,10 +14,6 @@ import (
 
 // bulkParallel bounds the upstream bulk calls one request makes at once.
 const bulkParallel = 4
-
-// noReportBody answers, from a negative entry, for a stream that had no
-// report at a timestamp.
-var noReportBody = []byte(`{"error":"no report for this stream at this timestamp yet","message":"no report for this stream at this timestamp yet"}` + "\n")
 
 // serveBulk answers GET /api/v1/reports/bulk by fan-out: every stream is
 // looked up in the per-stream report cache (shared with /reports); only the
@@ -42,17 +37,17 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	var missing []string
 	hits := 0
 	for i, f := range feeds {
-		e, state := n.g.cache.Get(cache.ReportKey(n.name, cred.scope, f, ts))
+		e, state := n.cache.Get(cache.ReportKey(n.name, cred.scope, f, ts))
 		switch {
 		case state != cache.Fresh:
 			missing = append(missing, f)
 		case e.Status == http.StatusOK:
 			found[i] = reportPayload(e.Body)
 			hits++
-			n.g.metrics.cacheResult("bulk", "hit")
+			n.metrics.cacheResult("bulk", "hit")
 		default: // a negative entry: no report yet, known without asking
 			hits++
-			n.g.metrics.cacheResult("bulk", "negative")
+			n.metrics.cacheResult("bulk", "negative")
 		}
 	}
 
@@ -72,7 +67,7 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		}
 	}
 	if hits > 0 {
-		n.g.metrics.saved(n.name, "bulk")
+		n.metrics.saved(n.name, "bulk")
 	}
 
 	status := http.StatusOK
@@ -154,7 +149,7 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 	// The flight key names the exact chunk: identical chunks asked at once
 	// become one upstream call. The entry itself is never stored.
 	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
-	e, outcome, err := n.g.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
+	e, outcome, err := n.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
 		stateOf(ctx).upstreamCall()
 		resp, err := n.up.get(ctx, "bulk", target, cred)
 		if err != nil {
@@ -167,14 +162,14 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		if err != nil {
 			return nil, err
 		}
-		now := n.g.now()
-		negTTL := n.g.policy().negativeTTL
+		now := n.now()
+		negTTL := n.policy().negativeTTL
 		for _, f := range feeds {
 			key := cache.ReportKey(n.name, cred.scope, f, ts)
 			if rep, ok := reports[f]; ok {
-				n.g.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
+				n.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
 			} else if negTTL > 0 {
-				n.g.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
+				n.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
 			}
 		}
 		return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, NoStore: true}, nil
@@ -187,43 +182,4 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		return nil, outcome, err
 	}
 	return reports, outcome, nil
-}
-
-// splitBulk parses a bulk answer into the report record of each stream,
-// refusing an answer that holds a stream not asked for.
-func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
-	var doc struct {
-		Reports []json.RawMessage `json:"reports"`
-	}
-	if err := json.Unmarshal(body, &doc); err != nil || doc.Reports == nil {
-		n.g.metrics.integrity(n.name, "bulk")
-		return nil, errBadUpstream
-	}
-	asked := make(map[string]struct{}, len(feeds))
-	for _, f := range feeds {
-		asked[f] = struct{}{}
-	}
-	out := make(map[string][]byte, len(doc.Reports))
-	for _, raw := range doc.Reports {
-		var rd reportDoc
-		if err := json.Unmarshal(raw, &rd); err != nil {
-			n.g.metrics.integrity(n.name, "bulk")
-			return nil, errBadUpstream
-		}
-		id := normalFeedID(rd.FeedID)
-		if _, ok := asked[id]; !ok {
-			n.g.metrics.integrity(n.name, "bulk")
-			return nil, errBadUpstream
-		}
-		out[id] = raw
-	}
-	return out, nil
-}
-
-// reportPayload returns the record of a stored report (see reportBody).
-func reportPayload(body []byte) []byte {
-	if len(body) < len(reportPrefix)+len(reportSuffix) || string(body[:len(reportPrefix)]) != reportPrefix {
-		return nil // never stored by this package
-	}
-	return body[len(reportPrefix) : len(body)-len(reportSuffix)]
 }

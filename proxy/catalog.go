@@ -53,11 +53,11 @@ type catalogs struct {
 func (n *network) view(ctx context.Context, view catalogView, cred *credential) (*parsedView, cache.Outcome, error) {
 	hot := view == viewHidden && cred == n.org
 	if hot {
-		if pv := n.cat.orgHidden.Load(); pv != nil && n.g.now().Before(pv.entry.Expires) {
+		if pv := n.cat.orgHidden.Load(); pv != nil && n.now().Before(pv.entry.Expires) {
 			return pv, cache.Hit, nil
 		}
 	}
-	pol := n.g.policy()
+	pol := n.policy()
 	scope := ""
 	if cred != nil {
 		scope = cred.scope
@@ -67,7 +67,7 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	if view == viewHidden {
 		target += "?hidden=true"
 	}
-	e, outcome, err := n.g.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
+	e, outcome, err := n.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
 		stateOf(ctx).upstreamCall()
 		resp, err := n.up.get(ctx, "discovery", target, cred)
 		if err != nil {
@@ -80,10 +80,10 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 		if resp.maxAge > 0 && resp.maxAge < ttl {
 			ttl = resp.maxAge
 		}
-		now := n.g.now()
+		now := n.now()
 		pv, err := parseView(resp.body)
 		if err != nil {
-			n.g.metrics.integrity(n.name, "discovery")
+			n.metrics.integrity(n.name, "discovery")
 			return nil, errBadUpstream
 		}
 		// Refresh in the background from 80 % of the lifetime on, so that a
@@ -110,7 +110,7 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 // catalogHeld reports whether cred's hidden view (the one report requests
 // are checked against) is in the cache, fresh or stale.
 func (n *network) catalogHeld(cred *credential) bool {
-	_, state := n.g.cache.Get(cache.CatalogKey(n.name, cred.scope, string(viewHidden)))
+	_, state := n.cache.Get(cache.CatalogKey(n.name, cred.scope, string(viewHidden)))
 	return state != cache.Missing
 }
 
@@ -246,13 +246,13 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 // refresh failed (stale-if-error) or is under way.
 func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome cache.Outcome, pv *parsedView) {
 	stale := outcome == cache.StaleHit || outcome == cache.StaleError
-	if stale && n.g.now().Before(pv.expires) {
+	if stale && n.now().Before(pv.expires) {
 		outcome, stale = cache.Hit, false
 	}
 	n.markCache(w, r, "catalog", outcome, pv.entry)
 	if stale {
 		warning := `110 - "Response is Stale"`
-		if outcome == cache.StaleError || n.g.now().After(pv.expires.Add(time.Minute)) {
+		if outcome == cache.StaleError || n.now().After(pv.expires.Add(time.Minute)) {
 			warning = `111 - "Revalidation Failed"`
 		}
 		w.Header().Set("Warning", warning)
@@ -264,7 +264,7 @@ func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome ca
 // answer (its streams, hidden ones included) is private. Both vary with the
 // authentication: the same URL signed or not gets another answer.
 func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte, public bool) {
-	left := max(pv.expires.Sub(n.g.now()), 0)
+	left := max(pv.expires.Sub(n.now()), 0)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	scope := "private, max-age="

@@ -14,9 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"sort"
 	"strings"
@@ -59,6 +57,17 @@ type Deps struct {
 	Metrics *Metrics
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
+	// Embedded gives, by network name, the upstream started for each
+	// network whose configured upstream is "embedded".
+	Embedded map[string]Upstream
+}
+
+// Upstream is an upstream's address and the organisation's credential
+// there.
+type Upstream struct {
+	URL    string // root URL, http(s)
+	APIKey string
+	Secret []byte
 }
 
 // Gateway serves the API on every configured network. It is safe for
@@ -94,8 +103,6 @@ func (g *Gateway) replayStoreFailed(err error) {
 	}
 }
 
-var _ http.Handler = (*network)(nil)
-
 // policy is the reloadable part of the configuration, parsed once.
 type policy struct {
 	keys             *auth.KeyStore
@@ -116,27 +123,9 @@ type teamPolicy struct {
 	creds    map[string]*credential // own upstream credentials by network
 }
 
-// network serves one network: its upstream, its catalog views, its
-// pass-through proxy.
-type network struct {
-	g       *Gateway
-	name    string
-	listen  string
-	hosts   []string
-	up      *upstream
-	org     *credential
-	maxBulk int
-	// passPaths are the paths under /api/v1/ the operator listed for
-	// pass-through; every other unknown path is 404.
-	passPaths map[string]bool
-	cat       catalogs
-	rp        *httputil.ReverseProxy
-	handler   http.Handler
-}
-
-// New builds a Gateway for cfg, which must be valid (config.Parse validates)
-// and name a real upstream URL for every network: "embedded" must have been
-// resolved by the caller.
+// New builds a Gateway for cfg, which must be valid (config.Parse
+// validates). A network whose upstream is "embedded" calls the upstream the
+// caller started for it, given in Deps.Embedded; cfg itself is not changed.
 func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if deps.Cache == nil {
 		return nil, errors.New("proxy: Deps.Cache is required")
@@ -196,20 +185,34 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	var errs []error
 	for _, name := range cfg.NetworkNames() {
 		nc := cfg.Networks[name]
-		base, err := url.Parse(nc.Upstream.URL)
+		up := Upstream{URL: nc.Upstream.URL, APIKey: nc.Upstream.APIKey, Secret: []byte(nc.Upstream.Secret().Reveal())}
+		if nc.Upstream.Embedded() {
+			var ok bool
+			if up, ok = deps.Embedded[name]; !ok {
+				errs = append(errs, fmt.Errorf("proxy: network %s: the embedded upstream was not started (Deps.Embedded)", name))
+				continue
+			}
+		}
+		base, err := url.Parse(up.URL)
 		if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-			errs = append(errs, fmt.Errorf("proxy: network %s: upstream url must be http(s), got %q", name, nc.Upstream.URL))
+			errs = append(errs, fmt.Errorf("proxy: network %s: upstream url must be http(s), got %q", name, up.URL))
 			continue
 		}
 		base.Path, base.RawPath = strings.TrimRight(base.Path, "/"), ""
 		n := &network{
-			g:         g,
 			name:      name,
 			listen:    nc.Listen,
 			hosts:     nc.Hosts,
 			maxBulk:   nc.Upstream.MaxBulk,
 			passPaths: map[string]bool{},
-			org:       &credential{key: nc.Upstream.APIKey, secret: []byte(nc.Upstream.Secret().Reveal())},
+			org:       &credential{key: up.APIKey, secret: up.Secret},
+			pol:       &g.pol,
+			cache:     g.cache,
+			limiter:   g.limiter,
+			quota:     g.quota,
+			metrics:   g.metrics,
+			auditLog:  g.auditLog,
+			now:       g.now,
 		}
 		for _, p := range nc.PassThrough {
 			n.passPaths[p] = true
@@ -233,7 +236,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		}
 		n.up.catalogHeld = n.catalogHeld
 		n.rp = n.reverseProxy(base, transport)
-		n.handler = observe(name, accessLog, g.metrics, n)
+		n.handler = n.chain(accessLog)
 		g.networks[name] = n
 	}
 	if len(errs) > 0 {
@@ -320,60 +323,6 @@ func (g *Gateway) Handler(name string) http.Handler {
 	return nil
 }
 
-// Listener is one address to listen on and what it serves.
-type Listener struct {
-	Addr     string   // the configured listen address
-	Networks []string // the networks served there, sorted
-	Handler  http.Handler
-}
-
-// Listeners returns the listeners to open, sorted by address. Networks that
-// share a listen address share a listener, where requests are routed by
-// their Host name; a network on port 0 (any free port) has a listener of
-// its own, since a free port is never shared.
-func (g *Gateway) Listeners() []Listener {
-	var out []Listener
-	byAddr := map[string][]string{}
-	for _, name := range g.Networks() {
-		addr := g.networks[name].listen
-		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
-			out = append(out, Listener{Addr: addr, Networks: []string{name}, Handler: g.networks[name].handler})
-			continue
-		}
-		byAddr[addr] = append(byAddr[addr], name)
-	}
-	for addr, names := range byAddr {
-		l := Listener{Addr: addr, Networks: names, Handler: g.networks[names[0]].handler}
-		if len(names) > 1 {
-			hosts := map[string]http.Handler{}
-			for _, name := range names {
-				for _, h := range g.networks[name].hosts {
-					hosts[strings.ToLower(h)] = g.networks[name].handler
-				}
-			}
-			l.Handler = hostRouter(hosts, g.unknownHost)
-		}
-		out = append(out, l)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
-	return out
-}
-
-// hostRouter routes by the request's Host name, port removed.
-func hostRouter(hosts map[string]http.Handler, unknown http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		if h, ok := hosts[strings.ToLower(host)]; ok {
-			h.ServeHTTP(w, r)
-			return
-		}
-		unknown.ServeHTTP(w, r)
-	})
-}
-
 // Networks returns the names of the networks, sorted.
 func (g *Gateway) Networks() []string {
 	names := make([]string, 0, len(g.networks))
@@ -429,189 +378,4 @@ func (g *Gateway) Warm(ctx context.Context) error {
 	}
 	wg.Wait()
 	return ctx.Err()
-}
-
-// credentialFor returns the credential that team's calls on n are signed
-// with: its own, if configured, else the organisation's.
-func (n *network) credentialFor(team string) *credential {
-	if tp := n.g.policy().teams[team]; tp != nil {
-		if c := tp.creds[n.name]; c != nil {
-			return c
-		}
-	}
-	return n.org
-}
-
-// ServeHTTP routes one request of the network: the target, method and body
-// checks, authentication, quotas, then the endpoint. Nothing reaches the
-// upstream that was not matched, validated and entitled here.
-func (n *network) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := checkTarget(r); err != nil {
-		refuseBody(w, r)
-		writeError(w, err)
-		return
-	}
-	rt := routeByPath[r.URL.Path]
-	if rt == nil && n.passPaths[r.URL.Path] {
-		rt = passThroughRoute
-	}
-	if rt == nil {
-		refuseBody(w, r)
-		writeError(w, errNotFound)
-		return
-	}
-	// The API is read-only: GET everywhere, HEAD where the upstream answers
-	// it (origin discovery on the root, listed pass-through paths).
-	if r.Method != http.MethodGet && !(r.Method == http.MethodHead && rt.allow != "GET") {
-		refuseBody(w, r)
-		w.Header().Set("Allow", rt.allow)
-		writeError(w, errMethod)
-		return
-	}
-	if hasBody(r) {
-		refuseBody(w, r)
-		writeError(w, errBody)
-		return
-	}
-
-	pol := n.g.policy()
-	st := stateOf(r.Context())
-	var p *auth.Principal
-	if rt.anonymous && pol.anonymousCatalog && !auth.HasCredentials(r.Header) {
-		if err := n.g.admitAnonymous(r.Context(), w, r, pol); err != nil {
-			writeError(w, err)
-			return
-		}
-	} else {
-		// Check the signature and look at the replay record, admit (the
-		// quotas), and only then record the signature: a refused request
-		// costs the record nothing.
-		res, err := pol.verifier.Check(pol.keys, r)
-		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
-			// Only a verified signature's skew is a sample: anyone can
-			// send an arbitrary timestamp with a wrong signature.
-			n.g.metrics.skew(res.Skew)
-		}
-		if err != nil {
-			st.authError = auth.Reason(err)
-			n.g.metrics.authFailure(n.name, st.authError)
-			writeError(w, err)
-			return
-		}
-		p = res.Principal
-		st.team, st.keyID = p.Team.Name, p.KeyID
-		if !p.Team.UsesNetwork(n.name) {
-			st.authError = "network"
-			n.g.metrics.authFailure(n.name, "network")
-			writeError(w, errNetwork)
-			return
-		}
-		if err := n.g.admit(r.Context(), w, pol, p); err != nil {
-			writeError(w, err)
-			return
-		}
-		if err := pol.verifier.Record(r.Context(), res); err != nil {
-			st.authError = auth.Reason(err)
-			n.g.metrics.authFailure(n.name, st.authError)
-			writeError(w, err)
-			return
-		}
-	}
-	rt.serve(n, w, r, p)
-}
-
-// refuseBody makes the server close the connection after an answer given
-// without reading a declared body, rather than wait for a body that may
-// never come: net/http would otherwise read up to 256 KiB of it after the
-// handler returns, until the read timeout.
-func refuseBody(w http.ResponseWriter, r *http.Request) {
-	if hasBody(r) {
-		w.Header().Set("Connection", "close")
-		http.NewResponseController(w).SetReadDeadline(time.Now())
-	}
-}
-
-// admit applies the key's rate, the team's rate and the team's daily quota,
-// in that order: a key refused by its own, tighter limit takes nothing from
-// its team's rate, so that it cannot starve the team's other keys. Refusals
-// are 429 with Retry-After; every decision's state is reported in the
-// RateLimit headers.
-func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, pol *policy, p *auth.Principal) error {
-	tp := pol.teams[p.Team.Name]
-	if tp == nil {
-		return nil
-	}
-	check := func(limit, key string, l ratelimit.Limit) error {
-		if l.Unlimited() {
-			return nil
-		}
-		d, err := g.limiter.Allow(ctx, key, l)
-		if err != nil {
-			return err
-		}
-		d.SetHeaders(w.Header(), limit)
-		if !d.Allowed {
-			g.metrics.limited(p.Team.Name, limit)
-			return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for " + limit + ": slow down and retry after the time in Retry-After", retryAfter: d.RetryAfter}
-		}
-		return nil
-	}
-	if l, ok := tp.keyRates[p.KeyID]; ok {
-		if err := check("key", "key:"+p.KeyID, l); err != nil {
-			return err
-		}
-	}
-	if err := check("team", "team:"+p.Team.Name, tp.rate); err != nil {
-		return err
-	}
-	if tp.daily > 0 {
-		d, err := g.quota.Take(ctx, "daily:"+p.Team.Name, tp.daily, g.now())
-		if err != nil {
-			return err
-		}
-		d.SetHeaders(w.Header(), "daily")
-		if !d.Allowed {
-			g.metrics.limited(p.Team.Name, "daily")
-			return &apiError{status: http.StatusTooManyRequests, msg: "daily quota exhausted for this team", retryAfter: d.RetryAfter}
-		}
-	}
-	return nil
-}
-
-// admitAnonymous applies auth.anonymous_rate to an unsigned request, per
-// client address (the connection's: a forwarded-for header is the client's
-// word and not trusted).
-func (g *Gateway) admitAnonymous(ctx context.Context, w http.ResponseWriter, r *http.Request, pol *policy) error {
-	if pol.anonymousRate.Unlimited() {
-		return nil
-	}
-	ip, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		ip = r.RemoteAddr
-	}
-	d, err := g.limiter.Allow(ctx, "anon:"+ip, pol.anonymousRate)
-	if err != nil {
-		return err
-	}
-	d.SetHeaders(w.Header(), "address")
-	if !d.Allowed {
-		g.metrics.limited("anonymous", "address")
-		return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for unsigned catalog requests from this address: slow down, or sign the request", retryAfter: d.RetryAfter}
-	}
-	return nil
-}
-
-// audit writes the audit trail of a read, when enabled: which team and key
-// read which streams on which network.
-func (n *network) audit(r *http.Request, p *auth.Principal, endpoint string, feeds ...string) {
-	if !n.g.policy().audit {
-		return
-	}
-	n.g.auditLog.Info("read",
-		zap.String("request_id", stateOf(r.Context()).id),
-		zap.String("network", n.name),
-		zap.String("team", p.Team.Name),
-		zap.String("key_id", p.KeyID),
-		zap.String("endpoint", endpoint),
-		zap.Strings("feeds", feeds))
 }

@@ -45,7 +45,7 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				ps.timer.Stop() // an upgraded connection lives on
 			}
-			n.g.metrics.upstreamCall(n.name, ps.endpoint, resp.StatusCode, time.Since(ps.start))
+			n.metrics.upstreamCall(n.name, ps.endpoint, resp.StatusCode, time.Since(ps.start))
 			n.up.answered.Store(true)
 			if err := n.up.refusedCredential(ps.endpoint, ps.cred, resp.StatusCode); err != nil {
 				resp.Body.Close()
@@ -60,9 +60,9 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if context.Cause(r.Context()) == errPassTimeout {
 				err = errPassTimeout
-				n.g.metrics.upstreamError(n.name, endpointOf(r), "timeout")
+				n.metrics.upstreamError(n.name, endpointOf(r), "timeout")
 			} else if _, ours := err.(*apiError); !ours {
-				n.g.metrics.upstreamError(n.name, endpointOf(r), errReason(err))
+				n.metrics.upstreamError(n.name, endpointOf(r), errReason(err))
 			}
 			writeError(w, err)
 		},

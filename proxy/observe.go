@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"streamgate/auth"
 )
 
 // reqState is what the layers of one request learn, for the access log and
@@ -25,6 +27,10 @@ type reqState struct {
 	cache     string       // X-Cache value, when a cache was consulted
 	upstream  atomic.Int32 // upstream calls this request caused
 	authError string       // reason, when authentication failed
+
+	route     *route          // matched by checkRequest
+	principal *auth.Principal // set by authenticate; nil for an unsigned request
+	verified  auth.Result     // what authenticate checked, for record
 }
 
 type stateKey struct{}

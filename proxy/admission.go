@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"streamgate/auth"
+	"streamgate/ratelimit"
+)
+
+// The middlewares of a network's chain (see network.chain), each a
+// func(next http.Handler) http.Handler. What one learns for the next
+// travels in the request's reqState.
+
+// checkRequest matches the route and refuses, before anything else, a
+// target that could mean another path upstream, an unknown path (404,
+// unless listed for pass-through), a method the route does not answer
+// (405 with Allow) and a declared body (400: the API takes none).
+func (n *network) checkRequest(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkTarget(r); err != nil {
+			refuseBody(w, r)
+			writeError(w, err)
+			return
+		}
+		rt := routeByPath[r.URL.Path]
+		if rt == nil && n.passPaths[r.URL.Path] {
+			rt = passThroughRoute
+		}
+		if rt == nil {
+			refuseBody(w, r)
+			writeError(w, errNotFound)
+			return
+		}
+		// The API is read-only: GET everywhere, HEAD where the upstream
+		// answers it (origin discovery on the root, listed pass-through
+		// paths).
+		if r.Method != http.MethodGet && !(r.Method == http.MethodHead && rt.allow != "GET") {
+			refuseBody(w, r)
+			w.Header().Set("Allow", rt.allow)
+			writeError(w, errMethod)
+			return
+		}
+		if hasBody(r) {
+			refuseBody(w, r)
+			writeError(w, errBody)
+			return
+		}
+		stateOf(r.Context()).route = rt
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseBody makes the server close the connection after an answer given
+// without reading a declared body, rather than wait for a body that may
+// never come: net/http would otherwise read up to 256 KiB of it after the
+// handler returns, until the read timeout.
+func refuseBody(w http.ResponseWriter, r *http.Request) {
+	if hasBody(r) {
+		w.Header().Set("Connection", "close")
+		http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+}
+
+// anonymous reports whether a request is served unsigned: an anonymous
+// route, allowed by auth.anonymous_catalog, sent without credentials.
+func anonymous(st *reqState, pol *policy, r *http.Request) bool {
+	return st.route.anonymous && pol.anonymousCatalog && !auth.HasCredentials(r.Header)
+}
+
+// authenticate verifies the signature and its timestamp, looks the
+// signature up in the replay record (without recording it yet), and checks
+// the key's team may use this network.
+func (n *network) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, pol := stateOf(r.Context()), n.policy()
+		if anonymous(st, pol, r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		res, err := pol.verifier.Check(pol.keys, r)
+		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
+			// Only a verified signature's skew is a sample: anyone can
+			// send an arbitrary timestamp with a wrong signature.
+			n.metrics.skew(res.Skew)
+		}
+		if err == nil {
+			st.team, st.keyID = res.Principal.Team.Name, res.Principal.KeyID
+			if !res.Principal.Team.UsesNetwork(n.name) {
+				err = errNetwork
+			}
+		}
+		if err != nil {
+			st.authError = auth.Reason(err)
+			if err == errNetwork {
+				st.authError = "network"
+			}
+			n.metrics.authFailure(n.name, st.authError)
+			writeError(w, err)
+			return
+		}
+		st.principal, st.verified = res.Principal, res
+		next.ServeHTTP(w, r)
+	})
+}
+
+// admit applies the quotas: for a signed request the key's rate, the
+// team's rate and the team's daily quota, in that order (a key refused by
+// its own, tighter limit takes nothing from its team's rate, so that it
+// cannot starve the team's other keys); for an unsigned one the rate of its
+// client address. Refusals are 429 with Retry-After; every decision's state
+// is reported in the RateLimit headers.
+func (n *network) admit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, pol := stateOf(r.Context()), n.policy()
+		var err error
+		if st.principal == nil {
+			err = n.admitAnonymous(r.Context(), w, r, pol)
+		} else {
+			err = n.admitTeam(r.Context(), w, pol, st.principal)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (n *network) admitTeam(ctx context.Context, w http.ResponseWriter, pol *policy, p *auth.Principal) error {
+	tp := pol.teams[p.Team.Name]
+	if tp == nil {
+		return nil
+	}
+	check := func(limit, key string, l ratelimit.Limit) error {
+		if l.Unlimited() {
+			return nil
+		}
+		d, err := n.limiter.Allow(ctx, key, l)
+		if err != nil {
+			return err
+		}
+		d.SetHeaders(w.Header(), limit)
+		if !d.Allowed {
+			n.metrics.limited(p.Team.Name, limit)
+			return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for " + limit + ": slow down and retry after the time in Retry-After", retryAfter: d.RetryAfter}
+		}
+		return nil
+	}
+	if l, ok := tp.keyRates[p.KeyID]; ok {
+		if err := check("key", "key:"+p.KeyID, l); err != nil {
+			return err
+		}
+	}
+	if err := check("team", "team:"+p.Team.Name, tp.rate); err != nil {
+		return err
+	}
+	if tp.daily > 0 {
+		d, err := n.quota.Take(ctx, "daily:"+p.Team.Name, tp.daily, n.now())
+		if err != nil {
+			return err
+		}
+		d.SetHeaders(w.Header(), "daily")
+		if !d.Allowed {
+			n.metrics.limited(p.Team.Name, "daily")
+			return &apiError{status: http.StatusTooManyRequests, msg: "daily quota exhausted for this team", retryAfter: d.RetryAfter}
+		}
+	}
+	return nil
+}
+
+// admitAnonymous applies auth.anonymous_rate to an unsigned request, per
+// client address (the connection's: a forwarded-for header is the client's
+// word and not trusted).
+func (n *network) admitAnonymous(ctx context.Context, w http.ResponseWriter, r *http.Request, pol *policy) error {
+	if pol.anonymousRate.Unlimited() {
+		return nil
+	}
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	d, err := n.limiter.Allow(ctx, "anon:"+ip, pol.anonymousRate)
+	if err != nil {
+		return err
+	}
+	d.SetHeaders(w.Header(), "address")
+	if !d.Allowed {
+		n.metrics.limited("anonymous", "address")
+		return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for unsigned catalog requests from this address: slow down, or sign the request", retryAfter: d.RetryAfter}
+	}
+	return nil
+}
+
+// record enters the signature of an admitted request in the replay record
+// (and the replicas' shared one): a request refused earlier costs the
+// record nothing. Of identical requests admitted at once, those past the
+// replay grace are refused here.
+func (n *network) record(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := stateOf(r.Context())
+		if st.principal != nil {
+			if err := n.policy().verifier.Record(r.Context(), st.verified); err != nil {
+				st.authError = auth.Reason(err)
+				n.metrics.authFailure(n.name, st.authError)
+				writeError(w, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"streamgate/cache"
+)
+
+// answer writes a cached or fetched entry, or the error that replaced it.
+func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n.markCache(w, r, kind, outcome, e)
+	h := w.Header()
+	switch {
+	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():
+		h.Set("Cache-Control", "no-store")
+	case e.Expires.IsZero():
+		h.Set("Cache-Control", "private, max-age=86400, immutable")
+	default:
+		left := max(e.Expires.Sub(n.now()), 0)
+		h.Set("Cache-Control", "private, max-age="+strconv.Itoa(int(left/time.Second)))
+	}
+	writeRaw(w, e.Status, e.Body)
+}
+
+// markCache sets X-Cache and Age, counts the result, and notes it for the
+// access log.
+func (n *network) markCache(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry) {
+	label := cacheLabel(outcome)
+	if e != nil && e.Status == http.StatusNotFound && outcome == cache.Hit {
+		n.metrics.cacheResult(kind, "negative")
+	} else {
+		n.metrics.cacheResult(kind, lowerLabel(label))
+	}
+	if outcome != cache.Miss {
+		n.metrics.saved(n.name, kind)
+	}
+	stateOf(r.Context()).cache = label
+	h := w.Header()
+	h.Set("X-Cache", label)
+	if e != nil && !e.Stored.IsZero() {
+		h.Set("Age", strconv.Itoa(int(max(n.now().Sub(e.Stored), 0)/time.Second)))
+	}
+}
+
+func cacheLabel(o cache.Outcome) string {
+	switch o {
+	case cache.Hit:
+		return "HIT"
+	case cache.Coalesced:
+		return "COALESCED"
+	case cache.StaleHit, cache.StaleError:
+		return "STALE"
+	}
+	return "MISS"
+}
+
+func lowerLabel(s string) string {
+	switch s {
+	case "HIT":
+		return "hit"
+	case "COALESCED":
+		return "coalesced"
+	case "STALE":
+		return "stale"
+	}
+	return "miss"
+}
+
+// writeRaw writes a JSON body with status.
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
