@@ -149,14 +149,11 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 	// The flight key names the exact chunk: identical chunks asked at once
 	// become one upstream call. The entry itself is never stored.
 	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
+	st := stateOf(ctx)
 	e, outcome, err := n.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
-		stateOf(ctx).upstreamCall()
-		resp, err := n.up.get(ctx, "bulk", target, cred)
+		resp, err := n.fetch(ctx, st, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
 		if err != nil {
 			return nil, err
-		}
-		if resp.status != http.StatusOK && resp.status != http.StatusPartialContent {
-			return nil, passOn(resp)
 		}
 		reports, err := n.splitBulk(resp.body, feeds)
 		if err != nil {
@@ -172,14 +169,15 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 				n.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
 			}
 		}
-		return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, NoStore: true}, nil
+		// The reports, split once, go to every waiter with the entry.
+		return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, NoStore: true, Value: reports}, nil
 	})
 	if err != nil {
 		return nil, outcome, err
 	}
-	reports, err := n.splitBulk(e.Body, feeds)
-	if err != nil {
-		return nil, outcome, err
+	reports, ok := e.Value.(map[string][]byte)
+	if !ok {
+		return nil, outcome, errBadUpstream // every bulk fill sets its reports
 	}
 	return reports, outcome, nil
 }

@@ -67,14 +67,11 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	if view == viewHidden {
 		target += "?hidden=true"
 	}
+	st := stateOf(ctx)
 	e, outcome, err := n.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
-		stateOf(ctx).upstreamCall()
-		resp, err := n.up.get(ctx, "discovery", target, cred)
+		resp, err := n.fetch(ctx, st, "discovery", target, cred, http.StatusOK)
 		if err != nil {
 			return nil, err
-		}
-		if resp.status != http.StatusOK {
-			return nil, passOn(resp)
 		}
 		ttl := pol.catalogTTL
 		if resp.maxAge > 0 && resp.maxAge < ttl {

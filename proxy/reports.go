@@ -26,24 +26,21 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	feed, ts, cred := rq.feeds[0], rq.ts, rq.cred
 	key := cache.ReportKey(n.name, cred.scope, feed, ts)
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
+	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		stateOf(ctx).upstreamCall()
-		resp, err := n.up.get(ctx, "reports", target, cred)
+		resp, err := n.fetch(ctx, st, "reports", target, cred, http.StatusOK, http.StatusNotFound)
 		if err != nil {
 			return nil, err
 		}
 		now := n.now()
-		switch resp.status {
-		case http.StatusOK:
-			_, body, err := n.checkReport(resp.body, "reports", feed)
-			if err != nil {
-				return nil, err
-			}
-			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
-		case http.StatusNotFound:
+		if resp.status == http.StatusNotFound {
 			return n.negative(now, resp), nil
 		}
-		return nil, passOn(resp)
+		_, body, err := n.checkReport(resp.body, "reports", feed)
+		if err != nil {
+			return nil, err
+		}
+		return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
 	})
 	n.answer(w, r, "report", outcome, e, err)
 }
@@ -59,14 +56,11 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	feed, cred := rq.feeds[0], rq.cred
 	ttl := n.policy().latestTTL
 	key := cache.LatestKey(n.name, cred.scope, feed)
+	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		stateOf(ctx).upstreamCall()
-		resp, err := n.up.get(ctx, "latest", "/api/v1/reports/latest?feedID="+feed, cred)
+		resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
 		if err != nil {
 			return nil, err
-		}
-		if resp.status != http.StatusOK {
-			return nil, passOn(resp)
 		}
 		doc, body, err := n.checkReport(resp.body, "latest", feed)
 		if err != nil {
@@ -100,14 +94,11 @@ func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		target += "&limit=" + strconv.Itoa(limit)
 	}
 	key := cache.PageKey(n.name, cred.scope, feed, start, limit)
+	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		stateOf(ctx).upstreamCall()
-		resp, err := n.up.get(ctx, "page", target, cred)
+		resp, err := n.fetch(ctx, st, "page", target, cred, http.StatusOK)
 		if err != nil {
 			return nil, err
-		}
-		if resp.status != http.StatusOK {
-			return nil, passOn(resp)
 		}
 		var doc struct {
 			Reports []json.RawMessage `json:"reports"`

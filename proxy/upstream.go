@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -128,6 +129,23 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 		return last, nil
 	}
 	return nil, lastErr
+}
+
+// fetch is the upstream call of a fill: it counts the call for st, the
+// state of the request that started the fill (captured by the fill's
+// closure: the fill's own context is detached from the request), calls the
+// upstream, and turns an answer whose status is not one of ok into the
+// error that passes it on to every waiter, uncached.
+func (n *network) fetch(ctx context.Context, st *reqState, endpoint, target string, cred *credential, ok ...int) (*upstreamResponse, error) {
+	st.upstreamCall()
+	resp, err := n.up.get(ctx, endpoint, target, cred)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(ok, resp.status) {
+		return nil, passOn(resp)
+	}
+	return resp, nil
 }
 
 // refusedCredential tells a refusal of the gateway's credential (the
