@@ -86,8 +86,10 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/feeds")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	counts := env.Sim.Counters()
-	// Three views on mainnet (anonymous, signed, hidden), one used on testnet.
-	assert.Equal(t, int64(3), counts.ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery))
+	// Three views on mainnet (anonymous, signed, hidden), one used on
+	// testnet; the organisation's hidden view of each network was loaded
+	// by the warm-up at start, before the counters were reset.
+	assert.Equal(t, int64(2), counts.ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery))
 	assert.Equal(t, int64(1), counts.ByEndpoint(simulator.Testnet, simulator.EndpointDiscovery))
 
 	// Max-age counts down with the view's age.
@@ -104,14 +106,14 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 	assert.Equal(t, "HIT", resp.Header.Get("X-Cache"))
 	assert.Equal(t, "private, max-age=50", resp.Header.Get("Cache-Control"))
 	require.Eventually(t, func() bool {
-		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery) == 4
+		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery) == 3
 	}, 5*time.Second, 10*time.Millisecond, "one background refresh")
 	require.Eventually(t, func() bool {
 		env.Cache.Wait()
 		resp, _ = demo.Get(t, env.Mainnet, "/api/v1/discovery")
 		return resp.Header.Get("Cache-Control") == "private, max-age=300"
 	}, 5*time.Second, 10*time.Millisecond, "the refreshed view has a new lifetime")
-	assert.Equal(t, int64(4), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery), "and no further fetch")
+	assert.Equal(t, int64(3), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery), "and no further fetch")
 }
 
 func TestCatalogStaleIfError(t *testing.T) {

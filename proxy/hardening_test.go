@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/auth"
+	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/proxy"
 	"streamgate/proxy/proxytest"
@@ -84,7 +85,7 @@ func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
 			c.Log.Audit = true
 			c.Networks["testnet"].PassThrough = []string{"/api/v1/listed"}
 		},
-		Deps: func(d *proxy.Deps) { d.Logger = zap.New(core) },
+		Logger: zap.New(core),
 	})
 	demo, research := proxytest.Demo(), proxytest.Research()
 	permitted := simulator.RestrictedStreams()[0]
@@ -242,12 +243,13 @@ func TestUnknownHostObserved(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	env := proxytest.Start(t, proxytest.Options{
 		Config: func(c *config.Config) {
-			c.Networks["mainnet"].Listen = "127.0.0.1:7000"
+			shared := freeAddr(t)
+			c.Networks["mainnet"].Listen = shared
 			c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
-			c.Networks["testnet"].Listen = "127.0.0.1:7000"
+			c.Networks["testnet"].Listen = shared
 			c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
 		},
-		Deps: func(d *proxy.Deps) { d.Logger = zap.New(core) },
+		Logger: zap.New(core),
 	})
 	l := env.Gateway.Listeners()
 	require.Len(t, l, 1)
@@ -430,21 +432,47 @@ func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
 // TestBudgetWithoutDeps: a gateway given no budgets still keeps the
 // configured one.
 func TestBudgetWithoutDeps(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{
-		Config: func(c *config.Config) {
-			c.Networks["mainnet"].Upstream.Budget = config.Rate{RPS: 0.001, Burst: 2}
-			c.Networks["mainnet"].Upstream.Retries = 0
-		},
-		Deps: func(d *proxy.Deps) { d.Budgets = nil },
-	})
+	sim, err := simulator.New(simulator.Default())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	up := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	t.Cleanup(up.Close)
+	store, err := cache.New(cache.Config{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	cfg := config.Default()
+	delete(cfg.Networks, "testnet")
+	for i := range cfg.Teams {
+		cfg.Teams[i].Networks = []string{"mainnet"}
+	}
+	n := cfg.Networks["mainnet"]
+	n.Upstream = config.Upstream{URL: up.URL, Credentials: config.Credentials{APIKey: simulator.OrgKeyID, APISecret: simulator.OrgKeySecret},
+		Timeout: time.Second, Budget: config.Rate{RPS: 0.001, Burst: 2}, MaxBulk: 100}
+	gw, err := proxy.New(cfg, proxy.Deps{Cache: store})
+	require.NoError(t, err)
+	base := newServer(t, gw.Handler("mainnet"))
 	demo := proxytest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	var btc string
+	for _, s := range sim.Streams(simulator.Mainnet) {
+		if s.BaseAsset == "BTC" && s.QuoteAsset == "USD" && s.SchemaVersion == "V3" {
+			btc = s.FeedID
+		}
+	}
 	statuses := map[int]int{}
 	for i := range 4 {
-		resp, _ := demo.Get(t, env.Mainnet, reportTarget(btc, pastTS(), i))
+		resp, _ := demo.Get(t, base, reportTarget(btc, pastTS(), i))
 		statuses[resp.StatusCode]++
 	}
 	assert.Equal(t, map[int]int{200: 2, 503: 2}, statuses, "two report calls fit the burst, the catalog has its own endpoint budget")
+}
+
+// freeAddr returns a loopback address with a port free at the time.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
 
 // TestParsedCatalogCounted: the parsed form of a catalog view is held by its

@@ -21,15 +21,16 @@ import (
 
 // TestSharedListener routes two networks on one address by Host name.
 func TestSharedListener(t *testing.T) {
+	shared := freeAddr(t)
 	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
-		c.Networks["mainnet"].Listen = "127.0.0.1:7000"
+		c.Networks["mainnet"].Listen = shared
 		c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
-		c.Networks["testnet"].Listen = "127.0.0.1:7000"
+		c.Networks["testnet"].Listen = shared
 		c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
 	}})
 	listeners := env.Gateway.Listeners()
 	require.Len(t, listeners, 1)
-	assert.Equal(t, proxy.Listener{Addr: "127.0.0.1:7000", Networks: []string{"mainnet", "testnet"}}, proxy.Listener{Addr: listeners[0].Addr, Networks: listeners[0].Networks})
+	assert.Equal(t, proxy.Listener{Addr: shared, Networks: []string{"mainnet", "testnet"}}, proxy.Listener{Addr: listeners[0].Addr, Networks: listeners[0].Networks})
 	srv := httptest.NewServer(listeners[0].Handler)
 	t.Cleanup(srv.Close)
 
@@ -62,7 +63,7 @@ func TestLogs(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	env := proxytest.Start(t, proxytest.Options{
 		Config: func(c *config.Config) { c.Log.Audit = true },
-		Deps:   func(d *proxy.Deps) { d.Logger = zap.New(core) },
+		Logger: zap.New(core),
 	})
 	demo := proxytest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")

@@ -4,13 +4,10 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/proxy"
 	"streamgate/proxy/proxytest"
 	"streamgate/ratelimit/redistest"
 )
@@ -19,16 +16,14 @@ import (
 // signed request to another sharing its Redis: the second is a replay.
 func TestReplayAcrossReplicas(t *testing.T) {
 	url := redistest.Start(t)
+	// Two gateways configured to share Redis, as replicas are: the replay
+	// record goes through it with the limits.
 	replica := func() *proxytest.Env {
-		opts, err := redis.ParseURL(url)
-		require.NoError(t, err)
-		opts.MaxRetries, opts.DialerRetries = -1, 1
-		client := redis.NewClient(opts)
-		t.Cleanup(func() { client.Close() })
-		return proxytest.Start(t, proxytest.Options{
-			Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 },
-			Deps:   func(d *proxy.Deps) { d.ReplayStore = auth.NewRedisReplay(client, "streamgate:replay:") },
-		})
+		return proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+			c.Auth.ReplayGrace = 0
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis.URL = url
+		}})
 	}
 	a, b := replica(), replica()
 	send := func(base string, req *http.Request) int {

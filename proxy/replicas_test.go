@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy"
 	"streamgate/proxy/proxytest"
 	"streamgate/ratelimit"
 	"streamgate/ratelimit/redistest"
+	"streamgate/server"
 	"streamgate/simulator"
 )
 
@@ -72,18 +72,18 @@ func startReplicas(t *testing.T, srv *redistest.Server, n int, mode ratelimit.Fa
 		opts := func(name, network string) ratelimit.Options {
 			return ratelimit.Options{Name: name, Network: network, Metrics: m, FailMode: mode, RetryInterval: retryRedis}
 		}
-		env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: replicaConfig, Upstream: retryAfter60, Deps: func(d *proxy.Deps) {
-			var err error
-			d.Limiter, err = ratelimit.NewRedis(client, opts("team", ""))
+		// Limits of their own, for a fallback that probes Redis again
+		// sooner than a gateway's.
+		limits := &server.Limits{Budgets: map[string]ratelimit.Budget{}}
+		limits.Limiter, err = ratelimit.NewRedis(client, opts("team", ""))
+		require.NoError(t, err)
+		limits.Quota, err = ratelimit.NewRedisQuota(client, opts("daily", ""))
+		require.NoError(t, err)
+		for _, name := range []string{"mainnet", "testnet"} {
+			limits.Budgets[name], err = ratelimit.NewRedisBudget(client, opts("budget", name))
 			require.NoError(t, err)
-			d.Quota, err = ratelimit.NewRedisQuota(client, opts("daily", ""))
-			require.NoError(t, err)
-			d.Budgets = map[string]ratelimit.Budget{}
-			for _, name := range []string{"mainnet", "testnet"} {
-				d.Budgets[name], err = ratelimit.NewRedisBudget(client, opts("budget", name))
-				require.NoError(t, err)
-			}
-		}})
+		}
+		env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: replicaConfig, Upstream: retryAfter60, Limits: limits})
 		out[i] = &replica{env: env, reg: reg}
 	}
 	return out

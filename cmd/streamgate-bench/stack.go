@@ -10,14 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/proxy"
-	"streamgate/ratelimit"
+	"streamgate/server"
 	"streamgate/simulator"
 )
 
@@ -29,9 +28,10 @@ type stackConfig struct {
 	LogLevel   string        // "off", or a level of the access log (JSON, discarded)
 }
 
-// stack is the simulator and a gateway in front of it, wired as
-// cmd/streamgate wires them (cache, in-memory limits and budgets, metrics,
-// the access log), each network on its own loopback listener.
+// stack is the simulator and a gateway in front of it, built by
+// server.New as cmd/streamgate builds it (cache, in-memory limits and
+// budgets, metrics, the access log), each network on its own loopback
+// listener.
 //
 // It departs from the demo configuration in what a load test needs: the
 // simulator's per-key rate limit is off, the upstream budget is 100000
@@ -49,6 +49,7 @@ type stack struct {
 	teamKeys   []key // one per further team
 	bulk       bulkCounter
 
+	srv     *server.Server
 	servers []*http.Server
 	closers []func()
 }
@@ -143,46 +144,19 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	metrics := proxy.NewMetrics(reg)
-	s.store, err = cache.New(cache.Config{
-		MaxBytes:     int64(cfg.Cache.MaxBytes),
-		Logger:       log.Named("cache"),
-		OnFlightDone: func(_ string, waiters int) { metrics.Waiters(waiters) },
-	})
+	for _, n := range cfg.Networks {
+		n.Listen = "127.0.0.1:0"
+	}
+	// The gateway as the binary builds it.
+	s.srv, err = server.New(cfg, server.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, s.store.Close)
-	rm, err := ratelimit.NewMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
-	opts := func(name, network string) ratelimit.Options {
-		return ratelimit.Options{Name: name, Network: network, Metrics: rm, Logger: log.Named("ratelimit")}
-	}
-	deps := proxy.Deps{Cache: s.store, Budgets: map[string]ratelimit.Budget{}, Logger: log, Metrics: metrics}
-	if deps.Limiter, err = ratelimit.NewMemory(opts("team", "")); err != nil {
-		return nil, err
-	}
-	if deps.Quota, err = ratelimit.NewMemoryQuota(opts("daily", "")); err != nil {
-		return nil, err
-	}
-	for _, name := range cfg.NetworkNames() {
-		if deps.Budgets[name], err = ratelimit.NewMemoryBudget(opts("budget", name)); err != nil {
-			return nil, err
-		}
-	}
-	s.gw, err = proxy.New(cfg, deps)
-	if err != nil {
-		return nil, err
-	}
+	s.closers = append(s.closers, func() { s.srv.Close() })
+	s.srv.Start()
+	s.gw, s.store = s.srv.Gateway(), s.srv.Cache()
 	for _, name := range s.gw.Networks() {
-		url, err := s.listen(s.gw.Handler(name), cfg.Server.ReadHeaderTimeout, cfg.Server.IdleTimeout)
-		if err != nil {
-			return nil, err
-		}
-		s.gateway[name] = url
+		s.gateway[name] = "http://" + s.srv.Addr(name)
 	}
 	return s, nil
 }
@@ -199,11 +173,16 @@ func (s *stack) listen(h http.Handler, readHeader, idle time.Duration) (string, 
 	return "http://" + ln.Addr().String(), nil
 }
 
-// warm loads every network's catalog, as cmd/streamgate does at start.
+// warm waits for the catalog warm-up the server starts with.
 func (s *stack) warm(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return s.gw.Warm(ctx)
+	select {
+	case <-s.srv.Warmed():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("catalog warm-up: %w", ctx.Err())
+	}
 }
 
 // resetCounters sets the simulator's counters and the bulk counter to zero.

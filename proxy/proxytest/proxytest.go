@@ -1,6 +1,8 @@
 // Package proxytest runs a whole gateway in-process for tests and
-// benchmarks: the simulator as its upstream and the gateway's networks on
-// real loopback sockets (httptest), configured like the demo.
+// benchmarks, built by server.New exactly as the binary builds it: the
+// simulator as its upstream (on httptest listeners, so that a test can
+// record or alter what the upstream sees) and the gateway's networks on
+// free loopback ports, configured like the demo.
 package proxytest
 
 import (
@@ -19,7 +21,7 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/proxy"
-	"streamgate/ratelimit"
+	"streamgate/server"
 	"streamgate/simulator"
 )
 
@@ -31,8 +33,10 @@ type Options struct {
 	// Config changes the gateway's configuration (config.Default() with
 	// upstreams pointed at the simulator and the demo team unlimited).
 	Config func(*config.Config)
-	// Deps changes the gateway's collaborators before New.
-	Deps func(*proxy.Deps)
+	// Logger receives the gateway's logs (and access log) instead of t.Log.
+	Logger *zap.Logger
+	// Limits replace the limits the configuration describes.
+	Limits *server.Limits
 	// Upstream wraps the simulator's handler of a network, to record or
 	// alter what the upstream receives and answers.
 	Upstream func(network string, h http.Handler) http.Handler
@@ -41,11 +45,16 @@ type Options struct {
 	Now func() time.Time
 	// Quiet drops the gateway's logs instead of sending them to t.Log.
 	Quiet bool
+	// Cold returns at once after start. By default Start waits (up to 5 s)
+	// for the catalog warm-up the server makes at start, then resets the
+	// simulator's counters, so that a test counts its own upstream calls.
+	Cold bool
 }
 
 // Env is a running gateway and its simulated upstream.
 type Env struct {
 	Sim      *simulator.Simulator
+	Server   *server.Server
 	Gateway  *proxy.Gateway
 	Config   *config.Config
 	Cache    *cache.Store
@@ -86,58 +95,44 @@ func Start(t testing.TB, opts Options) *Env {
 	cfg := config.Default()
 	cfg.Server.AdminListen = ""
 	for name, url := range map[string]string{"mainnet": upMain.URL, "testnet": upTest.URL} {
-		up := &cfg.Networks[name].Upstream
+		n := cfg.Networks[name]
+		n.Listen = "127.0.0.1:0"
+		up := &n.Upstream
 		up.URL = url
 		up.APIKey = simulator.OrgKeyID
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
 		up.Budget = config.Rate{RPS: 1000, Burst: 1000}
 	}
 	cfg.Teams[0].Rate = config.Rate{}
-	cfg.Team(config.ResearchTeam).Feeds = simulator.RestrictedStreams()
 	if opts.Config != nil {
 		opts.Config(cfg)
 	}
 
-	log := zap.NewNop()
-	if !opts.Quiet {
+	log := opts.Logger
+	switch {
+	case log != nil:
+	case opts.Quiet:
+		log = zap.NewNop()
+	default:
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
-	reg := prometheus.NewRegistry()
-	metrics := proxy.NewMetrics(reg)
-	store, err := cache.New(cache.Config{MaxBytes: int64(cfg.Cache.MaxBytes), Clock: opts.Now, OnFlightDone: func(_ string, n int) { metrics.Waiters(n) }})
-	if err != nil {
-		t.Fatalf("proxytest: cache: %v", err)
-	}
-	t.Cleanup(store.Close)
-	rlm, err := ratelimit.NewMetrics(reg)
-	if err != nil {
-		t.Fatalf("proxytest: %v", err)
-	}
-	budgets := map[string]ratelimit.Budget{}
-	for _, name := range cfg.NetworkNames() {
-		b, err := ratelimit.NewMemoryBudget(ratelimit.Options{Name: "budget", Network: name, Metrics: rlm})
-		if err != nil {
-			t.Fatalf("proxytest: %v", err)
-		}
-		budgets[name] = b
-	}
-	deps := proxy.Deps{Cache: store, Budgets: budgets, Logger: log, Metrics: metrics, Now: opts.Now}
-	if opts.Deps != nil {
-		opts.Deps(&deps)
-	}
-	gw, err := proxy.New(cfg, deps)
+	srv, err := server.New(cfg, server.Options{Logger: log, Now: opts.Now, Limits: opts.Limits})
 	if err != nil {
 		t.Fatalf("proxytest: gateway: %v", err)
 	}
-	gwMain := httptest.NewServer(gw.Handler("mainnet"))
-	gwTest := httptest.NewServer(gw.Handler("testnet"))
-	t.Cleanup(func() {
-		gwMain.Close()
-		gwTest.Close()
-	})
+	srv.Start()
+	t.Cleanup(func() { srv.Close() })
+	if !opts.Cold {
+		select {
+		case <-srv.Warmed():
+		case <-time.After(5 * time.Second):
+		}
+		sim.ResetCounters()
+	}
 	return &Env{
-		Sim: sim, Gateway: gw, Config: cfg, Cache: store, Registry: reg,
-		Mainnet: gwMain.URL, Testnet: gwTest.URL, UpMainnet: upMain.URL, UpTestnet: upTest.URL,
+		Sim: sim, Server: srv, Gateway: srv.Gateway(), Config: cfg, Cache: srv.Cache(), Registry: srv.Registry(),
+		Mainnet: "http://" + srv.Addr("mainnet"), Testnet: "http://" + srv.Addr("testnet"),
+		UpMainnet: upMain.URL, UpTestnet: upTest.URL,
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,7 +75,7 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 	return 0
 }
 
-// The limits and the replay record of the process, as newLimits makes them
+// The limits and the replay record of the process, as NewLimits makes them
 // for the redis backend with fail_mode open, while Redis hangs (SIGSTOP):
 // the team limit still admits by the local limits, the replay record fails
 // at once, and only the calls that opened the breaker, and one probe per
@@ -89,12 +90,12 @@ func TestLimitsHangingRedis(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zapcore.InfoLevel)
 	ctx := context.Background()
-	l, err := newLimits(ctx, cfg, reg, zap.New(core))
+	l, err := NewLimits(cfg, reg, zap.New(core), nil)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	hook := &reachHook{}
 	l.client.AddHook(hook)
-	replay := l.replayStore()
+	replay := l.ReplayStore
 	require.NotNil(t, replay)
 	now := time.UnixMilli(1_750_000_000_000)
 	firstUse := func(i int) error {
@@ -102,7 +103,7 @@ func TestLimitsHangingRedis(t *testing.T) {
 		return err
 	}
 	limit := ratelimit.Limit{Rate: 1000, Burst: 1000}
-	d, err := l.limiter.Allow(ctx, "trading", limit)
+	d, err := l.Limiter.Allow(ctx, "trading", limit)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	require.NoError(t, firstUse(-1))
@@ -112,7 +113,7 @@ func TestLimitsHangingRedis(t *testing.T) {
 	const calls = 200
 	rejected := 0
 	for i := range calls {
-		d, err := l.limiter.Allow(ctx, "trading", limit)
+		d, err := l.Limiter.Allow(ctx, "trading", limit)
 		require.NoError(t, err, "fail_mode open decides locally")
 		require.True(t, d.Allowed)
 		err = firstUse(i)
@@ -149,4 +150,20 @@ func countLogs(logs *observer.ObservedLogs, prefix string) int {
 	return logs.FilterMessageSnippet(prefix).Filter(func(e observer.LoggedEntry) bool {
 		return strings.HasPrefix(e.Message, prefix)
 	}).Len()
+}
+
+func labelsOf(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, lp := range m.GetLabel() {
+		out[lp.GetName()] = lp.GetValue()
+	}
+	return out
+}
+
+// value is a metric's counter or gauge value.
+func value(m *dto.Metric) float64 {
+	if m.Counter != nil {
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -14,26 +14,19 @@ import (
 	"streamgate/ratelimit"
 )
 
-// limits are the team limits, daily quotas and upstream budgets of the
-// process, in memory or in Redis.
-type limits struct {
-	limiter ratelimit.Limiter
-	quota   ratelimit.Quota
-	budgets map[string]ratelimit.Budget
-	client  *redis.Client
+// Limits are the team limits, daily quotas and upstream budgets of a
+// process, in memory or in Redis, and the replay record shared through the
+// same Redis.
+type Limits struct {
+	Limiter     ratelimit.Limiter
+	Quota       ratelimit.Quota
+	Budgets     map[string]ratelimit.Budget
+	ReplayStore auth.ReplayStore // nil with the memory backend
+	client      *redis.Client
 }
 
-// replayStore shares the record of signatures seen through the same Redis
-// as the limits, so that a request accepted by one replica is a replay at
-// the others; nil with the memory backend.
-func (l *limits) replayStore() auth.ReplayStore {
-	if l.client == nil {
-		return nil
-	}
-	return auth.NewRedisReplay(l.client, "streamgate:replay:")
-}
-
-func (l *limits) Close() {
+// Close releases the Redis client, if any.
+func (l *Limits) Close() {
 	if l.client != nil {
 		l.client.Close()
 	}
@@ -44,24 +37,32 @@ type redisLog struct{ s *zap.SugaredLogger }
 
 func (l redisLog) Printf(_ context.Context, format string, v ...any) { l.s.Debugf(format, v...) }
 
-func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *zap.Logger) (*limits, error) {
+// NewLimits builds the limits cfg.RateLimit describes for every network
+// of cfg, their metrics registered with reg. The team limiter and the
+// daily quota follow now (nil: time.Now); the upstream budgets always
+// follow the wall clock.
+func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, now func() time.Time) (*Limits, error) {
 	m, err := ratelimit.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	l := &limits{budgets: map[string]ratelimit.Budget{}}
+	l := &Limits{Budgets: map[string]ratelimit.Budget{}}
 	opts := func(name, network string) ratelimit.Options {
-		return ratelimit.Options{Name: name, Network: network, Metrics: m, Logger: log.Named("ratelimit")}
+		o := ratelimit.Options{Name: name, Network: network, Metrics: m, Logger: log.Named("ratelimit")}
+		if name != "budget" {
+			o.Now = now
+		}
+		return o
 	}
 	if cfg.RateLimit.Backend != "redis" {
-		if l.limiter, err = ratelimit.NewMemory(opts("team", "")); err != nil {
+		if l.Limiter, err = ratelimit.NewMemory(opts("team", "")); err != nil {
 			return nil, err
 		}
-		if l.quota, err = ratelimit.NewMemoryQuota(opts("daily", "")); err != nil {
+		if l.Quota, err = ratelimit.NewMemoryQuota(opts("daily", "")); err != nil {
 			return nil, err
 		}
 		for _, name := range cfg.NetworkNames() {
-			if l.budgets[name], err = ratelimit.NewMemoryBudget(opts("budget", name)); err != nil {
+			if l.Budgets[name], err = ratelimit.NewMemoryBudget(opts("budget", name)); err != nil {
 				return nil, err
 			}
 		}
@@ -92,18 +93,19 @@ func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 		o.FailMode = mode
 		return o
 	}
-	if l.limiter, err = ratelimit.NewRedis(l.client, ropts("team", "")); err != nil {
+	if l.Limiter, err = ratelimit.NewRedis(l.client, ropts("team", "")); err != nil {
 		return nil, err
 	}
-	if l.quota, err = ratelimit.NewRedisQuota(l.client, ropts("daily", "")); err != nil {
+	if l.Quota, err = ratelimit.NewRedisQuota(l.client, ropts("daily", "")); err != nil {
 		return nil, err
 	}
 	for _, name := range cfg.NetworkNames() {
-		if l.budgets[name], err = ratelimit.NewRedisBudget(l.client, ropts("budget", name)); err != nil {
+		if l.Budgets[name], err = ratelimit.NewRedisBudget(l.client, ropts("budget", name)); err != nil {
 			return nil, err
 		}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	l.ReplayStore = auth.NewRedisReplay(l.client, "streamgate:replay:")
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := l.client.Ping(pctx).Err(); err != nil {
 		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", rc.FailMode), zap.Error(err))

@@ -1,0 +1,349 @@
+// Package server assembles a whole streamgate from a configuration: the
+// embedded upstream when the configuration asks for one, the cache, the
+// limits (in memory or Redis), the metrics, the gateway, and its listeners
+// with the admin endpoints. It owns everything it starts: New builds and
+// binds, Start serves, Reload applies a new configuration, Shutdown drains
+// and releases. The binary, the load tool and the tests all build their
+// gateway with it, so what is tested and measured is what ships.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"streamgate/cache"
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/simulator"
+)
+
+// Options are a Server's dependencies besides its configuration. Every
+// field may be left zero.
+type Options struct {
+	// Logger receives the process's logs. Nil: nothing is logged.
+	Logger *zap.Logger
+	// AccessLog receives one line per request. Nil: Logger.
+	AccessLog *zap.Logger
+	// Registry receives the metrics; /metrics serves it. Nil: a new one.
+	Registry *prometheus.Registry
+	// Now is the clock of the cache, the gateway and the team quotas (the
+	// upstream budget always follows the wall clock). Nil: time.Now.
+	Now func() time.Time
+	// Limits, if non-nil, are used instead of the ones the configuration's
+	// ratelimit section describes; the Server does not close them.
+	Limits *Limits
+}
+
+// Server is a running gateway. Its methods are safe for concurrent use.
+type Server struct {
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	cfg      atomic.Pointer[config.Config] // in force
+	sim      *simulator.Simulator          // the embedded upstream, or nil
+	store    *cache.Store
+	limits   *Limits
+	ownLimit bool
+	gw       *proxy.Gateway
+
+	upstreams []*served // the embedded upstream's listeners
+	networks  []*served // the gateway's listeners
+	admin     *served   // nil when disabled
+	addrs     map[string]string
+
+	draining atomic.Bool
+	started  atomic.Bool
+	warmStop context.CancelFunc
+	warmDone chan struct{}
+	once     sync.Once
+	closeErr error
+}
+
+// served is a bound listener and the server that will serve it.
+type served struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// New builds the gateway cfg describes (cfg must be valid: config.Load and
+// config.Parse validate) and binds every listener, so that Addr answers
+// before Start. It does not change cfg. On error, whatever it had started
+// is released.
+func New(cfg *config.Config, opts Options) (_ *Server, err error) {
+	s := &Server{log: opts.Logger, reg: opts.Registry, addrs: map[string]string{}, warmDone: make(chan struct{})}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	s.cfg.Store(cfg)
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	metrics := proxy.NewMetrics(s.reg)
+
+	embedded, err := s.startEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.store, err = cache.New(cache.Config{
+		MaxBytes:     int64(cfg.Cache.MaxBytes),
+		Clock:        opts.Now,
+		Logger:       s.log.Named("cache"),
+		OnFlightDone: func(_ string, waiters int) { metrics.Waiters(waiters) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "streamgate_cache_bytes", Help: "Bytes held by the response cache.",
+	}, func() float64 { return float64(s.store.Bytes()) }))
+
+	s.limits = opts.Limits
+	if s.limits == nil {
+		if s.limits, err = NewLimits(cfg, s.reg, s.log, opts.Now); err != nil {
+			return nil, err
+		}
+		s.ownLimit = true
+	}
+	access := opts.AccessLog
+	if access == nil {
+		access = s.log
+	}
+	s.gw, err = proxy.New(cfg, proxy.Deps{
+		Cache:       s.store,
+		Limiter:     s.limits.Limiter,
+		Quota:       s.limits.Quota,
+		Budgets:     s.limits.Budgets,
+		ReplayStore: s.limits.ReplayStore,
+		Logger:      s.log,
+		AccessLog:   access,
+		Metrics:     metrics,
+		Now:         opts.Now,
+		Embedded:    embedded,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
+	}, func() float64 {
+		if s.Ready() {
+			return 1
+		}
+		return 0
+	}))
+
+	errorLog := zap.NewStdLog(s.log.Named("http"))
+	for _, l := range s.gw.Listeners() {
+		ln, err := net.Listen("tcp", l.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", l.Addr, err)
+		}
+		s.networks = append(s.networks, &served{ln: ln, srv: proxy.NewServer(l.Handler, cfg.Server, errorLog)})
+		for _, name := range l.Networks {
+			s.addrs[name] = ln.Addr().String()
+		}
+	}
+	if cfg.Server.AdminListen != "" {
+		ln, err := net.Listen("tcp", cfg.Server.AdminListen)
+		if err != nil {
+			return nil, fmt.Errorf("admin listener on %s: %w", cfg.Server.AdminListen, err)
+		}
+		s.admin = &served{ln: ln, srv: proxy.NewServer(s.adminHandler(), cfg.Server, errorLog)}
+		s.addrs["admin"] = ln.Addr().String()
+	}
+	return s, nil
+}
+
+// startEmbedded starts the simulator for the networks whose upstream is
+// "embedded", each on a loopback port of its own, and returns where the
+// gateway finds them.
+func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, error) {
+	var names []string
+	for _, name := range cfg.NetworkNames() {
+		if cfg.Networks[name].Upstream.Embedded() {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	sim, err := simulator.New(simulator.Default())
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
+	}
+	s.sim = sim
+	out := map[string]proxy.Upstream{}
+	for _, name := range names {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv := &http.Server{Handler: sim.Handler(simulator.NetworkFor(name)), ReadHeaderTimeout: 10 * time.Second}
+		s.upstreams = append(s.upstreams, &served{ln: ln, srv: srv})
+		out[name] = proxy.Upstream{URL: "http://" + ln.Addr().String(), APIKey: simulator.OrgKeyID, Secret: []byte(simulator.OrgKeySecret)}
+	}
+	return out, nil
+}
+
+// Start serves every listener and loads each network's catalog in the
+// background (tried again until its upstream answers, which makes the
+// server ready). It returns at once.
+func (s *Server) Start() {
+	if !s.started.CompareAndSwap(false, true) {
+		return
+	}
+	for _, sv := range s.upstreams {
+		go sv.srv.Serve(sv.ln)
+	}
+	for _, sv := range s.networks {
+		go func() {
+			if err := sv.srv.Serve(sv.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("listener stopped", zap.String("addr", sv.ln.Addr().String()), zap.Error(err))
+			}
+		}()
+	}
+	if s.admin != nil {
+		go s.admin.srv.Serve(s.admin.ln)
+		s.log.Info("admin listening", zap.String("addr", s.addrs["admin"]))
+	}
+	if s.sim != nil {
+		s.log.Info("embedded upstream started")
+	}
+	cfg := s.cfg.Load()
+	for _, name := range s.gw.Networks() {
+		s.log.Info("serving network", zap.String("network", name), zap.String("listen", s.addrs[name]), zap.Strings("hosts", cfg.Networks[name].Hosts))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.warmStop = cancel
+	go func() {
+		defer close(s.warmDone)
+		s.gw.Warm(ctx)
+	}()
+}
+
+// Warmed is closed when the background catalog warm-up has ended: every
+// network's catalog is loaded (or Shutdown stopped it).
+func (s *Server) Warmed() <-chan struct{} { return s.warmDone }
+
+// Run starts the server, serves until ctx ends, then drains within
+// server.shutdown_timeout.
+func (s *Server) Run(ctx context.Context) error {
+	s.Start()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Load().Server.ShutdownTimeout)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+// Addr returns the address a network ("mainnet", …) or the admin listener
+// ("admin") is bound to, or "".
+func (s *Server) Addr(name string) string { return s.addrs[name] }
+
+// Gateway, Cache, Registry and Simulator give access to the parts, for the
+// tools and tests that look inside. Simulator is nil without an embedded
+// upstream.
+func (s *Server) Gateway() *proxy.Gateway         { return s.gw }
+func (s *Server) Cache() *cache.Store             { return s.store }
+func (s *Server) Registry() *prometheus.Registry  { return s.reg }
+func (s *Server) Simulator() *simulator.Simulator { return s.sim }
+
+// Ready reports whether every upstream has answered and the server is not
+// draining: what /readyz answers.
+func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() }
+
+// Reload applies the teams, keys, limits and lifetimes of next. A next
+// that the gateway refuses changes nothing. It returns the settings next
+// changes that only a restart applies; they keep their running values.
+func (s *Server) Reload(next *config.Config) (restartOnly []string, err error) {
+	if err := s.gw.Reload(next); err != nil {
+		return nil, err
+	}
+	running := s.cfg.Load()
+	restartOnly = restartOnlyShim(running, next)
+	s.cfg.Store(next)
+	return restartOnly, nil
+}
+
+// Shutdown drains: /readyz answers 503 at once, the listeners stop
+// accepting and the requests in flight are finished (connections still
+// open when ctx ends are closed), then the embedded upstream they may still
+// be calling stops, then the admin listener; finally the cache and the
+// limits are released. It returns the first error of the drain.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.once.Do(func() {
+		s.draining.Store(true)
+		s.log.Info("draining")
+		if s.warmStop != nil {
+			s.warmStop()
+			<-s.warmDone
+		}
+		err := shutdown(ctx, s.networks)
+		if err != nil {
+			s.log.Warn("drain incomplete: closing the connections still open", zap.Error(err))
+		}
+		shutdown(ctx, s.upstreams)
+		if s.admin != nil {
+			shutdown(ctx, []*served{s.admin})
+		}
+		s.release()
+		s.log.Info("stopped")
+		s.closeErr = err
+	})
+	return s.closeErr
+}
+
+// Close stops at once, without draining.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return s.Shutdown(ctx)
+}
+
+// release frees what New built. Listeners never served are closed.
+func (s *Server) release() {
+	for _, group := range [][]*served{s.networks, s.upstreams, {s.admin}} {
+		for _, sv := range group {
+			if sv != nil {
+				sv.ln.Close()
+			}
+		}
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+	if s.limits != nil && s.ownLimit {
+		s.limits.Close()
+	}
+	if s.sim != nil {
+		s.sim.Close()
+	}
+}
+
+// shutdown shuts the servers down together, closes those that do not
+// finish within ctx, and returns the first error.
+func shutdown(ctx context.Context, group []*served) error {
+	errs := make([]error, len(group))
+	var wg sync.WaitGroup
+	for i, sv := range group {
+		wg.Go(func() {
+			if errs[i] = sv.srv.Shutdown(ctx); errs[i] != nil {
+				sv.srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
