@@ -63,9 +63,9 @@ type Server struct {
 // Log configures the process logger.
 type Log struct {
 	// Level is one of debug, info, warn, error. Default "info".
-	Level string `yaml:"level" json:"level"`
+	Level LogLevel `yaml:"level" json:"level"`
 	// Format is json or console. Default "json".
-	Format string `yaml:"format" json:"format"`
+	Format LogFormat `yaml:"format" json:"format"`
 	// Audit, when true, logs one line per report read: team, key, network
 	// and streams. Default false.
 	Audit bool `yaml:"audit" json:"audit"`
@@ -202,7 +202,7 @@ type Cache struct {
 type RateLimit struct {
 	// Backend is memory (each replica counts alone) or redis (replicas
 	// share counts). Default "memory".
-	Backend string `yaml:"backend" json:"backend"`
+	Backend Backend `yaml:"backend" json:"backend"`
 	// Redis is used when Backend is redis.
 	Redis Redis `yaml:"redis" json:"redis"`
 }
@@ -222,7 +222,7 @@ type Redis struct {
 	// FailMode is what happens while Redis is unreachable: open falls back
 	// to each replica's local limits, closed refuses requests. Default
 	// "open".
-	FailMode string `yaml:"fail_mode" json:"fail_mode"`
+	FailMode FailMode `yaml:"fail_mode" json:"fail_mode"`
 
 	file fileState
 }

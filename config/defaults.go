@@ -23,8 +23,8 @@ const (
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
 
-	DefaultLogLevel  = "info"
-	DefaultLogFormat = "json"
+	DefaultLogLevel  = LogLevelInfo
+	DefaultLogFormat = LogFormatJSON
 
 	DefaultUpstreamTimeout = 5 * time.Second
 	DefaultRetries         = 2
@@ -47,9 +47,9 @@ const (
 	DefaultLatestTTL     = 500 * time.Millisecond
 	DefaultNegativeTTL   = time.Second
 
-	DefaultRateLimitBackend = "memory"
+	DefaultRateLimitBackend = BackendMemory
 	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
-	DefaultRedisFailMode    = "open"
+	DefaultRedisFailMode    = FailModeOpen
 )
 
 // The demo configuration's teams and keys (see Default). These values are
@@ -177,8 +177,8 @@ func (c *Config) applyDefaults() {
 	d.dur("server.read_timeout", &s.ReadTimeout, ds.ReadTimeout)
 	d.dur("server.write_timeout", &s.WriteTimeout, ds.WriteTimeout)
 
-	d.str("log.level", &c.Log.Level, DefaultLogLevel)
-	d.str("log.format", &c.Log.Format, DefaultLogFormat)
+	enum(d, "log.level", &c.Log.Level, DefaultLogLevel)
+	enum(d, "log.format", &c.Log.Format, DefaultLogFormat)
 
 	for name, n := range c.Networks {
 		if n == nil { // "mainnet:" with nothing after it
@@ -213,9 +213,9 @@ func (c *Config) applyDefaults() {
 	d.dur("cache.negative_ttl", &ca.NegativeTTL, dc.NegativeTTL)
 
 	r, dr := &c.RateLimit, defaultRateLimit()
-	d.str("ratelimit.backend", &r.Backend, dr.Backend)
+	enum(d, "ratelimit.backend", &r.Backend, dr.Backend)
 	d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
-	d.str("ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
+	enum(d, "ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
 
 	for i := range c.Teams {
 		t := &c.Teams[i]
@@ -249,6 +249,13 @@ func (c *Config) normalize() {
 type defaulter struct{ has func(path string) bool }
 
 func (d defaulter) str(path string, f *string, v string) {
+	if !d.has(path) {
+		*f = v
+	}
+}
+
+// enum is str for an enumerated setting.
+func enum[T ~string](d defaulter, path string, f *T, v T) {
 	if !d.has(path) {
 		*f = v
 	}

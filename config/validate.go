@@ -136,14 +136,10 @@ func (v *validator) server(s *Server, networks map[string]*Network) {
 }
 
 func (v *validator) log(l *Log) {
-	switch l.Level {
-	case "debug", "info", "warn", "error":
-	default:
+	if !l.Level.valid() {
 		v.add("log.level", "%q is not one of debug, info, warn, error", l.Level)
 	}
-	switch l.Format {
-	case "json", "console":
-	default:
+	if !l.Format.valid() {
 		v.add("log.format", "%q is not one of json, console", l.Format)
 	}
 }
@@ -336,16 +332,13 @@ func (v *validator) cache(c *Cache) {
 }
 
 func (v *validator) rateLimit(r *RateLimit) {
-	switch r.Backend {
-	case "memory":
-	case "redis":
+	switch {
+	case r.Backend == BackendRedis:
 		v.redisURL("ratelimit.redis.url", r.Redis.URL)
-	default:
+	case !r.Backend.valid():
 		v.add("ratelimit.backend", "%q is not one of memory, redis", r.Backend)
 	}
-	switch r.Redis.FailMode {
-	case "open", "closed":
-	default:
+	if !r.Redis.FailMode.valid() {
 		v.add("ratelimit.redis.fail_mode", "%q is not one of open, closed", r.Redis.FailMode)
 	}
 	inline := r.Redis.Password != "" && !r.Redis.file.read

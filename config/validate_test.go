@@ -364,7 +364,7 @@ func TestDefaultIsValid(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:8080", cfg.Network("mainnet").Listen)
 	assert.Equal(t, "127.0.0.1:8081", cfg.Network("testnet").Listen)
 	assert.Equal(t, "127.0.0.1:9090", cfg.Server.AdminListen)
-	assert.Equal(t, "memory", cfg.RateLimit.Backend)
+	assert.Equal(t, BackendMemory, cfg.RateLimit.Backend)
 
 	demo := cfg.Team(DemoTeam)
 	require.NotNil(t, demo)
