@@ -380,12 +380,18 @@ func TestDefaultIsValid(t *testing.T) {
 	research := cfg.Team(ResearchTeam)
 	require.NotNil(t, research)
 	assert.Equal(t, []string{"testnet"}, research.Networks)
+	assert.False(t, research.AllFeeds())
+	assert.Equal(t, DemoRestrictedFeeds(), research.Feeds)
+	assert.Len(t, research.Feeds, 5)
 	assert.Equal(t, ResearchKeyID, research.Keys[0].ID)
 	assert.Equal(t, []Secret{ResearchKeySecret}, research.Keys[0].Secrets())
 
 	// Each call gives a Config of its own.
 	cfg.Teams[0].Name = "changed"
 	assert.Equal(t, DemoTeam, Default().Teams[0].Name)
+	research.Feeds[0] = "changed"
+	assert.NotEqual(t, "changed", DemoRestrictedFeeds()[0])
+	assert.NotEqual(t, "changed", Default().Team(ResearchTeam).Feeds[0])
 }
 
 // The parts of Default that are not the demo's own are the defaults of an
