@@ -4,9 +4,11 @@
 //
 // A configuration is read with Load or Parse, or taken from Default, the
 // demo configuration. Both Load and Parse fill defaults, read secret files
-// and validate, so a *Config they return is complete and valid. The key
-// names are the contract of DESIGN.md section 4; config.example.yaml at the
-// repository root documents each one with its default.
+// and validate, so a *Config they return is complete and valid; Validate
+// itself only checks. RestartOnly tells which changed settings a reload
+// cannot apply. The key names are a contract with the files operators
+// write: config.example.yaml at the repository root documents each one with
+// its default, and ARCHITECTURE.md describes how the gateway uses them.
 //
 // Secrets are of type Secret, which prints, logs and marshals as REDACTED.
 // Logging a whole Config, Team or Key therefore never leaks a secret.

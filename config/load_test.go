@@ -94,7 +94,7 @@ const minimal = `networks:
 `
 
 // TestDefaults pins the default of every key to the value documented in
-// config.example.yaml and DESIGN.md.
+// config.example.yaml.
 func TestDefaults(t *testing.T) {
 	cfg, err := Parse([]byte(minimal), fakeEnv(nil))
 	require.NoError(t, err)
