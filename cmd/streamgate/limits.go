@@ -69,7 +69,7 @@ func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 	}
 
 	rc := cfg.RateLimit.Redis
-	mode, err := ratelimit.ParseFailMode(rc.FailMode)
+	mode, err := ratelimit.ParseFailMode(string(rc.FailMode))
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func newLimits(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := l.client.Ping(pctx).Err(); err != nil {
-		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", rc.FailMode), zap.Error(err))
+		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", string(rc.FailMode)), zap.Error(err))
 	}
 	return l, nil
 }

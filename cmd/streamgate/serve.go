@@ -330,13 +330,13 @@ func restartSettings(cfg *config.Config) map[string]string {
 		"server.idle_timeout":        cfg.Server.IdleTimeout.String(),
 		"server.read_timeout":        cfg.Server.ReadTimeout.String(),
 		"server.write_timeout":       cfg.Server.WriteTimeout.String(),
-		"log.level":                  cfg.Log.Level,
-		"log.format":                 cfg.Log.Format,
+		"log.level":                  string(cfg.Log.Level),
+		"log.format":                 string(cfg.Log.Format),
 		"cache.max_bytes":            strconv.FormatInt(int64(cfg.Cache.MaxBytes), 10),
-		"ratelimit.backend":          cfg.RateLimit.Backend,
+		"ratelimit.backend":          string(cfg.RateLimit.Backend),
 		"ratelimit.redis.url":        cfg.RateLimit.Redis.URL,
 		"ratelimit.redis.password":   digest(cfg.RateLimit.Redis.Password),
-		"ratelimit.redis.fail_mode":  cfg.RateLimit.Redis.FailMode,
+		"ratelimit.redis.fail_mode":  string(cfg.RateLimit.Redis.FailMode),
 	}
 	for name, n := range cfg.Networks {
 		p := "networks." + name
@@ -433,7 +433,7 @@ func adminHandler(reg *prometheus.Registry, gw *proxy.Gateway, draining *atomic.
 // warnings and the audit trail are written at once.
 // The returned stop flushes the access log and ends its flusher.
 func newLoggers(c config.Log, stderr io.Writer) (log, access *zap.Logger, stop func(), err error) {
-	level, err := zapcore.ParseLevel(c.Level)
+	level, err := zapcore.ParseLevel(string(c.Level))
 	if err != nil {
 		return nil, nil, nil, err
 	}
