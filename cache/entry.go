@@ -69,31 +69,3 @@ func (e *Entry) state(now time.Time) State {
 	}
 	return Missing
 }
-
-// Lifetime is the caching policy of one kind of entry: how long an entry is
-// fresh and how long after that it may still be served stale. The zero value
-// makes immutable entries.
-type Lifetime struct {
-	// TTL is how long an entry is fresh. Zero means forever (immutable, kept
-	// until evicted for space); negative means the entry is not stored.
-	TTL time.Duration
-	// Stale is how long after TTL an entry may still be served stale, while
-	// it is being refreshed or while refreshing it fails. Zero means never.
-	Stale time.Duration
-}
-
-// Entry returns an entry for status and body obtained at now, with this
-// lifetime. It does not copy body.
-func (l Lifetime) Entry(now time.Time, status int, body []byte) *Entry {
-	e := &Entry{Body: body, Status: status, Stored: now}
-	switch {
-	case l.TTL < 0:
-		e.NoStore = true
-	case l.TTL > 0:
-		e.Expires = now.Add(l.TTL)
-		if l.Stale > 0 {
-			e.StaleUntil = e.Expires.Add(l.Stale)
-		}
-	}
-	return e
-}

@@ -35,25 +35,26 @@ func TestEntryState(t *testing.T) {
 	}
 }
 
+// TestLifetimeEntry checks the entries that the tests build with lifetime.
 func TestLifetimeEntry(t *testing.T) {
 	now := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 	body := []byte("{}")
 	cases := []struct {
 		name string
-		l    Lifetime
+		l    lifetime
 		want Entry
 	}{
-		{"zero value is immutable", Lifetime{}, Entry{Body: body, Status: 200, Stored: now}},
-		{"stale ignored for immutable", Lifetime{Stale: time.Minute}, Entry{Body: body, Status: 200, Stored: now}},
-		{"ttl only", Lifetime{TTL: 500 * time.Millisecond},
+		{"zero value is immutable", lifetime{}, Entry{Body: body, Status: 200, Stored: now}},
+		{"stale ignored for immutable", lifetime{Stale: time.Minute}, Entry{Body: body, Status: 200, Stored: now}},
+		{"ttl only", lifetime{TTL: 500 * time.Millisecond},
 			Entry{Body: body, Status: 200, Stored: now, Expires: now.Add(500 * time.Millisecond)}},
-		{"ttl and stale window", Lifetime{TTL: 300 * time.Second, Stale: time.Hour},
+		{"ttl and stale window", lifetime{TTL: 300 * time.Second, Stale: time.Hour},
 			Entry{Body: body, Status: 200, Stored: now, Expires: now.Add(300 * time.Second), StaleUntil: now.Add(300*time.Second + time.Hour)}},
-		{"negative ttl is not stored", Lifetime{TTL: -1}, Entry{Body: body, Status: 200, Stored: now, NoStore: true}},
+		{"negative ttl is not stored", lifetime{TTL: -1}, Entry{Body: body, Status: 200, Stored: now, NoStore: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, *tc.l.Entry(now, 200, body))
+			assert.Equal(t, tc.want, *tc.l.entry(now, 200, body))
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"testing"
@@ -66,4 +67,50 @@ func (s *Store) waitersOf(key string) int {
 		return f.waiters
 	}
 	return -1
+}
+
+// lifetime is a caching policy for the entries a test builds: how long an
+// entry is fresh and how long after that it may still be served stale. The
+// zero value makes immutable entries.
+type lifetime struct {
+	// TTL is how long an entry is fresh. Zero means forever (immutable, kept
+	// until evicted for space); negative means the entry is not stored.
+	TTL time.Duration
+	// Stale is how long after TTL an entry may still be served stale, while
+	// it is being refreshed or while refreshing it fails. Zero means never.
+	Stale time.Duration
+}
+
+// entry returns an entry for status and body obtained at now, with this
+// lifetime. It does not copy body.
+func (l lifetime) entry(now time.Time, status int, body []byte) *Entry {
+	e := &Entry{Body: body, Status: status, Stored: now}
+	switch {
+	case l.TTL < 0:
+		e.NoStore = true
+	case l.TTL > 0:
+		e.Expires = now.Add(l.TTL)
+		if l.Stale > 0 {
+			e.StaleUntil = e.Expires.Add(l.Stale)
+		}
+	}
+	return e
+}
+
+// loadWaiting is Load treating a stale entry like a missing one: the call
+// waits for the (coalesced) refresh instead of returning the stale entry at
+// once, and gets the stale entry only if the refresh fails (StaleError).
+// It reaches the stale-if-error answer of a waiting caller without a race.
+func (s *Store) loadWaiting(ctx context.Context, key string, fill FillFunc) (*Entry, Outcome, error) {
+	if e, st := s.Get(key); st == Fresh {
+		return e, Hit, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, Miss, err
+	}
+	f, started, err := s.join(ctx, key, fill, true)
+	if err != nil {
+		return nil, Miss, err
+	}
+	return f.await(ctx, started)
 }

@@ -5,17 +5,14 @@ import (
 	"strings"
 )
 
-// Kind names a kind of entry; it is the first segment of every key, so that
-// metrics can be labelled by kind (see KindOf) without labelling by key.
-type Kind string
-
-// The kinds of entry.
+// The kinds of entry. A key's kind is its first segment, so that the keys
+// of different kinds never collide.
 const (
-	KindReport  Kind = "report"  // a report at a timestamp, or "no data yet" for it
-	KindLatest  Kind = "latest"  // the latest report of a feed
-	KindPage    Kind = "page"    // a page of reports
-	KindCatalog Kind = "catalog" // one upstream view of the catalog
-	KindBulk    Kind = "bulk"    // an upstream bulk call in flight (coalesced, never stored)
+	kindReport  = "report"  // a report at a timestamp, or "no data yet" for it
+	kindLatest  = "latest"  // the latest report of a feed
+	kindPage    = "page"    // a page of reports
+	kindCatalog = "catalog" // one upstream view of the catalog
+	kindBulk    = "bulk"    // an upstream bulk call in flight (coalesced, never stored)
 )
 
 // Keys have the form
@@ -32,8 +29,8 @@ const (
 // ReportKey is the key of the report of feedID at timestamp ts.
 func ReportKey(network, scope, feedID string, ts int64) string {
 	var b strings.Builder
-	b.Grow(len(KindReport) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(feedID) + intLen(ts))
-	b.WriteString(string(KindReport))
+	b.Grow(len(kindReport) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(feedID) + intLen(ts))
+	b.WriteString(kindReport)
 	b.WriteByte('/')
 	writeField(&b, network)
 	writeField(&b, scope)
@@ -45,8 +42,8 @@ func ReportKey(network, scope, feedID string, ts int64) string {
 // LatestKey is the key of the latest report of feedID.
 func LatestKey(network, scope, feedID string) string {
 	var b strings.Builder
-	b.Grow(len(KindLatest) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(feedID))
-	b.WriteString(string(KindLatest))
+	b.Grow(len(kindLatest) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(feedID))
+	b.WriteString(kindLatest)
 	b.WriteByte('/')
 	writeField(&b, network)
 	writeField(&b, scope)
@@ -57,9 +54,9 @@ func LatestKey(network, scope, feedID string) string {
 // PageKey is the key of the page of limit reports of feedID from start.
 func PageKey(network, scope, feedID string, start int64, limit int) string {
 	var b strings.Builder
-	b.Grow(len(KindPage) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(feedID) +
+	b.Grow(len(kindPage) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(feedID) +
 		intLen(start) + 1 + intLen(int64(limit)))
-	b.WriteString(string(KindPage))
+	b.WriteString(kindPage)
 	b.WriteByte('/')
 	writeField(&b, network)
 	writeField(&b, scope)
@@ -73,13 +70,13 @@ func PageKey(network, scope, feedID string, start int64, limit int) string {
 // BulkKey is the key of one upstream bulk call for feedIDs (in the order
 // given) at timestamp ts: identical calls in flight at once share it.
 func BulkKey(network, scope string, ts int64, feedIDs []string) string {
-	n := len(KindBulk) + 1 + fieldLen(network) + fieldLen(scope) + intLen(ts) + 1
+	n := len(kindBulk) + 1 + fieldLen(network) + fieldLen(scope) + intLen(ts) + 1
 	for _, f := range feedIDs {
 		n += fieldLen(f)
 	}
 	var b strings.Builder
 	b.Grow(n)
-	b.WriteString(string(KindBulk))
+	b.WriteString(kindBulk)
 	b.WriteByte('/')
 	writeField(&b, network)
 	writeField(&b, scope)
@@ -95,27 +92,13 @@ func BulkKey(network, scope string, ts int64, feedIDs []string) string {
 // anonymous, authenticated, hidden) of network.
 func CatalogKey(network, scope, view string) string {
 	var b strings.Builder
-	b.Grow(len(KindCatalog) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(view))
-	b.WriteString(string(KindCatalog))
+	b.Grow(len(kindCatalog) + 1 + fieldLen(network) + fieldLen(scope) + fieldLen(view))
+	b.WriteString(kindCatalog)
 	b.WriteByte('/')
 	writeField(&b, network)
 	writeField(&b, scope)
 	writeField(&b, view)
 	return b.String()
-}
-
-// KindOf returns the kind of a key made by this package's builders, or ""
-// for any other string.
-func KindOf(key string) Kind {
-	i := strings.IndexByte(key, '/')
-	if i < 0 {
-		return ""
-	}
-	switch k := Kind(key[:i]); k {
-	case KindReport, KindLatest, KindPage, KindCatalog, KindBulk:
-		return k
-	}
-	return ""
 }
 
 // fieldLen is the length of s written by writeField: "len:s/".

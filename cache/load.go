@@ -48,18 +48,6 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// LoadOption adjusts one Load call. Options combine with |.
-type LoadOption uint8
-
-const (
-	// WaitForRefresh makes Load treat a stale entry like a missing one: the
-	// call waits for the (coalesced) refresh instead of returning the stale
-	// entry at once, and gets the stale entry only if the refresh fails
-	// (StaleError). It is for kinds where a stale answer is acceptable only
-	// as a fallback.
-	WaitForRefresh LoadOption = 1 << iota
-)
-
 // flight is one fill in progress and, once done is closed, its result.
 type flight struct {
 	done chan struct{}
@@ -84,24 +72,19 @@ type flight struct {
 //     fill is not cached, and its error, unchanged, goes to every call
 //     waiting for it.
 //   - A stale entry is returned at once (StaleHit) and one background refresh
-//     is started for the key unless a fill is already running. See
-//     WaitForRefresh for the other behaviour.
+//     is started for the key unless a fill is already running.
 //   - When a fill fails while a stale entry is held, that entry is returned
 //     with StaleError and a nil error; the failure is logged by the Store.
 //
 // The entry is non-nil exactly when the error is nil; the Outcome is set in
 // both cases (Miss or Coalesced with an error). After Close, Load returns
 // ErrClosed where it would need a new fill.
-func (s *Store) Load(ctx context.Context, key string, fill FillFunc, opts ...LoadOption) (*Entry, Outcome, error) {
-	var o LoadOption
-	for _, opt := range opts {
-		o |= opt
-	}
+func (s *Store) Load(ctx context.Context, key string, fill FillFunc) (*Entry, Outcome, error) {
 	e, st := s.Get(key)
-	switch {
-	case st == Fresh:
+	switch st {
+	case Fresh:
 		return e, Hit, nil
-	case st == Stale && o&WaitForRefresh == 0:
+	case Stale:
 		// A refresh refused because the Store is closing changes nothing
 		// for this caller.
 		_, _, _ = s.join(ctx, key, fill, false)
@@ -114,6 +97,12 @@ func (s *Store) Load(ctx context.Context, key string, fill FillFunc, opts ...Loa
 	if err != nil {
 		return nil, Miss, err
 	}
+	return f.await(ctx, started)
+}
+
+// await waits for the flight that the caller joined (started: as its first
+// caller) and returns its result as Load does.
+func (f *flight) await(ctx context.Context, started bool) (*Entry, Outcome, error) {
 	out := Coalesced
 	if started {
 		out = Miss

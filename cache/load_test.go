@@ -285,13 +285,13 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	s := newTestStore(t, clk, func(c *Config) {
 		c.OnFlightDone = func(_ string, waiters int) { flights <- waiters }
 	})
-	old := Lifetime{TTL: 10 * time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("old"))
+	old := lifetime{TTL: 10 * time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("old"))
 	s.Set("k", old)
 	s.Wait()
 	clk.Advance(20 * time.Second)
 
 	g := newGatedFill(func() *Entry {
-		return Lifetime{TTL: 10 * time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("new"))
+		return lifetime{TTL: 10 * time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("new"))
 	}, nil)
 	const n = 30
 	var wg sync.WaitGroup
@@ -321,7 +321,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 func TestCloseWaitsForBackgroundRefresh(t *testing.T) {
 	clk := newFakeClock()
 	s := newTestStore(t, clk, nil)
-	s.Set("k", Lifetime{TTL: time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("old")))
+	s.Set("k", lifetime{TTL: time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("old")))
 	s.Wait()
 	clk.Advance(2 * time.Second)
 
@@ -360,12 +360,12 @@ func TestStaleIfError(t *testing.T) {
 		core, logs := observer.New(zapcore.WarnLevel)
 		clk := newFakeClock()
 		s := newTestStore(t, clk, func(c *Config) { c.Logger = zap.New(core) })
-		old := Lifetime{TTL: 300 * time.Second, Stale: time.Hour}.Entry(clk.Now(), 200, []byte("catalog"))
+		old := lifetime{TTL: 300 * time.Second, Stale: time.Hour}.entry(clk.Now(), 200, []byte("catalog"))
 		s.Set("k", old)
 		s.Wait()
 		clk.Advance(301 * time.Second)
 
-		e, out, err := s.Load(context.Background(), "k", immediate(nil, errUpstream), WaitForRefresh)
+		e, out, err := s.loadWaiting(context.Background(), "k", immediate(nil, errUpstream))
 		require.NoError(t, err, "the failure is answered, not returned")
 		assert.Equal(t, StaleError, out)
 		assert.Same(t, old, e)
@@ -380,7 +380,7 @@ func TestStaleIfError(t *testing.T) {
 		core, logs := observer.New(zapcore.WarnLevel)
 		clk := newFakeClock()
 		s := newTestStore(t, clk, func(c *Config) { c.Logger = zap.New(core) })
-		old := Lifetime{TTL: time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("latest"))
+		old := lifetime{TTL: time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("latest"))
 		s.Set("k", old)
 		s.Wait()
 		clk.Advance(2 * time.Second)
@@ -406,7 +406,7 @@ func TestStaleIfError(t *testing.T) {
 		core, logs := observer.New(zapcore.WarnLevel)
 		clk := newFakeClock()
 		s := newTestStore(t, clk, func(c *Config) { c.Logger = zap.New(core) })
-		s.Set("k", Lifetime{TTL: time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("old")))
+		s.Set("k", lifetime{TTL: time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("old")))
 		s.Wait()
 		clk.Advance(2 * time.Second)
 		g := newGatedFill(nil, errUpstream)
@@ -424,23 +424,23 @@ func TestStaleIfError(t *testing.T) {
 	t.Run("past StaleUntil the error is returned", func(t *testing.T) {
 		clk := newFakeClock()
 		s := newTestStore(t, clk, nil)
-		s.Set("k", Lifetime{TTL: time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("old")))
+		s.Set("k", lifetime{TTL: time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("old")))
 		s.Wait()
 		clk.Advance(time.Minute + time.Second)
-		e, out, err := s.Load(context.Background(), "k", immediate(nil, errUpstream), WaitForRefresh)
+		e, out, err := s.loadWaiting(context.Background(), "k", immediate(nil, errUpstream))
 		assert.ErrorIs(t, err, errUpstream)
 		assert.Equal(t, Miss, out)
 		assert.Nil(t, e)
 	})
 
-	t.Run("WaitForRefresh gets the new entry when the refresh succeeds", func(t *testing.T) {
+	t.Run("a caller waiting for the refresh gets the new entry when it succeeds", func(t *testing.T) {
 		clk := newFakeClock()
 		s := newTestStore(t, clk, nil)
-		s.Set("k", Lifetime{TTL: time.Second, Stale: time.Minute}.Entry(clk.Now(), 200, []byte("old")))
+		s.Set("k", lifetime{TTL: time.Second, Stale: time.Minute}.entry(clk.Now(), 200, []byte("old")))
 		s.Wait()
 		clk.Advance(2 * time.Second)
-		e, out, err := s.Load(context.Background(), "k",
-			immediate(&Entry{Body: []byte("new")}, nil), WaitForRefresh)
+		e, out, err := s.loadWaiting(context.Background(), "k",
+			immediate(&Entry{Body: []byte("new")}, nil))
 		require.NoError(t, err)
 		assert.Equal(t, Miss, out)
 		assert.Equal(t, []byte("new"), e.Body)

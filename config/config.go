@@ -4,9 +4,11 @@
 //
 // A configuration is read with Load or Parse, or taken from Default, the
 // demo configuration. Both Load and Parse fill defaults, read secret files
-// and validate, so a *Config they return is complete and valid. The key
-// names are the contract of DESIGN.md section 4; config.example.yaml at the
-// repository root documents each one with its default.
+// and validate, so a *Config they return is complete and valid; Validate
+// itself only checks. RestartOnly tells which changed settings a reload
+// cannot apply. The key names are a contract with the files operators
+// write: config.example.yaml at the repository root documents each one with
+// its default, and ARCHITECTURE.md describes how the gateway uses them.
 //
 // Secrets are of type Secret, which prints, logs and marshals as REDACTED.
 // Logging a whole Config, Team or Key therefore never leaks a secret.
@@ -63,9 +65,9 @@ type Server struct {
 // Log configures the process logger.
 type Log struct {
 	// Level is one of debug, info, warn, error. Default "info".
-	Level string `yaml:"level" json:"level"`
+	Level LogLevel `yaml:"level" json:"level"`
 	// Format is json or console. Default "json".
-	Format string `yaml:"format" json:"format"`
+	Format LogFormat `yaml:"format" json:"format"`
 	// Audit, when true, logs one line per report read: team, key, network
 	// and streams. Default false.
 	Audit bool `yaml:"audit" json:"audit"`
@@ -202,7 +204,7 @@ type Cache struct {
 type RateLimit struct {
 	// Backend is memory (each replica counts alone) or redis (replicas
 	// share counts). Default "memory".
-	Backend string `yaml:"backend" json:"backend"`
+	Backend Backend `yaml:"backend" json:"backend"`
 	// Redis is used when Backend is redis.
 	Redis Redis `yaml:"redis" json:"redis"`
 }
@@ -222,7 +224,7 @@ type Redis struct {
 	// FailMode is what happens while Redis is unreachable: open falls back
 	// to each replica's local limits, closed refuses requests. Default
 	// "open".
-	FailMode string `yaml:"fail_mode" json:"fail_mode"`
+	FailMode FailMode `yaml:"fail_mode" json:"fail_mode"`
 
 	file fileState
 }

@@ -23,8 +23,8 @@ const (
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
 
-	DefaultLogLevel  = "info"
-	DefaultLogFormat = "json"
+	DefaultLogLevel  = LogLevelInfo
+	DefaultLogFormat = LogFormatJSON
 
 	DefaultUpstreamTimeout = 5 * time.Second
 	DefaultRetries         = 2
@@ -47,9 +47,9 @@ const (
 	DefaultLatestTTL     = 500 * time.Millisecond
 	DefaultNegativeTTL   = time.Second
 
-	DefaultRateLimitBackend = "memory"
+	DefaultRateLimitBackend = BackendMemory
 	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
-	DefaultRedisFailMode    = "open"
+	DefaultRedisFailMode    = FailModeOpen
 )
 
 // The demo configuration's teams and keys (see Default). These values are
@@ -71,6 +71,23 @@ const (
 	ResearchKeySecret = "streamgate-research-secret-not-for-production"
 )
 
+// DemoRestrictedFeeds returns the stream IDs that ResearchTeam may read in
+// the demo configuration, to show an entitlement at work: the exchange
+// prices of BTC/USD, ETH/USD and LINK/USD, EUR/USD and Apple's equity
+// price, in that order. They are the embedded simulator's restricted
+// streams (simulator.RestrictedStreams, a test in the simulator package
+// keeps the two lists equal) and exist on both of its networks. Each call
+// returns a new slice.
+func DemoRestrictedFeeds() []string {
+	return []string{
+		"0x000375bc0f8bd989bacd3c5e4bd7037df08f61b7867d6501df7dd9f574d128a8", // BTC/USD
+		"0x00030a92e5497ef511ec2966ed19b6b2403c92c21209047af66946bece4e6d28", // ETH/USD
+		"0x0003d0c2328da25f30fcc344a38f769eb3692bcd13533069a58ea6cf51009a15", // LINK/USD
+		"0x000b3c5c9d2948fbccb8d69c45bb2c527d0b7b2e0b43630af47ebd10a8b8e67f", // EUR/USD
+		"0x000b32962b6b2da451d8327299837915bc3e95f04704f1db85c99d4118f244ab", // AAPL/USD
+	}
+}
+
 // Default returns the demo configuration that streamgate runs with when it
 // is given no configuration: mainnet on 127.0.0.1:8080 and testnet on
 // 127.0.0.1:8081, both served by the embedded simulator, the admin
@@ -79,8 +96,8 @@ const (
 //   - DemoTeam, key DemoKeyID / DemoKeySecret: both networks, every
 //     stream, 50 requests per second (burst 100).
 //   - ResearchTeam, key ResearchKeyID / ResearchKeySecret: testnet only,
-//     5 requests per second (burst 10), 10000 requests per UTC day. Its
-//     feed list is ["*"] for now.
+//     the five streams of DemoRestrictedFeeds, 5 requests per second
+//     (burst 10), 10000 requests per UTC day.
 //
 // Every listener is on loopback. Each call returns a new Config.
 func Default() *Config {
@@ -105,7 +122,7 @@ func Default() *Config {
 			{
 				Name:       ResearchTeam,
 				Networks:   []string{"testnet"},
-				Feeds:      []string{AllFeedsWildcard},
+				Feeds:      DemoRestrictedFeeds(),
 				Rate:       Rate{RPS: 5, Burst: 10},
 				DailyQuota: 10000,
 				Keys:       []Key{{ID: ResearchKeyID, Secret: ResearchKeySecret}},
@@ -177,8 +194,8 @@ func (c *Config) applyDefaults() {
 	d.dur("server.read_timeout", &s.ReadTimeout, ds.ReadTimeout)
 	d.dur("server.write_timeout", &s.WriteTimeout, ds.WriteTimeout)
 
-	d.str("log.level", &c.Log.Level, DefaultLogLevel)
-	d.str("log.format", &c.Log.Format, DefaultLogFormat)
+	enum(d, "log.level", &c.Log.Level, DefaultLogLevel)
+	enum(d, "log.format", &c.Log.Format, DefaultLogFormat)
 
 	for name, n := range c.Networks {
 		if n == nil { // "mainnet:" with nothing after it
@@ -213,9 +230,9 @@ func (c *Config) applyDefaults() {
 	d.dur("cache.negative_ttl", &ca.NegativeTTL, dc.NegativeTTL)
 
 	r, dr := &c.RateLimit, defaultRateLimit()
-	d.str("ratelimit.backend", &r.Backend, dr.Backend)
+	enum(d, "ratelimit.backend", &r.Backend, dr.Backend)
 	d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
-	d.str("ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
+	enum(d, "ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
 
 	for i := range c.Teams {
 		t := &c.Teams[i]
@@ -249,6 +266,13 @@ func (c *Config) normalize() {
 type defaulter struct{ has func(path string) bool }
 
 func (d defaulter) str(path string, f *string, v string) {
+	if !d.has(path) {
+		*f = v
+	}
+}
+
+// enum is str for an enumerated setting.
+func enum[T ~string](d defaulter, path string, f *T, v T) {
 	if !d.has(path) {
 		*f = v
 	}

@@ -94,7 +94,7 @@ const minimal = `networks:
 `
 
 // TestDefaults pins the default of every key to the value documented in
-// config.example.yaml and DESIGN.md.
+// config.example.yaml.
 func TestDefaults(t *testing.T) {
 	cfg, err := Parse([]byte(minimal), fakeEnv(nil))
 	require.NoError(t, err)
@@ -373,6 +373,48 @@ teams:
 		assert.Equal(t, "teams[0].keys[2].secret_file", ps[3].Path)
 		assert.Contains(t, ps[3].Msg, "no such file")
 	})
+}
+
+// TestLoadReadsSecretFilesOnce loads a configuration with every kind of
+// secret file, then validates it twice: Validate finds nothing, reads
+// nothing (the files are gone by then) and changes nothing.
+func TestLoadReadsSecretFilesOnce(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{"key": okKey + "-key\n", "api": "api-secret\n", "team": "team-secret\n", "redis": "redis-pass\n"}
+	for name, content := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600))
+	}
+	path := filepath.Join(dir, "streamgate.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+networks:
+  mainnet:
+    listen: ":8080"
+    upstream: {url: https://api.example.com, api_key: org, api_secret_file: api}
+ratelimit:
+  redis: {password_file: redis}
+teams:
+  - name: t
+    networks: [mainnet]
+    feeds: ["*"]
+    upstream:
+      mainnet: {api_key: team, api_secret_file: team}
+    keys: [{id: k, secret_file: key}]
+`), 0o600))
+	cfg, err := Load(path)
+	require.NoError(t, err)
+	want, err := Load(path)
+	require.NoError(t, err)
+	for name := range files {
+		require.NoError(t, os.Remove(filepath.Join(dir, name)))
+	}
+
+	require.NoError(t, cfg.Validate())
+	require.NoError(t, cfg.Validate())
+	assert.Equal(t, want, cfg)
+	assert.Equal(t, "api-secret", cfg.Network("mainnet").Upstream.Secret().Reveal())
+	assert.Equal(t, "team-secret", cfg.Teams[0].Upstream["mainnet"].Secret().Reveal())
+	assert.Equal(t, "redis-pass", cfg.RateLimit.Redis.Password.Reveal())
+	assert.Equal(t, []Secret{okKey + "-key"}, cfg.Teams[0].Keys[0].Secrets())
 }
 
 func TestLoadMissingFile(t *testing.T) {

@@ -88,7 +88,7 @@ func (n *Network) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 func (r *Redis) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddString("url", r.URL)
 	enc.AddString("password", r.Password.String())
-	enc.AddString("fail_mode", r.FailMode)
+	enc.AddString("fail_mode", string(r.FailMode))
 	return nil
 }
 

@@ -5,8 +5,6 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -69,10 +67,12 @@ var (
 )
 
 // Validate checks the whole configuration and returns every problem found
-// as Problems, or nil. It also reads the secret files not read yet
-// (secret_file, api_secret_file, password_file); a file that cannot be read
-// is a problem. Parse and Load call it; call it again after changing a
-// Config in code.
+// as Problems, or nil. It does not change the Config and reads no file:
+// Load and Parse read the secret files (secret_file, api_secret_file,
+// password_file) before they validate, and Validate reports a file that
+// could not be read or was empty. A secret file set on a Config built in
+// code is not read, and is reported as such. Parse and Load call Validate;
+// call it again after changing a Config in code.
 func (c *Config) Validate() error {
 	v := &validator{src: c.src}
 	v.server(&c.Server, c.Networks)
@@ -136,14 +136,10 @@ func (v *validator) server(s *Server, networks map[string]*Network) {
 }
 
 func (v *validator) log(l *Log) {
-	switch l.Level {
-	case "debug", "info", "warn", "error":
-	default:
+	if !l.Level.valid() {
 		v.add("log.level", "%q is not one of debug, info, warn, error", l.Level)
 	}
-	switch l.Format {
-	case "json", "console":
-	default:
+	if !l.Format.valid() {
 		v.add("log.format", "%q is not one of json, console", l.Format)
 	}
 }
@@ -278,7 +274,7 @@ func (v *validator) credentials(p string, c *Credentials, required bool) {
 		return
 	}
 	if c.APISecretFile != "" {
-		v.readFile(p+".api_secret_file", c.APISecretFile, &c.file, &c.APISecret)
+		v.secretFile(p+".api_secret_file", c.file, c.APISecret)
 	}
 	hasSecret := inline || c.APISecretFile != ""
 	if c.APIKey == "" && (required || hasSecret) {
@@ -292,38 +288,21 @@ func (v *validator) credentials(p string, c *Credentials, required bool) {
 	}
 }
 
-// readFile reads a secret file into dst once, trailing line breaks
-// removed, and records the outcome in st. It reports whether dst holds a
-// non-empty secret; a read that failed earlier is reported again.
-func (v *validator) readFile(p, path string, st *fileState, dst *Secret) bool {
-	if !st.read {
-		full := path
-		if !filepath.IsAbs(full) && v.src != nil && v.src.baseDir != "" {
-			full = filepath.Join(v.src.baseDir, full)
-		}
-		data, err := os.ReadFile(full)
-		st.read, st.err = true, err
-		if err == nil {
-			*dst = Secret(strings.TrimRight(string(data), "\r\n"))
-		}
-	}
-	if st.err != nil {
+// secretFile reports the outcome of reading a secret file, recorded in st
+// by readSecretFiles; secret is what was read. It reports whether the file
+// gave a non-empty secret.
+func (v *validator) secretFile(p string, st fileState, secret Secret) bool {
+	switch {
+	case !st.read:
+		v.add(p, "not read: Load and Parse read secret files, Validate does not")
+	case st.err != nil:
 		v.add(p, "%v", st.err)
-		return false
-	}
-	if *dst == "" {
+	case secret == "":
 		v.add(p, "the file is empty")
-		return false
+	default:
+		return true
 	}
-	return true
-}
-
-// fileState remembers the reading of a secret file. The secret itself is
-// kept in the exported Secret field that the file stands for, never here:
-// fmt prints unexported fields without calling Secret's methods.
-type fileState struct {
-	read bool
-	err  error
+	return false
 }
 
 func (v *validator) cache(c *Cache) {
@@ -336,16 +315,13 @@ func (v *validator) cache(c *Cache) {
 }
 
 func (v *validator) rateLimit(r *RateLimit) {
-	switch r.Backend {
-	case "memory":
-	case "redis":
+	switch {
+	case r.Backend == BackendRedis:
 		v.redisURL("ratelimit.redis.url", r.Redis.URL)
-	default:
+	case !r.Backend.valid():
 		v.add("ratelimit.backend", "%q is not one of memory, redis", r.Backend)
 	}
-	switch r.Redis.FailMode {
-	case "open", "closed":
-	default:
+	if !r.Redis.FailMode.valid() {
 		v.add("ratelimit.redis.fail_mode", "%q is not one of open, closed", r.Redis.FailMode)
 	}
 	inline := r.Redis.Password != "" && !r.Redis.file.read
@@ -353,7 +329,7 @@ func (v *validator) rateLimit(r *RateLimit) {
 	case inline && r.Redis.PasswordFile != "":
 		v.add("ratelimit.redis.password", "give either password or password_file, not both")
 	case r.Redis.PasswordFile != "":
-		v.readFile("ratelimit.redis.password_file", r.Redis.PasswordFile, &r.Redis.file, &r.Redis.Password)
+		v.secretFile("ratelimit.redis.password_file", r.Redis.file, r.Redis.Password)
 	}
 }
 
@@ -430,9 +406,8 @@ func (v *validator) teams(teams []Team, networks map[string]*Network) {
 				v.add(up, "the team does not use network %q", name)
 			}
 			c := t.Upstream[name]
-			if c == nil {
+			if c == nil { // only in a Config built in code
 				c = &Credentials{}
-				t.Upstream[name] = c
 			}
 			v.credentials(up, c, true)
 		}
@@ -476,7 +451,7 @@ func (v *validator) feeds(p string, feeds []string) {
 }
 
 // keySecrets checks that exactly one of secret, secrets and secret_file is
-// given, reads the file, and checks every secret's length.
+// given, that the file was read, and every secret's length.
 func (v *validator) keySecrets(p string, k *Key) {
 	inline := k.Secret != "" && !k.file.read
 	given := 0
@@ -500,7 +475,7 @@ func (v *validator) keySecrets(p string, k *Key) {
 			v.secretLen(fmt.Sprintf("%s.secrets[%d]", p, i), s)
 		}
 	default:
-		if v.readFile(p+".secret_file", k.SecretFile, &k.file, &k.Secret) {
+		if v.secretFile(p+".secret_file", k.file, k.Secret) {
 			v.secretLen(p+".secret_file", k.Secret)
 		}
 	}

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -330,6 +332,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base()
 			tc.change(cfg)
+			cfg.readSecretFiles() // as Parse does before it validates
 			err := cfg.Validate()
 			if tc.want == nil {
 				assert.NoError(t, err)
@@ -364,7 +367,7 @@ func TestDefaultIsValid(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:8080", cfg.Network("mainnet").Listen)
 	assert.Equal(t, "127.0.0.1:8081", cfg.Network("testnet").Listen)
 	assert.Equal(t, "127.0.0.1:9090", cfg.Server.AdminListen)
-	assert.Equal(t, "memory", cfg.RateLimit.Backend)
+	assert.Equal(t, BackendMemory, cfg.RateLimit.Backend)
 
 	demo := cfg.Team(DemoTeam)
 	require.NotNil(t, demo)
@@ -377,12 +380,18 @@ func TestDefaultIsValid(t *testing.T) {
 	research := cfg.Team(ResearchTeam)
 	require.NotNil(t, research)
 	assert.Equal(t, []string{"testnet"}, research.Networks)
+	assert.False(t, research.AllFeeds())
+	assert.Equal(t, DemoRestrictedFeeds(), research.Feeds)
+	assert.Len(t, research.Feeds, 5)
 	assert.Equal(t, ResearchKeyID, research.Keys[0].ID)
 	assert.Equal(t, []Secret{ResearchKeySecret}, research.Keys[0].Secrets())
 
 	// Each call gives a Config of its own.
 	cfg.Teams[0].Name = "changed"
 	assert.Equal(t, DemoTeam, Default().Teams[0].Name)
+	research.Feeds[0] = "changed"
+	assert.NotEqual(t, "changed", DemoRestrictedFeeds()[0])
+	assert.NotEqual(t, "changed", Default().Team(ResearchTeam).Feeds[0])
 }
 
 // The parts of Default that are not the demo's own are the defaults of an
@@ -424,4 +433,84 @@ func TestProblemError(t *testing.T) {
 	assert.Equal(t, "one\ntwo", err.Error())
 	var ps Problems
 	assert.True(t, errors.As(err, &ps))
+}
+
+// TestValidateChangesNothing validates configurations built in code, with
+// the parts that Validate used to fill in (nil team credentials, secret
+// files not read yet), and compares each with an identical one that was
+// not validated.
+func TestValidateChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "key"), []byte(okKey+"-from-file\n"), 0o600))
+	build := func() *Config {
+		cfg := base()
+		cfg.Networks["devnet"] = nil
+		cfg.Teams[1].Upstream = map[string]*Credentials{"testnet": nil, "mainnet": {APIKey: "k", APISecretFile: "missing"}}
+		cfg.Teams[1].Keys = append(cfg.Teams[1].Keys,
+			Key{ID: "file", SecretFile: filepath.Join(dir, "key")},
+			Key{ID: "both", Secret: okKey, SecretFile: filepath.Join(dir, "key")})
+		cfg.RateLimit.Redis.PasswordFile = filepath.Join(dir, "key")
+		cfg.Log.Level = "loud"
+		return cfg
+	}
+	cfg, want := build(), build()
+	err := cfg.Validate()
+	var ps Problems
+	require.ErrorAs(t, err, &ps)
+	assert.Equal(t, want, cfg, "Validate changed the Config")
+	assert.Nil(t, cfg.Teams[1].Upstream["testnet"], "nil credentials stay nil")
+	assert.Empty(t, cfg.Teams[1].Keys[1].Secret, "no file is read")
+
+	// A secret file of a Config built in code is reported, not read.
+	var got []string
+	for _, p := range ps {
+		if strings.Contains(p.Msg, "not read") {
+			got = append(got, p.Path)
+		}
+	}
+	assert.Equal(t, []string{
+		"ratelimit.redis.password_file",
+		"teams[1].upstream.mainnet.api_secret_file",
+		"teams[1].keys[1].secret_file",
+	}, got, "every problem:\n%v", err)
+
+	again := cfg.Validate()
+	assert.Equal(t, err, again, "the same problems again")
+	assert.Equal(t, want, cfg)
+}
+
+// TestValidateTwiceAfterReading validates a Config whose secret files were
+// read, as Parse reads them, twice: the problems of the files are reported
+// each time, identically, and nothing changes.
+func TestValidateTwiceAfterReading(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "empty"), []byte("\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "short"), []byte("short\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "good"), []byte(okKey+"\n"), 0o600))
+	build := func() *Config {
+		cfg := base()
+		cfg.Teams[1].Keys = []Key{
+			{ID: "empty", SecretFile: filepath.Join(dir, "empty")},
+			{ID: "short", SecretFile: filepath.Join(dir, "short")},
+			{ID: "missing", SecretFile: filepath.Join(dir, "missing")},
+			{ID: "good", SecretFile: filepath.Join(dir, "good")},
+		}
+		cfg.readSecretFiles()
+		return cfg
+	}
+	cfg, want := build(), build()
+	first := cfg.Validate()
+	require.NoError(t, os.Remove(filepath.Join(dir, "good")), "Validate reads no file")
+	second := cfg.Validate()
+	assert.Equal(t, first, second)
+	assert.Equal(t, want, cfg)
+	assert.Equal(t, []Secret{okKey}, cfg.Teams[1].Keys[3].Secrets())
+
+	var ps Problems
+	require.ErrorAs(t, second, &ps)
+	require.Len(t, ps, 3, second.Error())
+	assert.Equal(t, Problem{Path: "teams[1].keys[0].secret_file", Msg: "the file is empty"}, ps[0])
+	assert.Equal(t, Problem{Path: "teams[1].keys[1].secret_file", Msg: "too short: 5 bytes, at least 16 are required"}, ps[1])
+	assert.Equal(t, "teams[1].keys[2].secret_file", ps[2].Path)
+	assert.Contains(t, ps[2].Msg, "no such file")
 }

@@ -54,7 +54,7 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 		}
 		return o
 	}
-	if cfg.RateLimit.Backend != "redis" {
+	if cfg.RateLimit.Backend != config.BackendRedis {
 		if l.Limiter, err = ratelimit.NewMemory(opts("team", "")); err != nil {
 			return nil, err
 		}
@@ -70,9 +70,9 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 	}
 
 	rc := cfg.RateLimit.Redis
-	mode, err := ratelimit.ParseFailMode(rc.FailMode)
-	if err != nil {
-		return nil, err
+	mode := ratelimit.FailOpen
+	if rc.FailMode == config.FailModeClosed {
+		mode = ratelimit.FailClosed
 	}
 	// go-redis logs through a process-wide logger: send its lines (one per
 	// failed dial while Redis is down) to ours at debug level; the client's
@@ -108,7 +108,7 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := l.client.Ping(pctx).Err(); err != nil {
-		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", rc.FailMode), zap.Error(err))
+		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", string(rc.FailMode)), zap.Error(err))
 	}
 	return l, nil
 }

@@ -272,7 +272,7 @@ func (s *Server) Reload(next *config.Config) (restartOnly []string, err error) {
 		return nil, err
 	}
 	running := s.cfg.Load()
-	restartOnly = restartOnlyShim(running, next)
+	restartOnly = config.RestartOnly(running, next)
 	s.cfg.Store(next)
 	return restartOnly, nil
 }

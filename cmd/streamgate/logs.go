@@ -17,22 +17,14 @@ import (
 // JSON encoder). A crash can lose the last second of access lines; errors,
 // warnings and the audit trail are written at once.
 // The returned stop flushes the access log and ends its flusher.
-func newLoggers(c config.Log, stderr io.Writer) (log, access *zap.Logger, stop func(), err error) {
-	level, err := zapcore.ParseLevel(c.Level)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+func newLoggers(c config.Log, stderr io.Writer) (log, access *zap.Logger, stop func()) {
+	level := c.Level.ZapLevel()
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	if c.Format == "console" {
-		enc = zapcore.NewConsoleEncoder(encCfg)
-	} else {
-		enc = zapcore.NewJSONEncoder(encCfg)
-	}
+	enc := c.Format.Encoder(encCfg)
 	out := zapcore.Lock(zapcore.AddSync(stderr))
 	log = zap.New(zapcore.NewCore(enc, out, level), zap.ErrorOutput(out))
 	buffered := &zapcore.BufferedWriteSyncer{WS: out, Size: 256 << 10, FlushInterval: time.Second}
 	access = zap.New(zapcore.NewCore(enc.Clone(), buffered, level), zap.ErrorOutput(out))
-	return log, access, func() { buffered.Stop() }, nil
+	return log, access, func() { buffered.Stop() }
 }

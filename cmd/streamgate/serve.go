@@ -54,10 +54,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageError{code: 1}
 		}
 	}
-	log, access, stopAccess, err := newLoggers(cfg.Log, stderr)
-	if err != nil {
-		return err
-	}
+	log, access, stopAccess := newLoggers(cfg.Log, stderr)
 	defer stopAccess()
 	defer log.Sync()
 

@@ -1,0 +1,72 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// fileState remembers the reading of a secret file, for Validate to
+// report. The secret itself is kept in the exported Secret field that the
+// file stands for, never here: fmt prints unexported fields without calling
+// Secret's methods.
+type fileState struct {
+	read bool
+	err  error
+}
+
+// readSecretFiles reads every secret file that is the only source of its
+// secret (secret_file, api_secret_file, password_file) into the Secret
+// field it stands for, trailing line breaks removed, and records the
+// outcome in the field's fileState. A relative path is relative to the
+// directory of the configuration file (Load) or the working directory
+// (Parse). A file given together with an inline secret is not read: Validate
+// refuses the pair. A file already read is not read again.
+//
+// Parse calls it after filling the defaults and before validating; it is
+// the only place the configuration reads files, so that Validate has no
+// side effects.
+func (c *Config) readSecretFiles() {
+	baseDir := ""
+	if c.src != nil {
+		baseDir = c.src.baseDir
+	}
+	read := func(path string, st *fileState, dst *Secret) {
+		if st.read {
+			return
+		}
+		if !filepath.IsAbs(path) && baseDir != "" {
+			path = filepath.Join(baseDir, path)
+		}
+		data, err := os.ReadFile(path)
+		st.read, st.err = true, err
+		if err == nil {
+			*dst = Secret(strings.TrimRight(string(data), "\r\n"))
+		}
+	}
+	credentials := func(cr *Credentials) {
+		if cr != nil && cr.APISecretFile != "" && cr.APISecret == "" {
+			read(cr.APISecretFile, &cr.file, &cr.APISecret)
+		}
+	}
+
+	for _, n := range c.Networks {
+		if n != nil {
+			credentials(&n.Upstream.Credentials)
+		}
+	}
+	if r := &c.RateLimit.Redis; r.PasswordFile != "" && r.Password == "" {
+		read(r.PasswordFile, &r.file, &r.Password)
+	}
+	for i := range c.Teams {
+		t := &c.Teams[i]
+		for _, cr := range t.Upstream {
+			credentials(cr)
+		}
+		for j := range t.Keys {
+			if k := &t.Keys[j]; k.SecretFile != "" && k.Secret == "" && k.SecretList == nil {
+				read(k.SecretFile, &k.file, &k.Secret)
+			}
+		}
+	}
+}
