@@ -104,6 +104,15 @@ func (s *Store) Load(ctx context.Context, key string, fill FillFunc) (*Entry, Ou
 // caller) and returns its result as Load does.
 func (f *flight) await(ctx context.Context, started bool) (*Entry, Outcome, error) {
 	out := Coalesced
+	select {
+	case <-f.done:
+		// Joined after the fill had answered, while its entry becomes
+		// visible: nothing was waited for, so it is a hit.
+		if !started {
+			out = Hit
+		}
+	default:
+	}
 	if started {
 		out = Miss
 	}

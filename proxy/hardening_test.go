@@ -362,7 +362,7 @@ func refusing(_ string, h http.Handler) http.Handler {
 // the operator's problem, not the client's: 502 with a message saying so,
 // counted.
 func TestUpstreamRefusesOurCredential(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Upstream: refusing, Quiet: true})
+	env := proxytest.Start(t, proxytest.Options{Upstream: refusing, Quiet: true, Cold: true})
 	demo := proxytest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	for _, target := range []string{"/api/v1/feeds", "/api/v1/discovery?hidden=true", "/api/v1/reports/latest?feedID=" + btc} {
@@ -384,7 +384,7 @@ func TestUpstreamRefusesOurCredential(t *testing.T) {
 // and the credential was never refused, an upstream 401 for a stream is the
 // upstream's word on that stream and reaches the client as 401.
 func TestUpstream401ForAStreamPassesOn(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/api/v1/discovery" {
 				http.Error(w, `{"error":"down"}`, http.StatusInternalServerError)
@@ -491,7 +491,7 @@ func TestWarmUpRetries(t *testing.T) {
 	var down atomic.Bool
 	var refused atomic.Int32
 	down.Store(true)
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if down.Load() {
 				refused.Add(1)
