@@ -63,7 +63,7 @@ const (
 	MaxListItems  = 64
 )
 
-// Filter is a parsed discovery query (upstream-api.md 4.1). Its zero value
+// Filter is a parsed query of the discovery endpoint. Its zero value
 // restricts nothing and asks for no hidden streams. A Filter is immutable
 // once parsed and safe for concurrent use.
 type Filter struct {

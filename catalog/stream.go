@@ -12,7 +12,7 @@
 // the list, from the caller's credentials and Filter.Hidden.
 package catalog
 
-// Stream is one stream record of the catalog (upstream-api.md 2.1). The JSON
+// Stream is one stream record of the catalog. The JSON
 // names and order are those of the real API; a null date is a nil pointer.
 type Stream struct {
 	FeedID                 string  `json:"feedId"`

@@ -9,7 +9,7 @@ import (
 	"slices"
 )
 
-// The layout of fullReport (upstream-api.md 10.4): the Ethereum ABI encoding
+// The layout of fullReport (as the official clients decode it): the Ethereum ABI encoding
 // of (bytes32[3] reportContext, bytes reportBlob, bytes32[] rawRs,
 // bytes32[] rawSs, bytes32 rawVs). The head is seven words: the three
 // context words, the offsets of the three dynamic members, and rawVs. The

@@ -364,7 +364,7 @@ func (s *Simulator) window(st *stream, now int64) (first, last int64) {
 	return first, last
 }
 
-// Report is a report record (upstream-api.md 2.2).
+// Report is a report record (as the upstream API sends it).
 type Report struct {
 	FeedID                string `json:"feedID"`
 	ValidFromTimestamp    int64  `json:"validFromTimestamp"`

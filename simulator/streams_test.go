@@ -14,7 +14,7 @@ import (
 	"streamgate/catalog"
 )
 
-// The values that upstream-api.md 4.1 lists.
+// The values the upstream API documents for the discovery filters.
 var specValues = map[string][]string{
 	"assetClass":    {"Crypto", "Equities", "Forex", "Macroeconomics", "NAV", "Tokenized Asset", "Tokenized CLO", "Tokenized Debt", "Tokenized Treasuries"},
 	"feedType":      {"Crypto", "Crypto-DEX", "Datalink", "Equities", "Forex", "Macroeconomics", "Net Asset Value", "SmartData", "Tokenized Asset"},

@@ -36,8 +36,8 @@ type stackConfig struct {
 // It departs from the demo configuration in what a load test needs: the
 // simulator's per-key rate limit is off, the upstream budget is 100000
 // calls per second per endpoint, and the teams and anonymous clients have
-// no rate limit, so that
-// what is measured is the gateway's work and not a limit doing its job.
+// no rate limit, so that what is measured is the gateway's work and not a
+// limit doing its job.
 type stack struct {
 	sim      *simulator.Simulator
 	gw       *proxy.Gateway
