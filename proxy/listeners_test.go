@@ -2,10 +2,13 @@ package proxy_test
 
 import (
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -142,4 +145,62 @@ func TestListenersOnFreePorts(t *testing.T) {
 	require.Len(t, ls, 2, "a free port is never shared")
 	assert.Equal(t, []string{"mainnet"}, ls[0].Networks)
 	assert.Equal(t, []string{"testnet"}, ls[1].Networks)
+}
+
+func TestUnknownHostObserved(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	env := proxytest.Start(t, proxytest.Options{
+		Config: func(c *config.Config) {
+			shared := freeAddr(t)
+			c.Networks["mainnet"].Listen = shared
+			c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
+			c.Networks["testnet"].Listen = shared
+			c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
+		},
+		Logger: zap.New(core),
+	})
+	l := env.Gateway.Listeners()
+	require.Len(t, l, 1)
+	srv := newServer(t, l[0].Handler)
+	req, _ := http.NewRequest(http.MethodGet, srv+"/api/v1/feeds", nil)
+	req.Host = "elsewhere.internal"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("X-Request-Id"))
+	lines := logs.FilterMessage("request").AllUntimed()
+	require.Len(t, lines, 1)
+	assert.Equal(t, "unknown-host", lines[0].ContextMap()["network"])
+	assert.EqualValues(t, 404, lines[0].ContextMap()["status"])
+	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_requests_total",
+		map[string]string{"network": "unknown-host", "endpoint": "feeds", "code": "404", "team": "anonymous"}))
+}
+
+func TestServerReadTimeout(t *testing.T) {
+	readErr := make(chan error, 1)
+	s := config.Default().Server
+	s.ReadTimeout = 300 * time.Millisecond
+	srv := proxy.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		readErr <- err
+	}), s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+	require.NoError(t, err)
+	select {
+	case err := <-readErr:
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		assert.True(t, ne.Timeout(), "the body read ends with the read timeout: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server waited for the body past its read timeout")
+	}
+	assert.Equal(t, config.Default().Server.WriteTimeout, srv.WriteTimeout)
 }

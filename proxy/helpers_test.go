@@ -1,0 +1,82 @@
+package proxy_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/proxy/proxytest"
+)
+
+func rawGet(t *testing.T, base string, c *proxytest.Client, method, target string, extra string) (*http.Response, []byte) {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	req := method + " " + target + " HTTP/1.1\r\nHost: " + u.Host + "\r\n"
+	if c != nil {
+		hr, err := http.NewRequest(method, base+"/", nil)
+		require.NoError(t, err)
+		hr.URL.Opaque = target // sign the target as written
+		hr.RequestURI = ""
+		sign(hr, c, target)
+		for _, h := range []string{auth.HeaderAuthorization, auth.HeaderTimestamp, auth.HeaderSignature} {
+			req += h + ": " + hr.Header.Get(h) + "\r\n"
+		}
+	}
+	req += extra + "\r\n"
+	_, err = io.WriteString(conn, req)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, body
+}
+
+func sign(req *http.Request, c *proxytest.Client, target string) {
+	// auth.Sign signs req.URL.RequestURI(); an opaque URL keeps the target
+	// exactly as given.
+	req.URL = &url.URL{Scheme: "http", Host: req.URL.Host, Opaque: target}
+	if strings.Contains(target, "?") {
+		path, q, _ := strings.Cut(target, "?")
+		req.URL.Opaque, req.URL.RawQuery = path, q
+	}
+	auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
+}
+
+func newServer(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func do(t *testing.T, req *http.Request) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req.Clone(req.Context()))
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

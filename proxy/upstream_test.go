@@ -1,0 +1,163 @@
+package proxy_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/cache"
+	"streamgate/config"
+	"streamgate/proxy"
+	"streamgate/proxy/proxytest"
+	"streamgate/simulator"
+)
+
+func refusing(_ string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get(auth.HeaderAuthorization), simulator.OrgKeyID) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"unauthorized"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func TestUpstreamRefusesOurCredential(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Upstream: refusing, Quiet: true, Cold: true})
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	for _, target := range []string{"/api/v1/feeds", "/api/v1/discovery?hidden=true", "/api/v1/reports/latest?feedID=" + btc} {
+		resp, body := demo.Get(t, env.Mainnet, target)
+		assert.Equal(t, http.StatusBadGateway, resp.StatusCode, target)
+		assert.Contains(t, string(body), "refused the gateway's credential", target)
+	}
+	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
+	require.NoError(t, err)
+	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "pass-through too")
+	assert.GreaterOrEqual(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total", map[string]string{"network": "mainnet"}), 4.0)
+}
+
+func TestUpstream401ForAStreamPassesOn(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1/discovery" {
+				http.Error(w, `{"error":"down"}`, http.StatusInternalServerError)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	resp, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID=0x"+strings.Repeat("ab", 32))
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, string(body))
+	assert.Zero(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total", map[string]string{"network": "mainnet"}))
+}
+
+func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
+	var fail, calls atomic.Int32 // answers left to fail with 500; report calls
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1/reports" {
+				calls.Add(1)
+			}
+			if r.URL.Path == "/api/v1/reports" && fail.Add(-1) >= 0 {
+				http.Error(w, `{"error":"internal"}`, http.StatusInternalServerError)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/feeds?hidden=true") // the catalog first
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	fail.Store(1)
+	resp, body := demo.Get(t, env.Mainnet, reportTarget(btc, pastTS(), 0))
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.Equal(t, int32(2), calls.Load(), "one 500, then the retry")
+
+	fail.Store(100)
+	resp, body = demo.Get(t, env.Mainnet, reportTarget(btc, pastTS(), 1))
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode, string(body))
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+}
+
+func TestBudgetWithoutDeps(t *testing.T) {
+	sim, err := simulator.New(simulator.Default())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	up := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	t.Cleanup(up.Close)
+	store, err := cache.New(cache.Config{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	cfg := config.Default()
+	delete(cfg.Networks, "testnet")
+	for i := range cfg.Teams {
+		cfg.Teams[i].Networks = []string{"mainnet"}
+	}
+	n := cfg.Networks["mainnet"]
+	n.Upstream = config.Upstream{URL: up.URL, Credentials: config.Credentials{APIKey: simulator.OrgKeyID, APISecret: simulator.OrgKeySecret},
+		Timeout: time.Second, Budget: config.Rate{RPS: 0.001, Burst: 2}, MaxBulk: 100}
+	gw, err := proxy.New(cfg, proxy.Deps{Cache: store})
+	require.NoError(t, err)
+	base := newServer(t, gw.Handler("mainnet"))
+	demo := proxytest.Demo()
+	var btc string
+	for _, s := range sim.Streams(simulator.Mainnet) {
+		if s.BaseAsset == "BTC" && s.QuoteAsset == "USD" && s.SchemaVersion == "V3" {
+			btc = s.FeedID
+		}
+	}
+	statuses := map[int]int{}
+	for i := range 4 {
+		resp, _ := demo.Get(t, base, reportTarget(btc, pastTS(), i))
+		statuses[resp.StatusCode]++
+	}
+	assert.Equal(t, map[int]int{200: 2, 503: 2}, statuses, "two report calls fit the burst, the catalog has its own endpoint budget")
+}
+
+func TestWarmUpRetries(t *testing.T) {
+	var down atomic.Bool
+	var refused atomic.Int32
+	down.Store(true)
+	env := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if down.Load() {
+				refused.Add(1)
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					conn.Close() // no answer at all, as from a host that is down
+				}
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	done := make(chan error, 1)
+	go func() { done <- env.Gateway.Warm(t.Context()) }()
+	require.Eventually(t, func() bool { return refused.Load() >= 6 }, 30*time.Second, 10*time.Millisecond,
+		"warm-up keeps trying (two networks, three attempts per call)")
+	assert.False(t, env.Gateway.Ready(), "not ready while no upstream answered")
+	down.Store(false)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("warm-up did not finish after the upstream came back")
+	}
+	assert.True(t, env.Gateway.Ready(), "ready once the upstreams answered")
+}
