@@ -31,6 +31,7 @@ type Config struct {
 	Auth      Auth                `yaml:"auth" json:"auth"`
 	Cache     Cache               `yaml:"cache" json:"cache"`
 	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
+	Realtime  Realtime            `yaml:"realtime" json:"realtime"`
 	Teams     []Team              `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config
@@ -118,6 +119,22 @@ type Upstream struct {
 	// MaxBulk is the largest number of streams in one upstream bulk call;
 	// larger requests are split. Default 100.
 	MaxBulk int `yaml:"max_bulk" json:"max_bulk"`
+	// WSURL is the upstream's WebSocket address, ws:// or wss://, host
+	// only (e.g. wss://ws.dataengine.chain.link). An embedded upstream
+	// needs none. Without it /api/v1/ws answers a clear error: the
+	// gateway never passes a WebSocket through one to one. Default none.
+	WSURL string `yaml:"ws_url" json:"ws_url"`
+	// WSMaxConnections bounds the upstream WebSocket connections of this
+	// network, all origins and feed chunks together. The upstream allows
+	// 20 per user; several replicas must fit. Default 4.
+	WSMaxConnections int `yaml:"ws_max_connections" json:"ws_max_connections"`
+	// WSFeedsPerConnection is the most feeds on one upstream connection
+	// (about 68 bytes each in its request line). Default 50.
+	WSFeedsPerConnection int `yaml:"ws_feeds_per_connection" json:"ws_feeds_per_connection"`
+	// WSPinned are streams the gateway always carries on its upstream
+	// WebSocket, so that their latest reports are answered from the
+	// stream. Default none.
+	WSPinned []string `yaml:"ws_pinned" json:"ws_pinned"`
 }
 
 // Embedded reports whether the upstream is the built-in simulator.
@@ -198,6 +215,28 @@ type Cache struct {
 	// NegativeTTL is the lifetime of a "no data yet" answer for a recent
 	// timestamp. Default 1s.
 	NegativeTTL time.Duration `yaml:"negative_ttl" json:"negative_ttl"`
+}
+
+// Realtime configures the WebSocket stream that clients open at
+// /api/v1/ws, served from the gateway's shared upstream connections.
+type Realtime struct {
+	// ClientQueue is how many frames may wait for one client; a client
+	// that falls further behind is closed (1008, "slow consumer") so that
+	// it never delays the others. Default 256.
+	ClientQueue int `yaml:"client_queue" json:"client_queue"`
+	// PingInterval is how often the gateway pings its clients; one that
+	// does not answer within the interval is closed. Default 15s.
+	PingInterval time.Duration `yaml:"ping_interval" json:"ping_interval"`
+	// TeamConnections bounds the WebSocket connections one team holds at
+	// once (429 beyond). Default 100.
+	TeamConnections int `yaml:"team_connections" json:"team_connections"`
+	// Grace is how long a feed no client wants any more stays subscribed
+	// upstream. Default 30s.
+	Grace time.Duration `yaml:"grace" json:"grace"`
+	// LatestFromStream answers /api/v1/reports/latest of a streamed feed
+	// from the newest report the stream delivered, with no upstream call.
+	// Default true.
+	LatestFromStream bool `yaml:"latest_from_stream" json:"latest_from_stream"`
 }
 
 // RateLimit selects where the per-team limits are counted.

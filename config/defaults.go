@@ -32,6 +32,13 @@ const (
 	DefaultBudgetBurst     = 10
 	DefaultMaxBulk         = 100
 
+	DefaultWSMaxConnections     = 4
+	DefaultWSFeedsPerConnection = 50
+	DefaultClientQueue          = 256
+	DefaultPingInterval         = 15 * time.Second
+	DefaultTeamConnections      = 100
+	DefaultRealtimeGrace        = 30 * time.Second
+
 	DefaultMaxSkew = 5 * time.Second
 	// DefaultReplayGrace is the default of auth.replay_grace.
 	DefaultReplayGrace = time.Second
@@ -111,6 +118,7 @@ func Default() *Config {
 		Auth:      defaultAuth(),
 		Cache:     defaultCache(),
 		RateLimit: defaultRateLimit(),
+		Realtime:  defaultRealtime(),
 		Teams: []Team{
 			{
 				Name:     DemoTeam,
@@ -149,6 +157,9 @@ func defaultUpstream(url string) Upstream {
 		Retries: DefaultRetries,
 		Budget:  Rate{RPS: DefaultBudgetRPS, Burst: DefaultBudgetBurst},
 		MaxBulk: DefaultMaxBulk,
+
+		WSMaxConnections:     DefaultWSMaxConnections,
+		WSFeedsPerConnection: DefaultWSFeedsPerConnection,
 	}
 }
 
@@ -166,6 +177,16 @@ func defaultCache() Cache {
 		CatalogTTL:  DefaultCatalogTTL,
 		LatestTTL:   DefaultLatestTTL,
 		NegativeTTL: DefaultNegativeTTL,
+	}
+}
+
+func defaultRealtime() Realtime {
+	return Realtime{
+		ClientQueue:      DefaultClientQueue,
+		PingInterval:     DefaultPingInterval,
+		TeamConnections:  DefaultTeamConnections,
+		Grace:            DefaultRealtimeGrace,
+		LatestFromStream: true,
 	}
 }
 
@@ -211,6 +232,8 @@ func (c *Config) applyDefaults() {
 		d.num(p+".retries", &u.Retries, du.Retries)
 		d.rate(p+".budget", &u.Budget, du.Budget)
 		d.num(p+".max_bulk", &u.MaxBulk, du.MaxBulk)
+		d.num(p+".ws_max_connections", &u.WSMaxConnections, du.WSMaxConnections)
+		d.num(p+".ws_feeds_per_connection", &u.WSFeedsPerConnection, du.WSFeedsPerConnection)
 	}
 
 	a, da := &c.Auth, defaultAuth()
@@ -233,6 +256,13 @@ func (c *Config) applyDefaults() {
 	enum(d, "ratelimit.backend", &r.Backend, dr.Backend)
 	d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
 	enum(d, "ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
+
+	rt, drt := &c.Realtime, defaultRealtime()
+	d.num("realtime.client_queue", &rt.ClientQueue, drt.ClientQueue)
+	d.dur("realtime.ping_interval", &rt.PingInterval, drt.PingInterval)
+	d.num("realtime.team_connections", &rt.TeamConnections, drt.TeamConnections)
+	d.dur("realtime.grace", &rt.Grace, drt.Grace)
+	d.flag("realtime.latest_from_stream", &rt.LatestFromStream, drt.LatestFromStream)
 
 	for i := range c.Teams {
 		t := &c.Teams[i]

@@ -119,6 +119,8 @@ func TestDefaults(t *testing.T) {
 					Retries: 2,
 					Budget:  Rate{RPS: 10, Burst: 10},
 					MaxBulk: 100,
+
+					WSMaxConnections: 4, WSFeedsPerConnection: 50,
 				},
 			},
 		},
@@ -129,6 +131,7 @@ func TestDefaults(t *testing.T) {
 			Backend: "memory",
 			Redis:   Redis{URL: "redis://127.0.0.1:6379/0", FailMode: "open"},
 		},
+		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true},
 	}
 	want.src = cfg.src
 	assert.Equal(t, want, cfg)
@@ -147,6 +150,7 @@ func TestExampleDocumentsTheDefaults(t *testing.T) {
 	assert.Equal(t, defaults.Auth, example.Auth)
 	assert.Equal(t, defaults.Cache, example.Cache)
 	assert.Equal(t, defaults.RateLimit, example.RateLimit)
+	assert.Equal(t, defaults.Realtime, example.Realtime)
 
 	// The example's mainnet spells every upstream key out; its testnet
 	// gives only the url.
@@ -154,6 +158,9 @@ func TestExampleDocumentsTheDefaults(t *testing.T) {
 	for _, name := range []string{"mainnet", "testnet"} {
 		got := example.Network(name).Upstream
 		got.Credentials = Credentials{}
+		if len(got.WSPinned) == 0 {
+			got.WSPinned = nil // "ws_pinned: []" spells the default out
+		}
 		assert.Equal(t, want, got, name)
 	}
 	assert.Empty(t, example.Network("mainnet").Hosts)
@@ -189,7 +196,7 @@ func TestExampleKeysAreAllDocumented(t *testing.T) {
 	walk(reflect.TypeOf(Config{}))
 	require.Greater(t, len(keys), 50, "the walk found the schema")
 	for key := range keys {
-		assert.Contains(t, text, key)
+		assert.True(t, strings.Contains(text, key), "config.example.yaml does not document %s", key)
 	}
 }
 

@@ -70,6 +70,10 @@ func (u *Upstream) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddDuration("timeout", u.Timeout)
 	enc.AddInt("retries", u.Retries)
 	enc.AddInt("max_bulk", u.MaxBulk)
+	if u.WSURL != "" {
+		enc.AddString("ws_url", u.WSURL)
+		enc.AddInt("ws_max_connections", u.WSMaxConnections)
+	}
 	return enc.AddObject("budget", u.Budget)
 }
 

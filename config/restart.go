@@ -58,6 +58,9 @@ func restartSettings(cfg *Config) map[string]string {
 		"ratelimit.redis.url":        cfg.RateLimit.Redis.URL,
 		"ratelimit.redis.password":   digest(cfg.RateLimit.Redis.Password),
 		"ratelimit.redis.fail_mode":  string(cfg.RateLimit.Redis.FailMode),
+		"realtime.client_queue":      strconv.Itoa(cfg.Realtime.ClientQueue),
+		"realtime.ping_interval":     cfg.Realtime.PingInterval.String(),
+		"realtime.grace":             cfg.Realtime.Grace.String(),
 	}
 	for name, n := range cfg.Networks {
 		p := "networks." + name
@@ -76,6 +79,10 @@ func restartSettings(cfg *Config) map[string]string {
 		m[p+".upstream.retries"] = strconv.Itoa(up.Retries)
 		m[p+".upstream.budget"] = fmt.Sprint(up.Budget.RPS, "/", up.Budget.Burst)
 		m[p+".upstream.max_bulk"] = strconv.Itoa(up.MaxBulk)
+		m[p+".upstream.ws_url"] = up.WSURL
+		m[p+".upstream.ws_max_connections"] = strconv.Itoa(up.WSMaxConnections)
+		m[p+".upstream.ws_feeds_per_connection"] = strconv.Itoa(up.WSFeedsPerConnection)
+		m[p+".upstream.ws_pinned"] = strings.Join(up.WSPinned, ",")
 	}
 	return m
 }

@@ -18,7 +18,8 @@ func TestRestartOnly(t *testing.T) {
 		p := "networks." + name
 		out := []string{p}
 		for _, k := range []string{"listen", "hosts", "pass_through", "upstream.url", "upstream.api_key",
-			"upstream.api_secret", "upstream.timeout", "upstream.retries", "upstream.budget", "upstream.max_bulk"} {
+			"upstream.api_secret", "upstream.timeout", "upstream.retries", "upstream.budget", "upstream.max_bulk",
+			"upstream.ws_url", "upstream.ws_max_connections", "upstream.ws_feeds_per_connection", "upstream.ws_pinned"} {
 			out = append(out, p+"."+k)
 		}
 		sort.Strings(out)

@@ -89,6 +89,7 @@ func (c *Config) Validate() error {
 		v.add("auth.replay_max_entries", "must be at least 1000")
 	}
 	v.cache(&c.Cache)
+	v.realtime(&c.Realtime)
 	v.rateLimit(&c.RateLimit)
 	v.teams(c.Teams, c.Networks)
 	if len(v.problems) == 0 {
@@ -247,6 +248,36 @@ func (v *validator) upstream(p, network string, u *Upstream) {
 	if u.MaxBulk < 1 {
 		v.add(p+".max_bulk", "must be at least 1")
 	}
+	if u.WSURL != "" {
+		v.wsURL(p+".ws_url", u.WSURL)
+	}
+	if u.WSMaxConnections < 1 || u.WSMaxConnections > 20 {
+		v.add(p+".ws_max_connections", "must be from 1 to 20 (the upstream allows 20 per user, for every replica together)")
+	}
+	if u.WSFeedsPerConnection < 1 || u.WSFeedsPerConnection > 100 {
+		v.add(p+".ws_feeds_per_connection", "must be from 1 to 100 (each feed adds about 68 bytes to the request line)")
+	}
+	for i, f := range u.WSPinned {
+		if !feedIDRE.MatchString(f) {
+			v.add(fmt.Sprintf("%s.ws_pinned[%d]", p, i), "%q is not a stream ID (0x and 64 hex digits)", f)
+		}
+	}
+}
+
+func (v *validator) wsURL(p, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		v.add(p, "not a URL")
+	case u.Scheme != "ws" && u.Scheme != "wss":
+		v.add(p, "must be a ws:// or wss:// URL")
+	case u.Host == "":
+		v.add(p, "has no host")
+	case u.User != nil:
+		v.add(p, "must not contain user information: the gateway signs with api_key and api_secret")
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "":
+		v.add(p, "must be the service's root address, without path or query (the stream lives at /api/v1/ws)")
+	}
 }
 
 func (v *validator) upstreamURL(p, raw string) {
@@ -303,6 +334,17 @@ func (v *validator) secretFile(p string, st fileState, secret Secret) bool {
 		return true
 	}
 	return false
+}
+
+func (v *validator) realtime(r *Realtime) {
+	if r.ClientQueue < 1 {
+		v.add("realtime.client_queue", "must be at least 1")
+	}
+	v.positive("realtime.ping_interval", r.PingInterval)
+	if r.TeamConnections < 1 {
+		v.add("realtime.team_connections", "must be at least 1")
+	}
+	v.positive("realtime.grace", r.Grace)
 }
 
 func (v *validator) cache(c *Cache) {

@@ -28,6 +28,7 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/ratelimit"
+	"streamgate/realtime"
 )
 
 // Deps are the collaborators of a Gateway. Cache is required; the rest have
@@ -60,6 +61,9 @@ type Deps struct {
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".
 	Embedded map[string]Upstream
+	// Hubs are the real-time hubs by network name; a network without one
+	// answers /api/v1/ws with 503 and latest from REST only.
+	Hubs map[string]*realtime.Hub
 }
 
 // Upstream is an upstream's address and the organisation's credential
@@ -87,6 +91,7 @@ type Gateway struct {
 	// unknownHost answers a Host no network of a shared listener serves,
 	// observed (access log, metrics, request ID) like every answer.
 	unknownHost http.Handler
+	conns       *teamConns // WebSocket connections per team
 
 	replayStore  auth.ReplayStore
 	replayRecord *auth.ReplayRecord // the signatures seen, kept across reloads
@@ -112,6 +117,7 @@ type policy struct {
 	anonymousRate    ratelimit.Limit // per client address
 	catalogTTL       time.Duration
 	latestTTL        time.Duration
+	latestFromStream bool
 	negativeTTL      time.Duration
 	audit            bool
 }
@@ -132,6 +138,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		networks: map[string]*network{},
+		conns:    &teamConns{n: map[string]int{}},
 		cache:    deps.Cache,
 		limiter:  deps.Limiter,
 		quota:    deps.Quota,
@@ -213,6 +220,11 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			metrics:   g.metrics,
 			auditLog:  g.auditLog,
 			now:       g.now,
+			hub:       deps.Hubs[name],
+			conns:     g.conns,
+			ws: wsSettings{
+				queue: cfg.Realtime.ClientQueue, pingInterval: cfg.Realtime.PingInterval, teamConns: cfg.Realtime.TeamConnections,
+			},
 		}
 		for _, p := range nc.PassThrough {
 			n.passPaths[p] = true
@@ -255,6 +267,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 		anonymousRate:    ratelimit.Limit{Rate: cfg.Auth.AnonymousRate.RPS, Burst: cfg.Auth.AnonymousRate.Burst},
 		catalogTTL:       cfg.Cache.CatalogTTL,
 		latestTTL:        cfg.Cache.LatestTTL,
+		latestFromStream: cfg.Realtime.LatestFromStream,
 		negativeTTL:      cfg.Cache.NegativeTTL,
 		audit:            cfg.Log.Audit,
 		verifier: auth.NewVerifier(auth.VerifierConfig{

@@ -30,6 +30,9 @@ type Metrics struct {
 	replayStoreErrors prometheus.Counter
 	credRefused       *prometheus.CounterVec
 	replayStats       atomic.Pointer[func() auth.ReplayStats] // set by New
+	wsClients         *prometheus.GaugeVec
+	wsClientCloses    *prometheus.CounterVec
+	wsRefusals        *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -78,6 +81,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		replayStoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "streamgate_replay_store_errors_total", Help: "Failed checks of the replay record shared through Redis (the replica's own record decided).",
 		}),
+		wsClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "streamgate_ws_clients", Help: "Client WebSocket connections open, by network.",
+		}, []string{"network"}),
+		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown).",
+		}, []string{"network", "reason"}),
+		wsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit).",
+		}, []string{"network", "reason"}),
 		credRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to the gateway's own credential (answered 502), by network: the operator must fix the credential.",
 		}, []string{"network"}),
@@ -85,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors, m.credRefused,
+			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientCloses, m.wsRefusals,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
 			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.Entries) })),
@@ -172,6 +184,24 @@ func (m *Metrics) replayStat(f func(auth.ReplayStats) float64) func() float64 {
 			return f((*p)())
 		}
 		return 0
+	}
+}
+
+func (m *Metrics) wsClient(network string, delta float64) {
+	if m != nil {
+		m.wsClients.WithLabelValues(network).Add(delta)
+	}
+}
+
+func (m *Metrics) wsClosed(network, reason string) {
+	if m != nil {
+		m.wsClientCloses.WithLabelValues(network, reason).Inc()
+	}
+}
+
+func (m *Metrics) wsRefused(network, reason string) {
+	if m != nil {
+		m.wsRefusals.WithLabelValues(network, reason).Inc()
 	}
 }
 

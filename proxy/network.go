@@ -11,6 +11,7 @@ import (
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/ratelimit"
+	"streamgate/realtime"
 )
 
 // network serves one network: its upstream, its catalog views, its
@@ -29,6 +30,10 @@ type network struct {
 	org *credential
 	cat catalogs
 	rp  *httputil.ReverseProxy
+
+	hub   *realtime.Hub // nil: no stream for this network
+	ws    wsSettings
+	conns *teamConns // the gateway's, shared by its networks
 
 	pol      *atomic.Pointer[policy]
 	cache    *cache.Store

@@ -54,7 +54,15 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		return
 	}
 	feed, cred := rq.feeds[0], rq.cred
-	ttl := n.policy().latestTTL
+	pol := n.policy()
+	if n.hub != nil && pol.latestFromStream && cred == n.org {
+		if frame, obs, ok := n.hub.Latest(feed); ok {
+			n.answerStream(w, r, frame, obs)
+			return
+		}
+		n.hub.Want(feed) // polled often, it gets streamed
+	}
+	ttl := pol.latestTTL
 	key := cache.LatestKey(n.name, cred.scope, feed)
 	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {

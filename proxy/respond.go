@@ -28,6 +28,24 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 	writeRaw(w, e.Status, e.Body)
 }
 
+// answerStream answers latest from the newest report the stream delivered:
+// the frame is exactly the {"report":…} body of the REST answer.
+func (n *network) answerStream(w http.ResponseWriter, r *http.Request, frame []byte, observed int64) {
+	n.metrics.cacheResult("latest", "stream")
+	n.metrics.saved(n.name, "latest")
+	stateOf(r.Context()).cache = "STREAM"
+	h := w.Header()
+	h.Set("X-Cache", "STREAM")
+	h.Set("Age", strconv.FormatInt(max(n.now().Unix()-observed, 0), 10))
+	h.Set("Cache-Control", "private, max-age=0")
+	h.Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(frame)
+	w.Write(newline)
+}
+
+var newline = []byte("\n")
+
 // markCache sets X-Cache and Age, counts the result, and notes it for the
 // access log.
 func (n *network) markCache(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry) {

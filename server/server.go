@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/proxy"
+	"streamgate/realtime"
 	"streamgate/simulator"
 )
 
@@ -53,6 +55,7 @@ type Server struct {
 	limits   *Limits
 	ownLimit bool
 	gw       *proxy.Gateway
+	hubs     map[string]*realtime.Hub
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -117,6 +120,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		}
 		s.ownLimit = true
 	}
+	if err := s.startHubs(cfg, embedded, opts.Now); err != nil {
+		return nil, err
+	}
 	access := opts.AccessLog
 	if access == nil {
 		access = s.log
@@ -132,6 +138,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Metrics:     metrics,
 		Now:         opts.Now,
 		Embedded:    embedded,
+		Hubs:        s.hubs,
 	})
 	if err != nil {
 		return nil, err
@@ -196,6 +203,37 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 		out[name] = proxy.Upstream{URL: "http://" + ln.Addr().String(), APIKey: simulator.OrgKeyID, Secret: []byte(simulator.OrgKeySecret)}
 	}
 	return out, nil
+}
+
+// startHubs starts the real-time hub of every network that has an upstream
+// WebSocket: its ws_url, or the embedded upstream's.
+func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
+	s.hubs = map[string]*realtime.Hub{}
+	var metrics *realtime.Metrics
+	for _, name := range cfg.NetworkNames() {
+		up := cfg.Networks[name].Upstream
+		wsURL, key, secret := up.WSURL, up.APIKey, []byte(up.Secret().Reveal())
+		if e, ok := embedded[name]; ok {
+			wsURL, key, secret = "ws"+strings.TrimPrefix(e.URL, "http"), e.APIKey, e.Secret
+		}
+		if wsURL == "" {
+			continue
+		}
+		if metrics == nil {
+			metrics = realtime.NewMetrics(s.reg)
+		}
+		hub, err := realtime.New(realtime.Config{
+			Network: name, URL: wsURL, APIKey: key, Secret: secret,
+			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
+			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
+			Logger: s.log.Named("realtime").With(zap.String("network", name)), Metrics: metrics, Now: now,
+		})
+		if err != nil {
+			return fmt.Errorf("network %s: real-time hub: %w", name, err)
+		}
+		s.hubs[name] = hub
+	}
+	return nil
 }
 
 // Start serves every listener and loads each network's catalog in the
@@ -294,6 +332,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err != nil {
 			s.log.Warn("drain incomplete: closing the connections still open", zap.Error(err))
 		}
+		// WebSocket clients are not part of the drain: closing the hubs
+		// ends their subscriptions, and each client is closed with 1001.
+		for _, h := range s.hubs {
+			h.Close()
+		}
+		s.hubs = nil
 		shutdown(ctx, s.upstreams)
 		if s.admin != nil {
 			shutdown(ctx, []*served{s.admin})
@@ -320,6 +364,9 @@ func (s *Server) release() {
 				sv.ln.Close()
 			}
 		}
+	}
+	for _, h := range s.hubs {
+		h.Close()
 	}
 	if s.store != nil {
 		s.store.Close()

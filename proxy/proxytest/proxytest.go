@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +103,7 @@ func Start(t testing.TB, opts Options) *Env {
 		up.APIKey = simulator.OrgKeyID
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
 		up.Budget = config.Rate{RPS: 1000, Burst: 1000}
+		up.WSURL = "ws" + strings.TrimPrefix(url, "http")
 	}
 	cfg.Teams[0].Rate = config.Rate{}
 	if opts.Config != nil {

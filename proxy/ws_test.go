@@ -1,0 +1,182 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/proxy/proxytest"
+	"streamgate/simulator"
+)
+
+// frame is the part of a stream frame the tests read.
+type frame struct {
+	Report struct {
+		FeedID                string `json:"feedID"`
+		ObservationsTimestamp int64  `json:"observationsTimestamp"`
+		FullReport            string `json:"fullReport"`
+	} `json:"report"`
+}
+
+// dialWS opens a WebSocket to the gateway at base (http://…) for target,
+// signed by c over signedTarget (the target itself when empty).
+func dialWS(ctx context.Context, c *proxytest.Client, base, target, signedTarget string) (*websocket.Conn, *http.Response, error) {
+	if signedTarget == "" {
+		signedTarget = target
+	}
+	req, err := http.NewRequest(http.MethodGet, base+"/", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	path, query, _ := strings.Cut(signedTarget, "?")
+	req.URL.Opaque, req.URL.RawQuery = path, query
+	auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
+	h := http.Header{}
+	for _, name := range []string{auth.HeaderAuthorization, auth.HeaderTimestamp, auth.HeaderSignature} {
+		h.Set(name, req.Header.Get(name))
+	}
+	return websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{HTTPHeader: h})
+}
+
+// readFrames reads n frames from conn.
+func readFrames(t *testing.T, ctx context.Context, conn *websocket.Conn, n int) []frame {
+	t.Helper()
+	var out []frame
+	for len(out) < n {
+		typ, data, err := conn.Read(ctx)
+		require.NoError(t, err)
+		require.Equal(t, websocket.MessageBinary, typ, "reports come in binary frames")
+		var f frame
+		require.NoError(t, json.Unmarshal(data, &f), "one report per frame: %s", data)
+		out = append(out, f)
+	}
+	return out
+}
+
+func wsOpen(env *proxytest.Env) int64 { return env.Sim.Counters().WSTotal("").Open }
+
+// TestWSThroughTheGateway: many clients share the gateway's few upstream
+// connections; each gets exactly its own streams, in order, once; both
+// signed forms are accepted; refused clients cost the upstream nothing.
+func TestWSThroughTheGateway(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	demo, research := proxytest.Demo(), proxytest.Research()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+
+	// Refused before anything goes upstream.
+	_, resp, err := dialWS(ctx, research, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+	require.Error(t, err)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "research may not use mainnet")
+	_, resp, err = dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc+",0x"+strings.Repeat("ab", 32), "")
+	require.Error(t, err)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "one unknown stream refuses the connection")
+	wrong := &proxytest.Client{Key: config.DemoKeyID, Secret: "wrong-secret-0123456789"}
+	_, resp, err = dialWS(ctx, wrong, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+	require.Error(t, err)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Zero(t, env.Sim.Counters().WSTotal("").Accepted, "nothing went upstream for a refused client")
+
+	// 64 clients, each on one or both streams, signed in both forms.
+	const clients = 64
+	conns := make([]*websocket.Conn, clients)
+	for i := range clients {
+		target, signed := "/api/v1/ws?feedIDs="+btc, ""
+		switch i % 3 {
+		case 1:
+			target = "/api/v1/ws?feedIDs=" + btc + "%2C" + eth // the Go client's comma
+		case 2:
+			// Signed as /api/v1/ws? and the raw query, sent under another
+			// spelling of the same path.
+			target, signed = "/%61pi/v1/ws?feedIDs="+eth, "/api/v1/ws?feedIDs="+eth
+		}
+		c, _, err := dialWS(ctx, demo, env.Mainnet, target, signed)
+		require.NoError(t, err, "client %d", i)
+		conns[i] = c
+		defer c.CloseNow()
+	}
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			want := map[int][]string{0: {btc}, 1: {btc, eth}, 2: {eth}}[i%3]
+			frames := readFrames(t, ctx, c, 3*len(want))
+			last := map[string]int64{}
+			for _, f := range frames {
+				assert.Contains(t, want, f.Report.FeedID, "client %d got a stream it did not ask for", i)
+				assert.Greater(t, f.Report.ObservationsTimestamp, last[f.Report.FeedID], "in order, never twice")
+				last[f.Report.FeedID] = f.Report.ObservationsTimestamp
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, wsOpen(env), int64(2), "64 clients over at most 2 upstream connections")
+
+	// Latest of a streamed feed is answered from the stream, with no
+	// REST call.
+	before := env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest)
+	for range 5 {
+		resp, body := demo.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		assert.Equal(t, "STREAM", resp.Header.Get("X-Cache"))
+		var f frame
+		require.NoError(t, json.Unmarshal(body, &f))
+		assert.Equal(t, btc, f.Report.FeedID)
+	}
+	assert.Equal(t, before, env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest), "no REST latest call")
+
+	// The upstream drops every connection: clients stay connected and keep
+	// receiving, without a duplicate.
+	c := conns[1]
+	seen := readFrames(t, ctx, c, 2)
+	last := map[string]int64{}
+	for _, f := range seen {
+		last[f.Report.FeedID] = f.Report.ObservationsTimestamp
+	}
+	require.Positive(t, env.Sim.DropWS(simulator.WSDrop{}))
+	for _, f := range readFrames(t, ctx, c, 6) {
+		assert.Greater(t, f.Report.ObservationsTimestamp, last[f.Report.FeedID], "no duplicate after the recovery")
+		last[f.Report.FeedID] = f.Report.ObservationsTimestamp
+	}
+}
+
+// TestWSLimitsAndErrors: the team's connection limit, a plain GET, and a
+// network without an upstream WebSocket.
+func TestWSLimitsAndErrors(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+		c.Realtime.TeamConnections = 2
+		c.Networks["testnet"].Upstream.WSURL = ""
+	}})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	for range 2 {
+		c, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+		require.NoError(t, err)
+		defer c.CloseNow()
+	}
+	_, resp, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+	require.Error(t, err)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "over the team's connection limit")
+
+	r, body := demo.Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
+	assert.Equal(t, http.StatusUpgradeRequired, r.StatusCode, string(body))
+
+	tbtc := env.FeedID(t, simulator.Testnet, "BTC", "USD", "V3")
+	_, resp, err = dialWS(ctx, demo, env.Testnet, "/api/v1/ws?feedIDs="+tbtc, "")
+	require.Error(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "no ws_url: a clear error, never a pass-through")
+	assert.Zero(t, env.Sim.Counters().WSTotal(simulator.Testnet).Accepted)
+}
