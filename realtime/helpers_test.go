@@ -1,0 +1,208 @@
+package realtime
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/simulator"
+)
+
+// t0 is the tests' clock at start.
+var t0 = time.Unix(1758586188, 0).UTC()
+
+// clock is a settable clock shared by the simulator and the hub.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a simulated mainnet upstream over loopback, on a settable clock
+// whose WebSocket connections look for new reports every 2 ms.
+type env struct {
+	sim *simulator.Simulator
+	srv *httptest.Server
+	clk *clock
+}
+
+func newEnv(t *testing.T, mutate func(*simulator.Config)) *env {
+	t.Helper()
+	clk := &clock{t: t0}
+	cfg := simulator.Default()
+	cfg.Now = clk.Now
+	cfg.RateLimit, cfg.Burst = 0, 0
+	cfg.WSTick = 2 * time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	sim, err := simulator.New(cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		sim.Close()
+	})
+	return &env{sim: sim, srv: srv, clk: clk}
+}
+
+// hub starts a hub on the env with short test settings.
+func (e *env) hub(t *testing.T, mutate func(*Config)) *Hub {
+	t.Helper()
+	cfg := Config{
+		Network:      "mainnet",
+		URL:          "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
+		APIKey:       simulator.OrgKeyID,
+		Secret:       []byte(simulator.OrgKeySecret),
+		Grace:        200 * time.Millisecond,
+		StallTimeout: 600 * time.Millisecond,
+		Now:          e.clk.Now,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	h, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	return h
+}
+
+// run moves the clock one second every period until the test ends.
+func (e *env) run(t *testing.T, period time.Duration) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				e.clk.Add(time.Second)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); wg.Wait() })
+}
+
+// open returns the upstream WebSocket connections open now.
+func (e *env) open() int64 { return e.sim.Counters().WSTotal(simulator.Mainnet).Open }
+
+// rest returns the REST answer for feed at ts.
+func (e *env) rest(t *testing.T, feed string, ts int64) []byte {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/api/v1/reports?feedID="+feed+"&timestamp="+strconv.FormatInt(ts, 10), nil)
+	require.NoError(t, err)
+	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	return b
+}
+
+// crypto returns n mainnet feeds published every second.
+func (e *env) crypto(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for _, s := range e.sim.Streams(simulator.Mainnet) {
+		if strings.HasSuffix(s.Name, "-RefPrice-DS-Premium-Global-003") && !slices.Contains(e.sim.Hidden(simulator.Mainnet), s.FeedID) {
+			out = append(out, s.FeedID)
+		}
+	}
+	require.GreaterOrEqual(t, len(out), n)
+	return out[:n]
+}
+
+// frame is one frame a collector received.
+type frame struct {
+	feed string
+	ts   int64
+	data []byte
+}
+
+// collector reads a subscription into memory.
+type collector struct {
+	sub  *Subscription
+	mu   sync.Mutex
+	got  []frame
+	done chan struct{}
+}
+
+func collect(t *testing.T, sub *Subscription) *collector {
+	c := &collector{sub: sub, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for b := range sub.C() {
+			id, ts, ok := parseFrame(b)
+			if !ok {
+				panic("unparsable frame: " + string(b))
+			}
+			c.mu.Lock()
+			c.got = append(c.got, frame{string(id), ts, b})
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(sub.Close)
+	return c
+}
+
+// of returns the frames of feed received so far.
+func (c *collector) of(feed string) []frame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []frame
+	for _, f := range c.got {
+		if f.feed == feed {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (c *collector) count(feed string) int { return len(c.of(feed)) }
+
+// consecutive checks that the frames of feed follow each other second by
+// second: no gap, no duplicate, in order.
+func consecutive(t *testing.T, fs []frame) {
+	t.Helper()
+	for i := 1; i < len(fs); i++ {
+		require.Equal(t, fs[i-1].ts+1, fs[i].ts, "frame %d of %s follows %d", i, fs[i].feed, fs[i-1].ts)
+	}
+}
+
+// increasing checks that the frames strictly increase.
+func increasing(t *testing.T, fs []frame) {
+	t.Helper()
+	for i := 1; i < len(fs); i++ {
+		require.Less(t, fs[i-1].ts, fs[i].ts, "frame %d of %s", i, fs[i].feed)
+	}
+}
+
+const wait = 15 * time.Second

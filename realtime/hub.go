@@ -1,0 +1,470 @@
+// Package realtime is the hub of one network: it holds few upstream
+// WebSocket connections (/api/v1/ws) carrying the union of the feeds its
+// consumers want, and fans their report frames out to many internal
+// subscriptions. It also keeps, per feed, the newest report, so that REST
+// latest can be answered without an upstream call (Latest).
+//
+// Feeds are wanted by subscriptions, by Config.Pinned and by REST demand
+// (Want: DemandThreshold calls within DemandWindow). The wanted set is split
+// into chunks of at most Config.FeedsPerConnection feeds, one upstream
+// connection per chunk and HA origin, within Config.MaxConnections. A
+// changed chunk is switched make-before-break; lost connections are
+// reconnected with backoff; a per-feed watermark on observationsTimestamp
+// drops the duplicates of HA origins, switches and reconnects.
+//
+// Timers (grace, demand, stall, backoff) run on the monotonic wall clock;
+// Config.Now only dates the signatures.
+package realtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxConnections     = 4
+	DefaultFeedsPerConnection = 50
+	DefaultGrace              = 30 * time.Second
+	DefaultStallTimeout       = 10 * time.Second
+)
+
+// REST demand: a feed asked for with Want DemandThreshold times within
+// DemandWindow is subscribed, and dropped Grace after the last Want once
+// no subscription holds it.
+const (
+	DemandThreshold = 3
+	DemandWindow    = 10 * time.Second
+	// maxDemandTracked bounds the feeds whose Want calls are remembered
+	// below the threshold.
+	maxDemandTracked = 4096
+)
+
+// Reconnect backoff: from backoffMin doubling to backoffMax, each wait
+// drawn uniformly in [half, whole].
+const (
+	backoffMin  = 500 * time.Millisecond
+	backoffMax  = 30 * time.Second
+	dialTimeout = 5 * time.Second
+)
+
+// Header names of HA origin discovery.
+const (
+	headerAvailableOrigins = "X-Cll-Available-Origins"
+	headerOrigin           = "X-Cll-Origin"
+	wsPath                 = "/api/v1/ws"
+)
+
+// Config configures a Hub; see the package documentation.
+type Config struct {
+	Network string // for logs and metric labels
+	// URL is the upstream's WebSocket base, ws:// or wss:// host[:port];
+	// any path is dropped and /api/v1/ws appended.
+	URL string
+	// APIKey and Secret are the organisation's credential: they sign every
+	// upgrade and the HEAD / of origin discovery.
+	APIKey string
+	Secret []byte
+	// MaxConnections caps the upstream connections, every origin and chunk
+	// together; default 4. A make-before-break switch holds one more per
+	// origin for a moment.
+	MaxConnections int
+	// FeedsPerConnection caps the feeds of one connection; default 50.
+	FeedsPerConnection int
+	// Grace is how long a feed nobody wants stays subscribed; default 30s.
+	Grace time.Duration
+	// Pinned are feeds always subscribed (0x and 64 lower-case hex).
+	Pinned []string
+	// StallTimeout: a connection without frame or pong for this long is
+	// replaced; default 10s. The hub pings every StallTimeout/3.
+	StallTimeout time.Duration
+	// HTTPClient sends HEAD /; nil: a client with a 5 s timeout.
+	HTTPClient *http.Client
+	Logger     *zap.Logger // nil: nop
+	Metrics    *Metrics    // nil: nothing recorded
+	// Now dates the signatures; nil: time.Now.
+	Now func() time.Time
+}
+
+// Hub holds a network's upstream WebSocket connections and fans their
+// frames out; see the package documentation. Safe for concurrent use.
+type Hub struct {
+	cfg     Config
+	base    string // scheme://host[:port] of the WebSocket
+	httpURL string // http(s)://host[:port]/ for HEAD /
+	log     *zap.Logger
+	mx      hubMetrics
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kickCh chan struct{}
+
+	// mu guards wants, demand, subs and closed, and the refs, pinned,
+	// idleSince and demandAt of every feed.
+	mu     sync.Mutex
+	wants  map[string]*feed // every wanted feed (including in grace)
+	demand map[string]*demandRing
+	subs   map[*Subscription]struct{}
+	closed bool
+
+	// feeds is the read side of wants for the frame path and Latest:
+	// replaced (copy on write) by the holder of mu.
+	feeds atomic.Pointer[map[string]*feed]
+
+	// Owned by the manager goroutine.
+	chunks   []*chunk
+	origins  []string
+	resolved bool
+
+	st     hubCounters
+	linkMu sync.Mutex
+	links  map[*link]struct{} // for Stats
+	carry  atomic.Int64       // feeds carried
+	over   atomic.Int64       // feeds wanted but not carried
+}
+
+// feed is one wanted feed: its subscribers, watermark and newest report.
+type feed struct {
+	id string
+
+	// Guarded by Hub.mu.
+	refs      int
+	pinned    bool
+	idleSince time.Time // when refs fell to 0
+	demandAt  time.Time // the last Want that counted
+
+	mu        sync.Mutex // guards subs and watermark; orders deliveries
+	subs      []*Subscription
+	watermark int64
+
+	latest atomic.Pointer[latest]
+}
+
+// latest is a feed's newest report and the connection that delivered it.
+type latest struct {
+	frame []byte
+	ts    int64
+	sess  *session
+}
+
+// demandRing holds the times of the last DemandThreshold Want calls.
+type demandRing struct {
+	t [DemandThreshold]time.Time
+	i int
+}
+
+type hubCounters struct {
+	framesIn, framesOut, duplicates, slowCloses, latestServed atomic.Int64
+	reconnDrop, reconnStall, reconnRefused                    atomic.Int64
+}
+
+// New validates cfg, applies the defaults and starts the hub's manager.
+// No connection is opened until a feed is wanted (at once for Pinned).
+func New(cfg Config) (*Hub, error) {
+	var errs []error
+	u, err := url.Parse(cfg.URL)
+	var base, httpURL string
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("realtime: URL: %w", err))
+	case u.Host == "" || (u.Scheme != "ws" && u.Scheme != "wss"):
+		errs = append(errs, fmt.Errorf("realtime: URL %q: want ws:// or wss:// and a host", cfg.URL))
+	default:
+		base = u.Scheme + "://" + u.Host
+		httpURL = "http" + strings.TrimPrefix(u.Scheme, "ws") + "://" + u.Host + "/"
+	}
+	if cfg.APIKey == "" || len(cfg.Secret) == 0 {
+		errs = append(errs, errors.New("realtime: APIKey and Secret are required"))
+	}
+	if cfg.MaxConnections < 0 || cfg.FeedsPerConnection < 0 || cfg.Grace < 0 || cfg.StallTimeout < 0 {
+		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection, Grace and StallTimeout must not be negative"))
+	}
+	for _, p := range cfg.Pinned {
+		if !validFeedID(p) {
+			errs = append(errs, fmt.Errorf("realtime: pinned feed %q: want 0x and 64 lower-case hex digits", p))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.FeedsPerConnection == 0 {
+		cfg.FeedsPerConnection = DefaultFeedsPerConnection
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Hub{
+		cfg: cfg, base: base, httpURL: httpURL,
+		log:    cfg.Logger.With(zap.String("network", cfg.Network)),
+		kickCh: make(chan struct{}, 1),
+		wants:  map[string]*feed{},
+		demand: map[string]*demandRing{},
+		subs:   map[*Subscription]struct{}{},
+		links:  map[*link]struct{}{},
+	}
+	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	for _, p := range cfg.Pinned {
+		h.want(p).pinned = true
+	}
+	h.publishFeeds()
+	h.wg.Add(1)
+	go h.manage()
+	h.kick()
+	return h, nil
+}
+
+// Close closes every upstream connection and every subscription (their Err
+// is ErrHubClosed) and waits for the hub's goroutines. Idempotent.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.wg.Wait()
+		return
+	}
+	h.closed = true
+	subs := h.subs
+	h.subs = map[*Subscription]struct{}{}
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	for s := range subs {
+		if s.end(ErrHubClosed) {
+			h.mx.subscribers.Add(-1)
+		}
+	}
+}
+
+// Subscribe registers a consumer of feeds (validated, lower-case, without
+// duplicates, entitled by the caller) with a queue of queue frames
+// (DefaultQueue when < 1). The hub connects upstream for the feeds not yet
+// carried. The newest report the hub holds of each feed, if valid (see
+// Latest), comes first, then every newer report, each once, in
+// observationsTimestamp order per feed, as the upstream's bytes. Feeds
+// over the connection budget get nothing (Stats.FeedsUncarried). After
+// Close, the subscription is returned already ended with ErrHubClosed.
+func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
+	if queue < 1 {
+		queue = DefaultQueue
+	}
+	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue)}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		s.end(ErrHubClosed)
+		s.releaseOnce.Do(func() {})
+		return s
+	}
+	h.subs[s] = struct{}{}
+	added := false
+	for _, id := range feeds {
+		f := h.wants[id]
+		if f == nil {
+			f = h.want(id)
+			added = true
+		}
+		f.refs++
+		f.idleSince = time.Time{}
+	}
+	if added {
+		h.publishFeeds()
+	}
+	h.mx.subscribers.Add(1)
+	// Under h.mu, so that a release cannot interleave; the feed locks
+	// order the newest report before every newer frame.
+	var overflow bool
+	for _, id := range feeds {
+		f := h.wants[id]
+		f.mu.Lock()
+		f.subs = append(f.subs, s)
+		if l := f.latest.Load(); l != nil && l.sess.valid() {
+			if sent, o := s.send(l.frame); sent {
+				h.mx.delivered(1)
+			} else if o {
+				overflow = true
+			}
+		}
+		f.mu.Unlock()
+	}
+	h.mu.Unlock()
+	if overflow {
+		h.mx.slowClose()
+		s.release()
+	}
+	if added {
+		h.kick()
+	}
+	return s
+}
+
+// want returns the new feed entry of id. Called with h.mu held; the caller
+// publishes.
+func (h *Hub) want(id string) *feed {
+	f := h.wants[id]
+	if f == nil {
+		f = &feed{id: id}
+		h.wants[id] = f
+	}
+	return f
+}
+
+// publishFeeds makes the wanted set visible to the frame path. Called with
+// h.mu held.
+func (h *Hub) publishFeeds() {
+	m := make(map[string]*feed, len(h.wants))
+	for id, f := range h.wants {
+		m[id] = f
+	}
+	h.feeds.Store(&m)
+}
+
+// release removes s from its feeds; the feeds nobody wants any more start
+// their grace.
+func (h *Hub) release(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[s]; !ok {
+		return // the hub closed
+	}
+	delete(h.subs, s)
+	h.mx.subscribers.Add(-1)
+	now := time.Now()
+	for _, id := range s.feeds {
+		f := h.wants[id]
+		if f == nil {
+			continue
+		}
+		f.mu.Lock()
+		if i := slices.Index(f.subs, s); i >= 0 {
+			// A new slice: a delivery never sees it change under it.
+			f.subs = slices.Delete(slices.Clone(f.subs), i, i+1)
+		}
+		f.mu.Unlock()
+		if f.refs--; f.refs == 0 {
+			f.idleSince = now
+		}
+	}
+}
+
+// Latest returns the newest report frame the hub holds for feed (the
+// upstream's bytes: exactly the JSON {"report":{...}} that REST latest
+// answers) and its observationsTimestamp, only while the upstream
+// connection that delivered it has stayed up since (or was replaced
+// make-before-break by one that is still up); ok is false otherwise, and
+// when feed is not streamed. Lock-free; each answer with ok true is
+// counted (streamgate_ws_latest_served_total).
+func (h *Hub) Latest(feed string) (frame []byte, observationsTimestamp int64, ok bool) {
+	f := (*h.feeds.Load())[feed]
+	if f == nil {
+		return nil, 0, false
+	}
+	l := f.latest.Load()
+	if l == nil || !l.sess.valid() {
+		return nil, 0, false
+	}
+	h.st.latestServed.Add(1)
+	h.mx.latestServed.Inc()
+	return l.frame, l.ts, true
+}
+
+// Want records REST demand for feed: a latest request the hub could not
+// answer. DemandThreshold calls within DemandWindow subscribe the feed; it
+// is dropped Grace after the last call once no subscription holds it.
+// Malformed feed IDs are ignored.
+func (h *Hub) Want(feed string) {
+	if !validFeedID(feed) {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	if f := h.wants[feed]; f != nil {
+		f.demandAt = now
+		h.mu.Unlock()
+		return
+	}
+	r := h.demand[feed]
+	if r == nil {
+		if len(h.demand) >= maxDemandTracked {
+			h.pruneDemand(now)
+		}
+		r = &demandRing{}
+		h.demand[feed] = r
+	}
+	r.t[r.i] = now
+	r.i = (r.i + 1) % DemandThreshold
+	oldest := r.t[r.i] // the DemandThreshold-th last call
+	if oldest.IsZero() || now.Sub(oldest) > DemandWindow {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.demand, feed)
+	f := h.want(feed)
+	f.demandAt = now
+	f.idleSince = now
+	h.publishFeeds()
+	h.mu.Unlock()
+	h.kick()
+}
+
+// pruneDemand forgets the demand older than DemandWindow, or all of it when
+// none is. Called with h.mu held.
+func (h *Hub) pruneDemand(now time.Time) {
+	for id, r := range h.demand {
+		newest := r.t[(r.i+DemandThreshold-1)%DemandThreshold]
+		if now.Sub(newest) > DemandWindow {
+			delete(h.demand, id)
+		}
+	}
+	if len(h.demand) >= maxDemandTracked {
+		clear(h.demand)
+	}
+}
+
+// kick asks the manager to reconcile.
+func (h *Hub) kick() {
+	select {
+	case h.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// backoff returns the wait before reconnect attempt n (0 first).
+func backoff(n int) time.Duration {
+	d := backoffMax
+	if n < 16 {
+		d = min(backoffMin<<n, backoffMax)
+	}
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,287 @@
+package realtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"streamgate/auth"
+)
+
+// The states of an upstream connection (metric label state).
+const (
+	stateConnecting = "connecting"
+	stateUp         = "up"
+	stateDown       = "down" // waiting to reconnect
+)
+
+// The reasons of a reconnect (metric label reason).
+const (
+	reasonDrop    = "drop"
+	reasonStall   = "stall"
+	reasonRefused = "refused"
+)
+
+// link keeps one upstream connection for a fixed feed list and origin: it
+// dials, reads, pings, and reconnects with backoff until retired.
+type link struct {
+	h      *Hub
+	origin string // "" without HA
+	feeds  []string
+	target string // /api/v1/ws?feedIDs=a,b: the request target, as signed
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	state     atomic.Pointer[string]
+	sess      atomic.Pointer[session] // the newest connection's session
+	first     chan struct{}           // closed at the first frame
+	firstOnce sync.Once
+}
+
+// session is one connection's life, for Latest: valid while the
+// connection is up, or while the connection that replaced it
+// make-before-break is.
+type session struct {
+	alive atomic.Bool
+	next  atomic.Pointer[session]
+}
+
+// valid reports whether the session, or the chain of its make-before-break
+// successors, is up.
+func (s *session) valid() bool {
+	for i := 0; s != nil && i < 8; i++ {
+		if s.alive.Load() {
+			return true
+		}
+		s = s.next.Load()
+	}
+	return false
+}
+
+// startLink starts a link's goroutine.
+func (h *Hub) startLink(origin string, feeds []string) *link {
+	l := &link{h: h, origin: origin, feeds: feeds, first: make(chan struct{}),
+		target: wsPath + "?feedIDs=" + strings.Join(feeds, ",")}
+	l.ctx, l.cancel = context.WithCancel(h.ctx)
+	h.linkMu.Lock()
+	h.links[l] = struct{}{}
+	h.linkMu.Unlock()
+	h.wg.Add(1)
+	go l.run()
+	return l
+}
+
+// retire closes the link; when succ is up, the Latest answers the link
+// delivered stay valid while succ stays up.
+func (l *link) retire(succ *link) {
+	if cur := l.sess.Load(); cur != nil && succ != nil {
+		if ss := succ.sess.Load(); ss != nil && ss.alive.Load() {
+			cur.next.Store(ss)
+		}
+	}
+	l.cancel()
+}
+
+func (l *link) setState(s *string) {
+	old := l.state.Swap(s)
+	if old != nil {
+		l.h.mx.conns(l.origin, *old).Dec()
+	}
+	if s != nil {
+		l.h.mx.conns(l.origin, *s).Inc()
+	}
+}
+
+var (
+	pConnecting = ptr(stateConnecting)
+	pUp         = ptr(stateUp)
+	pDown       = ptr(stateDown)
+)
+
+func ptr(s string) *string { return &s }
+
+func (l *link) run() {
+	h := l.h
+	defer h.wg.Done()
+	defer func() {
+		l.setState(nil)
+		h.linkMu.Lock()
+		delete(h.links, l)
+		h.linkMu.Unlock()
+	}()
+	log := h.log.With(zap.String("origin", l.origin), zap.Int("feeds", len(l.feeds)))
+	for attempt := 0; ; attempt++ {
+		l.setState(pConnecting)
+		c, err := l.dial()
+		if err != nil {
+			if l.ctx.Err() != nil {
+				return
+			}
+			h.reconnected(reasonRefused)
+			log.Warn("upstream WebSocket refused", zap.Error(err), zap.Int("attempt", attempt+1))
+		} else {
+			sess := &session{}
+			sess.alive.Store(true)
+			l.sess.Store(sess)
+			l.setState(pUp)
+			frames, reason := l.serve(c, sess)
+			sess.alive.Store(false)
+			c.CloseNow()
+			if l.ctx.Err() != nil {
+				return
+			}
+			h.reconnected(reason)
+			log.Warn("upstream WebSocket lost", zap.String("reason", reason), zap.Int64("frames", frames))
+			if frames > 0 {
+				attempt = 0
+			}
+		}
+		l.setState(pDown)
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// dial opens the connection, signed over the exact request target.
+func (l *link) dial() (*websocket.Conn, error) {
+	h := l.h
+	u := h.base + l.target
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if req.URL.RequestURI() != l.target {
+		return nil, errors.New("realtime: the request target would not go on the wire as signed")
+	}
+	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
+	if l.origin != "" {
+		req.Header.Set(headerOrigin, l.origin)
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPHeader:      req.Header,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	return c, err
+}
+
+// serve reads frames until the connection ends, and pings: a connection
+// without frame or pong for StallTimeout is closed as stalled. It returns
+// the frames read and why it ended.
+func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason string) {
+	h := l.h
+	stall := h.cfg.StallTimeout
+	start := time.Now()
+	var last atomic.Int64 // since start, at the last frame or pong
+	var stalled atomic.Bool
+	pctx, pcancel := context.WithCancel(l.ctx)
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		t := time.NewTicker(stall / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+			if time.Since(start)-time.Duration(last.Load()) > stall {
+				stalled.Store(true)
+				c.CloseNow()
+				return
+			}
+			ctx, cancel := context.WithTimeout(pctx, stall/3)
+			if c.Ping(ctx) == nil {
+				last.Store(int64(time.Since(start)))
+			}
+			cancel()
+		}
+	}()
+	defer func() {
+		pcancel()
+		<-pingDone
+		if stalled.Load() {
+			reason = reasonStall
+		}
+	}()
+	var buf bytes.Buffer
+	for {
+		typ, r, err := c.Reader(l.ctx)
+		if err == nil {
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
+		if err != nil {
+			return frames, reasonDrop
+		}
+		last.Store(int64(time.Since(start)))
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		frames++
+		h.deliver(l, sess, bytes.Clone(buf.Bytes()))
+		l.firstOnce.Do(func() { close(l.first) })
+	}
+}
+
+// deliver hands one frame to the subscribers of its feed, unless it is not
+// newer than the feed's watermark.
+func (h *Hub) deliver(l *link, sess *session, frame []byte) {
+	h.mx.frameIn(l.origin)
+	id, ts, ok := parseFrame(frame)
+	if !ok {
+		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.Int("bytes", len(frame)))
+		return
+	}
+	f := (*h.feeds.Load())[string(id)]
+	if f == nil {
+		return // no longer wanted
+	}
+	var slow []*Subscription
+	n := 0
+	f.mu.Lock()
+	if ts <= f.watermark {
+		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.sess.valid() {
+			// The same report from a connection that is up.
+			f.latest.Store(&latest{frame: cur.frame, ts: ts, sess: sess})
+		}
+		f.mu.Unlock()
+		h.mx.duplicate()
+		return
+	}
+	f.watermark = ts
+	f.latest.Store(&latest{frame: frame, ts: ts, sess: sess})
+	for _, s := range f.subs {
+		sent, overflow := s.send(frame)
+		if sent {
+			n++
+		} else if overflow {
+			slow = append(slow, s)
+		}
+	}
+	f.mu.Unlock()
+	h.mx.delivered(n)
+	for _, s := range slow {
+		h.mx.slowClose()
+		s.release()
+	}
+}

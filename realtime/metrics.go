@@ -1,0 +1,63 @@
+package realtime
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the hub's Prometheus metrics, shared by the hubs of every
+// network (each hub labels its series with its network). Every name starts
+// with streamgate_ws_; the labels are network and bounded ones (origin,
+// state, reason).
+//
+//	streamgate_ws_upstream_connections{network,origin,state}  gauge: state connecting, up or down (waiting to reconnect)
+//	streamgate_ws_feeds_subscribed{network}                   gauge: feeds carried by an upstream connection
+//	streamgate_ws_feeds_uncarried{network}                    gauge: feeds wanted but over the connection budget
+//	streamgate_ws_subscribers{network}                        gauge: open subscriptions
+//	streamgate_ws_frames_received_total{network,origin}       report frames read from the upstream
+//	streamgate_ws_frames_delivered_total{network}             frames queued to subscriptions (one per subscription)
+//	streamgate_ws_duplicates_dropped_total{network}           frames at or below a feed's watermark (HA twins, overlaps)
+//	streamgate_ws_slow_consumer_closes_total{network}         subscriptions closed because their queue overflowed
+//	streamgate_ws_reconnects_total{network,reason}            reason drop, stall or refused
+//	streamgate_ws_latest_served_total{network}                Latest calls answered (ok true); counted by the hub inside Latest
+type Metrics struct {
+	conns        *prometheus.GaugeVec
+	feeds        *prometheus.GaugeVec
+	uncarried    *prometheus.GaugeVec
+	subscribers  *prometheus.GaugeVec
+	framesIn     *prometheus.CounterVec
+	framesOut    *prometheus.CounterVec
+	duplicates   *prometheus.CounterVec
+	slowCloses   *prometheus.CounterVec
+	reconnects   *prometheus.CounterVec
+	latestServed *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_upstream_connections",
+			Help: "Upstream WebSocket connections, by origin and state (connecting, up, down)."}, []string{"network", "origin", "state"}),
+		feeds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_feeds_subscribed",
+			Help: "Feeds carried by the upstream WebSocket connections."}, []string{"network"}),
+		uncarried: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_feeds_uncarried",
+			Help: "Feeds wanted but not carried: over the upstream connection budget."}, []string{"network"}),
+		subscribers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_subscribers",
+			Help: "Open subscriptions to the hub."}, []string{"network"}),
+		framesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_frames_received_total",
+			Help: "Report frames received from the upstream."}, []string{"network", "origin"}),
+		framesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_frames_delivered_total",
+			Help: "Report frames queued to subscriptions."}, []string{"network"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_duplicates_dropped_total",
+			Help: "Report frames dropped as not newer than the feed's watermark."}, []string{"network"}),
+		slowCloses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_slow_consumer_closes_total",
+			Help: "Subscriptions closed because their queue overflowed."}, []string{"network"}),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_reconnects_total",
+			Help: "Upstream WebSocket reconnects, by reason (drop, stall, refused)."}, []string{"network", "reason"}),
+		latestServed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_latest_served_total",
+			Help: "Latest reports answered from the stream."}, []string{"network"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
+			m.duplicates, m.slowCloses, m.reconnects, m.latestServed)
+	}
+	return m
+}

@@ -1,0 +1,91 @@
+package realtime
+
+import (
+	"errors"
+	"sync"
+)
+
+// The reasons a subscription ends, from Err.
+var (
+	// ErrSlowConsumer: the subscription's queue overflowed.
+	ErrSlowConsumer = errors.New("realtime: slow consumer: queue overflowed")
+	// ErrHubClosed: the hub was closed.
+	ErrHubClosed = errors.New("realtime: hub closed")
+)
+
+// DefaultQueue is the queue length of a subscription asked with queue < 1.
+const DefaultQueue = 64
+
+// Subscription is one consumer's view of a set of feeds: the report frames,
+// in a bounded queue. Its memory is the struct, its feed list (shared with
+// the caller's slice) and the queue: one slice header (24 bytes) per slot,
+// the frames themselves being shared by every subscriber.
+type Subscription struct {
+	h     *Hub
+	feeds []string
+	ch    chan []byte
+
+	mu     sync.Mutex // guards the send and the close of ch, closed, err
+	closed bool
+	err    error
+
+	releaseOnce sync.Once
+}
+
+// C returns the frames, one report each, the upstream's bytes unchanged.
+// The slices are shared with other subscribers: never modify them. C is
+// closed when the subscription ends; then Err says why.
+func (s *Subscription) C() <-chan []byte { return s.ch }
+
+// Err returns, once C is closed, why: nil after Close, ErrSlowConsumer when
+// the queue overflowed, ErrHubClosed when the hub was closed. Before, nil.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription; the hub releases its feeds (an upstream
+// subscription nobody else wants is dropped after Config.Grace).
+// Idempotent, and safe after the subscription ended otherwise.
+func (s *Subscription) Close() {
+	s.end(nil)
+	s.release()
+}
+
+// send queues frame without blocking; it reports false when the queue was
+// full, in which case the subscription is closed with ErrSlowConsumer (the
+// caller releases it). Called with the feed's lock held.
+func (s *Subscription) send(frame []byte) (sent, overflow bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, false
+	}
+	select {
+	case s.ch <- frame:
+		return true, false
+	default:
+		s.closed, s.err = true, ErrSlowConsumer
+		close(s.ch)
+		return false, true
+	}
+}
+
+// end closes the channel with err unless it is closed already; it reports
+// whether it closed it.
+func (s *Subscription) end(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.closed, s.err = true, err
+	close(s.ch)
+	return true
+}
+
+// release gives the subscription's feeds back to the hub, once.
+func (s *Subscription) release() {
+	s.releaseOnce.Do(func() { s.h.release(s) })
+}
