@@ -403,14 +403,12 @@ func TestPassThrough(t *testing.T) {
 	assert.Equal(t, "{001,002}", resp.Header.Get("X-Cll-Available-Origins"))
 	assert.Equal(t, int64(1), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointRoot))
 
-	// A WebSocket request whose streams are valid and entitled is
-	// forwarded, re-signed, and the upstream's answer passed through.
+	// A WebSocket is never passed through: the gateway answers a plain GET
+	// of /api/v1/ws itself (ws_test.go has the stream).
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	before := env.UpstreamCalls()
 	resp2, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
-	assert.NotEqual(t, http.StatusUnauthorized, resp2.StatusCode, string(body))
-	assert.NotEqual(t, http.StatusBadRequest, resp2.StatusCode, string(body))
-	assert.Greater(t, env.UpstreamCalls(), before, "an entitled request reaches the upstream")
+	assert.Equal(t, http.StatusUpgradeRequired, resp2.StatusCode, string(body))
+	assert.Zero(t, env.Sim.Counters().WSTotal("").Accepted+env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointWS))
 }
 
 func TestUpstreamFailures(t *testing.T) {

@@ -204,5 +204,9 @@ func (e *Env) FeedID(t testing.TB, network, base, quote, schema string) string {
 	return ""
 }
 
-// UpstreamCalls returns the requests the simulator received, all networks.
-func (e *Env) UpstreamCalls() int64 { return e.Sim.Counters().Total() }
+// UpstreamCalls returns the REST requests the simulator received, all
+// networks. The hub's WebSocket connections, which demand elsewhere may
+// open at any time, are counted apart (Sim.Counters().WSTotal).
+func (e *Env) UpstreamCalls() int64 {
+	return e.Sim.Counters().Sum(func(c simulator.Count) bool { return c.Endpoint != simulator.EndpointWS })
+}
