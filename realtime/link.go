@@ -196,7 +196,7 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 	pingDone := make(chan struct{})
 	go func() {
 		defer close(pingDone)
-		t := time.NewTicker(stall / 3)
+		t := time.NewTicker(max(stall/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
@@ -209,7 +209,7 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 				c.CloseNow()
 				return
 			}
-			ctx, cancel := context.WithTimeout(pctx, stall/3)
+			ctx, cancel := context.WithTimeout(pctx, max(stall/3, time.Millisecond))
 			if c.Ping(ctx) == nil {
 				last.Store(int64(time.Since(start)))
 			}
