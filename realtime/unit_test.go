@@ -106,3 +106,18 @@ func TestSubscriptionMemory(t *testing.T) {
 	}
 	assert.Equal(t, 0, h.Stats().Subscribers)
 }
+
+// TestUpgradeSignature checks the upgrade's signature against the
+// published vector for a raw comma.
+func TestUpgradeSignature(t *testing.T) {
+	h, err := New(Config{URL: "ws://ws.example", APIKey: "clientId", Secret: []byte("userSecret"),
+		Now: func() time.Time { return time.UnixMilli(1718885772000) }})
+	require.NoError(t, err)
+	defer h.Close()
+	target := "/api/v1/ws?feedIDs=0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782,0x00037da06d56d083fe599397a4769a042d63aa73dc4ef57709d31e9971a5b439"
+	req, err := h.upgradeRequest(target, "002")
+	require.NoError(t, err)
+	assert.Equal(t, target, req.URL.RequestURI())
+	assert.Equal(t, "6bf268bf66d540528d4bad7d9dabb7809e8c25a0bed3b9b8b0453e0417ee1948", req.Header.Get("X-Authorization-Signature-SHA256"))
+	assert.Equal(t, "002", req.Header.Get("X-Cll-Origin"))
+}
