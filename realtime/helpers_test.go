@@ -206,3 +206,13 @@ func increasing(t *testing.T, fs []frame) {
 }
 
 const wait = 15 * time.Second
+
+type simulatorConfig = simulator.Config
+
+func simulatorDrop() simulator.WSDrop { return simulator.WSDrop{} }
+
+func simulatorDropOrigin(o string) simulator.WSDrop { return simulator.WSDrop{Origin: o} }
+
+func stall(on bool) simulator.Faults { return simulator.Faults{WSStall: on} }
+
+func refuse(status int) simulator.Faults { return simulator.Faults{WSRefuse: status} }

@@ -364,8 +364,10 @@ func (h *Hub) release(s *Subscription) {
 		}
 		f.mu.Lock()
 		if i := slices.Index(f.subs, s); i >= 0 {
-			// A new slice: a delivery never sees it change under it.
-			f.subs = slices.Delete(slices.Clone(f.subs), i, i+1)
+			last := len(f.subs) - 1
+			f.subs[i] = f.subs[last]
+			f.subs[last] = nil
+			f.subs = f.subs[:last]
 		}
 		f.mu.Unlock()
 		if f.refs--; f.refs == 0 {

@@ -48,3 +48,227 @@ func TestFanOutSharesConnections(t *testing.T) {
 	assert.Equal(t, 60, st.Subscribers)
 	assert.Greater(t, st.FramesOut, st.FramesIn)
 }
+
+// Adding and dropping a feed switches the chunk make-before-break: the
+// subscribers of another feed see neither a gap nor a duplicate.
+func TestMakeBeforeBreak(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.hub(t, nil)
+	feeds := e.crypto(t, 2)
+	a, b := feeds[0], feeds[1]
+	ca := collect(t, h.Subscribe([]string{a}, 0))
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool { return ca.count(a) >= 5 }, wait, 5*time.Millisecond)
+
+	cb := collect(t, h.Subscribe([]string{b}, 0))
+	require.Eventually(t, func() bool { return cb.count(b) >= 5 }, wait, 5*time.Millisecond)
+	n := ca.count(a)
+	require.Eventually(t, func() bool { return ca.count(a) >= n+5 }, wait, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.open() == 1 }, wait, 5*time.Millisecond, "the old connection closed")
+
+	cb.sub.Close()
+	// After the grace, the chunk carries A alone again.
+	require.Eventually(t, func() bool {
+		st := h.Stats()
+		return st.FeedsSubscribed == 1 && len(st.Connections) == 1 && st.Connections[0].Feeds == 1 && e.open() == 1
+	}, wait, 5*time.Millisecond)
+	n = ca.count(a)
+	require.Eventually(t, func() bool { return ca.count(a) >= n+5 }, wait, 5*time.Millisecond)
+	consecutive(t, ca.of(a))
+	_, _, ok := h.Latest(b)
+	assert.False(t, ok, "a dropped feed is not streamed")
+	assert.GreaterOrEqual(t, e.sim.Counters().WSTotal("mainnet").Accepted, int64(3))
+}
+
+// Dropped and stalled upstream connections are replaced; subscriptions
+// stay open and see no duplicate.
+func TestDropAndStall(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.hub(t, nil)
+	a := e.crypto(t, 1)[0]
+	c := collect(t, h.Subscribe([]string{a}, 0))
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count(a) >= 5 }, wait, 5*time.Millisecond)
+
+	require.Equal(t, 1, e.sim.DropWS(simulatorDrop()))
+	require.Eventually(t, func() bool { return h.Stats().Reconnects[reasonDrop] == 1 }, wait, 5*time.Millisecond)
+	n := c.count(a)
+	require.Eventually(t, func() bool { return c.count(a) >= n+5 }, wait, 5*time.Millisecond)
+
+	require.NoError(t, e.sim.SetFaults(stall(true)))
+	require.Eventually(t, func() bool { return h.Stats().Reconnects[reasonStall] >= 1 }, wait, 5*time.Millisecond)
+	require.NoError(t, e.sim.SetFaults(stall(false)))
+	n = c.count(a)
+	require.Eventually(t, func() bool { return c.count(a) >= n+5 }, wait, 5*time.Millisecond)
+
+	select {
+	case <-c.done:
+		t.Fatal("the subscription ended")
+	default:
+	}
+	increasing(t, c.of(a))
+	assert.Equal(t, 1, h.Stats().Subscribers)
+}
+
+// A refused upgrade is retried with backoff.
+func TestRefusedUpgradeRetried(t *testing.T) {
+	e := newEnv(t, nil)
+	require.NoError(t, e.sim.SetFaults(refuse(503)))
+	h := e.hub(t, nil)
+	a := e.crypto(t, 1)[0]
+	c := collect(t, h.Subscribe([]string{a}, 0))
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool { return h.Stats().Reconnects[reasonRefused] >= 2 }, wait, 5*time.Millisecond)
+	require.NoError(t, e.sim.SetFaults(refuse(0)))
+	require.Eventually(t, func() bool { return c.count(a) >= 3 }, wait, 5*time.Millisecond)
+	consecutive(t, c.of(a))
+}
+
+// A subscriber that never reads is closed; the others get everything.
+func TestSlowConsumer(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.hub(t, nil)
+	a := e.crypto(t, 1)[0]
+	fast := collect(t, h.Subscribe([]string{a}, 0))
+	slow := h.Subscribe([]string{a}, 1)
+	t.Cleanup(slow.Close)
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool { return h.Stats().SlowCloses == 1 }, wait, 5*time.Millisecond)
+	n := 0
+	for range slow.C() {
+		n++
+	}
+	assert.LessOrEqual(t, n, 1)
+	assert.ErrorIs(t, slow.Err(), ErrSlowConsumer)
+	require.Eventually(t, func() bool { return fast.count(a) >= 10 }, wait, 5*time.Millisecond)
+	consecutive(t, fast.of(a))
+	assert.Equal(t, 1, h.Stats().Subscribers)
+	slow.Close() // idempotent after the overflow
+	assert.ErrorIs(t, slow.Err(), ErrSlowConsumer)
+}
+
+// With two HA origins a chunk has two connections and every report is
+// delivered once.
+func TestHighAvailability(t *testing.T) {
+	e := newEnv(t, func(c *simulatorConfig) { c.HAOrigins = []string{"001", "002"} })
+	h := e.hub(t, nil)
+	feeds := e.crypto(t, 2)
+	c := collect(t, h.Subscribe(feeds, 0))
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool { return c.count(feeds[0]) >= 10 && c.count(feeds[1]) >= 10 }, wait, 5*time.Millisecond)
+	assert.Equal(t, int64(2), e.open())
+	st := h.Stats()
+	require.Len(t, st.Connections, 2)
+	assert.Equal(t, "001", st.Connections[0].Origin)
+	assert.Equal(t, "002", st.Connections[1].Origin)
+	assert.Positive(t, st.Duplicates)
+	for _, f := range feeds {
+		consecutive(t, c.of(f))
+	}
+	// One origin lost: the other carries on, without gap.
+	e.sim.DropWS(simulatorDropOrigin("001"))
+	n := c.count(feeds[0])
+	require.Eventually(t, func() bool { return c.count(feeds[0]) >= n+5 }, wait, 5*time.Millisecond)
+	consecutive(t, c.of(feeds[0]))
+	require.Eventually(t, func() bool { return e.open() == 2 }, wait, 5*time.Millisecond)
+}
+
+// Latest is valid after a frame, not after its connection dropped, and
+// again once a frame arrived on the new connection.
+func TestLatest(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.hub(t, nil)
+	a := e.crypto(t, 1)[0]
+	_, _, ok := h.Latest(a)
+	assert.False(t, ok, "not streamed")
+	c := collect(t, h.Subscribe([]string{a}, 0))
+	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
+	_, _, ok = h.Latest(a)
+	assert.False(t, ok, "no frame yet")
+	e.clk.Add(time.Second)
+	require.Eventually(t, func() bool { return c.count(a) == 1 }, wait, 5*time.Millisecond)
+	frame, ts, ok := h.Latest(a)
+	require.True(t, ok)
+	assert.Equal(t, c.of(a)[0].ts, ts)
+	assert.Equal(t, string(e.rest(t, a, ts)), string(frame))
+
+	e.sim.DropWS(simulatorDrop())
+	require.Eventually(t, func() bool { _, _, ok := h.Latest(a); return !ok }, wait, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
+	_, _, ok = h.Latest(a)
+	assert.False(t, ok, "the new connection has delivered nothing yet")
+	e.clk.Add(time.Second)
+	require.Eventually(t, func() bool { _, ts2, ok := h.Latest(a); return ok && ts2 == ts+1 }, wait, 5*time.Millisecond)
+
+	// A new subscriber gets the newest report first.
+	c2 := collect(t, h.Subscribe([]string{a}, 0))
+	require.Eventually(t, func() bool { return c2.count(a) == 1 }, wait, 5*time.Millisecond)
+	assert.Equal(t, ts+1, c2.of(a)[0].ts)
+	assert.Equal(t, int64(3), h.Stats().LatestServed)
+}
+
+// Repeated REST demand subscribes a feed; it is dropped after the grace.
+func TestWant(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.hub(t, nil)
+	a := e.crypto(t, 1)[0]
+	e.run(t, 30*time.Millisecond)
+	for range DemandThreshold - 1 {
+		h.Want(a)
+	}
+	h.Want("0xnot-a-feed")
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, 0, h.Stats().FeedsWanted, "below the threshold")
+	h.Want(a)
+	require.Eventually(t, func() bool { _, _, ok := h.Latest(a); return ok }, wait, 5*time.Millisecond)
+	assert.Equal(t, 1, h.Stats().FeedsSubscribed)
+	// No more demand: dropped after the grace, connection closed.
+	require.Eventually(t, func() bool { return h.Stats().FeedsWanted == 0 && e.open() == 0 }, wait, 5*time.Millisecond)
+	_, _, ok := h.Latest(a)
+	assert.False(t, ok)
+}
+
+// More feeds than fit: the budget holds, the rest is counted uncarried.
+func TestMaxConnections(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.hub(t, func(c *Config) { c.MaxConnections = 2; c.FeedsPerConnection = 2 })
+	feeds := e.crypto(t, 5)
+	c := collect(t, h.Subscribe(feeds, 0))
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool {
+		st := h.Stats()
+		return st.Up() == 2 && st.FeedsSubscribed == 4 && st.FeedsUncarried == 1
+	}, wait, 5*time.Millisecond)
+	carried := 0
+	require.Eventually(t, func() bool {
+		carried = 0
+		for _, f := range feeds {
+			if c.count(f) >= 3 {
+				carried++
+			}
+		}
+		return carried == 4
+	}, wait, 5*time.Millisecond)
+	assert.Equal(t, int64(2), e.open())
+	assert.Equal(t, 5, h.Stats().FeedsWanted)
+}
+
+// Pinned feeds are carried without a subscriber; Close ends every
+// subscription with ErrHubClosed.
+func TestPinnedAndClose(t *testing.T) {
+	e := newEnv(t, nil)
+	feeds := e.crypto(t, 2)
+	h := e.hub(t, func(c *Config) { c.Pinned = feeds[:1] })
+	e.run(t, 30*time.Millisecond)
+	require.Eventually(t, func() bool { _, _, ok := h.Latest(feeds[0]); return ok }, wait, 5*time.Millisecond)
+	sub := h.Subscribe(feeds, 4)
+	h.Close()
+	for range sub.C() {
+	}
+	assert.ErrorIs(t, sub.Err(), ErrHubClosed)
+	require.Eventually(t, func() bool { return e.open() == 0 }, wait, 5*time.Millisecond)
+	late := h.Subscribe(feeds, 1)
+	_, open := <-late.C()
+	assert.False(t, open)
+	assert.ErrorIs(t, late.Err(), ErrHubClosed)
+}

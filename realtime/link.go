@@ -158,22 +158,13 @@ func (l *link) run() {
 
 // dial opens the connection, signed over the exact request target.
 func (l *link) dial() (*websocket.Conn, error) {
-	h := l.h
-	u := h.base + l.target
-	req, err := http.NewRequest(http.MethodGet, u, nil)
+	req, err := l.h.upgradeRequest(l.target, l.origin)
 	if err != nil {
 		return nil, err
 	}
-	if req.URL.RequestURI() != l.target {
-		return nil, errors.New("realtime: the request target would not go on the wire as signed")
-	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
-	if l.origin != "" {
-		req.Header.Set(headerOrigin, l.origin)
-	}
 	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+	c, resp, err := websocket.Dial(ctx, req.URL.String(), &websocket.DialOptions{
 		HTTPHeader:      req.Header,
 		CompressionMode: websocket.CompressionDisabled,
 	})
@@ -181,6 +172,24 @@ func (l *link) dial() (*websocket.Conn, error) {
 		resp.Body.Close()
 	}
 	return c, err
+}
+
+// upgradeRequest returns the upgrade request of target (path and query,
+// raw commas) and origin, signed over target exactly as it goes on the
+// wire (coder/websocket sends the URL's RequestURI unchanged).
+func (h *Hub) upgradeRequest(target, origin string) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodGet, h.base+target, nil)
+	if err != nil {
+		return nil, err
+	}
+	if req.URL.RequestURI() != target {
+		return nil, errors.New("realtime: the request target would not go on the wire as signed")
+	}
+	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
+	if origin != "" {
+		req.Header.Set(headerOrigin, origin)
+	}
+	return req, nil
 }
 
 // serve reads frames until the connection ends, and pings: a connection
@@ -196,7 +205,7 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 	pingDone := make(chan struct{})
 	go func() {
 		defer close(pingDone)
-		t := time.NewTicker(stall / 3)
+		t := time.NewTicker(max(stall/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
@@ -209,7 +218,7 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 				c.CloseNow()
 				return
 			}
-			ctx, cancel := context.WithTimeout(pctx, stall/3)
+			ctx, cancel := context.WithTimeout(pctx, max(stall/3, time.Millisecond))
 			if c.Ping(ctx) == nil {
 				last.Store(int64(time.Since(start)))
 			}
