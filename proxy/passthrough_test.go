@@ -16,10 +16,13 @@ import (
 func TestPassThroughTimeout(t *testing.T) {
 	gaveUp := make(chan struct{}, 1)
 	env := proxytest.Start(t, proxytest.Options{
-		Config: func(c *config.Config) { c.Networks["mainnet"].Upstream.Timeout = 200 * time.Millisecond },
+		Config: func(c *config.Config) {
+			c.Networks["mainnet"].Upstream.Timeout = 200 * time.Millisecond
+			c.Networks["mainnet"].PassThrough = []string{"/api/v1/listed"}
+		},
 		Upstream: func(_ string, h http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodHead && r.URL.Path == "/" {
+				if r.Method == http.MethodHead && r.URL.Path == "/api/v1/listed" {
 					select {
 					case <-r.Context().Done():
 						gaveUp <- struct{}{}
@@ -31,7 +34,7 @@ func TestPassThroughTimeout(t *testing.T) {
 			})
 		},
 	})
-	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
+	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/api/v1/listed", nil)
 	require.NoError(t, err)
 	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
 	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)

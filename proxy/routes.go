@@ -21,7 +21,7 @@ type route struct {
 // routes is the route table of a network. Anything else under /api/v1/ is
 // 404 unless the operator listed it in networks.<name>.upstream.pass_through.
 var routes = []route{
-	{path: "/", name: "root", allow: "GET, HEAD", serve: (*network).passThrough},
+	{path: "/", name: "root", allow: "GET, HEAD", serve: (*network).serveRoot},
 	{path: "/api/v1/discovery", name: "discovery", allow: "GET", anonymous: true, serve: (*network).serveDiscovery},
 	{path: "/api/v1/feeds", name: "feeds", allow: "GET", serve: (*network).serveFeeds},
 	{path: "/api/v1/reports", name: "reports", allow: "GET", serve: (*network).serveReport},

@@ -156,6 +156,16 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 }
 
+// serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
+// their WebSocket address to discover HA origins (X-Cll-Available-Origins).
+// The gateway is one endpoint that already spreads its streams over the
+// upstream's origins, so it advertises none, and an SDK in HA mode keeps
+// one connection to it. Nothing goes upstream.
+func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+}
+
 // isUpgrade reports whether r asks for a WebSocket.
 func isUpgrade(r *http.Request) bool {
 	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")

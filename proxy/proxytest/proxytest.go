@@ -205,8 +205,11 @@ func (e *Env) FeedID(t testing.TB, network, base, quote, schema string) string {
 }
 
 // UpstreamCalls returns the REST requests the simulator received, all
-// networks. The hub's WebSocket connections, which demand elsewhere may
-// open at any time, are counted apart (Sim.Counters().WSTotal).
+// networks. The real-time hub's traffic, which demand elsewhere may start
+// at any time (its origin discovery, HEAD /, and its WebSocket
+// connections), is counted apart (Sim.Counters().WSTotal).
 func (e *Env) UpstreamCalls() int64 {
-	return e.Sim.Counters().Sum(func(c simulator.Count) bool { return c.Endpoint != simulator.EndpointWS })
+	return e.Sim.Counters().Sum(func(c simulator.Count) bool {
+		return c.Endpoint != simulator.EndpointWS && c.Endpoint != simulator.EndpointRoot
+	})
 }
