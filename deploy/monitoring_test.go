@@ -19,6 +19,7 @@ import (
 
 	"streamgate/proxy"
 	"streamgate/ratelimit"
+	"streamgate/realtime"
 )
 
 // metric is one metric family the gateway exposes.
@@ -41,6 +42,7 @@ func registeredMetrics(t *testing.T) map[string]metric {
 	if _, err := ratelimit.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}
+	realtime.NewMetrics(rec)
 	// Registered by cmd/streamgate (serve.go) next to the cache and the
 	// gateway.
 	rec.metrics["streamgate_cache_bytes"] = metric{}
@@ -224,6 +226,9 @@ var wantAlerts = []string{
 	"StreamgateRedisFailOpen",
 	"StreamgateRedisFailClosed",
 	"StreamgateTeamThrottled",
+	"StreamgateStreamDisconnected",
+	"StreamgateStreamsUncarried",
+	"StreamgateSlowClients",
 }
 
 // templateFuncs stand for Prometheus's template functions, so that the
