@@ -285,7 +285,7 @@ func (x *hubMetrics) slowClose() {
 // Stats is a snapshot of a hub.
 type Stats struct {
 	Network string
-	Origins []string // discovered HA origins; none without HA
+	Origins []string // the HA origins of the connections held; none without HA
 	// Connections are the upstream connections, one per chunk and origin
 	// (a make-before-break switch shows both for a moment).
 	Connections []ConnStats
@@ -331,6 +331,11 @@ func (h *Hub) Stats() Stats {
 	slices.SortFunc(s.Connections, func(a, b ConnStats) int {
 		return strings.Compare(a.Origin+a.State, b.Origin+b.State)
 	})
+	for _, c := range s.Connections {
+		if c.Origin != "" && !slices.Contains(s.Origins, c.Origin) {
+			s.Origins = append(s.Origins, c.Origin)
+		}
+	}
 	return s
 }
 
