@@ -212,6 +212,18 @@ type Cache struct {
 	CatalogTTL time.Duration `yaml:"catalog_ttl" json:"catalog_ttl"`
 	// LatestTTL is the lifetime of a latest report. Default 500ms.
 	LatestTTL time.Duration `yaml:"latest_ttl" json:"latest_ttl"`
+	// LatestMaxStale is how long past its latest_ttl a latest report is
+	// still answered at once (X-Cache: STALE, with its Age) while a
+	// refresh is scheduled within the upstream budget. Default 3s.
+	LatestMaxStale time.Duration `yaml:"latest_max_stale" json:"latest_max_stale"`
+	// LatestMaxWait is how long a latest request with nothing to answer
+	// from waits for its report before a 503 with Retry-After. Default 1s.
+	LatestMaxWait time.Duration `yaml:"latest_max_wait" json:"latest_max_wait"`
+	// LatestBulkRefresh refreshes many streams' latest reports with one
+	// bulk call at a recent timestamp (up to max_bulk streams per call of
+	// the bulk endpoint's own budget), and single latest calls for the
+	// rest. Default true.
+	LatestBulkRefresh bool `yaml:"latest_bulk_refresh" json:"latest_bulk_refresh"`
 	// NegativeTTL is the lifetime of a "no data yet" answer for a recent
 	// timestamp. Default 1s.
 	NegativeTTL time.Duration `yaml:"negative_ttl" json:"negative_ttl"`

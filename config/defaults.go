@@ -49,10 +49,12 @@ const (
 	// DefaultReplayMaxEntries is the default of auth.replay_max_entries.
 	DefaultReplayMaxEntries = 1_000_000
 
-	DefaultCacheMaxBytes = 256 * MiB
-	DefaultCatalogTTL    = 300 * time.Second
-	DefaultLatestTTL     = 500 * time.Millisecond
-	DefaultNegativeTTL   = time.Second
+	DefaultCacheMaxBytes  = 256 * MiB
+	DefaultCatalogTTL     = 300 * time.Second
+	DefaultLatestTTL      = 500 * time.Millisecond
+	DefaultLatestMaxStale = 3 * time.Second
+	DefaultLatestMaxWait  = time.Second
+	DefaultNegativeTTL    = time.Second
 
 	DefaultRateLimitBackend = BackendMemory
 	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
@@ -173,10 +175,13 @@ func defaultAuth() Auth {
 
 func defaultCache() Cache {
 	return Cache{
-		MaxBytes:    DefaultCacheMaxBytes,
-		CatalogTTL:  DefaultCatalogTTL,
-		LatestTTL:   DefaultLatestTTL,
-		NegativeTTL: DefaultNegativeTTL,
+		MaxBytes:          DefaultCacheMaxBytes,
+		CatalogTTL:        DefaultCatalogTTL,
+		LatestTTL:         DefaultLatestTTL,
+		LatestMaxStale:    DefaultLatestMaxStale,
+		LatestMaxWait:     DefaultLatestMaxWait,
+		LatestBulkRefresh: true,
+		NegativeTTL:       DefaultNegativeTTL,
 	}
 }
 
@@ -250,6 +255,9 @@ func (c *Config) applyDefaults() {
 	}
 	d.dur("cache.catalog_ttl", &ca.CatalogTTL, dc.CatalogTTL)
 	d.dur("cache.latest_ttl", &ca.LatestTTL, dc.LatestTTL)
+	d.dur("cache.latest_max_stale", &ca.LatestMaxStale, dc.LatestMaxStale)
+	d.dur("cache.latest_max_wait", &ca.LatestMaxWait, dc.LatestMaxWait)
+	d.flag("cache.latest_bulk_refresh", &ca.LatestBulkRefresh, dc.LatestBulkRefresh)
 	d.dur("cache.negative_ttl", &ca.NegativeTTL, dc.NegativeTTL)
 
 	r, dr := &c.RateLimit, defaultRateLimit()

@@ -353,6 +353,10 @@ func (v *validator) cache(c *Cache) {
 	}
 	v.positive("cache.catalog_ttl", c.CatalogTTL)
 	v.positive("cache.latest_ttl", c.LatestTTL)
+	if c.LatestMaxStale < 0 {
+		v.add("cache.latest_max_stale", "must not be negative")
+	}
+	v.positive("cache.latest_max_wait", c.LatestMaxWait)
 	v.positive("cache.negative_ttl", c.NegativeTTL)
 }
 

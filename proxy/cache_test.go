@@ -182,7 +182,10 @@ func TestLatestCoalesced(t *testing.T) {
 
 func TestLatestExpires(t *testing.T) {
 	clock := newFakeClock()
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: noReplay})
+	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: func(c *config.Config) {
+		noReplay(c)
+		c.Realtime.LatestFromStream = false // the cache alone: polling does not subscribe the stream
+	}})
 	demo := proxytest.Demo()
 	demo.Now = clock.Now
 	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
@@ -196,8 +199,15 @@ func TestLatestExpires(t *testing.T) {
 	clock.Advance(400 * time.Millisecond)
 	assert.Equal(t, "HIT", get(), "within latest_ttl (500ms)")
 	clock.Advance(200 * time.Millisecond)
-	assert.Equal(t, "MISS", get(), "after latest_ttl")
-	assert.Equal(t, int64(2), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest))
+	assert.Equal(t, "STALE", get(), "after latest_ttl: answered at once while the refresh is scheduled")
+	require.Eventually(t, func() bool {
+		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest) == 2
+	}, 10*time.Second, 10*time.Millisecond, "one refresh")
+	env.Cache.Wait()
+	assert.Equal(t, "HIT", get(), "refreshed")
+	clock.Advance(5 * time.Second)
+	assert.Equal(t, "MISS", get(), "past latest_ttl and latest_max_stale (3s) nothing is held: the request waits")
+	assert.Equal(t, int64(3), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest))
 }
 
 func TestWaiterGivingUpDoesNotCancelTheFill(t *testing.T) {

@@ -118,6 +118,8 @@ type policy struct {
 	catalogTTL       time.Duration
 	latestTTL        time.Duration
 	latestFromStream bool
+	latestMaxStale   time.Duration
+	latestMaxWait    time.Duration
 	negativeTTL      time.Duration
 	audit            bool
 }
@@ -248,6 +250,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		}
 		n.up.catalogHeld = n.catalogHeld
 		n.rp = n.reverseProxy(base, transport)
+		n.fresh = newRefresher(n, cfg.Cache.LatestBulkRefresh)
 		n.handler = n.chain(accessLog)
 		g.networks[name] = n
 	}
@@ -268,6 +271,8 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 		catalogTTL:       cfg.Cache.CatalogTTL,
 		latestTTL:        cfg.Cache.LatestTTL,
 		latestFromStream: cfg.Realtime.LatestFromStream,
+		latestMaxStale:   cfg.Cache.LatestMaxStale,
+		latestMaxWait:    cfg.Cache.LatestMaxWait,
 		negativeTTL:      cfg.Cache.NegativeTTL,
 		audit:            cfg.Log.Audit,
 		verifier: auth.NewVerifier(auth.VerifierConfig{
@@ -327,6 +332,14 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 }
 
 func (g *Gateway) policy() *policy { return g.pol.Load() }
+
+// Close stops the gateway's background work (the latest refreshers);
+// requests still waiting for a refresh get an error.
+func (g *Gateway) Close() {
+	for _, n := range g.networks {
+		n.fresh.close()
+	}
+}
 
 // Handler returns the handler of one network, or nil.
 func (g *Gateway) Handler(name string) http.Handler {

@@ -30,6 +30,10 @@ type Metrics struct {
 	replayStoreErrors prometheus.Counter
 	credRefused       *prometheus.CounterVec
 	replayStats       atomic.Pointer[func() auth.ReplayStats] // set by New
+	latestAges        *prometheus.HistogramVec
+	latestWaitTimeout *prometheus.CounterVec
+	refreshes         *prometheus.CounterVec
+	refreshWaits      *prometheus.HistogramVec
 	wsClients         *prometheus.GaugeVec
 	wsClientCloses    *prometheus.CounterVec
 	wsRefusals        *prometheus.CounterVec
@@ -81,6 +85,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		replayStoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "streamgate_replay_store_errors_total", Help: "Failed checks of the replay record shared through Redis (the replica's own record decided).",
 		}),
+		latestAges: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "streamgate_latest_age_seconds", Help: "Age of the latest reports answered (now minus observationsTimestamp), by network.",
+			Buckets: []float64{0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 20, 60},
+		}, []string{"network"}),
+		latestWaitTimeout: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_latest_wait_timeouts_total", Help: "Latest requests with nothing held that got no report within cache.latest_max_wait (503), by network.",
+		}, []string{"network"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_latest_refreshes_total", Help: "Scheduled latest refreshes by network, the call that made them (latest, bulk) and result (ok, not_published, budget, upstream_429, upstream_error, error).",
+		}, []string{"network", "via", "result"}),
+		refreshWaits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "streamgate_latest_refresh_wait_seconds", Help: "Time a latest refresh waited in the queue for the upstream budget, by network.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10},
+		}, []string{"network"}),
 		wsClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "streamgate_ws_clients", Help: "Client WebSocket connections open, by network.",
 		}, []string{"network"}),
@@ -98,6 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
 			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientCloses, m.wsRefusals,
+			m.latestAges, m.latestWaitTimeout, m.refreshes, m.refreshWaits,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
 			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.Entries) })),
@@ -184,6 +203,30 @@ func (m *Metrics) replayStat(f func(auth.ReplayStats) float64) func() float64 {
 			return f((*p)())
 		}
 		return 0
+	}
+}
+
+func (m *Metrics) latestAge(network string, seconds int64) {
+	if m != nil {
+		m.latestAges.WithLabelValues(network).Observe(float64(max(seconds, 0)))
+	}
+}
+
+func (m *Metrics) latestWaitTimedOut(network string) {
+	if m != nil {
+		m.latestWaitTimeout.WithLabelValues(network).Inc()
+	}
+}
+
+func (m *Metrics) refresh(network, via, result string) {
+	if m != nil {
+		m.refreshes.WithLabelValues(network, via, result).Inc()
+	}
+}
+
+func (m *Metrics) refreshWait(network string, d time.Duration) {
+	if m != nil {
+		m.refreshWaits.WithLabelValues(network).Observe(d.Seconds())
 	}
 }
 

@@ -32,6 +32,7 @@ type network struct {
 	rp  *httputil.ReverseProxy
 
 	hub   *realtime.Hub // nil: no stream for this network
+	fresh *refresher    // schedules latest refreshes within the budget
 	ws    wsSettings
 	conns *teamConns // the gateway's, shared by its networks
 

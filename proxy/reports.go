@@ -45,9 +45,12 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	n.answer(w, r, "report", outcome, e, err)
 }
 
-// serveLatest answers GET /api/v1/reports/latest, always coalesced and kept
-// for latest_ttl. The report it fetches is also stored as the report at its
-// own timestamp, which never changes.
+// serveLatest answers GET /api/v1/reports/latest: from the stream when
+// the network's hub carries the feed; else from the cache, fresh for
+// latest_ttl and then stale for latest_max_stale while the refresher
+// (freshness.go) refreshes it within the budget. A request with nothing
+// held waits at most latest_max_wait. The report fetched is also stored as
+// the report at its own timestamp, which never changes.
 func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	rq, ok := n.readQuery(w, r, p, "latest", oneFeed(""))
 	if !ok {
@@ -57,15 +60,15 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	pol := n.policy()
 	if n.hub != nil && pol.latestFromStream && cred == n.org {
 		if frame, obs, ok := n.hub.Latest(feed); ok {
+			n.metrics.latestAge(n.name, n.now().Unix()-obs)
 			n.answerStream(w, r, frame, obs)
 			return
 		}
 		n.hub.Want(feed) // polled often, it gets streamed
 	}
-	ttl := pol.latestTTL
 	key := cache.LatestKey(n.name, cred.scope, feed)
 	st := stateOf(r.Context())
-	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
+	fill := func(ctx context.Context) (*cache.Entry, error) {
 		resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
 		if err != nil {
 			return nil, err
@@ -74,12 +77,55 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		if err != nil {
 			return nil, err
 		}
-		now := n.now()
-		n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, doc.ObservationsTimestamp),
-			&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
-		return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(ttl), NoStore: ttl <= 0}, nil
-	})
+		return n.latestEntry(cred, feed, doc, body), nil
+	}
+	ctx := r.Context()
+	scheduled := n.fresh != nil && cred == n.org
+	if scheduled {
+		team := p.Team.Name
+		n.fresh.ask(feed, team)
+		fill = func(ctx context.Context) (*cache.Entry, error) {
+			_, state := n.cache.Get(key)
+			st.upstreamCall()
+			return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pol.latestMaxWait)
+		defer cancel()
+	}
+	e, outcome, err := n.cache.Load(ctx, key, fill)
+	if scheduled && err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		n.metrics.latestWaitTimedOut(n.name)
+		err = errLatestWait
+	}
+	if err == nil {
+		if obs, ok := e.Value.(int64); ok {
+			n.metrics.latestAge(n.name, n.now().Unix()-obs)
+		}
+	}
 	n.answer(w, r, "latest", outcome, e, err)
+}
+
+// errLatestWait answers a latest request that had nothing held and whose
+// report did not come within latest_max_wait.
+var errLatestWait = &apiError{status: http.StatusServiceUnavailable, retryAfter: time.Second,
+	msg: "no report of this stream yet within the upstream's rate budget: retry after the time in Retry-After"}
+
+// latestEntry is the latest entry of a report just fetched, fresh for
+// latest_ttl and served stale for latest_max_stale after; its Value is the
+// report's observationsTimestamp. The report is also stored as the report
+// at its own timestamp.
+func (n *network) latestEntry(cred *credential, feed string, doc *reportDoc, body []byte) *cache.Entry {
+	pol := n.policy()
+	now := n.now()
+	n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, doc.ObservationsTimestamp),
+		&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
+	e := &cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(pol.latestTTL),
+		NoStore: pol.latestTTL <= 0, Value: doc.ObservationsTimestamp}
+	if pol.latestMaxStale > 0 {
+		e.StaleUntil = e.Expires.Add(pol.latestMaxStale)
+	}
+	return e
 }
 
 // servePage answers GET /api/v1/reports/page. A page is kept when it can no

@@ -338,6 +338,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			h.Close()
 		}
 		s.hubs = nil
+		s.gw.Close()
 		shutdown(ctx, s.upstreams)
 		if s.admin != nil {
 			shutdown(ctx, []*served{s.admin})
@@ -358,6 +359,9 @@ func (s *Server) Close() error {
 
 // release frees what New built. Listeners never served are closed.
 func (s *Server) release() {
+	if s.gw != nil {
+		s.gw.Close()
+	}
 	for _, group := range [][]*served{s.networks, s.upstreams, {s.admin}} {
 		for _, sv := range group {
 			if sv != nil {

@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"streamgate/cache"
+	"streamgate/ratelimit"
+)
+
+// Freshness of latest within the upstream's budget.
+//
+// A latest entry is fresh for latest_ttl, then answered stale for up to
+// latest_max_stale while its refresh is scheduled here. The refresher of a
+// network keeps the streams that need a refresh and two workers that spend
+// the budget on them: one makes single latest calls (each costs a token of
+// the latest endpoint and gives the newest report), the other, with
+// latest_bulk_refresh, one bulk call at a recent second for up to max_bulk
+// streams (a token of the bulk endpoint's own budget for many streams; a
+// stream not yet published at that second stays for the single worker).
+// Each call waits for its token, so the upstream never gets more than the
+// budget. Which streams go first: those a client is waiting on (nothing
+// held), then those asked for most since they went stale, then the oldest;
+// taken round robin over the teams that asked, so that one team's polling
+// cannot starve another's streams.
+
+// bulkLag is how far behind the current second a bulk refresh asks: most
+// streams have published their report by then.
+const bulkLag = time.Second
+
+// refresher schedules the latest refreshes of one network (organisation
+// credential only: a team with its own upstream credential refreshes on
+// its own, as before).
+type refresher struct {
+	n      *network
+	bulk   bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	wake   chan struct{}
+
+	mu       sync.Mutex
+	pending  map[string]*refreshItem // by feed
+	lastTeam string                  // round robin position
+}
+
+// refreshItem is one stream waiting for its refresh.
+type refreshItem struct {
+	feed     string
+	enqueued time.Time
+	waited   bool           // a client has nothing held and waits for it
+	asks     int            // requests since it went stale
+	teams    map[string]int // who asked, and how often
+	inFlight bool
+	done     chan struct{}
+	entry    *cache.Entry
+	err      error
+}
+
+func newRefresher(n *network, bulk bool) *refresher {
+	ctx, cancel := context.WithCancel(context.Background())
+	rf := &refresher{n: n, bulk: bulk, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), pending: map[string]*refreshItem{}}
+	rf.wg.Add(1)
+	go rf.work(false)
+	if bulk {
+		rf.wg.Add(1)
+		go rf.work(true)
+	}
+	return rf
+}
+
+func (rf *refresher) close() {
+	rf.cancel()
+	rf.wg.Wait()
+}
+
+// ask counts a request for feed by team while its refresh is pending.
+func (rf *refresher) ask(feed, team string) {
+	rf.mu.Lock()
+	if it := rf.pending[feed]; it != nil {
+		it.asks++
+		it.teams[team]++
+	}
+	rf.mu.Unlock()
+}
+
+// refresh is the fill of a latest entry: it queues feed (or joins its
+// queued refresh) and waits for the worker that serves it.
+func (rf *refresher) refresh(ctx context.Context, feed, team string, waited bool) (*cache.Entry, error) {
+	rf.mu.Lock()
+	it := rf.pending[feed]
+	if it == nil {
+		it = &refreshItem{feed: feed, enqueued: time.Now(), teams: map[string]int{}, done: make(chan struct{})}
+		rf.pending[feed] = it
+	}
+	it.waited = it.waited || waited
+	it.teams[team]++
+	rf.mu.Unlock()
+	select {
+	case rf.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-it.done:
+		return it.entry, it.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-rf.ctx.Done():
+		return nil, errors.New("proxy: gateway closing")
+	}
+}
+
+// work is a worker: single latest calls, or bulk calls.
+func (rf *refresher) work(bulk bool) {
+	defer rf.wg.Done()
+	tick := time.NewTicker(50 * time.Millisecond) // a wake-up may be taken by the other worker
+	defer tick.Stop()
+	for {
+		items := rf.pick(bulk)
+		if len(items) == 0 {
+			select {
+			case <-rf.ctx.Done():
+				return
+			case <-rf.wake:
+			case <-tick.C:
+			}
+			continue
+		}
+		if bulk {
+			rf.fetchBulk(items)
+		} else {
+			rf.fetchOne(items[0])
+		}
+	}
+}
+
+// pick takes the next items to refresh: one for the single worker, up to
+// max_bulk for the bulk worker (which leaves a lone item to the single
+// worker, whose call gives the newest report).
+func (rf *refresher) pick(bulk bool) []*refreshItem {
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	byTeam := map[string][]*refreshItem{}
+	free := 0
+	for _, it := range rf.pending {
+		if it.inFlight {
+			continue
+		}
+		free++
+		// An item belongs to the team that asked for it most.
+		best, bestN := "", -1
+		for team, n := range it.teams {
+			if n > bestN || n == bestN && team < best {
+				best, bestN = team, n
+			}
+		}
+		byTeam[best] = append(byTeam[best], it)
+	}
+	if free == 0 || bulk && free < 2 {
+		return nil
+	}
+	teams := make([]string, 0, len(byTeam))
+	for team, items := range byTeam {
+		teams = append(teams, team)
+		slices.SortFunc(items, func(a, b *refreshItem) int {
+			switch {
+			case a.waited != b.waited:
+				if a.waited {
+					return -1
+				}
+				return 1
+			case a.asks != b.asks:
+				return cmp.Compare(b.asks, a.asks)
+			}
+			return a.enqueued.Compare(b.enqueued)
+		})
+	}
+	slices.Sort(teams)
+	// Round robin over the teams, starting after the last one served.
+	start, _ := slices.BinarySearch(teams, rf.lastTeam)
+	if start < len(teams) && teams[start] == rf.lastTeam {
+		start++
+	}
+	want := 1
+	if bulk {
+		want = max(rf.n.maxBulk, 1)
+	}
+	var out []*refreshItem
+	for round := 0; len(out) < want; round++ {
+		took := false
+		for k := range teams {
+			team := teams[(start+k)%len(teams)]
+			if round < len(byTeam[team]) && len(out) < want {
+				out = append(out, byTeam[team][round])
+				rf.lastTeam = team
+				took = true
+			}
+		}
+		if !took {
+			break
+		}
+	}
+	for _, it := range out {
+		it.inFlight = true
+	}
+	return out
+}
+
+// finish ends items with their outcome.
+func (rf *refresher) finish(it *refreshItem, e *cache.Entry, err error) {
+	rf.mu.Lock()
+	delete(rf.pending, it.feed)
+	rf.mu.Unlock()
+	it.entry, it.err = e, err
+	rf.n.metrics.refreshWait(rf.n.name, time.Since(it.enqueued))
+	close(it.done)
+}
+
+// requeue gives items back to the queue (a bulk answer without them).
+func (rf *refresher) requeue(items []*refreshItem) {
+	rf.mu.Lock()
+	for _, it := range items {
+		it.inFlight = false
+	}
+	rf.mu.Unlock()
+	select {
+	case rf.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (rf *refresher) fetchOne(it *refreshItem) {
+	n := rf.n
+	resp, err := n.fetch(rf.ctx, &reqState{}, "latest", "/api/v1/reports/latest?feedID="+it.feed, n.org, http.StatusOK)
+	if err != nil {
+		n.metrics.refresh(n.name, "latest", refreshResult(err))
+		rf.finish(it, nil, latestError(err))
+		return
+	}
+	doc, body, err := n.checkReport(resp.body, "latest", it.feed)
+	if err != nil {
+		rf.finish(it, nil, err)
+		return
+	}
+	n.metrics.refresh(n.name, "latest", "ok")
+	rf.finish(it, n.latestEntry(n.org, it.feed, doc, body), nil)
+}
+
+func (rf *refresher) fetchBulk(items []*refreshItem) {
+	n := rf.n
+	feeds := make([]string, len(items))
+	for i, it := range items {
+		feeds[i] = it.feed
+	}
+	ts := time.Now().Add(-bulkLag).Unix()
+	target := "/api/v1/reports/bulk?feedIDs=" + strings.Join(feeds, ",") + "&timestamp=" + strconv.FormatInt(ts, 10)
+	resp, err := n.fetch(rf.ctx, &reqState{}, "bulk", target, n.org, http.StatusOK, http.StatusPartialContent)
+	if err != nil {
+		// The bulk budget or the bulk call failed: the single worker
+		// takes them.
+		n.metrics.refresh(n.name, "bulk", refreshResult(err))
+		rf.requeue(items)
+		return
+	}
+	reports, err := n.splitBulk(resp.body, feeds)
+	if err != nil {
+		rf.requeue(items)
+		return
+	}
+	var missing []*refreshItem
+	for _, it := range items {
+		raw, ok := reports[it.feed]
+		if !ok {
+			missing = append(missing, it)
+			continue
+		}
+		doc, body, err := n.checkReport(reportBody(raw), "bulk", it.feed)
+		if err != nil {
+			missing = append(missing, it)
+			continue
+		}
+		// The report at that second is also stored as such.
+		n.cache.Set(cache.ReportKey(n.name, "", it.feed, doc.ObservationsTimestamp), &cache.Entry{Status: http.StatusOK, Body: body, Stored: n.now()})
+		n.metrics.refresh(n.name, "bulk", "ok")
+		rf.finish(it, n.latestEntry(n.org, it.feed, doc, body), nil)
+	}
+	if len(missing) > 0 {
+		n.metrics.refresh(n.name, "bulk", "not_published")
+		rf.requeue(missing)
+	}
+}
+
+// refreshResult is a bounded label for a failed refresh.
+func refreshResult(err error) string {
+	var (
+		be *ratelimit.BudgetError
+		ua *upstreamAnswer
+	)
+	switch {
+	case errors.As(err, &be):
+		return "budget"
+	case errors.As(err, &ua) && ua.status == http.StatusTooManyRequests:
+		return "upstream_429"
+	case errors.As(err, &ua):
+		return "upstream_error"
+	}
+	return "error"
+}
+
+// latestError turns an upstream 429 for latest into a 503 of the gateway's:
+// the budget is the gateway's business, and a client never sees the
+// upstream's 429 for it.
+func latestError(err error) error {
+	var ua *upstreamAnswer
+	if errors.As(err, &ua) && ua.status == http.StatusTooManyRequests {
+		return &apiError{status: http.StatusServiceUnavailable, msg: "no fresh report yet within the upstream's rate budget: retry after the time in Retry-After", retryAfter: max(ua.retryAfter, time.Second)}
+	}
+	return err
+}
