@@ -244,7 +244,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			timeout: nc.Upstream.Timeout,
 			retries: nc.Upstream.Retries,
 			budget:  budget,
-			limit:   ratelimit.Limit{Rate: nc.Upstream.Budget.RPS, Burst: nc.Upstream.Budget.Burst},
+			limit:   budgetLimit(nc.Upstream.Budget),
 			log:     g.log,
 			metrics: g.metrics,
 		}
@@ -261,6 +261,16 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// budgetLimit is the token bucket the gateway spends of an upstream budget:
+// the configured rate, and the burst less one token kept in reserve. An
+// upstream counting the same budget (10 per second, burst 10) sees the
+// gateway's calls a little earlier or later than they were sent; the token
+// in reserve absorbs that jitter, so the upstream never finds its budget
+// exceeded under steady load.
+func budgetLimit(r config.Rate) ratelimit.Limit {
+	return ratelimit.Limit{Rate: r.RPS, Burst: max(r.Burst-1, 1)}
+}
 
 // buildPolicy parses the reloadable part of cfg.
 func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {

@@ -108,7 +108,7 @@ func TestBudgetWithoutDeps(t *testing.T) {
 	}
 	n := cfg.Networks["mainnet"]
 	n.Upstream = config.Upstream{URL: up.URL, Credentials: config.Credentials{APIKey: simulator.OrgKeyID, APISecret: simulator.OrgKeySecret},
-		Timeout: time.Second, Budget: config.Rate{RPS: 0.001, Burst: 2}, MaxBulk: 100}
+		Timeout: time.Second, Budget: config.Rate{RPS: 0.001, Burst: 3}, MaxBulk: 100}
 	gw, err := proxy.New(cfg, proxy.Deps{Cache: store})
 	require.NoError(t, err)
 	base := newServer(t, gw.Handler("mainnet"))
@@ -124,7 +124,7 @@ func TestBudgetWithoutDeps(t *testing.T) {
 		resp, _ := demo.Get(t, base, reportTarget(btc, pastTS(), i))
 		statuses[resp.StatusCode]++
 	}
-	assert.Equal(t, map[int]int{200: 2, 503: 2}, statuses, "two report calls fit the burst, the catalog has its own endpoint budget")
+	assert.Equal(t, map[int]int{200: 2, 503: 2}, statuses, "two report calls fit the burst less the token in reserve; the catalog has its own endpoint budget")
 }
 
 func TestWarmUpRetries(t *testing.T) {
