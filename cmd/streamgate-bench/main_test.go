@@ -158,7 +158,7 @@ func TestScenarioWSSmoke(t *testing.T) {
 	require.NoError(t, err, errOut.String())
 	o := out.String()
 	t.Log(o)
-	assert.Regexp(t, `upstream WebSocket connections held: at most [12] at once`, o)
+	assert.Regexp(t, `upstream WebSocket connections held: at most [12] at once during the window`, o)
 	assert.Regexp(t, `frames delivered (\d+) of (\d+) expected`, o)
 	m := regexp.MustCompile(`frames delivered (\d+) of (\d+) expected \(1\.00\); duplicates 0; frames of streams not asked 0; clients closed early 0`).FindStringSubmatch(o)
 	require.NotNil(t, m, "every expected frame, once: %s", o)
