@@ -12,6 +12,8 @@
 //	latest-reduction   many clients polling latest: upstream calls against the ideal minimum
 //	bulk-reduction     bulk requests with most streams cached: upstream calls and streams per request
 //	catalog-reduction  many teams sending discovery filters: upstream fetches per catalog view
+//	ws                 N WebSocket clients of 10 streams each: upstream connections, frames delivered, added delay, CPU and memory per client
+//	ws-latest          clients polling latest of streams carried on the upstream WebSocket: upstream calls and answer age
 //	load               a plain load on -target, an external gateway (the real binary)
 //
 // Client and servers share this machine's CPUs, so absolute figures are
@@ -82,14 +84,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	var targets, feeds, mixText string
-	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction or load (default: load with -target, else hit)")
+	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest or load (default: load with -target, else hit)")
 	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
 	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
 	fs.StringVar(&o.secret, "secret", "", "key secret for -target (default $STREAMGATE_SECRET)")
-	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction: 200)")
+	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction, ws-latest: 200; ws: 1000 WebSocket clients)")
 	fs.DurationVar(&o.dur, "d", 10*time.Second, "duration of each measured run (latest-reduction: 30s)")
 	fs.Int64Var(&o.maxRequests, "n", 0, "most requests of each measured run; 0: no bound (bulk-reduction: 2000)")
-	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (latest-reduction: M)")
+	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (ws, ws-latest: 100)")
 	fs.StringVar(&feeds, "feeds", "", "stream IDs for -target, comma-separated (default: the first -streams of GET /api/v1/feeds)")
 	fs.StringVar(&mixText, "mix", "latest=8,reports=1,bulk=1", "endpoint weights of scenario load: latest, reports, bulk, page, discovery, feeds")
 	fs.IntVar(&o.bulk, "bulk", 20, "streams per bulk request")
@@ -136,6 +138,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"latest-reduction":  scenarioLatest,
 		"bulk-reduction":    scenarioBulk,
 		"catalog-reduction": scenarioCatalog,
+		"ws":                scenarioWS,
+		"ws-latest":         scenarioWSLatest,
 		"load":              scenarioLoad,
 	}
 	sc, ok := scenarios[o.scenario]

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -146,4 +147,37 @@ func TestScenariosSmoke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The ws scenario, tiny: every expected frame counted once, no duplicate,
+// at most two upstream connections; the figures' lines are there (their
+// values are timings and not checked).
+func TestScenarioWSSmoke(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "ws", "-c", "20", "-d", "2s", "-log", "off"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	o := out.String()
+	t.Log(o)
+	assert.Regexp(t, `upstream WebSocket connections held: at most [12] at once during the window`, o)
+	assert.Regexp(t, `frames delivered (\d+) of (\d+) expected`, o)
+	m := regexp.MustCompile(`frames delivered (\d+) of (\d+) expected \(1\.00\); duplicates 0; frames of streams not asked 0; clients closed early 0`).FindStringSubmatch(o)
+	require.NotNil(t, m, "every expected frame, once: %s", o)
+	assert.Equal(t, m[1], m[2])
+	assert.Equal(t, "400", m[2], "20 clients × 10 streams × 2 s")
+	for _, line := range []string{"added delay", "CPU per delivered frame", "memory per client: heap in use", "goroutines"} {
+		assert.Contains(t, o, line)
+	}
+}
+
+// The ws-latest scenario, tiny: every answer from the stream, no upstream
+// latest call.
+func TestScenarioWSLatestSmoke(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "ws-latest", "-c", "4", "-d", "500ms", "-streams", "10", "-log", "off"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	o := out.String()
+	t.Log(o)
+	assert.Contains(t, o, "upstream REST latest calls 0 (goal 0)")
+	assert.Regexp(t, `errors 0, statuses 200:\d+, X-Cache STREAM:\d+;`, o)
+	assert.Contains(t, o, "answer age now − observationsTimestamp")
 }

@@ -26,6 +26,12 @@ type stackConfig struct {
 	ClientKeys int           // keys of the demo team, one per client
 	Teams      int           // further teams, each with one key of its own
 	LogLevel   string        // "off", or a level of the access log (JSON, discarded)
+	// WS turns on the upstream WebSocket (the hub) and lets one team hold
+	// TeamConnections client WebSockets; WSPinned are mainnet streams the
+	// hub always carries.
+	WS              bool
+	TeamConnections int
+	WSPinned        []string
 }
 
 // stack is the simulator and a gateway in front of it, built by
@@ -113,6 +119,15 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 		up.APIKey = simulator.OrgKeyID
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
 		up.Budget = config.Rate{RPS: 100000, Burst: 100000}
+		if sc.WS {
+			up.WSURL = "ws" + strings.TrimPrefix(url, "http")
+			if name == mainnet {
+				up.WSPinned = sc.WSPinned
+			}
+		}
+	}
+	if sc.TeamConnections > 0 {
+		cfg.Realtime.TeamConnections = sc.TeamConnections
 	}
 	cfg.Auth.AnonymousRate = config.Rate{} // all clients share one address here
 	demo := cfg.Team(config.DemoTeam)
