@@ -226,7 +226,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
-			Logger: s.log.Named("realtime").With(zap.String("network", name)), Metrics: metrics, Now: now,
+			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
