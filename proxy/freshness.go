@@ -59,6 +59,7 @@ type refreshItem struct {
 	asks     int            // requests since it went stale
 	teams    map[string]int // who asked, and how often
 	inFlight bool
+	noBulk   time.Time // not in a bulk call before then: the last one lacked it
 	done     chan struct{}
 	entry    *cache.Entry
 	err      error
@@ -122,7 +123,7 @@ func (rf *refresher) work(bulk bool) {
 	defer rf.wg.Done()
 	tick := time.NewTicker(50 * time.Millisecond) // a wake-up may be taken by the other worker
 	defer tick.Stop()
-	for {
+	for rf.ctx.Err() == nil {
 		items := rf.pick(bulk)
 		if len(items) == 0 {
 			select {
@@ -134,7 +135,14 @@ func (rf *refresher) work(bulk bool) {
 			continue
 		}
 		if bulk {
-			rf.fetchBulk(items)
+			if !rf.fetchBulk(items) {
+				// The bulk call failed (its budget, the upstream): leave
+				// the streams to the single worker for a moment.
+				select {
+				case <-rf.ctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
 		} else {
 			rf.fetchOne(items[0])
 		}
@@ -149,8 +157,9 @@ func (rf *refresher) pick(bulk bool) []*refreshItem {
 	defer rf.mu.Unlock()
 	byTeam := map[string][]*refreshItem{}
 	free := 0
+	now := time.Now()
 	for _, it := range rf.pending {
-		if it.inFlight {
+		if it.inFlight || bulk && now.Before(it.noBulk) {
 			continue
 		}
 		free++
@@ -223,11 +232,15 @@ func (rf *refresher) finish(it *refreshItem, e *cache.Entry, err error) {
 	close(it.done)
 }
 
-// requeue gives items back to the queue (a bulk answer without them).
-func (rf *refresher) requeue(items []*refreshItem) {
+// requeue gives items back to the queue; with noBulk, bulk calls leave
+// them to the single worker for a second (a bulk answer lacked them).
+func (rf *refresher) requeue(items []*refreshItem, noBulk bool) {
 	rf.mu.Lock()
 	for _, it := range items {
 		it.inFlight = false
+		if noBulk {
+			it.noBulk = time.Now().Add(time.Second)
+		}
 	}
 	rf.mu.Unlock()
 	select {
@@ -253,7 +266,9 @@ func (rf *refresher) fetchOne(it *refreshItem) {
 	rf.finish(it, n.latestEntry(n.org, it.feed, doc, body), nil)
 }
 
-func (rf *refresher) fetchBulk(items []*refreshItem) {
+// fetchBulk refreshes items with one bulk call; it reports false when the
+// call failed and every item went back to the queue.
+func (rf *refresher) fetchBulk(items []*refreshItem) bool {
 	n := rf.n
 	feeds := make([]string, len(items))
 	for i, it := range items {
@@ -266,13 +281,13 @@ func (rf *refresher) fetchBulk(items []*refreshItem) {
 		// The bulk budget or the bulk call failed: the single worker
 		// takes them.
 		n.metrics.refresh(n.name, "bulk", refreshResult(err))
-		rf.requeue(items)
-		return
+		rf.requeue(items, false)
+		return false
 	}
 	reports, err := n.splitBulk(resp.body, feeds)
 	if err != nil {
-		rf.requeue(items)
-		return
+		rf.requeue(items, false)
+		return false
 	}
 	var missing []*refreshItem
 	for _, it := range items {
@@ -293,8 +308,9 @@ func (rf *refresher) fetchBulk(items []*refreshItem) {
 	}
 	if len(missing) > 0 {
 		n.metrics.refresh(n.name, "bulk", "not_published")
-		rf.requeue(missing)
+		rf.requeue(missing, true)
 	}
+	return true
 }
 
 // refreshResult is a bounded label for a failed refresh.
