@@ -25,7 +25,7 @@ import (
 func TestFreshnessWithinBudget(t *testing.T) {
 	env := proxytest.Start(t, proxytest.Options{
 		Quiet: true,
-		Sim: func(c *simulator.Config) { c.RateLimit, c.Burst = 10, 10 },
+		Sim:   func(c *simulator.Config) { c.RateLimit, c.Burst = 10, 10 },
 		Config: func(c *config.Config) {
 			c.Auth.ReplayProtection = false // identical polls are signed in the same millisecond
 			c.Realtime.LatestFromStream = false
