@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,33 +75,6 @@ func TestRedisReplay(t *testing.T) {
 	assert.False(t, errors.Is(failures[0], ErrReplay))
 }
 
-// countHook counts the calls that went past the circuit breaker of
-// ratelimit.NewRedisClient to Redis and got no reply (here: timed out).
-type countHook struct{ reached, failed atomic.Int64 }
-
-type counted struct{}
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(counted{}) != nil { // a connection's set-up, inside a call
-			return next(ctx, cmd)
-		}
-		err := next(context.WithValue(ctx, counted{}, true), cmd)
-		h.reached.Add(1)
-		var reply redis.Error
-		if err != nil && !errors.As(err, &reply) {
-			h.failed.Add(1)
-		}
-		return err
-	}
-}
-
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // With Redis hung (SIGSTOP), the shared replay record fails at once, after
 // the few calls that opened the breaker and one probe per breaker window;
 // the verifier's local record decides meanwhile. When Redis answers again
@@ -119,7 +91,7 @@ func TestRedisReplayHangingRedis(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { client.Close() })
-	hook := &countHook{}
+	hook := &redistest.ReachHook{}
 	client.AddHook(hook)
 	store := NewRedisReplay(client, "test:replay:")
 	ctx := context.Background()
@@ -132,7 +104,7 @@ func TestRedisReplayHangingRedis(t *testing.T) {
 	ok, err := first(-1)
 	require.NoError(t, err)
 	require.True(t, ok)
-	base := hook.reached.Load()
+	base := hook.Reached.Load()
 
 	srv.Pause()
 	const calls = 200
@@ -145,8 +117,8 @@ func TestRedisReplayHangingRedis(t *testing.T) {
 		}
 	}
 	probes := int64(counterValue(t, reg, "streamgate_redis_breaker_transitions_total", "half-open"))
-	waited := hook.reached.Load() - base
-	assert.Equal(t, waited, hook.failed.Load(), "every call that reached the hung Redis failed")
+	waited := hook.Reached.Load() - base
+	assert.Equal(t, waited, hook.Failed.Load(), "every call that reached the hung Redis failed")
 	assert.EqualValues(t, ratelimit.DefaultBreakerFailures+probes, waited,
 		"the calls that waited for the deadline: those that opened the breaker and one probe per window")
 	assert.EqualValues(t, calls-waited, rejected, "the others failed at once")

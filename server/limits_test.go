@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -22,33 +20,6 @@ import (
 	"streamgate/ratelimit"
 	"streamgate/ratelimit/redistest"
 )
-
-// reachHook counts the calls that went past the client's circuit breaker
-// to Redis, and those of them that got no reply.
-type reachHook struct{ reached, failed atomic.Int64 }
-
-type reachCall struct{}
-
-func (h *reachHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *reachHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(reachCall{}) != nil { // a connection's set-up, inside a call
-			return next(ctx, cmd)
-		}
-		err := next(context.WithValue(ctx, reachCall{}, true), cmd)
-		h.reached.Add(1)
-		var reply redis.Error
-		if err != nil && !errors.As(err, &reply) {
-			h.failed.Add(1)
-		}
-		return err
-	}
-}
-
-func (h *reachHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 
 // gathered returns the value of the metric name whose labels include
 // labels; the test fails when there is none.
@@ -93,7 +64,7 @@ func TestLimitsHangingRedis(t *testing.T) {
 	l, err := NewLimits(cfg, reg, zap.New(core), nil)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
-	hook := &reachHook{}
+	hook := &redistest.ReachHook{}
 	l.client.AddHook(hook)
 	replay := l.ReplayStore
 	require.NotNil(t, replay)
@@ -107,7 +78,7 @@ func TestLimitsHangingRedis(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	require.NoError(t, firstUse(-1))
-	base := hook.reached.Load()
+	base := hook.Reached.Load()
 
 	srv.Pause()
 	const calls = 200
@@ -123,8 +94,8 @@ func TestLimitsHangingRedis(t *testing.T) {
 		}
 	}
 	probes := gathered(t, reg, "streamgate_redis_breaker_transitions_total", map[string]string{"to": "half-open"})
-	waited := hook.reached.Load() - base
-	assert.Equal(t, waited, hook.failed.Load(), "every call that reached the hung Redis failed")
+	waited := hook.Reached.Load() - base
+	assert.Equal(t, waited, hook.Failed.Load(), "every call that reached the hung Redis failed")
 	assert.EqualValues(t, ratelimit.DefaultBreakerFailures+int(probes), waited,
 		"calls that waited for the deadline: those that opened the breaker, one probe per window")
 	assert.GreaterOrEqual(t, rejected, calls-int(waited), "replay calls failed at once")
