@@ -83,7 +83,6 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	scheduled := n.fresh != nil && cred == n.org
 	if scheduled {
 		team := p.Team.Name
-		n.fresh.ask(feed, team)
 		fill = func(ctx context.Context) (*cache.Entry, error) {
 			_, state := n.cache.Get(key)
 			st.upstreamCall()
@@ -94,6 +93,11 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		defer cancel()
 	}
 	e, outcome, err := n.cache.Load(ctx, key, fill)
+	if scheduled && outcome != cache.Hit {
+		// Demand for a refresh that is pending (hits cost the queue
+		// nothing: they take no lock).
+		n.fresh.ask(feed, p.Team.Name)
+	}
 	if scheduled && err != nil && ctx.Err() != nil && r.Context().Err() == nil {
 		n.metrics.latestWaitTimedOut(n.name)
 		err = errLatestWait
