@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
+	"streamgate/simulator"
 	"streamgate/status"
 )
 
@@ -189,9 +190,14 @@ func TestStatusPageInABrowser(t *testing.T) {
 	for _, u := range requests {
 		assert.True(t, strings.HasPrefix(u, p.admin+"/"), "a request left the admin origin: %s", u)
 	}
-	// No secret on the page.
-	for _, secret := range []string{config.DemoKeySecret, config.ResearchKeySecret, config.DemoKeyID, config.ResearchKeyID} {
-		assert.NotContains(t, bodyText, secret)
+	// No secret, no key ID, no organisation credential on the page or in
+	// the JSON.
+	_, page := mustGet(t, nil, p.admin+"/")
+	_, js := mustGet(t, nil, p.admin+"/status.json")
+	for _, secret := range []string{config.DemoKeySecret, config.ResearchKeySecret, config.DemoKeyID, config.ResearchKeyID,
+		simulator.OrgKeyID, simulator.OrgKeySecret} {
+		assert.NotContains(t, string(page), secret)
+		assert.NotContains(t, string(js), secret)
 	}
 }
 
