@@ -33,7 +33,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 	})
 	// The status page and its JSON: the sampler's latest snapshot.
-	st := status.Handler(s.status, "")
+	st := status.Handler(s.status, s.cfg.Load().Server.AdminToken.Reveal())
 	mux.Handle("GET /{$}", st)
 	mux.Handle("GET /status.json", st)
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
