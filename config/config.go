@@ -61,6 +61,17 @@ type Server struct {
 	// upstream call with its retries. Default 60s. A WebSocket connection
 	// is not bound by either timeout once upgraded.
 	WriteTimeout time.Duration `yaml:"write_timeout" json:"write_timeout"`
+	// AdminToken, when set, is required as "Authorization: Bearer TOKEN"
+	// by the admin listener's status page (/) and /status.json, which then
+	// answer 401 without it; /metrics, /healthz and /readyz stay open.
+	// After loading it also holds the contents of AdminTokenFile. Default
+	// "" (no token: keep the admin listener on loopback).
+	AdminToken Secret `yaml:"admin_token" json:"admin_token"`
+	// AdminTokenFile is a file holding the token, read at load time like
+	// Credentials.APISecretFile. Default "".
+	AdminTokenFile string `yaml:"admin_token_file" json:"admin_token_file"`
+
+	file fileState
 }
 
 // Log configures the process logger.

@@ -108,6 +108,8 @@ func TestDefaults(t *testing.T) {
 			IdleTimeout:       120 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      60 * time.Second,
+			AdminToken:        "", // no token by default
+			AdminTokenFile:    "",
 		},
 		Log: Log{Level: "info", Format: "json", Audit: false},
 		Networks: map[string]*Network{

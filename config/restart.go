@@ -51,6 +51,7 @@ func restartSettings(cfg *Config) map[string]string {
 		"server.idle_timeout":        cfg.Server.IdleTimeout.String(),
 		"server.read_timeout":        cfg.Server.ReadTimeout.String(),
 		"server.write_timeout":       cfg.Server.WriteTimeout.String(),
+		"server.admin_token":         digest(cfg.Server.AdminToken),
 		"log.level":                  string(cfg.Log.Level),
 		"log.format":                 string(cfg.Log.Format),
 		"cache.max_bytes":            strconv.FormatInt(int64(cfg.Cache.MaxBytes), 10),

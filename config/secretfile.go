@@ -55,6 +55,9 @@ func (c *Config) readSecretFiles() {
 			credentials(&n.Upstream.Credentials)
 		}
 	}
+	if s := &c.Server; s.AdminTokenFile != "" && s.AdminToken == "" {
+		read(s.AdminTokenFile, &s.file, &s.AdminToken)
+	}
 	if r := &c.RateLimit.Redis; r.PasswordFile != "" && r.Password == "" {
 		read(r.PasswordFile, &r.file, &r.Password)
 	}

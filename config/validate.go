@@ -129,6 +129,12 @@ func (v *validator) server(s *Server, networks map[string]*Network) {
 			}
 		}
 	}
+	switch inline := s.AdminToken != "" && !s.file.read; {
+	case inline && s.AdminTokenFile != "":
+		v.add("server.admin_token", "give either admin_token or admin_token_file, not both")
+	case s.AdminTokenFile != "":
+		v.secretFile("server.admin_token_file", s.file, s.AdminToken)
+	}
 	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
 	v.positive("server.read_header_timeout", s.ReadHeaderTimeout)
 	v.positive("server.idle_timeout", s.IdleTimeout)

@@ -5,10 +5,13 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"streamgate/status"
 )
 
-// adminHandler serves /metrics, /healthz (the process is alive) and /readyz
-// (every upstream has answered, and the server is not draining).
+// adminHandler serves /metrics, /healthz (the process is alive), /readyz
+// (every upstream has answered, and the server is not draining), the status
+// page at / and its facts at /status.json.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -29,5 +32,10 @@ func (s *Server) adminHandler() http.Handler {
 			io.WriteString(w, `{"status":"ready"}`+"\n")
 		}
 	})
+	// The status page and its JSON: the sampler's latest snapshot.
+	st := status.Handler(s.status, s.cfg.Load().Server.AdminToken.Reveal())
+	mux.Handle("GET /{$}", st)
+	mux.Handle("GET /status.json", st)
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return mux
 }

@@ -26,6 +26,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/realtime"
 	"streamgate/simulator"
+	"streamgate/status"
 )
 
 // Options are a Server's dependencies besides its configuration. Every
@@ -43,6 +44,11 @@ type Options struct {
 	// Limits, if non-nil, are used instead of the ones the configuration's
 	// ratelimit section describes; the Server does not close them.
 	Limits *Limits
+	// Version is shown on the status page. Empty: "dev".
+	Version string
+	// StatusInterval is how often the status page's sampler gathers the
+	// metrics. Zero: status.DefaultInterval.
+	StatusInterval time.Duration
 }
 
 // Server is a running gateway. Its methods are safe for concurrent use.
@@ -56,6 +62,10 @@ type Server struct {
 	ownLimit bool
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
+	status   *status.Sampler
+	version  string
+	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -163,6 +173,13 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 			s.addrs[name] = ln.Addr().String()
 		}
 	}
+	s.version = opts.Version
+	if s.version == "" {
+		s.version = "dev"
+	}
+	loaded := time.Now()
+	s.loadedAt.Store(&loaded)
+	s.status = status.New(status.Options{Gatherer: s.reg, Facts: s.statusFacts, Interval: opts.StatusInterval})
 	if cfg.Server.AdminListen != "" {
 		ln, err := net.Listen("tcp", cfg.Server.AdminListen)
 		if err != nil {
@@ -253,6 +270,7 @@ func (s *Server) Start() {
 			}
 		}()
 	}
+	s.status.Start()
 	if s.admin != nil {
 		go s.admin.srv.Serve(s.admin.ln)
 		s.log.Info("admin listening", zap.String("addr", s.addrs["admin"]))
@@ -307,13 +325,44 @@ func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() }
 // changes that only a restart applies; they keep their running values.
 func (s *Server) Reload(next *config.Config) (restartOnly []string, err error) {
 	if err := s.gw.Reload(next); err != nil {
+		s.ReloadRefused(err)
 		return nil, err
 	}
 	running := s.cfg.Load()
 	restartOnly = config.RestartOnly(running, next)
 	s.cfg.Store(next)
+	now := time.Now()
+	s.loadedAt.Store(&now)
+	s.reloaded.Store(&status.Reload{At: now, OK: true})
 	return restartOnly, nil
 }
+
+// ReloadRefused records a reload that did not happen (a configuration file
+// with problems), for the status page.
+func (s *Server) ReloadRefused(err error) {
+	s.reloaded.Store(&status.Reload{At: time.Now(), OK: false, Error: err.Error()})
+}
+
+// statusFacts are what the status page shows besides the metrics: the
+// configuration in force (teams by name, never their keys) and the hubs.
+func (s *Server) statusFacts() status.Facts {
+	cfg := s.cfg.Load()
+	f := status.Facts{Version: s.version, LoadedAt: *s.loadedAt.Load(), LastReload: s.reloaded.Load(), MaxBytes: int64(cfg.Cache.MaxBytes)}
+	for _, name := range cfg.NetworkNames() {
+		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
+		if h := s.hubs[name]; h != nil {
+			n.Hub = h.Stats
+		}
+		f.Networks = append(f.Networks, n)
+	}
+	for _, t := range cfg.Teams {
+		f.Teams = append(f.Teams, status.TeamInfo{Name: t.Name, DailyQuota: int64(t.DailyQuota)})
+	}
+	return f
+}
+
+// Status is the status page's sampler.
+func (s *Server) Status() *status.Sampler { return s.status }
 
 // Shutdown drains: /readyz answers 503 at once, the listeners stop
 // accepting and the requests in flight are finished (connections still
@@ -334,6 +383,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		// WebSocket clients are not part of the drain: closing the hubs
 		// ends their subscriptions, and each client is closed with 1001.
+		s.status.Stop()
 		for _, h := range s.hubs {
 			h.Close()
 		}
@@ -359,6 +409,9 @@ func (s *Server) Close() error {
 
 // release frees what New built. Listeners never served are closed.
 func (s *Server) release() {
+	if s.status != nil {
+		s.status.Stop()
+	}
 	if s.gw != nil {
 		s.gw.Close()
 	}

@@ -60,7 +60,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := server.New(cfg, server.Options{Logger: log, AccessLog: access, Registry: reg})
+	// STREAMGATE_STATUS_INTERVAL (a Go duration) samples the status page
+	// more often than every 10 s: for tests.
+	statusInterval, _ := time.ParseDuration(os.Getenv("STREAMGATE_STATUS_INTERVAL"))
+	srv, err := server.New(cfg, server.Options{Logger: log, AccessLog: access, Registry: reg, Version: version, StatusInterval: statusInterval})
 	if err != nil {
 		return err
 	}
@@ -79,6 +82,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			log.Error("reload refused: the new configuration has problems; the old one stays in force",
 				zap.String("trigger", trigger), zap.Error(err))
+			srv.ReloadRefused(err)
 			return
 		}
 		restartOnly, err := srv.Reload(next)
@@ -131,6 +135,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv.Shutdown(sctx)
 	return nil
 }
+
+// version is the release, set at build time with
+// -ldflags "-X main.version=v1.2.3"; the status page shows it.
+var version = "dev"
 
 // watchInterval is how often -watch looks at the configuration file.
 const watchInterval = 2 * time.Second

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/config"
+	"streamgate/simulator"
+	"streamgate/status"
+)
+
+// chromium finds a Chromium to drive, or skips the test saying what to
+// install (with CI=true, a missing browser fails the test instead).
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium found: install it (Debian: apt-get install -y chromium) to run the status page's browser test"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// statusConfig is the demo's two teams on free loopback ports, the
+// research team limited to one request per 100 s so that it is refused.
+func statusConfig() string {
+	return fmt.Sprintf(`server:
+  admin_listen: "127.0.0.1:0"
+networks:
+  mainnet:
+    listen: "127.0.0.1:0"
+    upstream: {url: embedded}
+  testnet:
+    listen: "127.0.0.1:0"
+    upstream: {url: embedded}
+teams:
+  - name: %s
+    networks: [mainnet, testnet]
+    feeds: ["*"]
+    keys: [{id: %s, secret: %s}]
+  - name: %s
+    networks: [testnet]
+    feeds: ["*"]
+    rate: {rps: 0.01, burst: 1}
+    daily_quota: 10000
+    keys: [{id: %s, secret: %s}]
+`, config.DemoTeam, config.DemoKeyID, config.DemoKeySecret, config.ResearchTeam, config.ResearchKeyID, config.ResearchKeySecret)
+}
+
+// TestStatusPageInABrowser drives traffic from two teams, one of them over
+// its rate, then loads the admin listener's status page in headless
+// Chromium and checks what a person would see against /status.json.
+func TestStatusPageInABrowser(t *testing.T) {
+	execPath := chromium(t)
+	t.Setenv("STREAMGATE_STATUS_INTERVAL", "200ms")
+	p := start(t, statusConfig(), []string{"mainnet", "testnet"})
+	waitReady(t, p)
+
+	demo := newSigner(config.DemoKeyID, config.DemoKeySecret)
+	research := newSigner(config.ResearchKeyID, config.ResearchKeySecret)
+	for _, base := range []string{p.net["mainnet"], p.net["testnet"]} {
+		for range 5 {
+			code, _ := mustGet(t, demo, base+"/api/v1/feeds")
+			require.Equal(t, http.StatusOK, code)
+		}
+	}
+	codes := map[int]int{}
+	for range 6 {
+		code, _ := mustGet(t, research, p.net["testnet"]+"/api/v1/feeds")
+		codes[code]++
+	}
+	require.Equal(t, map[int]int{200: 1, 429: 5}, codes, "the research team: one admitted, then refused")
+
+	// Wait until a sample holds every request made.
+	var snap status.Snapshot
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := mustGet(t, nil, p.admin+"/status.json")
+		require.Equal(t, http.StatusOK, code)
+		require.NoError(t, json.Unmarshal(body, &snap))
+		if teamOf(snap, config.DemoTeam).Requests == 10 && teamOf(snap, config.ResearchTeam).Requests == 6 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "/status.json never counted the requests: %s", body)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.EqualValues(t, 5, teamOf(snap, config.ResearchTeam).RateLimited)
+
+	// The browser.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(execPath),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1600),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelTimeout()
+
+	var (
+		mu       sync.Mutex
+		consoles []string
+		requests []string
+	)
+	chromedp.ListenTarget(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.APITypeError || ev.Type == runtime.APITypeWarning {
+				consoles = append(consoles, fmt.Sprintf("console %s: %v", ev.Type, ev.Args))
+			}
+		case *runtime.EventExceptionThrown:
+			consoles = append(consoles, "exception: "+ev.ExceptionDetails.Text)
+		case *cdplog.EventEntryAdded: // CSP violations, failed loads
+			if ev.Entry.Level == cdplog.LevelError || ev.Entry.Level == cdplog.LevelWarning {
+				consoles = append(consoles, fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL))
+			}
+		case *network.EventRequestWillBeSent:
+			requests = append(requests, ev.Request.URL)
+		}
+	})
+	var shot []byte
+	var svgs []string
+	var bodyText string
+	err := chromedp.Run(ctx,
+		network.Enable(),
+		runtime.Enable(),
+		cdplog.Enable(),
+		chromedp.Navigate(p.admin+"/"),
+		chromedp.WaitVisible("#teams", chromedp.ByID),
+		chromedp.Text("body", &bodyText, chromedp.ByQuery),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll("svg.spark polyline")).map(e => e.getAttribute("points"))`, &svgs),
+		chromedp.FullScreenshot(&shot, 90),
+	)
+	require.NoError(t, err)
+
+	path := filepath.Join(t.TempDir(), "status-page.png")
+	require.NoError(t, os.WriteFile(path, shot, 0o644))
+	t.Logf("screenshot of the status page: %s", path)
+
+	// What the page reads, against /status.json (read again: the page may
+	// be a sample newer).
+	for _, n := range []string{"mainnet", "testnet"} {
+		assert.Contains(t, bodyText, "Network "+n)
+	}
+	var rows map[string][]string
+	err = chromedp.Run(ctx, chromedp.Evaluate(`Object.fromEntries(Array.from(document.querySelectorAll("tr.team")).map(r => [r.cells[0].innerText, Array.from(r.cells).map(c => c.innerText)]))`, &rows))
+	require.NoError(t, err)
+	for _, team := range []string{config.DemoTeam, config.ResearchTeam} {
+		row, ok := rows[team]
+		require.True(t, ok, "team %s on the page: %v", team, rows)
+		want := teamOf(snap, team)
+		assert.Equal(t, strconv.FormatInt(want.Requests, 10), row[1], "team %s: requests", team)
+		assert.Equal(t, strconv.FormatInt(want.RateLimited, 10), row[3], "team %s: rate-limited", team)
+	}
+	assert.Equal(t, "5", rows[config.ResearchTeam][3], "the research team's refusals")
+	assert.Contains(t, rows[config.ResearchTeam][2], "429 5")
+	assert.GreaterOrEqual(t, len(svgs), 7, "charts: the cache's and three per network")
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, consoles, "console errors")
+	require.NotEmpty(t, requests)
+	for _, u := range requests {
+		assert.True(t, strings.HasPrefix(u, p.admin+"/"), "a request left the admin origin: %s", u)
+	}
+	// No secret, no key ID, no organisation credential on the page or in
+	// the JSON.
+	_, page := mustGet(t, nil, p.admin+"/")
+	_, js := mustGet(t, nil, p.admin+"/status.json")
+	for _, secret := range []string{config.DemoKeySecret, config.ResearchKeySecret, config.DemoKeyID, config.ResearchKeyID,
+		simulator.OrgKeyID, simulator.OrgKeySecret} {
+		assert.NotContains(t, string(page), secret)
+		assert.NotContains(t, string(js), secret)
+	}
+}
+
+func teamOf(s status.Snapshot, name string) status.Team {
+	for _, t := range s.Teams {
+		if t.Name == name {
+			return t
+		}
+	}
+	return status.Team{}
+}

@@ -1,0 +1,298 @@
+package status
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Snapshot is what the page and /status.json show. Counts are since the
+// process started unless the field says otherwise; rates and ratios are
+// over the window named in the field. Nothing in it is secret.
+type Snapshot struct {
+	Version        string    `json:"version"`
+	SampledAt      time.Time `json:"sampled_at"`
+	SampleInterval float64   `json:"sample_interval_seconds"`
+	Window         float64   `json:"window_seconds"` // the time the series cover
+	Config         Config    `json:"config"`
+	Cache          Cache     `json:"cache"`
+	Networks       []Network `json:"networks"`
+	Teams          []Team    `json:"teams"`
+	// HitRatio is the cache hit ratio per sample interval, oldest first.
+	HitRatio []float64 `json:"hit_ratio_series"`
+}
+
+// Config is the configuration in force.
+type Config struct {
+	LoadedAt   time.Time `json:"loaded_at"`
+	LastReload *Reload   `json:"last_reload"` // null: never reloaded
+}
+
+// Cache is the response cache (shared by every network).
+type Cache struct {
+	BytesUsed    int64   `json:"bytes_used"`
+	MaxBytes     int64   `json:"max_bytes"`
+	Lookups      int64   `json:"lookups"`
+	Hits         int64   `json:"hits"` // hit, stale and negative answers
+	HitRatio     float64 `json:"hit_ratio"`
+	StaleServed  int64   `json:"stale_served"`
+	CallsSaved   int64   `json:"upstream_calls_saved"`
+	Coalesced    int64   `json:"coalesced"`
+	WindowHitPct float64 `json:"-"`
+}
+
+// Network is one network's upstream, budget and hub.
+type Network struct {
+	Name       string     `json:"name"`
+	Requests   int64      `json:"requests"`
+	CallsSaved int64      `json:"upstream_calls_saved"`
+	Upstream   Upstream   `json:"upstream"`
+	Budget     []Endpoint `json:"budget"`
+	Hub        *Hub       `json:"hub,omitempty"`
+	// Series per sample interval, oldest first: requests per second,
+	// upstream calls per second, and the busiest endpoint's share of its
+	// budget (0..1).
+	RequestRate  []float64 `json:"requests_per_second_series"`
+	UpstreamRate []float64 `json:"upstream_calls_per_second_series"`
+	BudgetUse    []float64 `json:"budget_use_series"`
+}
+
+// Upstream is the health of a network's upstream.
+type Upstream struct {
+	Calls        int64      `json:"calls"`
+	Failures     int64      `json:"failures"`
+	LastSuccess  *time.Time `json:"last_success"` // to within a sample interval
+	LastFailure  *time.Time `json:"last_failure"`
+	FailureClass string     `json:"last_failure_class,omitempty"` // timeout, transport, integrity, http_503, …
+	P50ms        *float64   `json:"p50_ms"`                       // over the last 5 minutes; null without calls
+	P99ms        *float64   `json:"p99_ms"`
+}
+
+// Endpoint is the upstream budget of one endpoint.
+type Endpoint struct {
+	Endpoint string  `json:"endpoint"`
+	Calls    int64   `json:"calls"`
+	Use      float64 `json:"use"` // calls per second over the last minute / budget rps
+	Waits    int64   `json:"waits"`
+	Refusals int64   `json:"refusals"`
+	Pauses   int64   `json:"upstream_429"` // upstream 429 answers: each pauses the endpoint
+}
+
+// Hub is a network's real-time hub.
+type Hub struct {
+	Connections     []HubConn        `json:"connections"`
+	FeedsWanted     int              `json:"feeds_wanted"`
+	FeedsSubscribed int              `json:"feeds_subscribed"`
+	FeedsUncarried  int              `json:"feeds_uncarried"`
+	Subscribers     int              `json:"subscribers"`
+	Clients         int64            `json:"clients"`
+	Reconnects      map[string]int64 `json:"reconnects"`
+}
+
+// HubConn is one upstream WebSocket connection.
+type HubConn struct {
+	Origin string `json:"origin"`
+	State  string `json:"state"`
+	Feeds  int    `json:"feeds"`
+}
+
+// Team is one team's traffic.
+type Team struct {
+	Name        string           `json:"name"`
+	Requests    int64            `json:"requests"`
+	Answers     map[string]int64 `json:"answers"` // by class: 2xx, 3xx, 4xx, 429, 5xx
+	RateLimited int64            `json:"rate_limited"`
+	// RateLimitedShare is RateLimited / Requests.
+	RateLimitedShare float64 `json:"rate_limited_share"`
+	// AdmittedToday counts this replica's answers other than 429 since
+	// 00:00 UTC: what the daily quota counts, as seen by this replica.
+	AdmittedToday int64 `json:"admitted_today"`
+	DailyQuota    int64 `json:"daily_quota"` // 0: none
+}
+
+// build computes a snapshot from the ring; s.mu is held.
+func (s *Sampler) build(f Facts) *Snapshot {
+	cur := &s.ring[len(s.ring)-1]
+	first := &s.ring[0]
+	snap := &Snapshot{
+		Version: f.Version, SampledAt: cur.at,
+		SampleInterval: s.opts.Interval.Seconds(),
+		Window:         cur.at.Sub(first.at).Seconds(),
+		Config:         Config{LoadedAt: f.LoadedAt, LastReload: f.LastReload},
+	}
+	// The sample a minute and five minutes back (or the oldest).
+	back := func(d time.Duration) *sample {
+		for i := range s.ring {
+			if !s.ring[i].at.Before(cur.at.Add(-d)) {
+				if i > 0 {
+					return &s.ring[i-1]
+				}
+				return &s.ring[i]
+			}
+		}
+		return first
+	}
+	minute, five := back(time.Minute), back(latencyWindow)
+
+	// Cache.
+	res := cur.by("streamgate_cache_results_total", "result", nil)
+	c := Cache{MaxBytes: f.MaxBytes, BytesUsed: int64(cur.sum("streamgate_cache_bytes", nil, nil)),
+		StaleServed: int64(res["stale"]), Coalesced: int64(res["coalesced"]),
+		CallsSaved: int64(cur.sum("streamgate_upstream_calls_saved_total", nil, nil))}
+	for r, v := range res {
+		c.Lookups += int64(v)
+		if isHit(r) {
+			c.Hits += int64(v)
+		}
+	}
+	c.HitRatio = ratio(float64(c.Hits), float64(c.Lookups))
+	snap.Cache = c
+
+	// Series, one point per interval between consecutive samples.
+	for i := 1; i < len(s.ring); i++ {
+		a, b := s.ring[i-1].by("streamgate_cache_results_total", "result", nil), s.ring[i].by("streamgate_cache_results_total", "result", nil)
+		var hits, all float64
+		for r, v := range b {
+			d := v - a[r]
+			all += d
+			if isHit(r) {
+				hits += d
+			}
+		}
+		snap.HitRatio = append(snap.HitRatio, ratio(hits, all))
+	}
+
+	for _, n := range f.Networks {
+		match := map[string]string{"network": n.Name}
+		net := Network{Name: n.Name,
+			Requests:   int64(cur.sum("streamgate_requests_total", match, nil)),
+			CallsSaved: int64(cur.sum("streamgate_upstream_calls_saved_total", match, nil)),
+		}
+		up := Upstream{
+			Calls:    int64(cur.sum("streamgate_upstream_requests_total", match, nil)),
+			Failures: int64(cur.sum("streamgate_upstream_requests_total", match, func(l map[string]string) bool { return !strings.HasPrefix(l["code"], "2") })) + int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool { return l["reason"] != "canceled" && l["reason"] != "budget" })),
+		}
+		if e := s.last[n.Name]; e != nil {
+			if !e.success.IsZero() {
+				t := e.success
+				up.LastSuccess = &t
+			}
+			if !e.failure.IsZero() {
+				t := e.failure
+				up.LastFailure, up.FailureClass = &t, e.class
+			}
+		}
+		if p50, p99 := latency(five, cur, n.Name); !math.IsNaN(p50) {
+			a, b := p50*1000, p99*1000
+			up.P50ms, up.P99ms = &a, &b
+		}
+		net.Upstream = up
+
+		calls := cur.by("streamgate_upstream_requests_total", "endpoint", match)
+		callsBefore := minute.by("streamgate_upstream_requests_total", "endpoint", match)
+		pauses := cur.by("streamgate_upstream_requests_total", "endpoint", map[string]string{"network": n.Name, "code": "429"})
+		waits := cur.by("streamgate_upstream_budget_waits_total", "endpoint", match)
+		refusals := cur.by("streamgate_upstream_budget_refusals_total", "endpoint", match)
+		eps := map[string]bool{}
+		for _, m := range []map[string]float64{calls, waits, refusals} {
+			for e := range m {
+				eps[e] = true
+			}
+		}
+		span := cur.at.Sub(minute.at).Seconds()
+		for e := range eps {
+			ep := Endpoint{Endpoint: e, Calls: int64(calls[e]), Waits: int64(waits[e]), Refusals: int64(refusals[e]), Pauses: int64(pauses[e])}
+			if span > 0 && n.BudgetRPS > 0 {
+				ep.Use = (calls[e] - callsBefore[e]) / span / n.BudgetRPS
+			}
+			net.Budget = append(net.Budget, ep)
+		}
+		sort.Slice(net.Budget, func(i, j int) bool { return net.Budget[i].Endpoint < net.Budget[j].Endpoint })
+
+		for i := 1; i < len(s.ring); i++ {
+			a, b := &s.ring[i-1], &s.ring[i]
+			dt := b.at.Sub(a.at).Seconds()
+			if dt <= 0 {
+				dt = 1
+			}
+			net.RequestRate = append(net.RequestRate, (b.sum("streamgate_requests_total", match, nil)-a.sum("streamgate_requests_total", match, nil))/dt)
+			net.UpstreamRate = append(net.UpstreamRate, (b.sum("streamgate_upstream_requests_total", match, nil)-a.sum("streamgate_upstream_requests_total", match, nil))/dt)
+			var use float64
+			if n.BudgetRPS > 0 {
+				ca, cb := a.by("streamgate_upstream_requests_total", "endpoint", match), b.by("streamgate_upstream_requests_total", "endpoint", match)
+				for e, v := range cb {
+					use = math.Max(use, (v-ca[e])/dt/n.BudgetRPS)
+				}
+			}
+			net.BudgetUse = append(net.BudgetUse, use)
+		}
+
+		if n.Hub != nil {
+			st := n.Hub()
+			h := &Hub{FeedsWanted: st.FeedsWanted, FeedsSubscribed: st.FeedsSubscribed, FeedsUncarried: st.FeedsUncarried,
+				Subscribers: st.Subscribers, Reconnects: st.Reconnects,
+				Clients: int64(cur.sum("streamgate_ws_clients", match, nil))}
+			for _, c := range st.Connections {
+				h.Connections = append(h.Connections, HubConn{Origin: c.Origin, State: c.State, Feeds: c.Feeds})
+			}
+			net.Hub = h
+		}
+		snap.Networks = append(snap.Networks, net)
+	}
+
+	// Teams: every configured team, and any other label seen (anonymous).
+	today := admittedByTeam(*cur)
+	byTeam := map[string]*Team{}
+	var order []string
+	team := func(name string) *Team {
+		if t := byTeam[name]; t != nil {
+			return t
+		}
+		t := &Team{Name: name, Answers: map[string]int64{}}
+		byTeam[name] = t
+		order = append(order, name)
+		return t
+	}
+	for _, ti := range f.Teams {
+		team(ti.Name).DailyQuota = ti.DailyQuota
+	}
+	for _, p := range cur.points {
+		switch p.name {
+		case "streamgate_requests_total":
+			t := team(p.labels["team"])
+			t.Requests += int64(p.value)
+			t.Answers[class(p.labels["code"])] += int64(p.value)
+		case "streamgate_ratelimit_rejections_total":
+			team(p.labels["team"]).RateLimited += int64(p.value)
+		}
+	}
+	for _, name := range order {
+		t := byTeam[name]
+		t.RateLimitedShare = ratio(float64(t.RateLimited), float64(t.Requests))
+		t.AdmittedToday = int64(today[name] - s.day.base[name])
+		snap.Teams = append(snap.Teams, *t)
+	}
+	return snap
+}
+
+func isHit(result string) bool { return result == "hit" || result == "stale" || result == "negative" }
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// class is the answer class of a status code: 2xx, 3xx, 4xx, 5xx, with
+// 429 apart.
+func class(code string) string {
+	if code == "429" {
+		return "429"
+	}
+	if len(code) == 3 {
+		return code[:1] + "xx"
+	}
+	return "other"
+}
