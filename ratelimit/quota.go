@@ -17,6 +17,9 @@ import (
 // Implementations are safe for concurrent use.
 type Quota interface {
 	Take(ctx context.Context, key string, limit int64, now time.Time) (Decision, error)
+	// Used returns how many events of key were counted in now's UTC day,
+	// without counting one (for a status page).
+	Used(ctx context.Context, key string, now time.Time) (int64, error)
 }
 
 // dayOf returns the number of the UTC day of t and the time left in it.
@@ -81,6 +84,18 @@ func (q *MemoryQuota) Take(_ context.Context, key string, limit int64, now time.
 	d := q.take(key, limit, now)
 	q.metrics.record(d, nil)
 	return d, nil
+}
+
+// Used implements Quota.
+func (q *MemoryQuota) Used(_ context.Context, key string, now time.Time) (int64, error) {
+	today, _ := dayOf(now)
+	s := q.keys.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it, ok := s.items[key]; ok && it.val.day == today {
+		return it.val.count, nil
+	}
+	return 0, nil
 }
 
 func (q *MemoryQuota) take(key string, limit int64, now time.Time) Decision {
@@ -169,6 +184,22 @@ func (q *RedisQuota) Take(ctx context.Context, key string, limit int64, now time
 	return d, err
 }
 
+// Used implements Quota: the count shared by every replica, read from
+// Redis (while Redis fails, the error; the caller may show the local count).
+func (q *RedisQuota) Used(ctx context.Context, key string, now time.Time) (int64, error) {
+	n, err := q.client.Get(ctx, q.dayKey(key, now)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// dayKey is the Redis key of key's count in now's UTC day.
+func (q *RedisQuota) dayKey(key string, now time.Time) string {
+	today, _ := dayOf(now)
+	return q.prefix + key + ":" + time.Unix(today*86400, 0).UTC().Format(time.DateOnly)
+}
+
 func (q *RedisQuota) take(ctx context.Context, key string, limit int64, now time.Time) (Decision, error) {
 	if limit <= 0 {
 		return Decision{Allowed: true}, nil
@@ -177,7 +208,7 @@ func (q *RedisQuota) take(ctx context.Context, key string, limit int64, now time
 		return q.fallback(key, limit, now, nil)
 	}
 	today, left := dayOf(now)
-	k := q.prefix + key + ":" + time.Unix(today*86400, 0).UTC().Format(time.DateOnly)
+	k := q.dayKey(key, now)
 	expireAt := (today+1)*86400 + int64(quotaGrace/time.Second)
 	res, err := takeScript.Run(ctx, q.client, []string{k}, limit, expireAt).Int64Slice()
 	if err == nil && len(res) != 2 {

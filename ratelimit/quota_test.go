@@ -118,3 +118,29 @@ func TestDayOf(t *testing.T) {
 		assert.Equal(t, tc.left, left, "%v", tc.t)
 	}
 }
+
+func TestMemoryQuotaUsed(t *testing.T) {
+	q, err := NewMemoryQuota(Options{Name: "daily"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := q.Take(ctx, "daily:t", 10, day); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := q.Used(ctx, "daily:t", day); n != 3 {
+		t.Fatalf("used %d, want 3", n)
+	}
+	if n, _ := q.Used(ctx, "daily:t", day); n != 3 {
+		t.Fatalf("Used counted an event: %d", n)
+	}
+	if n, _ := q.Used(ctx, "daily:t", day.Add(24*time.Hour)); n != 0 {
+		t.Fatalf("the next day starts at %d", n)
+	}
+	if n, _ := q.Used(ctx, "daily:other", day); n != 0 {
+		t.Fatalf("an unknown key used %d", n)
+	}
+}

@@ -316,6 +316,25 @@ func TestRedisQuota(t *testing.T) {
 	assert.LessOrEqual(t, ttl, time.Until(next.Add(quotaGrace))+time.Second) // Redis rounds TTL to seconds
 }
 
+func TestRedisQuotaUsed(t *testing.T) {
+	url := redistest.Start(t)
+	a, err := NewRedisQuota(newClient(t, url), Options{})
+	require.NoError(t, err)
+	b, err := NewRedisQuota(newClient(t, url), Options{})
+	require.NoError(t, err)
+	ctx, now := context.Background(), time.Now()
+	for _, q := range []*RedisQuota{a, b, a} {
+		_, err := q.Take(ctx, "daily:t", 10, now)
+		require.NoError(t, err)
+	}
+	n, err := b.Used(ctx, "daily:t", now)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, n, "every replica's count")
+	n, err = a.Used(ctx, "daily:none", now)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
 func TestRedisQuotaSharedByReplicas(t *testing.T) {
 	url := redistest.Start(t)
 	var quotas []*RedisQuota

@@ -356,7 +356,15 @@ func (s *Server) statusFacts() status.Facts {
 		f.Networks = append(f.Networks, n)
 	}
 	for _, t := range cfg.Teams {
-		f.Teams = append(f.Teams, status.TeamInfo{Name: t.Name, DailyQuota: int64(t.DailyQuota)})
+		ti := status.TeamInfo{Name: t.Name, DailyQuota: t.DailyQuota}
+		if t.DailyQuota > 0 && s.limits.Quota != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if n, err := s.limits.Quota.Used(ctx, "daily:"+t.Name, time.Now()); err == nil {
+				ti.DailyUsed = &n
+			}
+			cancel()
+		}
+		f.Teams = append(f.Teams, ti)
 	}
 	return f
 }

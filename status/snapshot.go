@@ -106,9 +106,13 @@ type Team struct {
 	// RateLimitedShare is RateLimited / Requests.
 	RateLimitedShare float64 `json:"rate_limited_share"`
 	// AdmittedToday counts this replica's answers other than 429 since
-	// 00:00 UTC: what the daily quota counts, as seen by this replica.
+	// 00:00 UTC.
 	AdmittedToday int64 `json:"admitted_today"`
 	DailyQuota    int64 `json:"daily_quota"` // 0: none
+	// DailyUsed is the daily quota's own count today, shared by every
+	// replica with the redis backend; absent when the team has no quota
+	// or it could not be read.
+	DailyUsed *int64 `json:"daily_used,omitempty"`
 }
 
 // build computes a snapshot from the ring; s.mu is held.
@@ -255,7 +259,8 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		return t
 	}
 	for _, ti := range f.Teams {
-		team(ti.Name).DailyQuota = ti.DailyQuota
+		t := team(ti.Name)
+		t.DailyQuota, t.DailyUsed = ti.DailyQuota, ti.DailyUsed
 	}
 	for _, p := range cur.points {
 		switch p.name {

@@ -36,6 +36,9 @@ const (
 type TeamInfo struct {
 	Name       string
 	DailyQuota int64 // 0: none
+	// DailyUsed is the quota's own count today (in Redis: every
+	// replica's), when it could be read; nil: unknown.
+	DailyUsed *int64
 }
 
 // NetworkInfo is what the configuration says of a network.
