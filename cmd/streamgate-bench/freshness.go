@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +66,8 @@ type freshResult struct {
 	bulkStreams            int64 // stream IDs in the window's bulk calls
 	upstream429            int64 // any endpoint, both networks
 	otherCalls             int64
+	badFeeds               map[int]int64 // non-200 answers by index of the stream
+	feeds                  []freshFeed
 }
 
 func (r *freshResult) non200() int64 { return r.asked - r.status[http.StatusOK] }
@@ -74,6 +78,7 @@ type freshClient struct {
 	status                  map[int]int64
 	xcache                  map[string]int64
 	lat, age, ageLag        histogram
+	bad                     map[int]int64
 }
 
 // scenarioFreshness runs the loads of the freshness scenario.
@@ -174,7 +179,12 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
 	if err := s.warm(ctx); err != nil {
 		return nil, err
 	}
@@ -188,7 +198,7 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 	measureFrom := start.Add(warmup)
 	stop := measureFrom.Add(o.dur)
 	r := &freshResult{label: b.label, clients: clients, streams: len(feeds), window: o.dur,
-		status: map[int]int64{}, xcache: map[string]int64{}, latestCalls: map[string]int64{}, bulkCalls: map[string]int64{}}
+		feeds: feeds, badFeeds: map[int]int64{}, status: map[int]int64{}, xcache: map[string]int64{}, latestCalls: map[string]int64{}, bulkCalls: map[string]int64{}}
 
 	// The simulator's counters cover exactly the window.
 	var snap simulator.Counters
@@ -216,14 +226,16 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 	tallies := make([]*freshClient, clients)
 	var wg sync.WaitGroup
 	for w := range clients {
-		fc := &freshClient{status: map[int]int64{}, xcache: map[string]int64{}}
+		fc := &freshClient{status: map[int]int64{}, xcache: map[string]int64{}, bad: map[int]int64{}}
 		tallies[w] = fc
 		wg.Go(func() {
 			k := &s.clientKeys[w]
-			// Clients start spread over one interval; client w asks the
-			// streams in turn from its own offset.
+			// Clients start spread over one interval; each request asks
+			// for a stream drawn at random (uniformly), so that clients
+			// that waited together do not move on together.
+			rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(start.UnixNano())))
 			next := start.Add(o.every * time.Duration(w) / time.Duration(clients))
-			for j := w; ctx.Err() == nil; j++ {
+			for ctx.Err() == nil {
 				if d := time.Until(next); d > 0 {
 					if !next.Before(stop) {
 						return
@@ -244,7 +256,8 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 				if next.Before(sent) {
 					next = sent // late: the next one at once after this answer
 				}
-				feed := feeds[j%len(feeds)]
+				fi := rng.IntN(len(feeds))
+				feed := feeds[fi]
 				a, err := get(ctx, client, st, k, s.gateway[feed.network], latestTarget(feed.id))
 				if sent.Before(measureFrom) {
 					continue
@@ -260,6 +273,9 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 				fc.answered++
 				fc.lat.record(now.Sub(sent))
 				fc.status[a.status]++
+				if a.status != http.StatusOK {
+					fc.bad[fi]++
+				}
 				if xc := a.header.Get("X-Cache"); xc != "" {
 					fc.xcache[xc]++
 				}
@@ -278,6 +294,15 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("freshness %s, %d clients: the run did not end in time: %w", b.label, clients, err)
 	}
+	// Let the refresher finish what is pending before the gateway closes
+	// (see stack.quiesce); if it does not settle, the stack is left
+	// running rather than hang this run.
+	if s.quiesce(time.Second, 20*time.Second) {
+		s.Close()
+	} else {
+		fmt.Fprintf(o.out, "  %s, %d clients: upstream calls did not stop within 20s of the load's end; the stack is left open\n", b.label, clients)
+	}
+	closed = true
 	r.drain = max(end.Sub(stop), 0)
 	for _, fc := range tallies {
 		r.asked += fc.asked
@@ -288,6 +313,9 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 		}
 		for k, v := range fc.xcache {
 			r.xcache[k] += v
+		}
+		for k, v := range fc.bad {
+			r.badFeeds[k] += v
 		}
 		r.lat.merge(&fc.lat)
 		r.age.merge(&fc.age)
@@ -311,6 +339,19 @@ func printFreshResult(o *options, r *freshResult) {
 		r.label, r.clients, r.streams, r.asked, float64(r.asked)/secs, offered, r.answered, float64(r.answered)/secs, r.errors, fmtCounts(r.status), fmtDur(r.drain))
 	fmt.Fprintf(o.out, "  %s non-200 %d of %d (%s%%; goal ≤ 0.1%%); 429 to clients %d; X-Cache %s\n",
 		r.label, r.non200(), r.asked, pct(r.non200(), r.asked), r.status[http.StatusTooManyRequests], fmtCounts(r.xcache))
+	if len(r.badFeeds) > 0 {
+		idx := make([]int, 0, len(r.badFeeds))
+		for i := range r.badFeeds {
+			idx = append(idx, i)
+		}
+		sort.Slice(idx, func(a, b int) bool { return r.badFeeds[idx[a]] > r.badFeeds[idx[b]] })
+		parts := make([]string, 0, 3)
+		for _, i := range idx[:min(len(idx), 3)] {
+			f := r.feeds[i]
+			parts = append(parts, fmt.Sprintf("%s %s (publication delay %ds): %d", f.network, f.id[:min(len(f.id), 10)], f.lag, r.badFeeds[i]))
+		}
+		fmt.Fprintf(o.out, "  %s non-200 by stream (%d streams; most first): %s\n", r.label, len(r.badFeeds), strings.Join(parts, "; "))
+	}
 	fmt.Fprintf(o.out, "  %s latency p50 %s, p99 %s, max %s (goal p99 ≤ 50ms)\n",
 		r.label, fmtDur(r.lat.quantile(.5)), fmtDur(r.lat.quantile(.99)), fmtDur(r.lat.max))
 	fmt.Fprintf(o.out, "  %s age now − observationsTimestamp: p50 %s, p99 %s, max %s; minus the stream's publication delay: p50 %s, p99 %s\n",

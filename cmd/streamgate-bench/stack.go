@@ -242,6 +242,37 @@ func (s *stack) resetCounters() {
 	s.bulk.reset()
 }
 
+// quiesce waits, at most limit, until no latest or bulk call has reached
+// the simulator for idle: the gateway's latest refresher then holds no
+// pending refresh (one pending makes a call at least every 100 ms within
+// the freshness scenario's budget). It reports whether that happened.
+//
+// The freshness scenario calls it before Close: closing a gateway whose
+// bulk refresher still holds two or more pending streams does not return
+// (the bulk worker, its context cancelled, fails each call at once and
+// takes the same streams again, spinning), so the load is let to settle
+// first.
+func (s *stack) quiesce(idle, limit time.Duration) bool {
+	calls := func() int64 {
+		c := s.sim.Counters()
+		var n int64
+		for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+			n += c.ByEndpoint(network, simulator.EndpointLatest) + c.ByEndpoint(network, simulator.EndpointBulk)
+		}
+		return n
+	}
+	last, since := calls(), time.Now()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if n := calls(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= idle {
+			return true
+		}
+	}
+	return false
+}
+
 // Close stops the servers at once (nothing is drained: the load is over)
 // and releases the simulator and the cache.
 func (s *stack) Close() {
