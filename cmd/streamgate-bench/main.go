@@ -14,6 +14,7 @@
 //	catalog-reduction  many teams sending discovery filters: upstream fetches per catalog view
 //	ws                 N WebSocket clients of 10 streams each: upstream connections, frames delivered, added delay, CPU and memory per client
 //	ws-latest          clients polling latest of streams carried on the upstream WebSocket: upstream calls and answer age
+//	freshness          clients polling latest at a fixed rate within the upstream's 10 rps limit: answers, latency, age of the data, upstream calls and 429s, stale-while-revalidate against the behaviour before it
 //	load               a plain load on -target, an external gateway (the real binary)
 //
 // Client and servers share this machine's CPUs, so absolute figures are
@@ -68,6 +69,7 @@ type options struct {
 	bulkCached   int
 	teams        int
 	latestTTL    time.Duration
+	every        time.Duration
 	warmup       time.Duration
 	rounds       int
 	logLevel     string
@@ -84,21 +86,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	var targets, feeds, mixText string
-	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest or load (default: load with -target, else hit)")
+	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness or load (default: load with -target, else hit)")
 	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
 	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
 	fs.StringVar(&o.secret, "secret", "", "key secret for -target (default $STREAMGATE_SECRET)")
-	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction, ws-latest: 200; ws: 1000 WebSocket clients)")
+	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction, ws-latest: 200; ws: 1000 WebSocket clients; freshness: 50 and 200, or this with -streams)")
 	fs.DurationVar(&o.dur, "d", 10*time.Second, "duration of each measured run (latest-reduction: 30s)")
 	fs.Int64Var(&o.maxRequests, "n", 0, "most requests of each measured run; 0: no bound (bulk-reduction: 2000)")
-	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (ws, ws-latest: 100)")
+	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (ws, ws-latest: 100; freshness: 30 and 100, or this with -c)")
 	fs.StringVar(&feeds, "feeds", "", "stream IDs for -target, comma-separated (default: the first -streams of GET /api/v1/feeds)")
 	fs.StringVar(&mixText, "mix", "latest=8,reports=1,bulk=1", "endpoint weights of scenario load: latest, reports, bulk, page, discovery, feeds")
 	fs.IntVar(&o.bulk, "bulk", 20, "streams per bulk request")
 	fs.IntVar(&o.bulkCached, "bulk-cached", 15, "bulk-reduction: streams of each bulk request already cached at its timestamp")
 	fs.IntVar(&o.teams, "teams", 20, "catalog-reduction: teams, each with its own key")
 	fs.DurationVar(&o.latestTTL, "latest-ttl", 0, "cache.latest_ttl of the in-process gateway (hit: 1h; else the default, 500ms)")
-	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side (freshness: 5s)")
+	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "freshness: how often each client asks")
 	fs.IntVar(&o.rounds, "rounds", 2, "hit, miss: alternating runs of each side, each -d/rounds long")
 	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run (whole process) to this file")
@@ -140,6 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"catalog-reduction": scenarioCatalog,
 		"ws":                scenarioWS,
 		"ws-latest":         scenarioWSLatest,
+		"freshness":         scenarioFreshness,
 		"load":              scenarioLoad,
 	}
 	sc, ok := scenarios[o.scenario]

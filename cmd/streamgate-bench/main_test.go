@@ -181,3 +181,29 @@ func TestScenarioWSLatestSmoke(t *testing.T) {
 	assert.Regexp(t, `errors 0, statuses 200:\d+, X-Cache STREAM:\d+;`, o)
 	assert.Contains(t, o, "answer age now − observationsTimestamp")
 }
+
+// The freshness scenario, tiny, with the simulator's 10 rps limit on: both
+// behaviours reported with every figure, no 429 from the upstream and none
+// passed on to a client (counts, not timings).
+func TestScenarioFreshnessSmoke(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "freshness", "-c", "4", "-streams", "6", "-d", "1s", "-warmup", "500ms", "-log", "off"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	o := out.String()
+	t.Log(o)
+	for _, label := range []string{"swr", "before"} {
+		m := regexp.MustCompile(label + `, 4 clients, 6 streams: asked (\d+) \(\d+/s; offered 40/s\), answered (\d+) \(\d+/s\), errors (\d+), statuses (.*); last answer`).FindStringSubmatch(o)
+		require.NotNil(t, m, "the %s line: %s", label, o)
+		assert.NotEqual(t, "0", m[1], "%s: requests were asked", label)
+		assert.Equal(t, m[1], m[2], "%s: every request answered", label)
+		assert.Equal(t, "0", m[3], label)
+		assert.NotContains(t, m[4], "429:", label)
+		assert.Regexp(t, label+` non-200 \d+ of \d+ \([\d.]+%; goal ≤ 0\.1%\); 429 to clients 0; X-Cache `, o)
+		assert.Regexp(t, label+` latency p50 \S+, p99 \S+, max \S+`, o)
+		assert.Regexp(t, label+` age now − observationsTimestamp: p50 \S+, p99 \S+, max \S+; minus the stream's publication delay`, o)
+		assert.Regexp(t, label+` upstream during the window: 429 0 \(goal 0\); latest calls mainnet \d+, testnet 0; bulk calls mainnet \d+, testnet 0 \(\d+ stream IDs\); other calls \d+`, o)
+		assert.Regexp(t, `(?m)^`+label+` +4 +6 +\d+ +\d+ +[\d.]+% `, o, "%s: a row of the summary", label)
+	}
+	assert.Contains(t, o, "swr    latest_max_stale 3s, latest_max_wait 1s, latest_bulk_refresh true")
+	assert.Contains(t, o, "before latest_max_stale 0s, latest_max_wait 30s, latest_bulk_refresh false")
+}

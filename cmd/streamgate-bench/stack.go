@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/time/rate"
 
 	"streamgate/cache"
 	"streamgate/config"
@@ -32,6 +33,25 @@ type stackConfig struct {
 	WS              bool
 	TeamConnections int
 	WSPinned        []string
+	// SimRateLimit turns the simulator's own per-key, per-endpoint,
+	// per-network rate limit on at this many requests per second (and as
+	// many of burst); 0 leaves it off.
+	SimRateLimit int
+	// Budget is the gateway's upstream budget on both networks; zero:
+	// 100000 calls per second per endpoint.
+	Budget config.Rate
+	// Freshness overrides the cache's latest_max_stale, latest_max_wait and
+	// latest_bulk_refresh; nil keeps the defaults.
+	Freshness *freshness
+	// NoLatestFromStream sets realtime.latest_from_stream to false.
+	NoLatestFromStream bool
+}
+
+// freshness is the stale-while-revalidate part of the cache section.
+type freshness struct {
+	MaxStale    time.Duration // cache.latest_max_stale
+	MaxWait     time.Duration // cache.latest_max_wait
+	BulkRefresh bool          // cache.latest_bulk_refresh
 }
 
 // stack is the simulator and a gateway in front of it, built by
@@ -43,7 +63,8 @@ type stackConfig struct {
 // simulator's per-key rate limit is off, the upstream budget is 100000
 // calls per second per endpoint, and the teams and anonymous clients have
 // no rate limit, so that what is measured is the gateway's work and not a
-// limit doing its job.
+// limit doing its job. A scenario that measures the budget itself
+// (freshness) turns the simulator's limit on and sets the budget.
 type stack struct {
 	sim      *simulator.Simulator
 	gw       *proxy.Gateway
@@ -96,7 +117,10 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	}()
 
 	simCfg := simulator.Default()
-	simCfg.RateLimit = 0
+	simCfg.RateLimit, simCfg.Burst = 0, 0
+	if sc.SimRateLimit > 0 {
+		simCfg.RateLimit, simCfg.Burst = rate.Limit(sc.SimRateLimit), sc.SimRateLimit
+	}
 	s.sim, err = simulator.New(simCfg)
 	if err != nil {
 		return nil, err
@@ -108,6 +132,16 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	if sc.LatestTTL > 0 {
 		cfg.Cache.LatestTTL = sc.LatestTTL
 	}
+	if f := sc.Freshness; f != nil {
+		cfg.Cache.LatestMaxStale, cfg.Cache.LatestMaxWait, cfg.Cache.LatestBulkRefresh = f.MaxStale, f.MaxWait, f.BulkRefresh
+	}
+	if sc.NoLatestFromStream {
+		cfg.Realtime.LatestFromStream = false
+	}
+	budget := sc.Budget
+	if budget == (config.Rate{}) {
+		budget = config.Rate{RPS: 100000, Burst: 100000}
+	}
 	for _, name := range cfg.NetworkNames() {
 		url, err := s.listen(s.bulk.wrap(s.sim.Handler(simulator.NetworkFor(name))), 10*time.Second, 0)
 		if err != nil {
@@ -118,7 +152,7 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 		up.URL = url
 		up.APIKey = simulator.OrgKeyID
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
-		up.Budget = config.Rate{RPS: 100000, Burst: 100000}
+		up.Budget = budget
 		if sc.WS {
 			up.WSURL = "ws" + strings.TrimPrefix(url, "http")
 			if name == mainnet {
@@ -206,6 +240,37 @@ func (s *stack) warm(ctx context.Context) error {
 func (s *stack) resetCounters() {
 	s.sim.ResetCounters()
 	s.bulk.reset()
+}
+
+// quiesce waits, at most limit, until no latest or bulk call has reached
+// the simulator for idle: the gateway's latest refresher then holds no
+// pending refresh (one pending makes a call at least every 100 ms within
+// the freshness scenario's budget). It reports whether that happened.
+//
+// The freshness scenario calls it before Close: closing a gateway whose
+// bulk refresher still holds two or more pending streams does not return
+// (the bulk worker, its context cancelled, fails each call at once and
+// takes the same streams again, spinning), so the load is let to settle
+// first.
+func (s *stack) quiesce(idle, limit time.Duration) bool {
+	calls := func() int64 {
+		c := s.sim.Counters()
+		var n int64
+		for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+			n += c.ByEndpoint(network, simulator.EndpointLatest) + c.ByEndpoint(network, simulator.EndpointBulk)
+		}
+		return n
+	}
+	last, since := calls(), time.Now()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if n := calls(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= idle {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops the servers at once (nothing is drained: the load is over)
