@@ -44,10 +44,10 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		case e.Status == http.StatusOK:
 			found[i] = reportPayload(e.Body)
 			hits++
-			n.metrics.cacheResult("bulk", "hit")
+			n.metrics.cacheResult(n.name, "bulk", "hit")
 		default: // a negative entry: no report yet, known without asking
 			hits++
-			n.metrics.cacheResult("bulk", "negative")
+			n.metrics.cacheResult(n.name, "bulk", "negative")
 		}
 	}
 

@@ -50,8 +50,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"network", "endpoint"}),
 		cacheResults: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_cache_results_total", Help: "Cache lookups by kind (catalog, report, latest, page, bulk) and result (hit, miss, stale, coalesced, negative).",
-		}, []string{"kind", "result"}),
+			Name: "streamgate_cache_results_total", Help: "Cache lookups by network, kind (catalog, report, latest, page, bulk) and result (hit, miss, stale, coalesced, negative, stream).",
+		}, []string{"network", "kind", "result"}),
 		upstreamCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_upstream_requests_total", Help: "Upstream calls that got an answer, by network, endpoint and status code.",
 		}, []string{"network", "endpoint", "code"}),
@@ -139,9 +139,9 @@ func (m *Metrics) request(network, endpoint string, code int, team string, d tim
 	m.requestDuration.WithLabelValues(network, endpoint).Observe(d.Seconds())
 }
 
-func (m *Metrics) cacheResult(kind, result string) {
+func (m *Metrics) cacheResult(network, kind, result string) {
 	if m != nil {
-		m.cacheResults.WithLabelValues(kind, result).Inc()
+		m.cacheResults.WithLabelValues(network, kind, result).Inc()
 	}
 }
 

@@ -31,7 +31,7 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 // answerStream answers latest from the newest report the stream delivered:
 // the frame is exactly the {"report":…} body of the REST answer.
 func (n *network) answerStream(w http.ResponseWriter, r *http.Request, frame []byte, observed int64) {
-	n.metrics.cacheResult("latest", "stream")
+	n.metrics.cacheResult(n.name, "latest", "stream")
 	n.metrics.saved(n.name, "latest")
 	stateOf(r.Context()).cache = "STREAM"
 	h := w.Header()
@@ -51,9 +51,9 @@ var newline = []byte("\n")
 func (n *network) markCache(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry) {
 	label := cacheLabel(outcome)
 	if e != nil && e.Status == http.StatusNotFound && outcome == cache.Hit {
-		n.metrics.cacheResult(kind, "negative")
+		n.metrics.cacheResult(n.name, kind, "negative")
 	} else {
-		n.metrics.cacheResult(kind, lowerLabel(label))
+		n.metrics.cacheResult(n.name, kind, lowerLabel(label))
 	}
 	if outcome != cache.Miss {
 		n.metrics.saved(n.name, kind)

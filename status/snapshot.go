@@ -47,6 +47,9 @@ type Network struct {
 	Name       string     `json:"name"`
 	Requests   int64      `json:"requests"`
 	CallsSaved int64      `json:"upstream_calls_saved"`
+	// The cache's lookups for this network: hit ratio and stale answers.
+	HitRatio    float64 `json:"hit_ratio"`
+	StaleServed int64   `json:"stale_served"`
 	Upstream   Upstream   `json:"upstream"`
 	Budget     []Endpoint `json:"budget"`
 	Hub        *Hub       `json:"hub,omitempty"`
@@ -173,6 +176,15 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			Requests:   int64(cur.sum("streamgate_requests_total", match, nil)),
 			CallsSaved: int64(cur.sum("streamgate_upstream_calls_saved_total", match, nil)),
 		}
+		nres := cur.by("streamgate_cache_results_total", "result", match)
+		var hits, lookups float64
+		for r, v := range nres {
+			lookups += v
+			if isHit(r) {
+				hits += v
+			}
+		}
+		net.HitRatio, net.StaleServed = ratio(hits, lookups), int64(nres["stale"])
 		up := Upstream{
 			Calls:    int64(cur.sum("streamgate_upstream_requests_total", match, nil)),
 			Failures: int64(cur.sum("streamgate_upstream_requests_total", match, func(l map[string]string) bool { return !strings.HasPrefix(l["code"], "2") })) + int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool { return l["reason"] != "canceled" && l["reason"] != "budget" })),

@@ -34,7 +34,7 @@ func newFixture() *fixture {
 	f.upstream = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_upstream_requests_total"}, []string{"network", "endpoint", "code"})
 	f.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_upstream_errors_total"}, []string{"network", "endpoint", "reason"})
 	f.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "streamgate_upstream_duration_seconds", Buckets: []float64{.01, .1, 1}}, []string{"network", "endpoint"})
-	f.cache = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_cache_results_total"}, []string{"kind", "result"})
+	f.cache = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_cache_results_total"}, []string{"network", "kind", "result"})
 	f.limited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ratelimit_rejections_total"}, []string{"team", "limit"})
 	f.reg.MustRegister(f.requests, f.upstream, f.errors, f.duration, f.cache, f.limited)
 	return f
@@ -56,8 +56,8 @@ func TestSamplerRatesSeriesAndRing(t *testing.T) {
 		f.now = f.now.Add(10 * time.Second)
 		f.requests.WithLabelValues("mainnet", "reports", "200", "demo").Add(float64(10 * (i + 1)))
 		f.upstream.WithLabelValues("mainnet", "reports", "200").Add(50)
-		f.cache.WithLabelValues("report", "hit").Add(3)
-		f.cache.WithLabelValues("report", "miss").Add(1)
+		f.cache.WithLabelValues("mainnet", "report", "hit").Add(3)
+		f.cache.WithLabelValues("mainnet", "report", "miss").Add(1)
 		s.Sample()
 	}
 	snap := s.Snapshot()
@@ -68,6 +68,7 @@ func TestSamplerRatesSeriesAndRing(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{.5, .5, .5}, snap.Networks[0].BudgetUse, 1e-9, "5 calls/s of 10")
 	assert.EqualValues(t, 150, snap.Networks[0].Requests)
 	assert.InDelta(t, .75, snap.Cache.HitRatio, 1e-9)
+	assert.InDelta(t, .75, snap.Networks[0].HitRatio, 1e-9, "the network's own lookups")
 	assert.Equal(t, 30.0, snap.Window)
 	require.Len(t, snap.Networks[0].Budget, 1)
 	assert.InDelta(t, .5, snap.Networks[0].Budget[0].Use, 1e-9)

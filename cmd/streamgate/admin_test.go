@@ -147,7 +147,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	}{
 		{"streamgate_requests_total", dto.MetricType_COUNTER, []string{"code", "endpoint", "network", "team"}},
 		{"streamgate_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"endpoint", "network"}},
-		{"streamgate_cache_results_total", dto.MetricType_COUNTER, []string{"kind", "result"}},
+		{"streamgate_cache_results_total", dto.MetricType_COUNTER, []string{"kind", "network", "result"}},
 		{"streamgate_upstream_requests_total", dto.MetricType_COUNTER, []string{"code", "endpoint", "network"}},
 		{"streamgate_upstream_duration_seconds", dto.MetricType_HISTOGRAM, []string{"endpoint", "network"}},
 		{"streamgate_upstream_calls_saved_total", dto.MetricType_COUNTER, []string{"kind", "network"}},
