@@ -44,15 +44,15 @@ type Cache struct {
 
 // Network is one network's upstream, budget and hub.
 type Network struct {
-	Name       string     `json:"name"`
-	Requests   int64      `json:"requests"`
-	CallsSaved int64      `json:"upstream_calls_saved"`
+	Name       string `json:"name"`
+	Requests   int64  `json:"requests"`
+	CallsSaved int64  `json:"upstream_calls_saved"`
 	// The cache's lookups for this network: hit ratio and stale answers.
-	HitRatio    float64 `json:"hit_ratio"`
-	StaleServed int64   `json:"stale_served"`
-	Upstream   Upstream   `json:"upstream"`
-	Budget     []Endpoint `json:"budget"`
-	Hub        *Hub       `json:"hub,omitempty"`
+	HitRatio    float64    `json:"hit_ratio"`
+	StaleServed int64      `json:"stale_served"`
+	Upstream    Upstream   `json:"upstream"`
+	Budget      []Endpoint `json:"budget"`
+	Hub         *Hub       `json:"hub,omitempty"`
 	// Series per sample interval, oldest first: requests per second,
 	// upstream calls per second, and the busiest endpoint's share of its
 	// budget (0..1).
