@@ -308,15 +308,9 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 		r.asked += fc.asked
 		r.answered += fc.answered
 		r.errors += fc.errors
-		for k, v := range fc.status {
-			r.status[k] += v
-		}
-		for k, v := range fc.xcache {
-			r.xcache[k] += v
-		}
-		for k, v := range fc.bad {
-			r.badFeeds[k] += v
-		}
+		addCounts(r.status, fc.status)
+		addCounts(r.xcache, fc.xcache)
+		addCounts(r.badFeeds, fc.bad)
 		r.lat.merge(&fc.lat)
 		r.age.merge(&fc.age)
 		r.ageLag.merge(&fc.ageLag)

@@ -84,12 +84,8 @@ func (r *result) add(o *result) {
 	r.Elapsed += o.Elapsed
 	r.CPU += o.CPU
 	r.Lead = max(r.Lead, o.Lead)
-	for k, v := range o.Status {
-		r.Status[k] += v
-	}
-	for k, v := range o.XCache {
-		r.XCache[k] += v
-	}
+	addCounts(r.Status, o.Status)
+	addCounts(r.XCache, o.XCache)
 	for k, v := range o.ErrKinds {
 		r.ErrKinds[k] += v
 		if _, ok := r.ErrFirst[k]; !ok {
@@ -163,12 +159,8 @@ func (l *load) run(ctx context.Context) *result {
 		res.Requests += wr.requests
 		res.Errors += wr.errors
 		res.Bytes += wr.bytes
-		for k, v := range wr.status {
-			res.Status[k] += v
-		}
-		for k, v := range wr.xcache {
-			res.XCache[k] += v
-		}
+		addCounts(res.Status, wr.status)
+		addCounts(res.XCache, wr.xcache)
 		for k, v := range wr.errKinds {
 			res.ErrKinds[k] += v
 			if _, ok := res.ErrFirst[k]; !ok {
@@ -371,4 +363,11 @@ func sig3(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+// addCounts adds the counts of src to dst.
+func addCounts[K comparable, V int | int64](dst, src map[K]V) {
+	for k, v := range src {
+		dst[k] += v
+	}
 }

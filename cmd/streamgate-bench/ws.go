@@ -493,12 +493,8 @@ func scenarioWSLatest(ctx context.Context, o *options) error {
 	for _, r := range res {
 		tot.n += r.n
 		tot.errs += r.errs
-		for k, v := range r.status {
-			tot.status[k] += v
-		}
-		for k, v := range r.xcache {
-			tot.xcache[k] += v
-		}
+		addCounts(tot.status, r.status)
+		addCounts(tot.xcache, r.xcache)
 		tot.age.merge(&r.age)
 		tot.ageLag.merge(&r.ageLag)
 		tot.lat.merge(&r.lat)
