@@ -31,7 +31,8 @@ func printDemo(w io.Writer, srv *server.Server) {
 		feed = exampleFeed(sim)
 	}
 	fmt.Fprintf(w, `
-streamgate demo: mainnet on http://%s, testnet on http://%s, metrics on http://%s/metrics
+streamgate demo: mainnet on http://%s, testnet on http://%s
+Status page on http://%s/ (metrics at /metrics).
 The upstream is the embedded simulator; nothing leaves this machine.
 
 Demo key (team "demo", every stream, both networks):
