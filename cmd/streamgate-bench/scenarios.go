@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"streamgate/auth"
+	"streamgate/catalog"
 	"streamgate/simulator"
 )
 
@@ -87,26 +88,35 @@ func (o *options) newLoad(client *http.Client, base string, keys []key, st *stam
 // liveStreams returns n public live streams of network whose reports cover
 // the simulator's whole history, so that any timestamp of it has a report.
 func liveStreams(sim *simulator.Simulator, network string, n int) ([]string, error) {
+	now := time.Now().Unix()
+	out := publicStreams(sim, network, n, func(s catalog.Stream, first, last int64) bool {
+		return s.Status == "live" && first <= now-86400+600 && last >= now-5
+	})
+	if len(out) < n {
+		return nil, fmt.Errorf("the simulator has %d streams with a full history on %s, %d asked for", len(out), network, n)
+	}
+	return out, nil
+}
+
+// publicStreams returns up to n public streams of network, in the
+// simulator's order, for which keep (given the stream and the first and
+// last seconds it has a report for) is true.
+func publicStreams(sim *simulator.Simulator, network string, n int, keep func(s catalog.Stream, first, last int64) bool) []string {
 	hidden := map[string]bool{}
 	for _, id := range sim.Hidden(network) {
 		hidden[id] = true
 	}
-	now := time.Now().Unix()
 	var out []string
 	for _, s := range sim.Streams(network) {
 		if len(out) == n {
 			break
 		}
 		first, last, ok := sim.Window(network, s.FeedID)
-		if !ok || hidden[s.FeedID] || s.Status != "live" || first > now-86400+600 || last < now-5 {
-			continue
+		if ok && !hidden[s.FeedID] && keep(s, first, last) {
+			out = append(out, s.FeedID)
 		}
-		out = append(out, s.FeedID)
 	}
-	if len(out) < n {
-		return nil, fmt.Errorf("the simulator has %d streams with a full history on %s, %d asked for", len(out), network, n)
-	}
-	return out, nil
+	return out
 }
 
 func latestTarget(feed string) string { return "/api/v1/reports/latest?feedID=" + feed }

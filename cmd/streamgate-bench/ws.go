@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"streamgate/auth"
+	"streamgate/catalog"
 	"streamgate/simulator"
 )
 
@@ -517,21 +518,8 @@ func scenarioWSLatest(ctx context.Context, o *options) error {
 // orFewer is set, it returns them all, down to a multiple of
 // wsFeedsPerClient.
 func publishingStreams(sim *simulator.Simulator, network string, n int, orFewer bool) ([]string, error) {
-	hidden := map[string]bool{}
-	for _, id := range sim.Hidden(network) {
-		hidden[id] = true
-	}
 	now := time.Now().Unix()
-	var out []string
-	for _, s := range sim.Streams(network) {
-		if len(out) == n {
-			break
-		}
-		_, last, ok := sim.Window(network, s.FeedID)
-		if ok && !hidden[s.FeedID] && last >= now-5 {
-			out = append(out, s.FeedID)
-		}
-	}
+	out := publicStreams(sim, network, n, func(_ catalog.Stream, _, last int64) bool { return last >= now-5 })
 	if orFewer && len(out) < n {
 		out = out[:len(out)/wsFeedsPerClient*wsFeedsPerClient]
 	}
