@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"streamgate/catalog"
 	"streamgate/config"
 	"streamgate/simulator"
 )
@@ -139,20 +140,11 @@ func freshFeeds(n int) ([]freshFeed, string, error) {
 	count := map[string]int{}
 	for _, network := range []string{"mainnet", "testnet"} {
 		simNet := simulator.NetworkFor(network)
-		hidden := map[string]bool{}
-		for _, id := range probe.sim.Hidden(simNet) {
-			hidden[id] = true
-		}
 		now := time.Now().Unix()
-		for _, s := range probe.sim.Streams(simNet) {
-			if len(out) == n {
-				break
-			}
-			_, last, ok := probe.sim.Window(simNet, s.FeedID)
-			if ok && !hidden[s.FeedID] && last >= now-5 {
-				out = append(out, freshFeed{network: network, id: s.FeedID, lag: lagOfStream(probe.sim, simNet, s.FeedID)})
-				count[network]++
-			}
+		publishing := func(_ catalog.Stream, _, last int64) bool { return last >= now-5 }
+		for _, id := range publicStreams(probe.sim, simNet, n-len(out), publishing) {
+			out = append(out, freshFeed{network: network, id: id, lag: lagOfStream(probe.sim, simNet, id)})
+			count[network]++
 		}
 	}
 	if len(out) == 0 {
