@@ -151,7 +151,7 @@ func (n *network) fetch(ctx context.Context, st *reqState, endpoint, target stri
 // refusedCredential tells a refusal of the gateway's credential (the
 // operator's problem: 502, counted, logged) from a refusal of what the
 // client asked (its business: passed on). On the catalog a 401 or 403 can
-// only mean the credential; on a report or stream endpoint, whose streams
+// only mean the credential; on a report endpoint, whose streams
 // were checked against the credential's catalog, it does when that catalog
 // is held or the credential was refused on the catalog already.
 func (u *upstream) refusedCredential(endpoint string, cred *credential, status int) error {
@@ -165,7 +165,7 @@ func (u *upstream) refusedCredential(endpoint string, cred *credential, status i
 		return nil
 	}
 	switch endpoint {
-	case "reports", "latest", "bulk", "page", "ws":
+	case "reports", "latest", "bulk", "page":
 		if !cred.refused.Load() && (u.catalogHeld == nil || !u.catalogHeld(cred)) {
 			return nil
 		}
