@@ -1,18 +1,15 @@
 package proxy
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gobwas/ws"
 
 	"streamgate/auth"
-	"streamgate/realtime"
 )
 
 // wsSettings are the client side of the WebSocket stream (realtime.* of the
@@ -97,63 +94,20 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer n.conns.release(team)
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	conn, rw, _, err := ws.HTTPUpgrader{Timeout: wsWriteTimeout}.Upgrade(r, w)
 	if err != nil {
-		return // Accept has answered the client
+		if conn != nil {
+			conn.Close() // the upgrader has answered the client
+		}
+		return
 	}
-	defer c.CloseNow()
-	c.SetReadLimit(4096) // clients send nothing but control frames
+	defer conn.Close()
 	n.metrics.wsClient(n.name, 1)
 	defer n.metrics.wsClient(n.name, -1)
 
 	sub := n.hub.Subscribe(rq.feeds, n.ws.queue)
 	defer sub.Close()
-	// The read loop answers pings and notices the client leaving.
-	ctx := c.CloseRead(context.Background())
-	ping := time.NewTicker(n.ws.pingInterval)
-	defer ping.Stop()
-	pinged := make(chan error, 1)
-	for {
-		select {
-		case frame, ok := <-sub.C():
-			if !ok {
-				switch {
-				case errors.Is(sub.Err(), realtime.ErrSlowConsumer):
-					n.metrics.wsClosed(n.name, "slow")
-					c.Close(websocket.StatusPolicyViolation, "slow consumer: frames were not read fast enough")
-				default:
-					n.metrics.wsClosed(n.name, "shutdown")
-					c.Close(websocket.StatusGoingAway, "the gateway is shutting down")
-				}
-				return
-			}
-			wctx, cancel := context.WithTimeout(ctx, wsWriteTimeout)
-			err := c.Write(wctx, websocket.MessageBinary, frame)
-			cancel()
-			if err != nil {
-				n.metrics.wsClosed(n.name, "write")
-				return
-			}
-		case <-ping.C:
-			go func() {
-				pctx, cancel := context.WithTimeout(ctx, n.ws.pingInterval)
-				defer cancel()
-				if err := c.Ping(pctx); err != nil {
-					select {
-					case pinged <- err:
-					default:
-					}
-				}
-			}()
-		case <-pinged:
-			n.metrics.wsClosed(n.name, "ping")
-			c.Close(websocket.StatusPolicyViolation, "no pong within the ping interval")
-			return
-		case <-ctx.Done():
-			n.metrics.wsClosed(n.name, "client")
-			return
-		}
-	}
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

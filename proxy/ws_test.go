@@ -180,3 +180,79 @@ func TestWSLimitsAndErrors(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "no ws_url: a clear error, never a pass-through")
 	assert.Zero(t, env.Sim.Counters().WSTotal(simulator.Testnet).Accepted)
 }
+
+// TestWSKeepAliveAndClose: the gateway pings its clients and closes one
+// that does not answer (1008) while a reading client stays; a client's
+// ping is answered; a client's close is answered with the close handshake.
+func TestWSKeepAliveAndClose(t *testing.T) {
+	env := proxytest.Start(t, proxytest.Options{
+		Sim:    func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond },
+		Config: func(c *config.Config) { c.Realtime.PingInterval = 100 * time.Millisecond },
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	demo := proxytest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+
+	reader, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+	require.NoError(t, err)
+	defer reader.CloseNow()
+	silent, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+	require.NoError(t, err)
+	defer silent.CloseNow()
+
+	var got []frame
+	var mu sync.Mutex
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			_, data, err := reader.Read(ctx)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			var f frame
+			if err := json.Unmarshal(data, &f); err != nil {
+				readErr <- err
+				return
+			}
+			mu.Lock()
+			got = append(got, f)
+			mu.Unlock()
+		}
+	}()
+	require.NoError(t, reader.Ping(ctx), "the gateway answers a client's ping")
+
+	// The silent client reads nothing (so answers no ping) for ten ping
+	// intervals; what it then reads ends with the gateway's close.
+	time.Sleep(time.Second)
+	var closeErr error
+	for closeErr == nil {
+		_, _, closeErr = silent.Read(ctx)
+	}
+	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(closeErr), "closed for not answering pings: %v", closeErr)
+	assert.Contains(t, closeErr.Error(), "no pong")
+
+	// The reading client was kept: it goes on getting its reports, in
+	// order, once.
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+	atClose := count()
+	require.Eventually(t, func() bool { return count() >= atClose+2 }, 10*time.Second, 10*time.Millisecond, "reports after the silent client was closed")
+	select {
+	case err := <-readErr:
+		t.Fatalf("the reading client was closed: %v", err)
+	default:
+	}
+	mu.Lock()
+	last := int64(0)
+	for _, f := range got {
+		assert.Equal(t, btc, f.Report.FeedID)
+		assert.Greater(t, f.Report.ObservationsTimestamp, last, "in order, never twice")
+		last = f.Report.ObservationsTimestamp
+	}
+	mu.Unlock()
+
+	// A client's close gets the close handshake: Close returns nil only
+	// when the gateway answered with its own close frame.
+	assert.NoError(t, reader.Close(websocket.StatusNormalClosure, "done"))
+}

@@ -314,15 +314,20 @@ func scenarioWS(ctx context.Context, o *options) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if err := o.profileStart(); err != nil {
+		return err
+	}
 	cpu0, wall0 := processCPU(), time.Now()
 	measuring.Store(true)
 	end := time.Unix(t1+maxLag+1, int64(500*time.Millisecond))
 	select {
 	case <-time.After(time.Until(end)):
 	case <-ctx.Done():
+		o.profileStop()
 		return ctx.Err()
 	}
 	cpu, wall := processCPU()-cpu0, time.Since(wall0)
+	o.profileStop()
 	close(stopSampling)
 	<-sampled
 

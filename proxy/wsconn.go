@@ -1,0 +1,232 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
+
+	"streamgate/realtime"
+)
+
+// The client side of the stream at the frame level.
+//
+// All of a second's reports arrive at once (every stream publishes on the
+// second), so a client's frames come in bursts. Each burst is written to
+// the client in one write: the frames queued for it when its writer wakes,
+// each in a binary frame of its own, in one buffer. One write per burst
+// instead of one per frame is what keeps a burst's last client close to its
+// first (writing is most of the gateway's cost per frame). A library that
+// flushes each message on its own cannot batch, so the server side of the
+// protocol is written here on github.com/gobwas/ws's frame codec.
+
+const (
+	// wsMaxBatch bounds one write: frames, and bytes.
+	wsMaxBatch      = 64
+	wsMaxBatchBytes = 256 << 10
+	// wsReadLimit bounds a client's frame: clients send nothing but control
+	// frames, whose payload is at most 125 bytes.
+	wsReadLimit = 4096
+	// wsCloseWait is how long a closing connection waits for the client's
+	// close frame before it is cut.
+	wsCloseWait = 2 * time.Second
+)
+
+// wsBuffers holds the buffers of batched writes between uses, so that an
+// idle client holds none.
+var wsBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// wsConn is one client's upgraded connection: its writes (data from the
+// serving loop, pongs and close replies from the read loop) are serialised
+// by mu.
+type wsConn struct {
+	conn net.Conn
+	mu   sync.Mutex
+}
+
+// Write writes p whole under the write lock, bounded by wsWriteTimeout; the
+// read loop's control replies go through it.
+func (c *wsConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout)); err != nil {
+		return 0, err
+	}
+	return c.conn.Write(p)
+}
+
+// writeBatch writes frames, each as one binary frame, in one write.
+func (c *wsConn) writeBatch(frames [][]byte) error {
+	bp := wsBuffers.Get().(*[]byte)
+	b := (*bp)[:0]
+	for _, f := range frames {
+		b = appendFrameHeader(b, ws.OpBinary, len(f))
+		b = append(b, f...)
+	}
+	_, err := c.Write(b)
+	if cap(b) <= wsMaxBatchBytes+64<<10 {
+		*bp = b[:0]
+		wsBuffers.Put(bp)
+	}
+	return err
+}
+
+// appendFrameHeader appends the header of a final, unmasked (server) frame
+// of op with n bytes of payload (RFC 6455 section 5.2).
+func appendFrameHeader(b []byte, op ws.OpCode, n int) []byte {
+	b = append(b, 0x80|byte(op))
+	switch {
+	case n <= 125:
+		return append(b, byte(n))
+	case n <= 0xffff:
+		return append(b, 126, byte(n>>8), byte(n))
+	default:
+		return append(b, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+}
+
+// writeControl writes one control frame (ping or close; payload ≤ 125).
+func (c *wsConn) writeControl(op ws.OpCode, payload []byte) error {
+	b := appendFrameHeader(make([]byte, 0, 2+len(payload)), op, len(payload))
+	_, err := c.Write(append(b, payload...))
+	return err
+}
+
+// closeWith sends a close frame with code and reason, then waits for the
+// client's (the read loop ending, readDone) for at most wsCloseWait.
+func (c *wsConn) closeWith(code ws.StatusCode, reason string, readDone <-chan error) {
+	if c.writeControl(ws.OpClose, ws.NewCloseFrameBody(code, reason)) != nil {
+		return
+	}
+	select {
+	case <-readDone:
+	case <-time.After(wsCloseWait):
+	}
+}
+
+// readLoop reads the client's frames until the connection ends: it answers
+// pings and close frames (through c, so never in the middle of a batch),
+// signals pongs on pong, and drops data frames, which clients do not send.
+// It returns the error that ended the connection (wsutil.ClosedError for
+// a close frame from the client).
+func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
+	rd := &wsutil.Reader{Source: src, State: ws.StateServerSide, MaxFrameSize: wsReadLimit}
+	ctl := wsutil.ControlHandler{Src: rd, Dst: c, State: ws.StateServerSide, DisableSrcCiphering: true}
+	rd.OnIntermediate = func(h ws.Header, _ io.Reader) error {
+		// A control frame between the fragments of a message.
+		if h.OpCode == ws.OpPong {
+			signal(pong)
+		}
+		return ctl.Handle(h)
+	}
+	for {
+		h, err := rd.NextFrame()
+		if err != nil {
+			return err
+		}
+		if h.OpCode.IsControl() {
+			if h.OpCode == ws.OpPong {
+				signal(pong)
+			}
+			if err := ctl.Handle(h); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := rd.Discard(); err != nil {
+			return err
+		}
+	}
+}
+
+func signal(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// errShutdown ends a subscription's loop when its channel closes without
+// ErrSlowConsumer.
+var errShutdown = errors.New("the gateway is shutting down")
+
+// serveStream runs an upgraded client until it or the gateway ends it,
+// writing each batch of sub's frames in one write, pinging every ping
+// interval and closing a client that has not answered the previous ping.
+// It returns the reason for the close metric.
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription) string {
+	c := &wsConn{conn: conn}
+	readDone := make(chan error, 1)
+	pong := make(chan struct{}, 1)
+	go func() { readDone <- c.readLoop(br, pong) }()
+
+	ping := time.NewTicker(n.ws.pingInterval)
+	defer ping.Stop()
+	awaiting := false
+	frames := make([][]byte, 0, 8)
+	for {
+		select {
+		case f, ok := <-sub.C():
+			if !ok {
+				return n.endStream(c, sub, readDone)
+			}
+			frames, ok = drain(append(frames[:0], f), sub.C())
+			err := c.writeBatch(frames)
+			clear(frames) // hold no frame while waiting
+			if err != nil {
+				return "write"
+			}
+			if !ok {
+				return n.endStream(c, sub, readDone)
+			}
+		case <-ping.C:
+			if awaiting {
+				c.closeWith(ws.StatusPolicyViolation, "no pong within the ping interval", readDone)
+				return "ping"
+			}
+			awaiting = true
+			if c.writeControl(ws.OpPing, nil) != nil {
+				return "write"
+			}
+		case <-pong:
+			awaiting = false
+		case <-readDone:
+			return "client"
+		}
+	}
+}
+
+// drain appends to frames what else is queued in ch now, up to one batch.
+// ok is false when ch was found closed.
+func drain(frames [][]byte, ch <-chan []byte) ([][]byte, bool) {
+	size := len(frames[0])
+	for len(frames) < wsMaxBatch && size < wsMaxBatchBytes {
+		select {
+		case f, ok := <-ch:
+			if !ok {
+				return frames, false
+			}
+			frames = append(frames, f)
+			size += len(f)
+		default:
+			return frames, true
+		}
+	}
+	return frames, true
+}
+
+// endStream closes a client whose subscription the hub ended: too slow, or
+// the gateway shutting down.
+func (n *network) endStream(c *wsConn, sub *realtime.Subscription, readDone <-chan error) string {
+	if errors.Is(sub.Err(), realtime.ErrSlowConsumer) {
+		c.closeWith(ws.StatusPolicyViolation, "slow consumer: frames were not read fast enough", readDone)
+		return "slow"
+	}
+	c.closeWith(ws.StatusGoingAway, errShutdown.Error(), readDone)
+	return "shutdown"
+}
