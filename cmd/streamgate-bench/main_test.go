@@ -161,10 +161,13 @@ func TestScenarioWSSmoke(t *testing.T) {
 	t.Log(o)
 	assert.Regexp(t, `upstream WebSocket connections held: at most [12] at once during the window`, o)
 	assert.Regexp(t, `frames delivered (\d+) of (\d+) expected`, o)
-	m := regexp.MustCompile(`frames delivered (\d+) of (\d+) expected \(1\.00\); duplicates 0; frames of streams not asked 0; clients closed early 0`).FindStringSubmatch(o)
-	require.NotNil(t, m, "every expected frame, once: %s", o)
-	assert.Equal(t, m[1], m[2])
-	assert.Equal(t, "400", m[2], "20 clients × 10 streams × 2 s")
+	ms := regexp.MustCompile(`frames delivered (\d+) of (\d+) expected \(1\.00\); duplicates 0; frames of streams not asked 0; clients closed early 0`).FindAllStringSubmatch(o, -1)
+	require.Len(t, ms, 2, "every expected frame, once, from the gateway and from the baseline: %s", o)
+	for _, m := range ms {
+		assert.Equal(t, m[1], m[2])
+		assert.Equal(t, "400", m[2], "20 clients × 10 streams × 2 s")
+	}
+	assert.Regexp(t, `(?s)streamgate:\n.*bare fan-out server \(baseline\):\n`, o, "both sides, in one run")
 	for _, line := range []string{"added delay", "CPU per delivered frame", "memory per client: heap in use", "goroutines"} {
 		assert.Contains(t, o, line)
 	}

@@ -246,7 +246,6 @@ func scenarioWS(ctx context.Context, o *options) error {
 	if o.dur < time.Second || o.dur > 10*time.Minute {
 		return errors.New("ws: -d between 1s and 10m")
 	}
-	secs := int64(o.dur / time.Second)
 
 	// What the clients alone cost, without the gateway, measured first.
 	clientHeap, clientGoroutines, err := clientOnlyHeap(ctx, o.conc)
@@ -290,6 +289,69 @@ func scenarioWS(ctx context.Context, o *options) error {
 		}
 	})
 
+	bare, err := startBareFanout(ctx, s.upstream[mainnet], feeds)
+	if err != nil {
+		return fmt.Errorf("the bare fan-out server: %w", err)
+	}
+	defer bare.Close()
+	for _, side := range []struct {
+		name, base string
+		gateway    bool
+	}{{"streamgate", s.gateway[mainnet], true}, {"bare fan-out server (baseline)", bare.URL(), false}} {
+		r, err := measureWS(ctx, o, s, feeds, index, ref, st, side.base, side.gateway)
+		if err != nil {
+			return fmt.Errorf("%s: %w", side.name, err)
+		}
+		r.print(o, side.name, side.gateway, clientHeap, clientGoroutines)
+		runtime.GC()
+		time.Sleep(time.Second) // the closed clients' goroutines end
+	}
+	return nil
+}
+
+// wsResult is what one side of the ws scenario measured.
+type wsResult struct {
+	conc, feeds                                           int
+	secs, t0, t1                                          int64
+	connectedBefore, wall, cpu                            time.Duration
+	upPeak, accepted                                      int64
+	delivered, expected, duplicates, unknown, closedEarly int64
+	inWindow, noRef                                       int64
+	delay                                                 histogram
+	heapPerClient, goroutinesPerClient                    float64
+}
+
+func (r *wsResult) print(o *options, name string, gateway bool, clientHeap, clientGoroutines float64) {
+	fmt.Fprintf(o.out, "%s:\n", name)
+	fmt.Fprintf(o.out, "  window: reports of %d whole seconds (observationsTimestamp %d..%d), read until %v after its start; clients connected %v before it\n",
+		r.secs, r.t0, r.t1, r.wall.Round(time.Millisecond), r.connectedBefore.Round(time.Millisecond))
+	if gateway {
+		fmt.Fprintf(o.out, "  upstream WebSocket connections held: at most %d at once during the window (goal ≤ 2 for %d streams); %d accepted in all (a make-before-break switch while clients subscribe holds one more for a moment)\n",
+			r.upPeak, r.feeds, r.accepted)
+	} else {
+		fmt.Fprintf(o.out, "  upstream WebSocket connections held: 1, for every stream\n")
+	}
+	fmt.Fprintf(o.out, "  frames delivered %d of %d expected (%s); duplicates %d; frames of streams not asked %d; clients closed early %d\n",
+		r.delivered, r.expected, ratio(float64(r.delivered), float64(r.expected)), r.duplicates, r.unknown, r.closedEarly)
+	fmt.Fprintf(o.out, "  added delay (client arrival − a direct upstream client's arrival of the same report): p50 %s, p90 %s, p99 %s, max %s (goal p99 ≤ 5ms); %d frames without a reference time\n",
+		fmtDur(r.delay.quantile(.5)), fmtDur(r.delay.quantile(.9)), fmtDur(r.delay.quantile(.99)), fmtDur(r.delay.max), r.noRef)
+	fmt.Fprintf(o.out, "  CPU per delivered frame %s (process CPU %v over %v, %d frames arrived in it; client, server and simulator together)\n",
+		fmtDur(time.Duration(float64(r.cpu)/float64(max(r.inWindow, 1)))), r.cpu.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.inWindow)
+	fmt.Fprintf(o.out, "  memory per client: heap in use %.1f KiB, goroutines %.2f (server and this client together: an upper bound of the server's; goal ≤ 64 KiB)\n",
+		r.heapPerClient/1024, r.goroutinesPerClient)
+	if gateway {
+		fmt.Fprintf(o.out, "    the same clients held by a bare coder/websocket server: %.1f KiB, %.2f goroutines per client; the gateway beyond that: %.1f KiB, %.2f goroutines\n",
+			clientHeap/1024, clientGoroutines, (r.heapPerClient-clientHeap)/1024, r.goroutinesPerClient-clientGoroutines)
+	}
+}
+
+// measureWS connects the scenario's clients to base (the gateway when
+// gateway is set, else the bare fan-out server), measures the window and
+// closes them.
+func measureWS(ctx context.Context, o *options, s *stack, feeds []string, index map[string]int, ref *refTimes, st *stamps, base string, gateway bool) (*wsResult, error) {
+	secs := int64(o.dur / time.Second)
+	r := &wsResult{conc: o.conc, feeds: len(feeds), secs: secs}
+	accepted0 := s.sim.Counters().WSTotal(simulator.Mainnet).Accepted
 	clients := make([]*wsClient, o.conc)
 	for i := range clients {
 		c := &wsClient{}
@@ -305,7 +367,7 @@ func scenarioWS(ctx context.Context, o *options) error {
 		for k, f := range clients[i].feeds {
 			ids[k] = feeds[f]
 		}
-		return dialWS(ctx, s.gateway[mainnet], s.clientKeys[i], st, i, ids)
+		return dialWS(ctx, base, s.clientKeys[i], st, i, ids)
 	}, func(i int, c *websocket.Conn) {
 		cl := clients[i]
 		err := readFrames(context.Background(), c, func(feed []byte, ts, at int64) {
@@ -323,7 +385,7 @@ func scenarioWS(ctx context.Context, o *options) error {
 		cl.mu.Unlock()
 	})
 	if err != nil {
-		return fmt.Errorf("connecting the clients: %w", err)
+		return nil, fmt.Errorf("connecting the clients: %w", err)
 	}
 	defer func() {
 		for _, c := range conns {
@@ -337,6 +399,9 @@ func scenarioWS(ctx context.Context, o *options) error {
 	// The measured window: the reports of the seconds [t0, t1], from the
 	// second after every client is connected and the hub carries every
 	// stream, then as long as the slowest stream takes to publish.
+	// The simulator's connections that are not the gateway's: the
+	// reference's, and the bare server's.
+	upstreamOthers := 2
 	var upPeak atomic.Int64
 	var measuring atomic.Bool // connections are counted from the window on
 	stopSampling := make(chan struct{})
@@ -346,7 +411,7 @@ func scenarioWS(ctx context.Context, o *options) error {
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if n := s.sim.Counters().WSTotal(simulator.Mainnet).Open - 1; measuring.Load() && n > upPeak.Load() {
+			if n := s.sim.Counters().WSTotal(simulator.Mainnet).Open - int64(upstreamOthers); measuring.Load() && n > upPeak.Load() {
 				upPeak.Store(n)
 			}
 			select {
@@ -366,10 +431,12 @@ func scenarioWS(ctx context.Context, o *options) error {
 	select {
 	case <-time.After(wait):
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
-	if err := o.profileStart(); err != nil {
-		return err
+	if gateway {
+		if err := o.profileStart(); err != nil {
+			return nil, err
+		}
 	}
 	cpu0, wall0 := processCPU(), time.Now()
 	measuring.Store(true)
@@ -378,7 +445,7 @@ func scenarioWS(ctx context.Context, o *options) error {
 	case <-time.After(time.Until(end)):
 	case <-ctx.Done():
 		o.profileStop()
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	cpu, wall := processCPU()-cpu0, time.Since(wall0)
 	o.profileStop()
@@ -419,26 +486,16 @@ func scenarioWS(ctx context.Context, o *options) error {
 		unknown += c.unknown
 		c.mu.Unlock()
 	}
-	expected := int64(o.conc) * wsFeedsPerClient * secs
-	ws := s.sim.Counters().WSTotal(simulator.Mainnet)
-
-	fmt.Fprintf(o.out, "  window: reports of %d whole seconds (observationsTimestamp %d..%d), read until %v after its start; clients connected %v before it\n",
-		secs, t0, t1, wall.Round(time.Millisecond), time.Unix(t0, 0).Sub(connected).Round(time.Millisecond))
-	fmt.Fprintf(o.out, "upstream WebSocket connections held: at most %d at once during the window (goal ≤ 2 for %d streams); %d accepted in all (a make-before-break switch while clients subscribe holds one more for a moment)\n",
-		upPeak.Load(), len(feeds), ws.Accepted-1)
-	fmt.Fprintf(o.out, "frames delivered %d of %d expected (%s); duplicates %d; frames of streams not asked %d; clients closed early %d\n",
-		delivered, expected, ratio(float64(delivered), float64(expected)), duplicates, unknown, closedEarly)
-	fmt.Fprintf(o.out, "added delay (client arrival − a direct upstream client's arrival of the same report): p50 %s, p90 %s, p99 %s, max %s (goal p99 ≤ 5ms); %d frames without a reference time\n",
-		fmtDur(delay.quantile(.5)), fmtDur(delay.quantile(.9)), fmtDur(delay.quantile(.99)), fmtDur(delay.max), noRef)
-	fmt.Fprintf(o.out, "CPU per delivered frame %s (process CPU %v over %v, %d frames arrived in it; client, gateway and simulator together)\n",
-		fmtDur(time.Duration(float64(cpu)/float64(max(inWindow, 1)))), cpu.Round(time.Millisecond), wall.Round(time.Millisecond), inWindow)
-	perClient := (float64(heap1) - float64(heap0)) / float64(o.conc)
-	gorClient := float64(gor1-gor0) / float64(o.conc)
-	fmt.Fprintf(o.out, "memory per client: heap in use %.1f KiB, goroutines %.2f (gateway and this client together: an upper bound of the gateway's; goal ≤ 64 KiB)\n",
-		perClient/1024, gorClient)
-	fmt.Fprintf(o.out, "  the same clients held by a bare coder/websocket server: %.1f KiB, %.2f goroutines per client; the gateway beyond that: %.1f KiB, %.2f goroutines\n",
-		clientHeap/1024, clientGoroutines, (perClient-clientHeap)/1024, gorClient-clientGoroutines)
-	return nil
+	r.expected = int64(o.conc) * wsFeedsPerClient * secs
+	r.t0, r.t1, r.wall, r.cpu = t0, t1, wall, cpu
+	r.connectedBefore = time.Unix(t0, 0).Sub(connected)
+	r.upPeak, r.accepted = upPeak.Load(), s.sim.Counters().WSTotal(simulator.Mainnet).Accepted-accepted0
+	r.delivered, r.duplicates, r.unknown, r.closedEarly, r.inWindow, r.noRef = delivered, duplicates, unknown, closedEarly, inWindow, noRef
+	r.delay = delay
+	r.heapPerClient = (float64(heap1) - float64(heap0)) / float64(o.conc)
+	r.goroutinesPerClient = float64(gor1-gor0) / float64(o.conc)
+	_ = outside
+	return r, nil
 }
 
 // lagOfStream is the publication delay of a stream, read within a second.
