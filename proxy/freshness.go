@@ -124,14 +124,19 @@ func (rf *refresher) work(bulk bool) {
 	tick := time.NewTicker(50 * time.Millisecond) // a wake-up may be taken by the other worker
 	defer tick.Stop()
 	for rf.ctx.Err() == nil {
-		items := rf.pick(bulk)
-		if len(items) == 0 {
+		picked := rf.pick(bulk)
+		if len(picked) == 0 {
 			select {
 			case <-rf.ctx.Done():
 				return
 			case <-rf.wake:
 			case <-tick.C:
 			}
+			continue
+		}
+		// Streams another replica refreshed meanwhile cost no token.
+		items := rf.takeShared(picked)
+		if len(items) == 0 {
 			continue
 		}
 		if bulk {

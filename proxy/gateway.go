@@ -26,6 +26,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/config"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
@@ -36,6 +37,9 @@ import (
 type Deps struct {
 	// Cache holds responses. Required.
 	Cache *cache.Store
+	// Shared, if non-nil, is the cache tier in Redis shared with the other
+	// replicas, read and written by every fill of Cache.
+	Shared *shared.Tier
 	// Limiter counts team and key rates. If nil, a memory limiter is used.
 	Limiter ratelimit.Limiter
 	// Quota counts daily quotas. If nil, a memory quota is used.
@@ -217,6 +221,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			org:       &credential{key: up.APIKey, secret: up.Secret},
 			pol:       &g.pol,
 			cache:     g.cache,
+			shared:    deps.Shared,
 			limiter:   g.limiter,
 			quota:     g.quota,
 			metrics:   g.metrics,

@@ -281,10 +281,10 @@ func (t *Tier) fillAlone(ctx context.Context, key string, fill cache.FillFunc) (
 }
 
 // encodeFor returns the encoded entry and its expiry in milliseconds, or
-// px 0 when the entry is not to be written: an error, NoStore, not a 200,
-// too large, already ended.
+// px 0 when the entry is not to be written: an error, NoStore, not a 200
+// (or a 206, a bulk answer missing some streams), too large, already ended.
 func (t *Tier) encodeFor(key string, e *cache.Entry, err error) ([]byte, int64) {
-	if err != nil || e == nil || e.NoStore || e.Status != 200 {
+	if err != nil || e == nil || e.NoStore || e.Status != 200 && e.Status != 206 {
 		return nil, 0
 	}
 	ttl := t.ttl
