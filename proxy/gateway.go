@@ -384,8 +384,9 @@ func (g *Gateway) Ready() bool {
 	return true
 }
 
-// Warm loads the catalog of every network (which also tells whether its
-// upstream answers, and so makes Ready true), trying a network whose
+// Warm loads the catalog of every network (from the upstream or from the
+// shared cache tier, which also tells whether its upstream answers, and so
+// makes Ready true), trying a network whose
 // upstream fails again with backoff (250 ms doubling to 30 s, with jitter)
 // until it succeeds or ctx ends. It logs a network's first failure and its
 // recovery, and returns nil once every network is warm, else ctx's error.
@@ -397,6 +398,10 @@ func (g *Gateway) Warm(ctx context.Context) error {
 			for attempt := 0; ; attempt++ {
 				_, _, err := n.view(ctx, viewHidden, n.org)
 				if err == nil {
+					// The view may come from the shared cache tier, fetched
+					// from this upstream by another replica within its
+					// lifetime: the upstream answers all the same.
+					n.up.answered.Store(true)
 					if attempt > 0 {
 						g.log.Info("catalog warm-up succeeded", zap.String("network", n.name), zap.Int("attempts", attempt+1))
 					}
