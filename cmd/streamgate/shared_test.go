@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/config"
 	"streamgate/ratelimit/redistest"
 	"streamgate/simulator"
@@ -208,4 +212,86 @@ func TestSharedCacheAcrossReplicas(t *testing.T) {
 	require.Positive(t, one)
 	assert.LessOrEqual(t, float64(three), 1.1*float64(one), "three replicas sharing the cache call the upstream as one does")
 	assert.Positive(t, saved, "the replicas answered from each other's fills")
+}
+
+// TestSharedCacheLeaseHolderKilled: a replica killed while it holds a
+// key's lease mid-fill delays the others by at most the lease: once it
+// expires, one of them takes the fill over (one more upstream call, not
+// two), and the other gets that entry.
+func TestSharedCacheLeaseHolderKilled(t *testing.T) {
+	up := startSharedUpstream(t)
+	srv := redistest.New(t)
+	procs := make([]*proc, 3)
+	for i := range procs {
+		procs[i] = start(t, sharedConfig(up.url, srv.URL(), "1s"), []string{"mainnet"})
+		waitReady(t, procs[i])
+	}
+	holder, others := procs[0], procs[1:]
+	feed := feedIDs(t, holder.net["mainnet"], 1)[0]
+	ts := time.Now().Add(-90 * time.Minute).Unix()
+	up.holdTS.Store(ts)
+	s := newSigner(config.DemoKeyID, config.DemoKeySecret)
+
+	// The holder takes the lease and calls the upstream, which holds the call.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _, _ = fetch(ctx, http.DefaultClient, s, reportURL(holder.net["mainnet"], feed, ts)) // dies with its gateway
+	}()
+	select {
+	case <-up.arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the holder's upstream call never arrived")
+	}
+	opt, err := redis.ParseURL(srv.URL())
+	require.NoError(t, err)
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	leaseKey := shared.DefaultPrefix + "lease:" + cache.ReportKey(simulator.Mainnet, "", feed, ts)
+	holderToken, err := rc.Get(context.Background(), leaseKey).Result()
+	require.NoError(t, err, "the holder holds the key's lease while it fills")
+
+	holder.signal(syscall.SIGKILL)
+	holder.wait(10 * time.Second)
+	close(up.release)
+
+	// The others ask for the same report at once.
+	var wg sync.WaitGroup
+	for _, p := range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, body := mustGet(t, s, reportURL(p.net["mainnet"], feed, ts))
+			assert.Equal(t, http.StatusOK, code, string(body))
+			var doc struct {
+				Report struct {
+					FeedID                string `json:"feedID"`
+					ObservationsTimestamp int64  `json:"observationsTimestamp"`
+				} `json:"report"`
+			}
+			assert.NoError(t, json.Unmarshal(body, &doc))
+			assert.Equal(t, feed, doc.Report.FeedID)
+			assert.Equal(t, ts, doc.Report.ObservationsTimestamp)
+		}()
+	}
+	// Until the dead holder's lease expires, nobody else may fill.
+	if v, err := rc.Get(context.Background(), leaseKey).Result(); err == nil {
+		assert.Equal(t, holderToken, v, "the lease is the dead holder's until it expires")
+	}
+	wg.Wait()
+
+	assert.EqualValues(t, 2, up.held.Load(), "the killed holder's call and one takeover: no more")
+	var takeover, value, timeout float64
+	for _, p := range others {
+		fams := scrape(t, p)
+		v, _ := sample(fams, "streamgate_cache_shared_lease_waits_total", map[string]string{"outcome": shared.WaitTakeover})
+		takeover += v
+		v, _ = sample(fams, "streamgate_cache_shared_lease_waits_total", map[string]string{"outcome": shared.WaitValue})
+		value += v
+		v, _ = sample(fams, "streamgate_cache_shared_lease_waits_total", map[string]string{"outcome": shared.WaitTimeout})
+		timeout += v
+	}
+	assert.EqualValues(t, 1, takeover, "one replica took the fill over once the lease expired")
+	assert.LessOrEqual(t, value, 1.0, "the other waited for its entry (or, arriving late, read it)")
+	assert.Zero(t, timeout, "nobody waited past the bound: the cost was the lease's expiry")
 }
