@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"streamgate/cache"
@@ -49,6 +50,10 @@ type refresher struct {
 	mu       sync.Mutex
 	pending  map[string]*refreshItem // by feed
 	lastTeam string                  // round robin position
+
+	// leader is set while this replica leads the network's refreshes
+	// among the replicas sharing the cache tier (shared.go).
+	leader atomic.Bool
 }
 
 // refreshItem is one stream waiting for its refresh.
@@ -73,6 +78,10 @@ func newRefresher(n *network, bulk bool) *refresher {
 	if bulk {
 		rf.wg.Add(1)
 		go rf.work(true)
+	}
+	if n.shared != nil {
+		rf.wg.Add(1)
+		go rf.lead()
 	}
 	return rf
 }

@@ -88,8 +88,12 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	if scheduled {
 		team := p.Team.Name
 		fill = func(ctx context.Context) (*cache.Entry, error) {
-			return n.shared.Fill(ctx, key, sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
-				_, state := n.cache.Get(key)
+			_, state := n.cache.Get(key)
+			grace := time.Duration(0)
+			if state != cache.Missing {
+				grace = n.fresh.grace() // a stale entry is answered meanwhile
+			}
+			return n.shared.FillAfter(ctx, key, sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
 				st.upstreamCall()
 				return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
 			})

@@ -146,3 +146,46 @@ func (rf *refresher) takeShared(items []*refreshItem) []*refreshItem {
 	}
 	return rest
 }
+
+// The lead of a network's latest refreshes among the replicas: the leader
+// refreshes a stale latest entry at once; the others leave it the grace
+// first (serving the stale entry meanwhile), so that one replica's
+// refresher holds most pending streams and batches them into bulk calls as
+// a lone replica would, instead of each replica refreshing a share of them
+// with more, smaller calls. A replica that alone sees a stream's demand
+// refreshes it after the grace.
+const (
+	leadInterval = time.Second // how often the lead is renewed or sought
+	leadTTL      = 3 * leadInterval
+	maxGrace     = 100 * time.Millisecond
+	minGrace     = 10 * time.Millisecond
+)
+
+// lead seeks or renews this replica's lead of the network's refreshes
+// until the refresher closes.
+func (rf *refresher) lead() {
+	defer rf.wg.Done()
+	tick := time.NewTicker(leadInterval)
+	defer tick.Stop()
+	name := "refresh/" + rf.n.name
+	for {
+		ctx, cancel := context.WithTimeout(rf.ctx, time.Second)
+		rf.leader.Store(rf.n.shared.Lead(ctx, name, name, leadTTL))
+		cancel()
+		select {
+		case <-rf.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// grace is how long this replica leaves a stale latest entry's refresh to
+// the leader: none when it leads (or without the shared tier), else a
+// fifth of latest_ttl within [10ms, 100ms].
+func (rf *refresher) grace() time.Duration {
+	if rf.n.shared == nil || rf.leader.Load() {
+		return 0
+	}
+	return min(max(rf.n.policy().latestTTL/5, minGrace), maxGrace)
+}

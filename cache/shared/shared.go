@@ -24,8 +24,9 @@
 // lookup or write means the fill runs as without the tier. The tier logs
 // once when it becomes unavailable and once when it recovers.
 //
-// Keys are Prefix + the cache key, and Prefix + "lease:" + the cache key for
-// leases (DefaultPrefix: streamgate:cache:v1:).
+// Keys are Prefix + the cache key, Prefix + "lease:" + the cache key for
+// leases, and Prefix + "lead:" + a name for the leads of Lead
+// (DefaultPrefix: streamgate:cache:v1:).
 package shared
 
 import (
@@ -176,18 +177,43 @@ return 1
 // lease, as the package doc says. fill runs at most once. Without Redis
 // (down, or t nil) it is fill(ctx).
 func (t *Tier) Fill(ctx context.Context, key string, check Check, fill cache.FillFunc) (*cache.Entry, error) {
+	return t.FillAfter(ctx, key, check, 0, fill)
+}
+
+// FillAfter is Fill, except that for the first grace it only looks for the
+// entry and takes no lease: another replica expected to fill the key (the
+// leader of Lead) gets the time to take the lease first, so that the fills
+// it batches are not split among the replicas.
+func (t *Tier) FillAfter(ctx context.Context, key string, check Check, grace time.Duration, fill cache.FillFunc) (*cache.Entry, error) {
 	if t == nil {
 		return fill(ctx)
 	}
 	token := t.tokenBase + strconv.FormatUint(t.tokens.Add(1), 36)
 	rkey, lkey := t.Key(key), t.LeaseKey(key)
 	leaseMS := strconv.FormatInt(t.lease.Milliseconds(), 10)
-	deadline := time.Now().Add(2 * t.lease)
+	start := time.Now()
+	deadline := start.Add(grace + 2*t.lease)
 	poll := pollMin
-	waited := false
+	waited := false   // this call waited for an entry
+	sawLease := false // … and found another's lease
 	corrupt := 0
 	for {
-		res, err := getOrLease.Run(ctx, t.rc, []string{rkey, lkey}, token, leaseMS).Slice()
+		var res []any
+		var err error
+		looking := grace > 0 && time.Since(start) < grace
+		if looking {
+			// Look only: {1, value}, or {3} as if the lease were held.
+			var v string
+			v, err = t.rc.Get(ctx, rkey).Result()
+			switch {
+			case err == nil:
+				res = []any{int64(1), v}
+			case errors.Is(err, redis.Nil):
+				res, err = []any{int64(3)}, nil
+			}
+		} else {
+			res, err = getOrLease.Run(ctx, t.rc, []string{rkey, lkey}, token, leaseMS).Slice()
+		}
 		if err != nil {
 			t.failed(err)
 			t.m.lookup(LookupError)
@@ -223,18 +249,21 @@ func (t *Tier) Fill(ctx context.Context, key string, check Check, fill cache.Fil
 			}
 			return e, nil
 		case 2:
-			if waited {
+			switch {
+			case sawLease:
 				t.m.waited(WaitTakeover)
-			} else {
+			case !waited:
 				t.m.lookup(LookupMiss)
 			}
 			return t.fillLeased(ctx, key, token, fill)
 		}
-		// Another replica is filling: wait for its entry.
+		// Another replica is filling (or, within the grace, may be about
+		// to): wait for its entry.
 		if !waited {
 			t.m.lookup(LookupMiss)
 			waited = true
 		}
+		sawLease = sawLease || !looking
 		if time.Now().After(deadline) {
 			t.m.waited(WaitTimeout)
 			return t.fillAlone(ctx, key, fill)
@@ -449,4 +478,33 @@ func (t *Tier) ok() {
 		t.m.available(true)
 		t.log.Info("shared cache recovered")
 	}
+}
+
+// lead takes or keeps the lead of a name: a key held by token with an
+// expiry, renewed by its holder.
+var lead = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+`)
+
+// Lead reports whether this process leads name (for example the latest
+// refreshes of a network) for the next ttl: it takes the lead when nobody
+// holds it, and keeps it while it renews it within ttl. One token is one
+// candidate; a leader that stops renewing (or dies) loses the lead after
+// ttl. Without Redis nobody leads.
+func (t *Tier) Lead(ctx context.Context, name, token string, ttl time.Duration) bool {
+	if t == nil {
+		return false
+	}
+	n, err := lead.Run(ctx, t.rc, []string{t.prefix + "lead:" + name}, t.tokenBase+token, ttl.Milliseconds()).Int()
+	if err != nil {
+		t.failed(err)
+		return false
+	}
+	t.ok()
+	return n == 1
 }

@@ -371,3 +371,53 @@ func TestNilTierIsOff(t *testing.T) {
 	tier.Set(context.Background(), "k", e)
 	tier.SetMany(context.Background(), map[string]*cache.Entry{"k": e})
 }
+
+// TestFillAfterGrace: within its grace a replica takes no lease, so the
+// replica expected to fill (here one that comes later) takes it and the
+// first gets its entry.
+func TestFillAfterGrace(t *testing.T) {
+	srv := redistest.New(t)
+	follower := newReplica(t, srv.URL(), Config{})
+	leader := newReplica(t, srv.URL(), Config{})
+	ctx := context.Background()
+
+	ff := &counted{entry: immutable(`{"follower":1}`)}
+	done := make(chan *cache.Entry, 1)
+	go func() {
+		e, err := follower.tier.FillAfter(ctx, "latest/x", nil, time.Hour, ff.fill)
+		assert.NoError(t, err)
+		done <- e
+	}()
+	require.Eventually(t, func() bool { return follower.lookups(LookupMiss) == 1 }, 10*time.Second, time.Millisecond)
+	n, err := leader.rc.Exists(ctx, leader.tier.LeaseKey("latest/x")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no lease taken within the grace")
+
+	lf := &counted{entry: immutable(`{"leader":1}`)}
+	_, err = leader.tier.Fill(ctx, "latest/x", nil, lf.fill)
+	require.NoError(t, err)
+	e := <-done
+	assert.Equal(t, `{"leader":1}`, string(e.Body))
+	assert.Zero(t, ff.calls.Load())
+	assert.EqualValues(t, 1, lf.calls.Load())
+	assert.Zero(t, follower.waits(WaitTakeover))
+}
+
+// TestLead: one candidate leads at a time and keeps the lead while it
+// renews it; when it stops, another takes it once it expires.
+func TestLead(t *testing.T) {
+	srv := redistest.New(t)
+	a, b := newReplica(t, srv.URL(), Config{}), newReplica(t, srv.URL(), Config{})
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	require.True(t, a.tier.Lead(ctx, "refresh/mainnet", "r", ttl))
+	assert.False(t, b.tier.Lead(ctx, "refresh/mainnet", "r", ttl))
+	assert.True(t, a.tier.Lead(ctx, "refresh/mainnet", "r", ttl), "renewed")
+	assert.True(t, b.tier.Lead(ctx, "refresh/testnet", "r", ttl), "another name, another lead")
+	require.Eventually(t, func() bool { return b.tier.Lead(ctx, "refresh/mainnet", "r", ttl) }, 10*time.Second, 20*time.Millisecond,
+		"a lead not renewed passes to another")
+	assert.False(t, a.tier.Lead(ctx, "refresh/mainnet", "r", ttl))
+
+	srv.Stop()
+	assert.False(t, b.tier.Lead(ctx, "refresh/mainnet", "r", ttl), "without Redis nobody leads")
+}
