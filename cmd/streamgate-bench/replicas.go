@@ -100,7 +100,8 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 		n                               int
 		r                               *result
 		latest, reports, bulk, discover int64
-		saved                           float64
+		saved, errs, waits, timeouts    float64
+		perReplica                      []string // the refreshes each replica made
 	}
 	var rows []row
 	for n := 1; n <= 3; n++ {
@@ -120,7 +121,18 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 			return after.ByEndpoint(simulator.Mainnet, endpoint) - before.ByEndpoint(simulator.Mainnet, endpoint)
 		}
 		rw := row{n: n, r: r, latest: d(simulator.EndpointLatest), reports: d(simulator.EndpointReport),
-			bulk: d(simulator.EndpointBulk), discover: d(simulator.EndpointDiscovery), saved: reps.saved()}
+			bulk: d(simulator.EndpointBulk), discover: d(simulator.EndpointDiscovery),
+			saved:    reps.sum("streamgate_cache_shared_fills_saved_total", "", ""),
+			errs:     reps.sum("streamgate_cache_shared_lookups_total", "result", "error"),
+			waits:    reps.sum("streamgate_cache_shared_lease_waits_total", "", ""),
+			timeouts: reps.sum("streamgate_cache_shared_lease_waits_total", "outcome", "timeout")}
+		for _, srv := range reps.srvs {
+			one := &replicaSet{srvs: []*server.Server{srv}}
+			rw.perReplica = append(rw.perReplica, fmt.Sprintf("%.0f/%.0f/%.0f",
+				one.sum("streamgate_latest_refreshes_total", "via", "latest"),
+				one.sum("streamgate_latest_refreshes_total", "via", "bulk"),
+				one.sum("streamgate_latest_refreshes_total", "via", "shared")))
+		}
 		reps.close()
 		rows = append(rows, rw)
 		if ctx.Err() != nil {
@@ -128,17 +140,30 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 		}
 	}
 	windows := int64(math.Ceil(float64(o.dur) / float64(ttl)))
-	fmt.Fprintf(o.out, "\n%-9s %9s %9s %8s %8s %8s %9s %8s %10s %11s\n", "replicas", "requests", "req/s", "latest", "reports", "bulk", "discovery", "total", "vs 1", "fills saved")
+	fmt.Fprintf(o.out, "\n%-9s %9s %9s %8s %8s %8s %9s %8s %6s %11s %11s %13s\n", "replicas", "requests", "req/s",
+		"latest", "reports", "bulk", "discovery", "total", "vs 1", "fills saved", "lease waits", "redis errors")
 	one := rows[0]
 	total := func(rw row) int64 { return rw.latest + rw.reports + rw.bulk + rw.discover }
 	for _, rw := range rows {
-		fmt.Fprintf(o.out, "%-9d %9d %9.0f %8d %8d %8d %9d %8d %10s %11.0f\n", rw.n, rw.r.Requests, rw.r.rate(),
-			rw.latest, rw.reports, rw.bulk, rw.discover, total(rw), ratio(float64(total(rw)), float64(total(one))), rw.saved)
+		fmt.Fprintf(o.out, "%-9d %9d %9.0f %8d %8d %8d %9d %8d %6s %11.0f %11.0f %13.0f\n", rw.n, rw.r.Requests, rw.r.rate(),
+			rw.latest, rw.reports, rw.bulk, rw.discover, total(rw), ratio(float64(total(rw)), float64(total(one))),
+			rw.saved, rw.waits, rw.errs)
 	}
+	fmt.Fprintf(o.out, "lease waits ended by the wait bound: %v (the rest: the holder's entry, or a takeover)\n", func() (out []float64) {
+		for _, rw := range rows {
+			out = append(out, rw.timeouts)
+		}
+		return out
+	}())
 	fmt.Fprintf(o.out, "latest: ideal %d (%d streams × ceil(%v / %v)); latest and bulk calls (the refresher's bulk calls included) vs one replica: ",
 		int64(len(feeds))*windows, len(feeds), o.dur, ttl)
 	for _, rw := range rows[1:] {
 		fmt.Fprintf(o.out, "%d: %s  ", rw.n, ratio(float64(rw.latest+rw.bulk), float64(one.latest+one.bulk)))
+	}
+	fmt.Fprintln(o.out)
+	fmt.Fprintf(o.out, "scheduled latest refreshes by replica (single call / in a bulk call / taken from Redis):")
+	for _, rw := range rows {
+		fmt.Fprintf(o.out, "  %d: %v", rw.n, rw.perReplica)
 	}
 	fmt.Fprintln(o.out)
 	for _, rw := range rows {
@@ -288,8 +313,9 @@ func startReplicas(n int, redisURL string, upstream map[string]string, k key, tt
 	return rs, nil
 }
 
-// saved sums the replicas' fills answered from the shared tier.
-func (rs *replicaSet) saved() float64 {
+// sum adds up a counter over the replicas, its samples whose label has
+// value (label "" for all).
+func (rs *replicaSet) sum(name, label, value string) float64 {
 	var sum float64
 	for _, srv := range rs.srvs {
 		mfs, err := srv.Registry().Gather()
@@ -297,8 +323,15 @@ func (rs *replicaSet) saved() float64 {
 			continue
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "streamgate_cache_shared_fills_saved_total" {
-				for _, m := range mf.GetMetric() {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				match := label == ""
+				for _, lp := range m.GetLabel() {
+					match = match || lp.GetName() == label && lp.GetValue() == value
+				}
+				if match {
 					sum += m.GetCounter().GetValue()
 				}
 			}
