@@ -174,6 +174,13 @@ func (rf *refresher) lead() {
 		cancel()
 		select {
 		case <-rf.ctx.Done():
+			if rf.leader.Load() {
+				// Leave at once, so that another replica leads from its
+				// next try instead of after leadTTL.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				rf.n.shared.Resign(ctx, name, name)
+				cancel()
+			}
 			return
 		case <-tick.C:
 		}

@@ -508,3 +508,20 @@ func (t *Tier) Lead(ctx context.Context, name, token string, ttl time.Duration) 
 	t.ok()
 	return n == 1
 }
+
+// resign deletes a lead if token still holds it.
+var resign = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Resign gives up the lead of name if this candidate (token) holds it, so
+// that another takes it at its next try rather than after the lead's ttl.
+func (t *Tier) Resign(ctx context.Context, name, token string) {
+	if t == nil {
+		return
+	}
+	if err := resign.Run(ctx, t.rc, []string{t.prefix + "lead:" + name}, t.tokenBase+token).Err(); err != nil {
+		t.failed(err)
+	}
+}

@@ -418,6 +418,12 @@ func TestLead(t *testing.T) {
 		"a lead not renewed passes to another")
 	assert.False(t, a.tier.Lead(ctx, "refresh/mainnet", "r", ttl))
 
+	require.True(t, b.tier.Lead(ctx, "refresh/mainnet", "r", time.Hour), "renewed for long")
+	a.tier.Resign(ctx, "refresh/mainnet", "r") // not a's: nothing happens
+	assert.False(t, a.tier.Lead(ctx, "refresh/mainnet", "r", time.Hour))
+	b.tier.Resign(ctx, "refresh/mainnet", "r")
+	assert.True(t, a.tier.Lead(ctx, "refresh/mainnet", "r", time.Hour), "a resigned lead is free at once")
+
 	srv.Stop()
 	assert.False(t, b.tier.Lead(ctx, "refresh/mainnet", "r", ttl), "without Redis nobody leads")
 }
