@@ -238,6 +238,41 @@ type Cache struct {
 	// NegativeTTL is the lifetime of a "no data yet" answer for a recent
 	// timestamp. Default 1s.
 	NegativeTTL time.Duration `yaml:"negative_ttl" json:"negative_ttl"`
+	// Shared is the second cache tier, shared by the replicas. Default off.
+	Shared SharedCache `yaml:"shared" json:"shared"`
+}
+
+// SharedCache is the cache tier in Redis that every replica reads behind
+// its own memory: reports at a timestamp, complete pages, catalog views and
+// latest reports are fetched once for all replicas, and a miss takes a short
+// lease on its key so that the other replicas wait for its fill instead of
+// calling the upstream too.
+type SharedCache struct {
+	// Backend is off (each replica caches alone) or redis. Default "off".
+	Backend SharedBackend `yaml:"backend" json:"backend"`
+	// URL is a redis://, rediss:// or unix:// URL, as ratelimit.redis.url;
+	// required when Backend is redis. It may name the Redis of the limits
+	// or another one (see the README on eviction).
+	URL string `yaml:"url" json:"url"`
+	// Password is the Redis password, if any. After loading it also holds
+	// the contents of PasswordFile.
+	Password Secret `yaml:"password" json:"password"`
+	// PasswordFile is a file holding the password, read at load time.
+	PasswordFile string `yaml:"password_file" json:"password_file"`
+	// TTL bounds how long an entry that never expires (a report at a
+	// timestamp, a complete page) is kept in Redis; entries with a lifetime
+	// (catalog views, latest reports) are kept until it ends, at most this
+	// long. Default 24h.
+	TTL time.Duration `yaml:"ttl" json:"ttl"`
+	// MaxEntryBytes bounds the encoded size of one entry in Redis; larger
+	// entries stay in each replica's memory only. Default 1MiB.
+	MaxEntryBytes Size `yaml:"max_entry_bytes" json:"max_entry_bytes"`
+	// Lease is how long a replica that missed holds the right to fill a key
+	// while the others wait for its entry; a replica that dies while
+	// holding it delays the others by at most this much. Default 2s.
+	Lease time.Duration `yaml:"lease" json:"lease"`
+
+	file fileState
 }
 
 // Realtime configures the WebSocket stream that clients open at

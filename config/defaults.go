@@ -56,6 +56,12 @@ const (
 	DefaultLatestMaxWait  = time.Second
 	DefaultNegativeTTL    = time.Second
 
+	// DefaultSharedTTL, DefaultSharedMaxEntryBytes and DefaultSharedLease
+	// are the defaults of cache.shared.ttl, max_entry_bytes and lease.
+	DefaultSharedTTL           = 24 * time.Hour
+	DefaultSharedMaxEntryBytes = 1 * MiB
+	DefaultSharedLease         = 2 * time.Second
+
 	DefaultRateLimitBackend = BackendMemory
 	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
 	DefaultRedisFailMode    = FailModeOpen
@@ -182,6 +188,8 @@ func defaultCache() Cache {
 		LatestMaxWait:     DefaultLatestMaxWait,
 		LatestBulkRefresh: true,
 		NegativeTTL:       DefaultNegativeTTL,
+		Shared: SharedCache{Backend: SharedOff, TTL: DefaultSharedTTL,
+			MaxEntryBytes: DefaultSharedMaxEntryBytes, Lease: DefaultSharedLease},
 	}
 }
 
@@ -259,6 +267,12 @@ func (c *Config) applyDefaults() {
 	d.dur("cache.latest_max_wait", &ca.LatestMaxWait, dc.LatestMaxWait)
 	d.flag("cache.latest_bulk_refresh", &ca.LatestBulkRefresh, dc.LatestBulkRefresh)
 	d.dur("cache.negative_ttl", &ca.NegativeTTL, dc.NegativeTTL)
+	enum(d, "cache.shared.backend", &ca.Shared.Backend, dc.Shared.Backend)
+	d.dur("cache.shared.ttl", &ca.Shared.TTL, dc.Shared.TTL)
+	if !d.has("cache.shared.max_entry_bytes") {
+		ca.Shared.MaxEntryBytes = dc.Shared.MaxEntryBytes
+	}
+	d.dur("cache.shared.lease", &ca.Shared.Lease, dc.Shared.Lease)
 
 	r, dr := &c.RateLimit, defaultRateLimit()
 	enum(d, "ratelimit.backend", &r.Backend, dr.Backend)

@@ -77,6 +77,20 @@ const (
 
 func (b Backend) valid() bool { return b == BackendMemory || b == BackendRedis }
 
+// SharedBackend is cache.shared.backend, where the shared cache tier lives.
+type SharedBackend string
+
+// The values of cache.shared.backend.
+const (
+	// SharedOff: each replica caches alone, in its own memory.
+	SharedOff SharedBackend = "off"
+	// SharedRedis: a second tier in Redis (cache.shared.url), shared by
+	// the replicas.
+	SharedRedis SharedBackend = "redis"
+)
+
+func (b SharedBackend) valid() bool { return b == SharedOff || b == SharedRedis }
+
 // FailMode is ratelimit.redis.fail_mode, what the limits do while Redis is
 // unreachable. The rate limiter has a fail mode type of its own; the
 // program that builds it maps one onto the other.

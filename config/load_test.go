@@ -129,7 +129,8 @@ func TestDefaults(t *testing.T) {
 		Auth: Auth{MaxSkew: 5 * time.Second, ReplayProtection: true, ReplayGrace: time.Second, AnonymousCatalog: true,
 			AnonymousRate: Rate{RPS: 20, Burst: 40}, ReplayMaxEntries: 1000000},
 		Cache: Cache{MaxBytes: 256 << 20, CatalogTTL: 300 * time.Second, LatestTTL: 500 * time.Millisecond, NegativeTTL: time.Second,
-			LatestMaxStale: 3 * time.Second, LatestMaxWait: time.Second, LatestBulkRefresh: true},
+			LatestMaxStale: 3 * time.Second, LatestMaxWait: time.Second, LatestBulkRefresh: true,
+			Shared: SharedCache{Backend: "off", TTL: 24 * time.Hour, MaxEntryBytes: 1 << 20, Lease: 2 * time.Second}},
 		RateLimit: RateLimit{
 			Backend: "memory",
 			Redis:   Redis{URL: "redis://127.0.0.1:6379/0", FailMode: "open"},

@@ -61,6 +61,9 @@ func (c *Config) readSecretFiles() {
 	if r := &c.RateLimit.Redis; r.PasswordFile != "" && r.Password == "" {
 		read(r.PasswordFile, &r.file, &r.Password)
 	}
+	if r := &c.Cache.Shared; r.PasswordFile != "" && r.Password == "" {
+		read(r.PasswordFile, &r.file, &r.Password)
+	}
 	for i := range c.Teams {
 		t := &c.Teams[i]
 		for _, cr := range t.Upstream {

@@ -364,6 +364,26 @@ func (v *validator) cache(c *Cache) {
 	}
 	v.positive("cache.latest_max_wait", c.LatestMaxWait)
 	v.positive("cache.negative_ttl", c.NegativeTTL)
+
+	sh := &c.Shared
+	switch {
+	case sh.Backend == SharedRedis:
+		v.redisURL("cache.shared.url", sh.URL)
+	case !sh.Backend.valid():
+		v.add("cache.shared.backend", "%q is not one of off, redis", sh.Backend)
+	}
+	v.positive("cache.shared.ttl", sh.TTL)
+	if sh.MaxEntryBytes <= 0 {
+		v.add("cache.shared.max_entry_bytes", "must be positive")
+	}
+	v.positive("cache.shared.lease", sh.Lease)
+	inline := sh.Password != "" && !sh.file.read
+	switch {
+	case inline && sh.PasswordFile != "":
+		v.add("cache.shared.password", "give either password or password_file, not both")
+	case sh.PasswordFile != "":
+		v.secretFile("cache.shared.password_file", sh.file, sh.Password)
+	}
 }
 
 func (v *validator) rateLimit(r *RateLimit) {

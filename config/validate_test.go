@@ -279,6 +279,27 @@ func TestValidate(t *testing.T) {
 		{name: "redis password and password file", change: func(c *Config) {
 			c.RateLimit.Redis.Password, c.RateLimit.Redis.PasswordFile = "pw", "/f"
 		}, want: []string{"ratelimit.redis.password: give either password or password_file, not both"}},
+		{name: "shared cache in redis", change: func(c *Config) {
+			c.Cache.Shared = SharedCache{Backend: "redis", URL: "rediss://cache.internal:6380/2", Password: "pw",
+				TTL: 3600e9, MaxEntryBytes: 512 << 10, Lease: 1e9}
+		}},
+		{name: "shared cache URL is only checked for the redis backend", change: func(c *Config) { c.Cache.Shared.URL = "::" }},
+		{name: "shared cache URL missing", change: func(c *Config) { c.Cache.Shared.Backend = "redis" },
+			want: []string{"cache.shared.url: required when backend is redis"}},
+		{name: "shared cache URL not redis", change: func(c *Config) {
+			c.Cache.Shared.Backend, c.Cache.Shared.URL = "redis", "http://127.0.0.1:6379"
+		}, want: []string{"cache.shared.url: must be a redis://, rediss:// or unix:// URL"}},
+		{name: "shared cache URL with a password", change: func(c *Config) {
+			c.Cache.Shared.Backend, c.Cache.Shared.URL = "redis", "redis://:hunter2@127.0.0.1:6379"
+		}, want: []string{"cache.shared.url: must not contain a password: use password or password_file"}},
+		{name: "shared cache unknown backend", change: func(c *Config) { c.Cache.Shared.Backend = "memcached" },
+			want: []string{`cache.shared.backend: "memcached" is not one of off, redis`}},
+		{name: "shared cache bounds not positive", change: func(c *Config) {
+			c.Cache.Shared.TTL, c.Cache.Shared.MaxEntryBytes, c.Cache.Shared.Lease = 0, 0, -1
+		}, want: []string{"cache.shared.ttl: must be positive", "cache.shared.max_entry_bytes: must be positive", "cache.shared.lease: must be positive"}},
+		{name: "shared cache password and password file", change: func(c *Config) {
+			c.Cache.Shared.Password, c.Cache.Shared.PasswordFile = "pw", "/f"
+		}, want: []string{"cache.shared.password: give either password or password_file, not both"}},
 		{name: "feed list", change: func(c *Config) { c.Teams[1].Feeds = []string{feedA} }},
 		{name: "feed ID of the wrong length", change: func(c *Config) { c.Teams[1].Feeds = []string{feedA + "00"} },
 			want: []string{`teams[1].feeds[0]: "` + feedA + `00" is not a stream ID (0x and 64 hex digits)`}},

@@ -102,9 +102,24 @@ func TestCompose(t *testing.T) {
 		t.Fatal("no redis service")
 	}
 	redisPassword := flagValue(redis.Command, "--requirepass")
+	cacheRedis, ok := cf.Services["cache-redis"]
+	if !ok {
+		t.Fatal("no cache-redis service: the shared cache needs a Redis of its own")
+	}
+	cachePassword := flagValue(cacheRedis.Command, "--requirepass")
+	if flagValue(cacheRedis.Command, "--maxmemory") == "" {
+		t.Error("cache-redis has no --maxmemory: a cache must be bounded")
+	}
+	if p := flagValue(cacheRedis.Command, "--maxmemory-policy"); !strings.HasPrefix(p, "allkeys-") {
+		t.Errorf("cache-redis --maxmemory-policy %q: every key of it is a cache entry, evict any (allkeys-lru)", p)
+	}
+	if p := flagValue(redis.Command, "--maxmemory-policy"); strings.HasPrefix(p, "allkeys-") {
+		t.Error("redis (limits, replay record) must not evict any key")
+	}
 
 	var (
 		redisURLs []string
+		cacheURLs []string
 		adminPort string
 	)
 	for _, name := range replicas {
@@ -155,6 +170,17 @@ func TestCompose(t *testing.T) {
 		if cfg.RateLimit.Redis.Password.Reveal() != redisPassword {
 			t.Errorf("%s: ratelimit.redis.password is not the redis service's --requirepass", name)
 		}
+		sh := cfg.Cache.Shared
+		if sh.Backend != config.SharedRedis {
+			t.Errorf("%s: cache.shared.backend %q, want redis: the replicas share their cache", name, sh.Backend)
+		}
+		cacheURLs = append(cacheURLs, sh.URL)
+		if u, err := url.Parse(sh.URL); err != nil || u.Hostname() != "cache-redis" {
+			t.Errorf("%s: cache.shared.url %q does not name the cache-redis service", name, sh.URL)
+		}
+		if sh.Password.Reveal() != cachePassword {
+			t.Errorf("%s: cache.shared.password is not the cache-redis service's --requirepass", name)
+		}
 		for _, network := range cfg.NetworkNames() {
 			up := cfg.Networks[network].Upstream
 			u, err := url.Parse(up.URL)
@@ -172,6 +198,9 @@ func TestCompose(t *testing.T) {
 	}
 	if len(redisURLs) != len(replicas) || len(slices.Compact(slices.Clone(redisURLs))) != 1 {
 		t.Errorf("the replicas must share one Redis URL, got %v", redisURLs)
+	}
+	if len(cacheURLs) != len(replicas) || len(slices.Compact(slices.Clone(cacheURLs))) != 1 {
+		t.Errorf("the replicas must share one cache Redis URL, got %v", cacheURLs)
 	}
 
 	front, ok := cf.Services["front"]

@@ -45,10 +45,11 @@ const kubeDir = "kubernetes"
 
 // The names the manifests agree on.
 const (
-	gatewayName   = "streamgate"       // Deployment, Service, ConfigMap, Secret, PDB, HPA
-	gatewayCtr    = "streamgate"       // the gateway's container
-	redisName     = "streamgate-redis" // Redis Deployment and Service
-	configKey     = "config.yaml"      // the ConfigMap's key
+	gatewayName   = "streamgate"             // Deployment, Service, ConfigMap, Secret, PDB, HPA
+	gatewayCtr    = "streamgate"             // the gateway's container
+	redisName     = "streamgate-redis"       // Redis Deployment and Service
+	cacheRedis    = "streamgate-cache-redis" // the shared cache tier's Redis
+	configKey     = "config.yaml"            // the ConfigMap's key
 	adminPort     = 9090
 	wantReplicas  = 3
 	wantMinAvail  = 2
@@ -397,66 +398,84 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
-	t.Run("redis", func(t *testing.T) {
-		rd := m.deployment(t, redisName)
-		rc := rd.Spec.Template.Spec.Containers[0]
-		if !strings.HasPrefix(rc.Image, "redis:7") {
-			t.Errorf("redis image %q, want redis:7-alpine", rc.Image)
-		}
-		svc := m.service(t, redisName)
-		redisPods := labels.Set(rd.Spec.Template.Labels)
-		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(redisPods) {
-			t.Errorf("Service %s does not select the Redis pods", redisName)
-		}
-		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(podLabels)) {
-			t.Errorf("Service %s also selects the gateway's pods", redisName)
-		}
-		if labels.SelectorFromSet(m.service(t, gatewayName).Spec.Selector).Matches(redisPods) {
-			t.Errorf("Service %s also selects the Redis pods", gatewayName)
-		}
-		for _, p := range svc.Spec.Ports {
-			if n, ok := resolvePort(&rc, p.TargetPort); !ok || n != 6379 {
-				t.Errorf("port %s targets %s, not Redis's 6379", p.Name, p.TargetPort.String())
+	for _, redisName := range []string{redisName, cacheRedis} {
+		t.Run(redisName, func(t *testing.T) {
+			rd := m.deployment(t, redisName)
+			rc := rd.Spec.Template.Spec.Containers[0]
+			if !strings.HasPrefix(rc.Image, "redis:7") {
+				t.Errorf("redis image %q, want redis:7-alpine", rc.Image)
 			}
-		}
-		if !slices.Contains(rc.Args, "--requirepass") {
-			t.Error("Redis must require a password (--requirepass)")
-		}
-	})
+			svc := m.service(t, redisName)
+			redisPods := labels.Set(rd.Spec.Template.Labels)
+			if !labels.SelectorFromSet(svc.Spec.Selector).Matches(redisPods) {
+				t.Errorf("Service %s does not select the Redis pods", redisName)
+			}
+			if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(podLabels)) {
+				t.Errorf("Service %s also selects the gateway's pods", redisName)
+			}
+			if labels.SelectorFromSet(m.service(t, gatewayName).Spec.Selector).Matches(redisPods) {
+				t.Errorf("Service %s also selects the Redis pods", gatewayName)
+			}
+			for _, p := range svc.Spec.Ports {
+				if n, ok := resolvePort(&rc, p.TargetPort); !ok || n != 6379 {
+					t.Errorf("port %s targets %s, not Redis's 6379", p.Name, p.TargetPort.String())
+				}
+			}
+			if !slices.Contains(rc.Args, "--requirepass") {
+				t.Error("Redis must require a password (--requirepass)")
+			}
+		})
 
-	t.Run("network policy", func(t *testing.T) {
-		rd := m.deployment(t, redisName)
-		np := m.netpol(t, redisName)
-		if !labelSelector(t, &np.Spec.PodSelector).Matches(labels.Set(rd.Spec.Template.Labels)) {
-			t.Error("podSelector does not select the Redis pods")
-		}
-		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
-			t.Error("policyTypes must include Ingress")
-		}
-		if len(np.Spec.Ingress) == 0 {
-			t.Fatal("no ingress rule: nothing could reach Redis")
-		}
-		for i, rule := range np.Spec.Ingress {
-			if len(rule.From) == 0 {
-				t.Errorf("ingress[%d] has no from: it admits every pod", i)
+		t.Run(redisName+" network policy", func(t *testing.T) {
+			rd := m.deployment(t, redisName)
+			np := m.netpol(t, redisName)
+			if !labelSelector(t, &np.Spec.PodSelector).Matches(labels.Set(rd.Spec.Template.Labels)) {
+				t.Error("podSelector does not select the Redis pods")
 			}
-			for j, peer := range rule.From {
-				if peer.PodSelector == nil || peer.NamespaceSelector != nil || peer.IPBlock != nil {
-					t.Errorf("ingress[%d].from[%d] must be a podSelector of this namespace only", i, j)
-					continue
+			if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+				t.Error("policyTypes must include Ingress")
+			}
+			if len(np.Spec.Ingress) == 0 {
+				t.Fatal("no ingress rule: nothing could reach Redis")
+			}
+			for i, rule := range np.Spec.Ingress {
+				if len(rule.From) == 0 {
+					t.Errorf("ingress[%d] has no from: it admits every pod", i)
 				}
-				if !labelSelector(t, peer.PodSelector).Matches(labels.Set(podLabels)) {
-					t.Errorf("ingress[%d].from[%d] does not admit the gateway's pods", i, j)
+				for j, peer := range rule.From {
+					if peer.PodSelector == nil || peer.NamespaceSelector != nil || peer.IPBlock != nil {
+						t.Errorf("ingress[%d].from[%d] must be a podSelector of this namespace only", i, j)
+						continue
+					}
+					if !labelSelector(t, peer.PodSelector).Matches(labels.Set(podLabels)) {
+						t.Errorf("ingress[%d].from[%d] does not admit the gateway's pods", i, j)
+					}
+					if labelSelector(t, peer.PodSelector).Matches(labels.Set(rd.Spec.Template.Labels)) {
+						t.Errorf("ingress[%d].from[%d] is too wide: it selects Redis itself", i, j)
+					}
 				}
-				if labelSelector(t, peer.PodSelector).Matches(labels.Set(rd.Spec.Template.Labels)) {
-					t.Errorf("ingress[%d].from[%d] is too wide: it selects Redis itself", i, j)
+				for _, p := range rule.Ports {
+					if p.Port == nil || p.Port.IntValue() != 6379 {
+						t.Errorf("ingress[%d] opens port %v, want 6379", i, p.Port)
+					}
 				}
 			}
-			for _, p := range rule.Ports {
-				if p.Port == nil || p.Port.IntValue() != 6379 {
-					t.Errorf("ingress[%d] opens port %v, want 6379", i, p.Port)
-				}
-			}
+		})
+	}
+
+	t.Run("redis eviction", func(t *testing.T) {
+		// The cache's Redis evicts any key within its bound; the limits'
+		// Redis never holds cache entries.
+		args := m.deployment(t, cacheRedis).Spec.Template.Spec.Containers[0].Args
+		if i := slices.Index(args, "--maxmemory"); i < 0 || i+1 >= len(args) {
+			t.Errorf("%s has no --maxmemory: a cache must be bounded", cacheRedis)
+		}
+		if i := slices.Index(args, "--maxmemory-policy"); i < 0 || i+1 >= len(args) || !strings.HasPrefix(args[i+1], "allkeys-") {
+			t.Errorf("%s: --maxmemory-policy must be allkeys-*: every key is a cache entry or a lease", cacheRedis)
+		}
+		limits := m.deployment(t, redisName).Spec.Template.Spec.Containers[0].Args
+		if i := slices.Index(limits, "--maxmemory-policy"); i >= 0 && i+1 < len(limits) && strings.HasPrefix(limits[i+1], "allkeys-") {
+			t.Errorf("%s must not evict keys that have no TTL", redisName)
 		}
 	})
 
@@ -610,6 +629,31 @@ func checkGatewayConfig(t *testing.T, m *manifests, gw *appsv1.Deployment, ctr *
 		got, err := secretEnv(m, &rc, ref)
 		if err != nil || got != cfg.RateLimit.Redis.Password.Reveal() {
 			t.Errorf("streamgate-redis's password (%s) is not the gateway's ratelimit.redis.password: %v", ref, err)
+		}
+	}
+
+	// Replicas share their cache through the cache's own Redis.
+	sh := cfg.Cache.Shared
+	if sh.Backend != config.SharedRedis {
+		t.Errorf("cache.shared.backend %q: replicas must share their cache", sh.Backend)
+	}
+	cu, err := url.Parse(sh.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csvc := m.service(t, cacheRedis)
+	if cu.Hostname() != csvc.Name || cu.Port() != strconv.Itoa(int(csvc.Spec.Ports[0].Port)) {
+		t.Errorf("cache.shared.url %q does not name the Service %s:%d", sh.URL, csvc.Name, csvc.Spec.Ports[0].Port)
+	}
+	if rc := m.deployment(t, cacheRedis).Spec.Template.Spec.Containers[0]; sh.Password == "" {
+		t.Errorf("cache.shared.password is empty, but %s requires one", cacheRedis)
+	} else if i := slices.Index(rc.Args, "--requirepass"); i < 0 || i+1 >= len(rc.Args) {
+		t.Errorf("%s has no --requirepass argument", cacheRedis)
+	} else {
+		ref, _ := strings.CutPrefix(rc.Args[i+1], "$(")
+		ref, _ = strings.CutSuffix(ref, ")")
+		if got, err := secretEnv(m, &rc, ref); err != nil || got != sh.Password.Reveal() {
+			t.Errorf("%s's password (%s) is not the gateway's cache.shared.password: %v", cacheRedis, ref, err)
 		}
 	}
 

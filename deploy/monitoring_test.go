@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
+	"streamgate/cache/shared"
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
@@ -43,6 +44,9 @@ func registeredMetrics(t *testing.T) map[string]metric {
 		t.Fatal(err)
 	}
 	realtime.NewMetrics(rec)
+	if _, err := shared.NewMetrics(rec); err != nil {
+		t.Fatal(err)
+	}
 	// Registered by cmd/streamgate (serve.go) next to the cache and the
 	// gateway.
 	rec.metrics["streamgate_cache_bytes"] = metric{}
@@ -352,6 +356,9 @@ var wantDashboardMetrics = []string{
 	"streamgate_redis_fallbacks_total",
 	"streamgate_upstream_budget_waits_total",
 	"streamgate_upstream_budget_refusals_total",
+	"streamgate_cache_shared_lookups_total",
+	"streamgate_cache_shared_fills_saved_total",
+	"streamgate_cache_shared_lease_waits_total",
 }
 
 func TestDashboard(t *testing.T) {

@@ -151,26 +151,22 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
 	st := stateOf(ctx)
 	e, outcome, err := n.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
-		resp, err := n.fetch(ctx, st, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
+		// Every report of the chunk stored by another replica: no call.
+		if e := n.sharedChunk(ctx, cred, feeds, ts); e != nil {
+			return e, nil
+		}
+		// Else one replica calls for the chunk; the others wait for its
+		// answer, kept in the shared tier for negative_ttl.
+		e, err := n.shared.Fill(ctx, flight, sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
+			return n.fillChunk(ctx, st, target, cred, feeds, ts)
+		})
 		if err != nil {
 			return nil, err
 		}
-		reports, err := n.splitBulk(resp.body, feeds)
-		if err != nil {
-			return nil, err
+		if !e.NoStore { // never kept in memory: the reports are, each under its key
+			e = &cache.Entry{Status: e.Status, Body: e.Body, Stored: e.Stored, NoStore: true, Value: e.Value}
 		}
-		now := n.now()
-		negTTL := n.policy().negativeTTL
-		for _, f := range feeds {
-			key := cache.ReportKey(n.name, cred.scope, f, ts)
-			if rep, ok := reports[f]; ok {
-				n.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
-			} else if negTTL > 0 {
-				n.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
-			}
-		}
-		// The reports, split once, go to every waiter with the entry.
-		return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, NoStore: true, Value: reports}, nil
+		return e, nil
 	})
 	if err != nil {
 		return nil, outcome, err
@@ -180,4 +176,33 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		return nil, outcome, errBadUpstream // every bulk fill sets its reports
 	}
 	return reports, outcome, nil
+}
+
+// fillChunk calls the upstream for one bulk chunk and stores each report
+// (in memory, and in the shared tier for the other replicas). The entry
+// carries the split reports for every waiter; it lives for negative_ttl, in
+// the shared tier only.
+func (n *network) fillChunk(ctx context.Context, st *reqState, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
+	resp, err := n.fetch(ctx, st, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
+	if err != nil {
+		return nil, err
+	}
+	reports, err := n.splitBulk(resp.body, feeds)
+	if err != nil {
+		return nil, err
+	}
+	now := n.now()
+	negTTL := n.policy().negativeTTL
+	for _, f := range feeds {
+		key := cache.ReportKey(n.name, cred.scope, f, ts)
+		if rep, ok := reports[f]; ok {
+			n.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
+		} else if negTTL > 0 {
+			n.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
+		}
+	}
+	n.shareReports(ctx, cred, ts, reports, now)
+	// The reports, split once, go to every waiter with the entry.
+	return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),
+		NoStore: n.shared == nil || negTTL <= 0, Value: reports}, nil
 }

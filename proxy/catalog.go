@@ -69,27 +69,9 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	}
 	st := stateOf(ctx)
 	e, outcome, err := n.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
-		resp, err := n.fetch(ctx, st, "discovery", target, cred, http.StatusOK)
-		if err != nil {
-			return nil, err
-		}
-		ttl := pol.catalogTTL
-		if resp.maxAge > 0 && resp.maxAge < ttl {
-			ttl = resp.maxAge
-		}
-		now := n.now()
-		pv, err := parseView(resp.body)
-		if err != nil {
-			n.metrics.integrity(n.name, "discovery")
-			return nil, errBadUpstream
-		}
-		// Refresh in the background from 80 % of the lifetime on, so that a
-		// busy catalog never expires in front of a client.
-		e := &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
-			Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale),
-			Value: pv, ValueCost: pv.cost(len(resp.body))}
-		pv.entry, pv.expires = e, now.Add(ttl)
-		return e, nil
+		return n.shared.Fill(ctx, key, sharedCatalog, func(ctx context.Context) (*cache.Entry, error) {
+			return n.fillView(ctx, st, target, cred, pol)
+		})
 	})
 	if err != nil {
 		return nil, outcome, err
@@ -102,6 +84,31 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 		n.cat.orgHidden.Store(pv)
 	}
 	return pv, outcome, nil
+}
+
+// fillView fetches a catalog view and parses it.
+func (n *network) fillView(ctx context.Context, st *reqState, target string, cred *credential, pol *policy) (*cache.Entry, error) {
+	resp, err := n.fetch(ctx, st, "discovery", target, cred, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	ttl := pol.catalogTTL
+	if resp.maxAge > 0 && resp.maxAge < ttl {
+		ttl = resp.maxAge
+	}
+	now := n.now()
+	pv, err := parseView(resp.body)
+	if err != nil {
+		n.metrics.integrity(n.name, "discovery")
+		return nil, errBadUpstream
+	}
+	// Refresh in the background from 80 % of the lifetime on, so that a
+	// busy catalog never expires in front of a client.
+	e := &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
+		Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale),
+		Value: pv, ValueCost: pv.cost(len(resp.body))}
+	pv.entry, pv.expires = e, now.Add(ttl)
+	return e, nil
 }
 
 // catalogHeld reports whether cred's hidden view (the one report requests

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"streamgate/cache"
@@ -49,6 +50,10 @@ type refresher struct {
 	mu       sync.Mutex
 	pending  map[string]*refreshItem // by feed
 	lastTeam string                  // round robin position
+
+	// leader is set while this replica leads the network's refreshes
+	// among the replicas sharing the cache tier (shared.go).
+	leader atomic.Bool
 }
 
 // refreshItem is one stream waiting for its refresh.
@@ -73,6 +78,10 @@ func newRefresher(n *network, bulk bool) *refresher {
 	if bulk {
 		rf.wg.Add(1)
 		go rf.work(true)
+	}
+	if n.shared != nil {
+		rf.wg.Add(1)
+		go rf.lead()
 	}
 	return rf
 }
@@ -124,14 +133,19 @@ func (rf *refresher) work(bulk bool) {
 	tick := time.NewTicker(50 * time.Millisecond) // a wake-up may be taken by the other worker
 	defer tick.Stop()
 	for rf.ctx.Err() == nil {
-		items := rf.pick(bulk)
-		if len(items) == 0 {
+		picked := rf.pick(bulk)
+		if len(picked) == 0 {
 			select {
 			case <-rf.ctx.Done():
 				return
 			case <-rf.wake:
 			case <-tick.C:
 			}
+			continue
+		}
+		// Streams another replica refreshed meanwhile cost no token.
+		items := rf.takeShared(picked)
+		if len(items) == 0 {
 			continue
 		}
 		if bulk {

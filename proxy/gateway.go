@@ -26,6 +26,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/config"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
@@ -36,6 +37,9 @@ import (
 type Deps struct {
 	// Cache holds responses. Required.
 	Cache *cache.Store
+	// Shared, if non-nil, is the cache tier in Redis shared with the other
+	// replicas, read and written by every fill of Cache.
+	Shared *shared.Tier
 	// Limiter counts team and key rates. If nil, a memory limiter is used.
 	Limiter ratelimit.Limiter
 	// Quota counts daily quotas. If nil, a memory quota is used.
@@ -217,6 +221,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			org:       &credential{key: up.APIKey, secret: up.Secret},
 			pol:       &g.pol,
 			cache:     g.cache,
+			shared:    deps.Shared,
 			limiter:   g.limiter,
 			quota:     g.quota,
 			metrics:   g.metrics,
@@ -379,8 +384,9 @@ func (g *Gateway) Ready() bool {
 	return true
 }
 
-// Warm loads the catalog of every network (which also tells whether its
-// upstream answers, and so makes Ready true), trying a network whose
+// Warm loads the catalog of every network (from the upstream or from the
+// shared cache tier, which also tells whether its upstream answers, and so
+// makes Ready true), trying a network whose
 // upstream fails again with backoff (250 ms doubling to 30 s, with jitter)
 // until it succeeds or ctx ends. It logs a network's first failure and its
 // recovery, and returns nil once every network is warm, else ctx's error.
@@ -392,6 +398,10 @@ func (g *Gateway) Warm(ctx context.Context) error {
 			for attempt := 0; ; attempt++ {
 				_, _, err := n.view(ctx, viewHidden, n.org)
 				if err == nil {
+					// The view may come from the shared cache tier, fetched
+					// from this upstream by another replica within its
+					// lifetime: the upstream answers all the same.
+					n.up.answered.Store(true)
 					if attempt > 0 {
 						g.log.Info("catalog warm-up succeeded", zap.String("network", n.name), zap.Int("attempts", attempt+1))
 					}

@@ -10,6 +10,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
@@ -38,6 +39,7 @@ type network struct {
 
 	pol      *atomic.Pointer[policy]
 	cache    *cache.Store
+	shared   *shared.Tier // the cache tier shared with the replicas; nil: off
 	limiter  ratelimit.Limiter
 	quota    ratelimit.Quota
 	metrics  *Metrics

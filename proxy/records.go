@@ -28,16 +28,26 @@ func (n *network) negative(now time.Time, resp *upstreamResponse) *cache.Entry {
 // stream asked for: such an answer is an upstream error, never a cache entry.
 // It returns the body in the form every stored report has (see reportBody).
 func (n *network) checkReport(body []byte, endpoint, feed string) (*reportDoc, []byte, error) {
+	rd, record, ok := parseReport(body, feed)
+	if !ok {
+		n.metrics.integrity(n.name, endpoint)
+		return nil, nil, errBadUpstream
+	}
+	return rd, reportBody(record), nil
+}
+
+// parseReport parses a {"report": …} body and reports whether it is a
+// report of feed; it returns the record as sent.
+func parseReport(body []byte, feed string) (*reportDoc, json.RawMessage, bool) {
 	var doc struct {
 		Report json.RawMessage `json:"report"`
 	}
 	var rd reportDoc
 	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Report) == 0 ||
 		json.Unmarshal(doc.Report, &rd) != nil || normalFeedID(rd.FeedID) != feed {
-		n.metrics.integrity(n.name, endpoint)
-		return nil, nil, errBadUpstream
+		return nil, nil, false
 	}
-	return &rd, reportBody(doc.Report), nil
+	return &rd, doc.Report, true
 }
 
 // The form of every stored report: {"report":<record>} and a newline, the
@@ -61,12 +71,23 @@ var noReportBody = []byte(`{"error":"no report for this stream at this timestamp
 // splitBulk parses a bulk answer into the report record of each stream,
 // refusing an answer that holds a stream not asked for.
 func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
+	out, ok := parseBulk(body, feeds)
+	if !ok {
+		n.metrics.integrity(n.name, "bulk")
+		return nil, errBadUpstream
+	}
+	return out, nil
+}
+
+// parseBulk parses a bulk answer into the report record of each stream and
+// reports false for an answer that is malformed or holds a stream not asked
+// for.
+func parseBulk(body []byte, feeds []string) (map[string][]byte, bool) {
 	var doc struct {
 		Reports []json.RawMessage `json:"reports"`
 	}
 	if err := json.Unmarshal(body, &doc); err != nil || doc.Reports == nil {
-		n.metrics.integrity(n.name, "bulk")
-		return nil, errBadUpstream
+		return nil, false
 	}
 	asked := make(map[string]struct{}, len(feeds))
 	for _, f := range feeds {
@@ -76,17 +97,39 @@ func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, err
 	for _, raw := range doc.Reports {
 		var rd reportDoc
 		if err := json.Unmarshal(raw, &rd); err != nil {
-			n.metrics.integrity(n.name, "bulk")
-			return nil, errBadUpstream
+			return nil, false
 		}
 		id := normalFeedID(rd.FeedID)
 		if _, ok := asked[id]; !ok {
-			n.metrics.integrity(n.name, "bulk")
-			return nil, errBadUpstream
+			return nil, false
 		}
 		out[id] = raw
 	}
-	return out, nil
+	return out, true
+}
+
+// parsePage parses a page answer and reports whether it is a page of feed
+// from start: its reports in ascending order, none before start. stamps
+// are the reports' observationsTimestamps.
+func parsePage(body []byte, feed string, start int64) (reports []json.RawMessage, stamps []int64, ok bool) {
+	var doc struct {
+		Reports []json.RawMessage `json:"reports"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil || doc.Reports == nil {
+		return nil, nil, false
+	}
+	stamps = make([]int64, len(doc.Reports))
+	last := int64(-1)
+	for i, raw := range doc.Reports {
+		var rd reportDoc
+		if err := json.Unmarshal(raw, &rd); err != nil || normalFeedID(rd.FeedID) != feed ||
+			rd.ObservationsTimestamp < start || rd.ObservationsTimestamp <= last {
+			return nil, nil, false
+		}
+		last = rd.ObservationsTimestamp
+		stamps[i] = last
+	}
+	return doc.Reports, stamps, true
 }
 
 // reportPayload returns the record of a stored report (see reportBody).

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -28,19 +27,21 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		resp, err := n.fetch(ctx, st, "reports", target, cred, http.StatusOK, http.StatusNotFound)
-		if err != nil {
-			return nil, err
-		}
-		now := n.now()
-		if resp.status == http.StatusNotFound {
-			return n.negative(now, resp), nil
-		}
-		_, body, err := n.checkReport(resp.body, "reports", feed)
-		if err != nil {
-			return nil, err
-		}
-		return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
+		return n.shared.Fill(ctx, key, sharedReport(feed), func(ctx context.Context) (*cache.Entry, error) {
+			resp, err := n.fetch(ctx, st, "reports", target, cred, http.StatusOK, http.StatusNotFound)
+			if err != nil {
+				return nil, err
+			}
+			now := n.now()
+			if resp.status == http.StatusNotFound {
+				return n.negative(now, resp), nil
+			}
+			_, body, err := n.checkReport(resp.body, "reports", feed)
+			if err != nil {
+				return nil, err
+			}
+			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
+		})
 	})
 	n.answer(w, r, "report", outcome, e, err)
 }
@@ -68,16 +69,19 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	}
 	key := cache.LatestKey(n.name, cred.scope, feed)
 	st := stateOf(r.Context())
+	// Each fill goes through the shared tier first (shared.go).
 	fill := func(ctx context.Context) (*cache.Entry, error) {
-		resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
-		if err != nil {
-			return nil, err
-		}
-		doc, body, err := n.checkReport(resp.body, "latest", feed)
-		if err != nil {
-			return nil, err
-		}
-		return n.latestEntry(cred, feed, doc, body), nil
+		return n.shared.Fill(ctx, key, sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
+			resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
+			if err != nil {
+				return nil, err
+			}
+			doc, body, err := n.checkReport(resp.body, "latest", feed)
+			if err != nil {
+				return nil, err
+			}
+			return n.latestEntry(cred, feed, doc, body), nil
+		})
 	}
 	ctx := r.Context()
 	scheduled := n.fresh != nil && cred == n.org
@@ -85,8 +89,14 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		team := p.Team.Name
 		fill = func(ctx context.Context) (*cache.Entry, error) {
 			_, state := n.cache.Get(key)
-			st.upstreamCall()
-			return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
+			grace := time.Duration(0)
+			if state != cache.Missing {
+				grace = n.fresh.grace() // a stale entry is answered meanwhile
+			}
+			return n.shared.FillAfter(ctx, key, sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
+				st.upstreamCall()
+				return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
+			})
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pol.latestMaxWait)
@@ -154,40 +164,39 @@ func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	key := cache.PageKey(n.name, cred.scope, feed, start, limit)
 	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		resp, err := n.fetch(ctx, st, "page", target, cred, http.StatusOK)
-		if err != nil {
-			return nil, err
-		}
-		var doc struct {
-			Reports []json.RawMessage `json:"reports"`
-		}
-		if err := json.Unmarshal(resp.body, &doc); err != nil || doc.Reports == nil {
-			n.metrics.integrity(n.name, "page")
-			return nil, errBadUpstream
-		}
-		now := n.now()
-		last := int64(-1)
-		for _, raw := range doc.Reports {
-			var rd reportDoc
-			if err := json.Unmarshal(raw, &rd); err != nil || normalFeedID(rd.FeedID) != feed ||
-				rd.ObservationsTimestamp < start || rd.ObservationsTimestamp <= last {
-				n.metrics.integrity(n.name, "page")
-				return nil, errBadUpstream
-			}
-			last = rd.ObservationsTimestamp
-			// Each report of the page is also the report at its timestamp.
-			n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, rd.ObservationsTimestamp),
-				&cache.Entry{Status: http.StatusOK, Body: reportBody(raw), Stored: now})
-		}
-		complete := (limit > 0 && len(doc.Reports) == limit) ||
-			(last >= 0 && time.Unix(last, 0).Add(pageSettle).Before(now))
-		switch {
-		case complete:
-			return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil
-		case len(doc.Reports) == 0:
-			return n.negative(now, resp), nil
-		}
-		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now, NoStore: true}, nil
+		return n.shared.Fill(ctx, key, sharedPage(feed, start), func(ctx context.Context) (*cache.Entry, error) {
+			return n.fillPage(ctx, st, target, cred, feed, start, limit)
+		})
 	})
 	n.answer(w, r, "page", outcome, e, err)
+}
+
+// fillPage fetches a page; the entry is kept only when the page is complete.
+func (n *network) fillPage(ctx context.Context, st *reqState, target string, cred *credential, feed string, start int64, limit int) (*cache.Entry, error) {
+	resp, err := n.fetch(ctx, st, "page", target, cred, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	reports, stamps, ok := parsePage(resp.body, feed, start)
+	if !ok {
+		n.metrics.integrity(n.name, "page")
+		return nil, errBadUpstream
+	}
+	now := n.now()
+	last := int64(-1)
+	for i, raw := range reports {
+		// Each report of the page is also the report at its timestamp.
+		last = stamps[i]
+		n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, last),
+			&cache.Entry{Status: http.StatusOK, Body: reportBody(raw), Stored: now})
+	}
+	complete := (limit > 0 && len(reports) == limit) ||
+		(last >= 0 && time.Unix(last, 0).Add(pageSettle).Before(now))
+	switch {
+	case complete:
+		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil
+	case len(reports) == 0:
+		return n.negative(now, resp), nil
+	}
+	return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now, NoStore: true}, nil
 }

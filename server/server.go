@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/config"
 	"streamgate/proxy"
 	"streamgate/realtime"
@@ -58,6 +60,8 @@ type Server struct {
 	cfg      atomic.Pointer[config.Config] // in force
 	sim      *simulator.Simulator          // the embedded upstream, or nil
 	store    *cache.Store
+	shared   *shared.Tier  // nil: off
+	sharedRC *redis.Client // the shared tier's client, nil when off
 	limits   *Limits
 	ownLimit bool
 	gw       *proxy.Gateway
@@ -123,6 +127,10 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Name: "streamgate_cache_bytes", Help: "Bytes held by the response cache.",
 	}, func() float64 { return float64(s.store.Bytes()) }))
 
+	if s.shared, s.sharedRC, err = newShared(cfg, s.reg, s.log.Named("cache"), opts.Now); err != nil {
+		return nil, err
+	}
+
 	s.limits = opts.Limits
 	if s.limits == nil {
 		if s.limits, err = NewLimits(cfg, s.reg, s.log, opts.Now); err != nil {
@@ -139,6 +147,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.gw, err = proxy.New(cfg, proxy.Deps{
 		Cache:       s.store,
+		Shared:      s.shared,
 		Limiter:     s.limits.Limiter,
 		Quota:       s.limits.Quota,
 		Budgets:     s.limits.Budgets,
@@ -435,6 +444,9 @@ func (s *Server) release() {
 	}
 	if s.store != nil {
 		s.store.Close()
+	}
+	if s.sharedRC != nil {
+		s.sharedRC.Close()
 	}
 	if s.limits != nil && s.ownLimit {
 		s.limits.Close()

@@ -4,8 +4,9 @@
 // latency quantiles, status codes and transport errors.
 //
 // Every scenario but "load" is self-contained: it starts the simulator and
-// a gateway wired as cmd/streamgate wires them, in this process, on
-// loopback, and measures side by side in one run:
+// a gateway wired as cmd/streamgate wires them (replicas: several, and a
+// redis-server unless -redis names one), in this process, on loopback, and
+// measures side by side in one run:
 //
 //	hit                the latest report, a pure cache hit, against a bare net/http server sending the same bytes
 //	miss               reports at distinct timestamps (every one a miss) against the simulator called directly
@@ -15,6 +16,7 @@
 //	ws                 N WebSocket clients of 10 streams each: upstream connections, frames delivered, added delay, CPU and memory per client
 //	ws-latest          clients polling latest of streams carried on the upstream WebSocket: upstream calls and answer age
 //	freshness          clients polling latest at a fixed rate within the upstream's 10 rps limit: answers, latency, age of the data, upstream calls and 429s, stale-while-revalidate against the behaviour before it
+//	replicas           one load spread over 1, 2 and 3 replicas sharing limits and the cache tier in one Redis: upstream calls by endpoint; the latency the shared tier adds to a hit
 //	load               a plain load on -target, an external gateway (the real binary)
 //
 // Client and servers share this machine's CPUs, so absolute figures are
@@ -75,6 +77,7 @@ type options struct {
 	logLevel     string
 	cpuProfile   string
 	control      string
+	redis        string
 	set          map[string]bool // flags given on the command line
 	out          io.Writer
 	profileStart func() error
@@ -86,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	var targets, feeds, mixText string
-	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness or load (default: load with -target, else hit)")
+	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness, replicas or load (default: load with -target, else hit)")
 	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
 	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
 	fs.StringVar(&o.secret, "secret", "", "key secret for -target (default $STREAMGATE_SECRET)")
@@ -106,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run (whole process) to this file")
 	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
+	fs.StringVar(&o.redis, "redis", "", "replicas: URL of a Redis to use (it is flushed); default: a redis-server from PATH on a free loopback port")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -145,6 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"ws-latest":         scenarioWSLatest,
 		"freshness":         scenarioFreshness,
 		"load":              scenarioLoad,
+		"replicas":          scenarioReplicas,
 	}
 	sc, ok := scenarios[o.scenario]
 	if !ok {

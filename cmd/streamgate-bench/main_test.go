@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/ratelimit/redistest"
 )
 
 // A short load against a server that verifies every signature with replay
@@ -230,4 +232,28 @@ func TestFrameFields(t *testing.T) {
 		_, _, err := frameFields([]byte(bad))
 		assert.Error(t, err, bad)
 	}
+}
+
+// The replicas scenario, tiny, against a real redis-server: a row for 1, 2
+// and 3 replicas, the later ones answering from each other's fills, no
+// Redis error, no lease wait ended by its bound, and the hit latency part.
+func TestScenarioReplicasSmoke(t *testing.T) {
+	srv := redistest.New(t)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "replicas", "-redis", srv.URL(), "-c", "6", "-d", "1s", "-log", "off"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	o := out.String()
+	t.Log(o)
+	for n := 1; n <= 3; n++ {
+		m := regexp.MustCompile(`(?m)^` + strconv.Itoa(n) + ` +(\d+) +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +[\d.]+ +(\d+) +(\d+) +(\d+)$`).FindStringSubmatch(o)
+		require.NotNil(t, m, "the row of %d replicas: %s", n, o)
+		assert.NotEqual(t, "0", m[1], "%d replicas: requests answered", n)
+		if n > 1 {
+			assert.NotEqual(t, "0", m[2], "%d replicas: fills answered from another's", n)
+		}
+		assert.Equal(t, "0", m[4], "%d replicas: no Redis error", n)
+	}
+	assert.Contains(t, o, "lease waits ended by the wait bound: [0 0 0]")
+	assert.Regexp(t, `added by the shared tier \(Redis vs memory\): p50 \S+, p90 \S+`, o)
+	assert.Regexp(t, `shared tier lookup alone \(1\.6 KB entry, no HTTP\): p50 \S+, p90 \S+, p99 \S+`, o)
 }

@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"streamgate/cache"
+	"streamgate/cache/shared"
+	"streamgate/config"
+	"streamgate/ratelimit"
+	"streamgate/server"
+	"streamgate/simulator"
+)
+
+// scenarioReplicas: the same load spread over 1, 2 and 3 replicas that
+// share their limits and their cache tier through one Redis, in front of
+// one simulator; upstream calls by endpoint for each count. Then the
+// latency that the shared tier adds to a hit: the same reports read at a
+// replica that holds them in memory and at one that finds them in Redis.
+//
+// Redis is -redis, else a redis-server from PATH started on a free
+// loopback port (no persistence) for the run.
+func scenarioReplicas(ctx context.Context, o *options) error {
+	redisURL := o.redis
+	if redisURL == "" {
+		url, stop, err := startRedis(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		redisURL = url
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return fmt.Errorf("-redis: %w", err)
+	}
+	admin := redis.NewClient(opt)
+	defer admin.Close()
+
+	simCfg := simulator.Default()
+	simCfg.RateLimit, simCfg.Burst = 0, 0
+	sim, err := simulator.New(simCfg)
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	up := &stack{}
+	defer up.Close()
+	upstream := map[string]string{}
+	for _, name := range []string{mainnet, "testnet"} {
+		if upstream[name], err = up.listen(sim.Handler(simulator.NetworkFor(name)), 10*time.Second, 0); err != nil {
+			return err
+		}
+	}
+	feeds, err := liveStreams(sim, mainnet, 10)
+	if err != nil {
+		return err
+	}
+	id, secret := benchKey("c", 0)
+	k := key{ID: id, Secret: []byte(secret)}
+	ttl := 500 * time.Millisecond
+	if o.latestTTL > 0 {
+		ttl = o.latestTTL
+	}
+
+	fmt.Fprintf(o.out, "replicas: %d clients for %v per run, spread over the replicas; mix: latest of %d streams 80 %%, "+
+		"reports at 400 past timestamps 10 %%, bulk of the %d streams at 40 past timestamps 5 %%, discovery 5 %%; "+
+		"latest_ttl %v; limits and cache tier in one Redis\n", o.conc, o.dur, len(feeds), len(feeds), ttl)
+	base := time.Now().Add(-3 * time.Hour).Unix()
+	next := func(n int) func(int64, int, *rand.Rand) call {
+		return func(_ int64, w int, rng *rand.Rand) call {
+			c := call{Base: w % n}
+			switch r := rng.IntN(100); {
+			case r < 80:
+				c.Target = latestTarget(feeds[rng.IntN(len(feeds))])
+			case r < 90:
+				i := rng.IntN(400)
+				c.Target = reportTarget(feeds[i%len(feeds)], base-int64(i))
+			case r < 95:
+				c.Target = bulkTarget(feeds, base-1000-int64(rng.IntN(40)))
+			default:
+				c.Target = "/api/v1/discovery?asset_class=Crypto"
+			}
+			return c
+		}
+	}
+	type row struct {
+		n                               int
+		r                               *result
+		latest, reports, bulk, discover int64
+		saved, errs, waits, timeouts    float64
+		perReplica                      []string // the refreshes each replica made
+	}
+	var rows []row
+	for n := 1; n <= 3; n++ {
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		reps, err := startReplicas(n, redisURL, upstream, k, ttl)
+		if err != nil {
+			return err
+		}
+		before := sim.Counters()
+		l := &load{Client: newClient(o.conc), Bases: reps.bases, Keys: []key{k}, Concurrency: o.conc,
+			Duration: o.dur, MaxRequests: o.maxRequests, Next: next(n)}
+		r := l.run(ctx)
+		after := sim.Counters()
+		d := func(endpoint string) int64 {
+			return after.ByEndpoint(simulator.Mainnet, endpoint) - before.ByEndpoint(simulator.Mainnet, endpoint)
+		}
+		rw := row{n: n, r: r, latest: d(simulator.EndpointLatest), reports: d(simulator.EndpointReport),
+			bulk: d(simulator.EndpointBulk), discover: d(simulator.EndpointDiscovery),
+			saved:    reps.sum("streamgate_cache_shared_fills_saved_total", "", ""),
+			errs:     reps.sum("streamgate_cache_shared_lookups_total", "result", "error"),
+			waits:    reps.sum("streamgate_cache_shared_lease_waits_total", "", ""),
+			timeouts: reps.sum("streamgate_cache_shared_lease_waits_total", "outcome", "timeout")}
+		for _, srv := range reps.srvs {
+			one := &replicaSet{srvs: []*server.Server{srv}}
+			rw.perReplica = append(rw.perReplica, fmt.Sprintf("%.0f/%.0f/%.0f",
+				one.sum("streamgate_latest_refreshes_total", "via", "latest"),
+				one.sum("streamgate_latest_refreshes_total", "via", "bulk"),
+				one.sum("streamgate_latest_refreshes_total", "via", "shared")))
+		}
+		reps.close()
+		rows = append(rows, rw)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	windows := int64(math.Ceil(float64(o.dur) / float64(ttl)))
+	fmt.Fprintf(o.out, "\n%-9s %9s %9s %8s %8s %8s %9s %8s %6s %11s %11s %13s\n", "replicas", "requests", "req/s",
+		"latest", "reports", "bulk", "discovery", "total", "vs 1", "fills saved", "lease waits", "redis errors")
+	one := rows[0]
+	total := func(rw row) int64 { return rw.latest + rw.reports + rw.bulk + rw.discover }
+	for _, rw := range rows {
+		fmt.Fprintf(o.out, "%-9d %9d %9.0f %8d %8d %8d %9d %8d %6s %11.0f %11.0f %13.0f\n", rw.n, rw.r.Requests, rw.r.rate(),
+			rw.latest, rw.reports, rw.bulk, rw.discover, total(rw), ratio(float64(total(rw)), float64(total(one))),
+			rw.saved, rw.waits, rw.errs)
+	}
+	fmt.Fprintf(o.out, "lease waits ended by the wait bound: %v (the rest: the holder's entry, or a takeover)\n", func() (out []float64) {
+		for _, rw := range rows {
+			out = append(out, rw.timeouts)
+		}
+		return out
+	}())
+	fmt.Fprintf(o.out, "latest: ideal %d (%d streams × ceil(%v / %v)); latest and bulk calls (the refresher's bulk calls included) vs one replica: ",
+		int64(len(feeds))*windows, len(feeds), o.dur, ttl)
+	for _, rw := range rows[1:] {
+		fmt.Fprintf(o.out, "%d: %s  ", rw.n, ratio(float64(rw.latest+rw.bulk), float64(one.latest+one.bulk)))
+	}
+	fmt.Fprintln(o.out)
+	fmt.Fprintf(o.out, "scheduled latest refreshes by replica (single call / in a bulk call / taken from Redis):")
+	for _, rw := range rows {
+		fmt.Fprintf(o.out, "  %d: %v", rw.n, rw.perReplica)
+	}
+	fmt.Fprintln(o.out)
+	for _, rw := range rows {
+		printDetails(o.out, fmt.Sprintf("%d replicas", rw.n), rw.r)
+	}
+	return hitLatency(ctx, o, redisURL, admin, upstream, k, feeds)
+}
+
+// hitLatency reads the same reports, one request at a time, at a replica
+// that holds them in memory (an L1 hit) and at a replica that does not
+// (an L1 miss answered from Redis), and reports both; then the tier's own
+// lookup (Fill on a key held in Redis) without HTTP.
+func hitLatency(ctx context.Context, o *options, redisURL string, admin *redis.Client, upstream map[string]string, k key, feeds []string) error {
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	reps, err := startReplicas(2, redisURL, upstream, k, 0)
+	if err != nil {
+		return err
+	}
+	defer reps.close()
+	const n = 2000
+	base := time.Now().Add(-4 * time.Hour).Unix()
+	client := newClient(1)
+	st := newStamps()
+	targets := make([]string, n)
+	for i := range targets {
+		targets[i] = reportTarget(feeds[i%len(feeds)], base-int64(i))
+	}
+	read := func(at string, h *histogram) error {
+		for _, t := range targets {
+			start := time.Now()
+			a, err := get(ctx, client, st, &k, at, t)
+			if err != nil {
+				return err
+			}
+			if a.status != http.StatusOK {
+				return fmt.Errorf("%s: status %d", t, a.status)
+			}
+			h.record(time.Since(start))
+		}
+		return nil
+	}
+	var fill, l2, l1 histogram
+	if err := read(reps.bases[0], &fill); err != nil { // fills both tiers
+		return err
+	}
+	if err := read(reps.bases[1], &l2); err != nil { // memory miss, Redis hit
+		return err
+	}
+	if err := read(reps.bases[1], &l1); err != nil { // memory hit
+		return err
+	}
+	fmt.Fprintf(o.out, "\nhit latency, %d reports read one at a time (client, gateway and Redis on loopback):\n", n)
+	fmt.Fprintf(o.out, "%-34s %9s %9s %9s\n", "", "p50", "p90", "p99")
+	for _, x := range []struct {
+		label string
+		h     *histogram
+	}{{"upstream fill (first replica)", &fill}, {"from Redis (second replica)", &l2}, {"from memory (second replica, again)", &l1}} {
+		fmt.Fprintf(o.out, "%-34s %9s %9s %9s\n", x.label, fmtDur(x.h.quantile(0.5)), fmtDur(x.h.quantile(0.9)), fmtDur(x.h.quantile(0.99)))
+	}
+	fmt.Fprintf(o.out, "added by the shared tier (Redis vs memory): p50 %s, p90 %s\n",
+		diff(l2.quantile(0.5), l1.quantile(0.5)), diff(l2.quantile(0.9), l1.quantile(0.9)))
+
+	// The tier's lookup alone: one EVALSHA, decode, checksum, Check.
+	rc, err := ratelimit.NewRedisClient(redisURL, "", ratelimit.RedisClientOptions{})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	tier, err := shared.New(shared.Config{Client: rc})
+	if err != nil {
+		return err
+	}
+	body := make([]byte, 1600) // about a V3 report as stored
+	for i := range body {
+		body[i] = 'x'
+	}
+	var look histogram
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = cache.ReportKey(mainnet, "", feeds[i%len(feeds)], base-int64(i)-100000)
+		tier.Set(ctx, keys[i], &cache.Entry{Status: http.StatusOK, Body: body, Stored: time.Now()})
+	}
+	never := func(context.Context) (*cache.Entry, error) { return nil, errors.New("not held") }
+	for _, key := range keys {
+		start := time.Now()
+		if _, err := tier.Fill(ctx, key, nil, never); err != nil {
+			return fmt.Errorf("tier lookup: %w", err)
+		}
+		look.record(time.Since(start))
+	}
+	fmt.Fprintf(o.out, "shared tier lookup alone (1.6 KB entry, no HTTP): p50 %s, p90 %s, p99 %s\n",
+		fmtDur(look.quantile(0.5)), fmtDur(look.quantile(0.9)), fmtDur(look.quantile(0.99)))
+	return nil
+}
+
+// replicaSet is n gateways (server.New, as the binary builds them) that
+// share limits and the cache tier through one Redis.
+type replicaSet struct {
+	srvs  []*server.Server
+	bases []string // mainnet base URLs
+}
+
+func startReplicas(n int, redisURL string, upstream map[string]string, k key, ttl time.Duration) (_ *replicaSet, err error) {
+	rs := &replicaSet{}
+	defer func() {
+		if err != nil {
+			rs.close()
+		}
+	}()
+	for range n {
+		cfg := config.Default()
+		cfg.Server.AdminListen = ""
+		if ttl > 0 {
+			cfg.Cache.LatestTTL = ttl
+		}
+		cfg.Cache.Shared.Backend, cfg.Cache.Shared.URL = config.SharedRedis, redisURL
+		cfg.RateLimit.Backend, cfg.RateLimit.Redis.URL = config.BackendRedis, redisURL
+		cfg.Auth.AnonymousRate = config.Rate{}
+		for name, nc := range cfg.Networks {
+			nc.Listen = "127.0.0.1:0"
+			nc.Upstream.URL = upstream[name]
+			nc.Upstream.APIKey = simulator.OrgKeyID
+			nc.Upstream.APISecret = config.Secret(simulator.OrgKeySecret)
+			nc.Upstream.Budget = config.Rate{RPS: 100000, Burst: 100000}
+		}
+		demo := cfg.Team(config.DemoTeam)
+		demo.Rate = config.Rate{}
+		demo.Keys = append(demo.Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("replica configuration: %w", err)
+		}
+		srv, err := server.New(cfg, server.Options{})
+		if err != nil {
+			return nil, err
+		}
+		rs.srvs = append(rs.srvs, srv)
+		srv.Start()
+		select {
+		case <-srv.Warmed():
+		case <-time.After(30 * time.Second):
+			return nil, errors.New("catalog warm-up did not end within 30s")
+		}
+		rs.bases = append(rs.bases, "http://"+srv.Addr(mainnet))
+	}
+	return rs, nil
+}
+
+// sum adds up a counter over the replicas, its samples whose label has
+// value (label "" for all).
+func (rs *replicaSet) sum(name, label, value string) float64 {
+	var sum float64
+	for _, srv := range rs.srvs {
+		mfs, err := srv.Registry().Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				match := label == ""
+				for _, lp := range m.GetLabel() {
+					match = match || lp.GetName() == label && lp.GetValue() == value
+				}
+				if match {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+func (rs *replicaSet) close() {
+	for _, srv := range slices.Backward(rs.srvs) {
+		srv.Close()
+	}
+}
+
+// startRedis starts redis-server from PATH on a free loopback port, with no
+// persistence, and returns its URL and a function that stops it.
+func startRedis(ctx context.Context) (string, func(), error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, errors.New("scenario replicas needs Redis: give -redis URL, or install redis-server")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir, err := os.MkdirTemp("", "streamgate-bench-redis-")
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	stop := func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	url := "redis://127.0.0.1:" + strconv.Itoa(port) + "/0"
+	opt, _ := redis.ParseURL(url)
+	c := redis.NewClient(opt)
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return url, stop, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return "", nil, fmt.Errorf("redis-server did not answer: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

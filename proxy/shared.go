@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"streamgate/cache"
+	"streamgate/cache/shared"
+)
+
+// The shared cache tier (cache/shared) behind the in-memory cache: every
+// fill of a cached endpoint goes through n.shared.Fill, which answers from
+// the entry another replica fetched, or fills under the key's lease and
+// writes the entry for the others. A hit in memory never reaches it. The
+// Checks here rebuild what an entry's Value held (it is never stored) and
+// validate a stored entry as the fill validates an upstream answer; an entry
+// that fails is dropped and counted by the tier.
+
+// errStoredEntry is the error of a Check that refuses a stored entry.
+var errStoredEntry = errors.New("proxy: stored entry does not hold what its key names")
+
+// sharedReport checks a stored report at a timestamp: a report of feed.
+func sharedReport(feed string) shared.Check {
+	return func(e *cache.Entry) error {
+		if _, _, ok := parseReport(e.Body, feed); !ok {
+			return errStoredEntry
+		}
+		return nil
+	}
+}
+
+// sharedLatest checks a stored latest entry, a report of feed, and rebuilds
+// its Value, the report's observationsTimestamp.
+func sharedLatest(feed string) shared.Check {
+	return func(e *cache.Entry) error {
+		rd, _, ok := parseReport(e.Body, feed)
+		if !ok || e.Expires.IsZero() {
+			return errStoredEntry
+		}
+		e.Value = rd.ObservationsTimestamp
+		return nil
+	}
+}
+
+// sharedPage checks a stored page: reports of feed from start, in order.
+func sharedPage(feed string, start int64) shared.Check {
+	return func(e *cache.Entry) error {
+		if _, _, ok := parsePage(e.Body, feed, start); !ok {
+			return errStoredEntry
+		}
+		return nil
+	}
+}
+
+// sharedCatalog rebuilds a stored catalog view's parsed form.
+func sharedCatalog(e *cache.Entry) error {
+	pv, err := parseView(e.Body)
+	if err != nil || e.Expires.IsZero() {
+		return errStoredEntry
+	}
+	e.Value, e.ValueCost = pv, pv.cost(len(e.Body))
+	// The fill refreshes from 80 % of the advertised lifetime on: the
+	// lifetime ends a quarter of that after Expires.
+	pv.entry, pv.expires = e, e.Expires.Add(e.Expires.Sub(e.Stored)/4)
+	return nil
+}
+
+// sharedBulk checks a stored bulk chunk (the upstream's answer for exactly
+// feeds) and rebuilds its split reports.
+func sharedBulk(feeds []string) shared.Check {
+	return func(e *cache.Entry) error {
+		reports, ok := parseBulk(e.Body, feeds)
+		if !ok {
+			return errStoredEntry
+		}
+		e.Value = reports
+		return nil
+	}
+}
+
+// sharedChunk answers a bulk chunk from the reports other replicas stored,
+// when every stream of it is there (in one round trip), and keeps them in
+// memory too; else nil.
+func (n *network) sharedChunk(ctx context.Context, cred *credential, feeds []string, ts int64) *cache.Entry {
+	if n.shared == nil {
+		return nil
+	}
+	keys := make([]string, len(feeds))
+	byKey := make(map[string]string, len(feeds))
+	for i, f := range feeds {
+		keys[i] = cache.ReportKey(n.name, cred.scope, f, ts)
+		byKey[keys[i]] = f
+	}
+	found := n.shared.GetMany(ctx, keys, func(key string) shared.Check { return sharedReport(byKey[key]) })
+	reports := make(map[string][]byte, len(feeds))
+	for i, e := range found {
+		if e == nil {
+			return nil
+		}
+		reports[feeds[i]] = reportPayload(e.Body)
+	}
+	for i, e := range found {
+		n.cache.Set(keys[i], e)
+	}
+	return &cache.Entry{Status: http.StatusOK, Stored: n.now(), NoStore: true, Value: reports}
+}
+
+// shareReports writes reports at ts (records by stream) to the shared tier,
+// in one round trip.
+func (n *network) shareReports(ctx context.Context, cred *credential, ts int64, reports map[string][]byte, now time.Time) {
+	if n.shared == nil || len(reports) == 0 {
+		return
+	}
+	entries := make(map[string]*cache.Entry, len(reports))
+	for f, rep := range reports {
+		entries[cache.ReportKey(n.name, cred.scope, f, ts)] = &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now}
+	}
+	n.shared.SetMany(ctx, entries)
+}
+
+// takeShared finishes the refreshes whose stream another replica has
+// refreshed (a fresh latest entry in the shared tier), before a budget token
+// is spent on them, and returns the others.
+func (rf *refresher) takeShared(items []*refreshItem) []*refreshItem {
+	n := rf.n
+	if n.shared == nil || len(items) == 0 {
+		return items
+	}
+	keys := make([]string, len(items))
+	byKey := make(map[string]string, len(items))
+	for i, it := range items {
+		keys[i] = cache.LatestKey(n.name, n.org.scope, it.feed)
+		byKey[keys[i]] = it.feed
+	}
+	found := n.shared.GetMany(rf.ctx, keys, func(key string) shared.Check { return sharedLatest(byKey[key]) })
+	rest := items[:0:0]
+	for i, it := range items {
+		if found[i] == nil {
+			rest = append(rest, it)
+			continue
+		}
+		n.metrics.refresh(n.name, "shared", "ok")
+		rf.finish(it, found[i], nil)
+	}
+	return rest
+}
+
+// The lead of a network's latest refreshes among the replicas: the leader
+// refreshes a stale latest entry at once; the others leave it the grace
+// first (serving the stale entry meanwhile), so that one replica's
+// refresher holds most pending streams and batches them into bulk calls as
+// a lone replica would, instead of each replica refreshing a share of them
+// with more, smaller calls. A replica that alone sees a stream's demand
+// refreshes it after the grace.
+const (
+	leadInterval = time.Second // how often the lead is renewed or sought
+	leadTTL      = 3 * leadInterval
+	maxGrace     = 100 * time.Millisecond
+	minGrace     = 10 * time.Millisecond
+)
+
+// lead seeks or renews this replica's lead of the network's refreshes
+// until the refresher closes.
+func (rf *refresher) lead() {
+	defer rf.wg.Done()
+	tick := time.NewTicker(leadInterval)
+	defer tick.Stop()
+	name := "refresh/" + rf.n.name
+	for {
+		ctx, cancel := context.WithTimeout(rf.ctx, time.Second)
+		rf.leader.Store(rf.n.shared.Lead(ctx, name, name, leadTTL))
+		cancel()
+		select {
+		case <-rf.ctx.Done():
+			if rf.leader.Load() {
+				// Leave at once, so that another replica leads from its
+				// next try instead of after leadTTL.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				rf.n.shared.Resign(ctx, name, name)
+				cancel()
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// grace is how long this replica leaves a stale latest entry's refresh to
+// the leader: none when it leads (or without the shared tier), else a
+// fifth of latest_ttl within [10ms, 100ms].
+func (rf *refresher) grace() time.Duration {
+	if rf.n.shared == nil || rf.leader.Load() {
+		return 0
+	}
+	return min(max(rf.n.policy().latestTTL/5, minGrace), maxGrace)
+}
