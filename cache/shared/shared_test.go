@@ -217,7 +217,7 @@ func TestLeaseOfADeadHolder(t *testing.T) {
 	srv := redistest.New(t)
 	r := newReplica(t, srv.URL(), Config{Lease: 5 * time.Second})
 	ctx := context.Background()
-	const lease = 300 * time.Millisecond
+	const lease = time.Second
 	require.NoError(t, r.rc.Set(ctx, r.tier.LeaseKey("page/p"), "dead:1", lease).Err())
 
 	f := &counted{entry: immutable(`{"page":1}`)}
