@@ -62,6 +62,8 @@ func restartSettings(cfg *Config) map[string]string {
 		"realtime.client_queue":      strconv.Itoa(cfg.Realtime.ClientQueue),
 		"realtime.ping_interval":     cfg.Realtime.PingInterval.String(),
 		"realtime.grace":             cfg.Realtime.Grace.String(),
+		"realtime.share":             strconv.FormatBool(cfg.Realtime.Share),
+		"realtime.share_lease":       cfg.Realtime.ShareLease.String(),
 	}
 	for name, n := range cfg.Networks {
 		p := "networks." + name

@@ -95,6 +95,10 @@ type Config struct {
 	Metrics    *Metrics    // nil: nothing recorded
 	// Now dates the signatures; nil: time.Now.
 	Now func() time.Time
+	// Share, if non-nil, shares the upstream connections with the other
+	// replicas of the network through Redis (see ShareConfig and the
+	// package documentation); nil: the hub holds its own.
+	Share *ShareConfig
 }
 
 // Hub holds a network's upstream WebSocket connections and fans their
@@ -123,6 +127,8 @@ type Hub struct {
 	// replaced (copy on write) by the holder of mu.
 	feeds atomic.Pointer[map[string]*feed]
 
+	sh *sharer // nil without Config.Share
+
 	// Owned by the manager goroutine.
 	chunks   []*chunk
 	origins  []string
@@ -133,6 +139,7 @@ type Hub struct {
 	links  map[*link]struct{} // for Stats
 	carry  atomic.Int64       // feeds carried
 	over   atomic.Int64       // feeds wanted but not carried
+	sessN  atomic.Uint64      // numbers the sessions
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -168,6 +175,7 @@ type demandRing struct {
 type hubCounters struct {
 	framesIn, framesOut, duplicates, slowCloses, latestServed atomic.Int64
 	reconnDrop, reconnStall, reconnRefused                    atomic.Int64
+	published, received, fallbacks                            atomic.Int64
 }
 
 // New validates cfg, applies the defaults and starts the hub's manager.
@@ -230,11 +238,21 @@ func New(cfg Config) (*Hub, error) {
 		links:  map[*link]struct{}{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
+	if cfg.Share != nil {
+		sh, err := newSharer(h, cfg.Share)
+		if err != nil {
+			return nil, err
+		}
+		h.sh = sh
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
 	h.publishFeeds()
+	if h.sh != nil {
+		h.sh.run()
+	}
 	h.wg.Add(1)
 	go h.manage()
 	h.kick()
@@ -242,7 +260,9 @@ func New(cfg Config) (*Hub, error) {
 }
 
 // Close closes every upstream connection and every subscription (their Err
-// is ErrHubClosed) and waits for the hub's goroutines. Idempotent.
+// is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
+// lets its leases go, for another replica to take its chunks over at its
+// next tick. Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {

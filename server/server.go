@@ -223,7 +223,9 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 }
 
 // startHubs starts the real-time hub of every network that has an upstream
-// WebSocket: its ws_url, or the embedded upstream's.
+// WebSocket: its ws_url, or the embedded upstream's. With realtime.share and
+// the limits' Redis, the hubs share their connections with the other
+// replicas through it.
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
 	var metrics *realtime.Metrics
@@ -239,11 +241,16 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		if metrics == nil {
 			metrics = realtime.NewMetrics(s.reg)
 		}
+		var share *realtime.ShareConfig
+		if rc := s.limits.Redis(); rc != nil && cfg.Shared() {
+			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
+		}
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
 			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
+			Share: share,
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
