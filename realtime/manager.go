@@ -154,7 +154,7 @@ func (h *Hub) reconcile() {
 	// The shared chunks held: start those new, switch those changed, and
 	// let those no longer held go once what replaces them is up.
 	var started, retiring []*link
-	kept := h.chunks[:0]
+	kept := make([]*chunk, 0, len(h.chunks)+len(held))
 	total := 0
 	for _, c := range h.chunks {
 		if c.tag == "" {
@@ -192,7 +192,6 @@ func (h *Hub) reconcile() {
 		total += len(c.feeds)
 		kept = append(kept, c)
 	}
-	clear(h.chunks[len(kept):])
 	h.chunks = kept
 
 	// This replica's own chunks: keep every chunk's feeds still wanted;

@@ -241,8 +241,10 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		if metrics == nil {
 			metrics = realtime.NewMetrics(s.reg)
 		}
+		// An embedded upstream is this process's own: nothing to share.
 		var share *realtime.ShareConfig
-		if rc := s.limits.Redis(); rc != nil && cfg.Shared() {
+		if _, own := embedded[name]; !own && s.limits.Redis() != nil && cfg.Shared() {
+			rc := s.limits.Redis()
 			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
 		}
 		hub, err := realtime.New(realtime.Config{

@@ -1,0 +1,255 @@
+package realtime
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/ratelimit"
+	"streamgate/ratelimit/redistest"
+	"streamgate/simulator"
+)
+
+// shareLease is the tests' lease: ticks 300ms apart.
+const shareLease = 900 * time.Millisecond
+
+// replicas starts n sharing hubs on e, each with a Redis client of its
+// own (as n processes would have) on rs, and a subscription of each to
+// feeds.
+func replicas(t *testing.T, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redis.Client) {
+	t.Helper()
+	hubs := make([]*Hub, n)
+	cols := make([]*collector, n)
+	clients := make([]*redis.Client, n)
+	for i := range hubs {
+		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+		})
+		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+	}
+	return hubs, cols, clients
+}
+
+// holders returns the indexes of the hubs that hold a chunk.
+func holders(hubs []*Hub) []int {
+	var out []int
+	for i, h := range hubs {
+		if st := h.Stats(); st.Share != nil && st.Share.Held > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// settled reports whether one hub holds the one chunk with one upstream
+// connection and the others follow with none.
+func settled(e *env, hubs []*Hub) bool {
+	hs := holders(hubs)
+	if len(hs) != 1 || e.open() != 1 {
+		return false
+	}
+	for i, h := range hubs {
+		st := h.Stats()
+		if !st.Share.Sharing || (i != hs[0] && len(st.Connections) != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Three replicas wanting the same feeds: the upstream sees one
+// connection, and every subscription on every replica gets every report,
+// in order, once; a follower answers Latest from the holder's frames.
+func TestShareOneConnection(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 3)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+
+	// A sustained period: 40 reports of each feed on every replica.
+	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
+	from := make([]map[string]int, len(cols))
+	for i, c := range cols {
+		from[i] = map[string]int{}
+		for _, f := range feeds {
+			from[i][f] = c.count(f)
+		}
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < from[i][f]+40 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	assert.Equal(t, accepted, e.sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no upstream connection opened meanwhile")
+	assert.Equal(t, int64(1), e.open())
+	for i, c := range cols {
+		for _, f := range feeds {
+			fs := c.of(f)
+			increasing(t, fs)
+			consecutive(t, fs[max(from[i][f]-1, 0):])
+		}
+	}
+	holder := holders(hubs)[0]
+	for i, h := range hubs {
+		st := h.Stats().Share
+		if i == holder {
+			assert.Positive(t, st.Published, "the holder publishes")
+			continue
+		}
+		assert.Positive(t, st.Received, "follower %d receives through Redis", i)
+		frame, ts, ok := h.Latest(feeds[0])
+		require.True(t, ok, "follower %d answers latest from the stream", i)
+		assert.Equal(t, string(e.rest(t, feeds[0], ts)), string(frame), "the upstream's bytes")
+	}
+}
+
+// The holder closes: it lets its lease go, another replica takes the chunk
+// over, and the subscriptions of the others carry on without a duplicate.
+func TestShareHolderCloses(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	old := holders(hubs)[0]
+	hubs[old].Close()
+	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
+	restCols := append(append([]*collector{}, cols[:old]...), cols[old+1:]...)
+	n := restCols[0].count(feeds[0])
+	require.Eventually(t, func() bool { return settled(e, rest) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return restCols[0].count(feeds[0]) >= n+20 && restCols[1].count(feeds[0]) >= n+20 }, wait, 10*time.Millisecond)
+	for _, c := range restCols {
+		select {
+		case <-c.done:
+			t.Fatal("a subscription of a follower ended")
+		default:
+		}
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+}
+
+// The holder loses Redis (its client closed): it holds its own connection,
+// its lease expires and another replica takes the chunk over.
+func TestShareHolderLosesRedis(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, clients := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	old := holders(hubs)[0]
+	clients[old].Close()
+	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
+	require.Eventually(t, func() bool {
+		return !hubs[old].Stats().Share.Sharing && len(holders(rest)) == 1
+	}, wait, 10*time.Millisecond)
+	counts := make([]int, len(cols))
+	for i, c := range cols {
+		counts[i] = c.count(feeds[1])
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feeds[1]) < counts[i]+20 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	// Two connections: the isolated replica's own and the new holder's.
+	require.Eventually(t, func() bool { return e.open() == 2 }, wait, 10*time.Millisecond)
+	for _, c := range cols {
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+	assert.Positive(t, hubs[old].Stats().Share.Fallbacks)
+}
+
+// Redis hangs: every replica falls back to its own connection and the
+// subscriptions keep receiving; once Redis answers again they share one
+// connection again.
+func TestShareRedisPaused(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+
+	rs.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			rs.Resume()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		for _, h := range hubs {
+			if h.Stats().Share.Sharing {
+				return false
+			}
+		}
+		return e.open() == 3
+	}, wait, 10*time.Millisecond)
+	counts := make([]int, len(cols))
+	for i, c := range cols {
+		counts[i] = c.count(feeds[0])
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feeds[0]) < counts[i]+20 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for i, c := range cols {
+		consecutive(t, c.of(feeds[0])[counts[i]:])
+	}
+
+	rs.Resume()
+	paused = false
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	for i, c := range cols {
+		counts[i] = c.count(feeds[0])
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feeds[0]) < counts[i]+20 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for _, c := range cols {
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+		select {
+		case <-c.done:
+			t.Fatal("a subscription ended")
+		default:
+		}
+	}
+	for _, h := range hubs {
+		assert.Positive(t, h.Stats().Share.Fallbacks)
+	}
+}
