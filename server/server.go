@@ -325,6 +325,9 @@ func (s *Server) Cache() *cache.Store             { return s.store }
 func (s *Server) Registry() *prometheus.Registry  { return s.reg }
 func (s *Server) Simulator() *simulator.Simulator { return s.sim }
 
+// Hub returns the real-time hub of network, or nil.
+func (s *Server) Hub(network string) *realtime.Hub { return s.hubs[network] }
+
 // Ready reports whether every upstream has answered and the server is not
 // draining: what /readyz answers.
 func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() }
