@@ -138,6 +138,9 @@ func (l *link) run() {
 			l.setState(pUp)
 			frames, reason := l.serve(c, sess)
 			sess.alive.Store(false)
+			if l.tag != "" {
+				h.sh.sessionDown(l.tag, sess)
+			}
 			c.CloseNow()
 			if l.ctx.Err() != nil {
 				return

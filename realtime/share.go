@@ -53,9 +53,11 @@ import (
 //
 //	sg1 F <n>/<i> <replica> <session>\n<frame>
 //	sg1 H <n>/<i> <replica> <digest> <session>,<session>…\n
+//	sg1 D <n>/<i> <replica> <session>\n
 //
-// where <session> numbers one upstream connection of the holder and
-// <digest> is the FNV-1a hash of the chunk's feeds.
+// where <session> numbers one upstream connection of the holder (H lists
+// those up; D says one has ended) and <digest> is the FNV-1a hash of the
+// chunk's feeds.
 
 // Defaults of ShareConfig.
 const (
@@ -270,10 +272,10 @@ func (s *sharer) step(local []string, maxChunks int) {
 		s.shared.Store(false)
 		h.mx.shareMode(false)
 		h.mx.shareFallback()
-		for t := range s.held {
-			h.mx.chunkRole(t, "")
+		for i := range s.layout.n {
+			h.mx.chunkRole(tag(s.layout.n, i), "")
 		}
-		s.held = map[string]bool{}
+		s.held, s.layout = map[string]bool{}, layout{}
 		h.log.Warn("stream sharing unavailable: this replica holds its own upstream connections", zap.Error(err))
 	case err == nil && (!s.ok || first):
 		s.ok = true
@@ -395,6 +397,13 @@ func (s *sharer) heartbeat(t string, feeds []string, links []*link) {
 	}
 	b.WriteByte('\n')
 	s.queue(b.Bytes())
+}
+
+// sessionDown queues, at once, the end of an upstream connection of a held
+// chunk: the followers stop answering Latest from its reports without
+// waiting for the next heartbeat.
+func (s *sharer) sessionDown(t string, sess *session) {
+	s.queue([]byte("sg1 D " + t + " " + s.id + " " + strconv.FormatUint(sess.id, 10) + "\n"))
 }
 
 // publishFrame queues a frame read by a link of a held chunk.
@@ -536,6 +545,11 @@ func (s *sharer) receive(m []byte) {
 		s.h.mx.shareReceived()
 		s.h.deliverFrame(originShared, ss, frame)
 		return
+	case "D":
+		if ss := rc.sess[f[3]]; ss != nil {
+			ss.alive.Store(false)
+			delete(rc.sess, f[3])
+		}
 	case "H":
 		if d, err := strconv.ParseUint(f[3], 16, 64); err == nil {
 			rc.digest = d

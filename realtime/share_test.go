@@ -1,7 +1,10 @@
 package realtime
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,4 +255,70 @@ func TestShareRedisPaused(t *testing.T) {
 	for _, h := range hubs {
 		assert.Positive(t, h.Stats().Share.Fallbacks)
 	}
+}
+
+// A follower answers Latest from the holder's frames only while the
+// holder's connection that delivered the report stays up.
+func TestShareLatestFollowsTheHolder(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	a := e.crypto(t, 1)[0]
+	hubs, cols, _ := replicas(t, e, rs, 3, []string{a})
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	holder := holders(hubs)[0]
+	follower := (holder + 1) % len(hubs)
+	_, _, ok := hubs[follower].Latest(a)
+	assert.False(t, ok, "no frame yet")
+
+	e.clk.Add(time.Second)
+	require.Eventually(t, func() bool { return cols[follower].count(a) == 1 }, wait, 5*time.Millisecond)
+	frame, ts, ok := hubs[follower].Latest(a)
+	require.True(t, ok)
+	assert.Equal(t, string(e.rest(t, a, ts)), string(frame))
+
+	e.sim.DropWS(simulatorDrop())
+	require.Eventually(t, func() bool { _, _, ok := hubs[follower].Latest(a); return !ok }, wait, 5*time.Millisecond,
+		"the holder's connection ended")
+	require.Eventually(t, func() bool { return hubs[holder].Stats().Up() == 1 }, wait, 5*time.Millisecond)
+	_, _, ok = hubs[follower].Latest(a)
+	assert.False(t, ok, "the holder's new connection has delivered nothing yet")
+	e.clk.Add(time.Second)
+	require.Eventually(t, func() bool { _, _, ok := hubs[follower].Latest(a); return ok }, wait, 5*time.Millisecond)
+	assert.Equal(t, 2, cols[follower].count(a))
+}
+
+// The layout depends on the union only, and a feed added moves no other
+// feed while the number of chunks stays.
+func TestShareLayout(t *testing.T) {
+	var feeds []string
+	for i := range 120 {
+		feeds = append(feeds, "0x"+strings.Repeat("0", 60)+fmt.Sprintf("%04x", i))
+	}
+	l := newLayout(feeds[:100], 4, 50)
+	assert.Equal(t, 2, l.n, "100 feeds, 50 per connection")
+	again := newLayout(slices.Clone(feeds[:100]), 4, 50)
+	assert.Equal(t, l.chunks, again.chunks)
+	total := 0
+	for i, c := range l.chunks {
+		total += len(c)
+		assert.True(t, slices.IsSorted(c))
+		for _, f := range c {
+			assert.Equal(t, i, l.slot[f])
+		}
+	}
+	assert.Equal(t, 100-l.over, total)
+	more := newLayout(feeds[:101], 4, 50)
+	require.Equal(t, 3, more.n)
+	less := newLayout(feeds[:99], 4, 50)
+	require.Equal(t, 2, less.n)
+	changed := 0
+	for i := range less.chunks {
+		if !slices.Equal(less.chunks[i], l.chunks[i]) {
+			changed++
+		}
+	}
+	assert.LessOrEqual(t, changed, 1, "one chunk changes")
+	assert.Zero(t, newLayout(nil, 4, 50).n)
+	assert.Equal(t, 4, newLayout(feeds, 4, 10).n, "capped by the connections")
+	assert.Positive(t, newLayout(feeds, 4, 10).over)
 }
