@@ -27,8 +27,9 @@ import (
 //     an expiry Lease ahead, every Lease/3 (a tick).
 //   - The union of the wants is laid out in n chunks, n = ceil(feeds /
 //     FeedsPerConnection) at most MaxConnections / origins: a feed goes to
-//     the chunk of its FNV-1a hash mod n, so that a feed added or removed
-//     changes one chunk only.
+//     the chunk of its FNV-1a hash mod n (or, that chunk full, to the
+//     next one with room), so that a feed added or removed changes one
+//     chunk only, as long as n stays.
 //   - A chunk is held by the replica whose ID its lease
 //     <prefix><network>:lease:<i> holds (SET NX PX Lease, renewed every
 //     tick by the holder, deleted by it when it lets go or closes; a
@@ -169,16 +170,35 @@ func newLayout(union []string, maxChunks, perConn int) layout {
 	}
 	l.n = min(maxChunks, (len(union)+perConn-1)/perConn)
 	l.chunks = make([][]string, l.n)
+	var spill []string
 	for _, f := range union {
 		i := chunkOf(f, l.n)
 		if len(l.chunks[i]) >= perConn {
-			l.over++
+			spill = append(spill, f)
 			continue
 		}
 		l.chunks[i] = append(l.chunks[i], f)
 		l.slot[f] = i
 	}
+	// A chunk's hash share over FeedsPerConnection goes to the next
+	// chunks with room, in order: the same union, the same layout.
+	for _, f := range spill {
+		i := chunkOf(f, l.n)
+		placed := false
+		for k := 1; k < l.n && !placed; k++ {
+			j := (i + k) % l.n
+			if len(l.chunks[j]) < perConn {
+				l.chunks[j] = append(l.chunks[j], f)
+				l.slot[f] = j
+				placed = true
+			}
+		}
+		if !placed {
+			l.over++
+		}
+	}
 	for _, c := range l.chunks {
+		slices.Sort(c)
 		l.digest = append(l.digest, digest(c))
 	}
 	return l

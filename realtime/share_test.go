@@ -23,7 +23,7 @@ const shareLease = 900 * time.Millisecond
 // replicas starts n sharing hubs on e, each with a Redis client of its
 // own (as n processes would have) on rs, and a subscription of each to
 // feeds.
-func replicas(t *testing.T, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redis.Client) {
+func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redis.Client) {
 	t.Helper()
 	hubs := make([]*Hub, n)
 	cols := make([]*collector, n)
@@ -306,7 +306,8 @@ func TestShareLayout(t *testing.T) {
 			assert.Equal(t, i, l.slot[f])
 		}
 	}
-	assert.Equal(t, 100-l.over, total)
+	assert.Equal(t, 100, total, "a full chunk spills into the next with room")
+	assert.Zero(t, l.over)
 	more := newLayout(feeds[:101], 4, 50)
 	require.Equal(t, 3, more.n)
 	less := newLayout(feeds[:99], 4, 50)
@@ -320,5 +321,5 @@ func TestShareLayout(t *testing.T) {
 	assert.LessOrEqual(t, changed, 1, "one chunk changes")
 	assert.Zero(t, newLayout(nil, 4, 50).n)
 	assert.Equal(t, 4, newLayout(feeds, 4, 10).n, "capped by the connections")
-	assert.Positive(t, newLayout(feeds, 4, 10).over)
+	assert.Equal(t, 80, newLayout(feeds, 4, 10).over, "over 4 × 10")
 }
