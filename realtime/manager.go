@@ -38,6 +38,7 @@ func (h *Hub) manage() {
 		h.shareStep()
 	}
 	for {
+		beat := false
 		select {
 		case <-h.ctx.Done():
 			return // the links end with h.ctx
@@ -45,12 +46,25 @@ func (h *Hub) manage() {
 		case <-t.C:
 		case <-share:
 			h.shareStep()
+			beat = true
 		}
 		h.reconcile()
+		if beat {
+			h.heartbeats()
+		}
 	}
 }
 
-// shareStep runs a share tick and sends the heartbeats of the chunks held.
+// heartbeats sends the heartbeat of every chunk held, as reconciled.
+func (h *Hub) heartbeats() {
+	for _, c := range h.chunks {
+		if c.tag != "" && h.sh.held[c.tag] {
+			h.sh.heartbeat(c.tag, c.feeds, c.links)
+		}
+	}
+}
+
+// shareStep runs a share tick.
 func (h *Hub) shareStep() {
 	h.mu.Lock()
 	local := make([]string, 0, len(h.wants))
@@ -63,11 +77,6 @@ func (h *Hub) shareStep() {
 		maxChunks = h.maxChunks()
 	}
 	h.sh.step(local, maxChunks)
-	for _, c := range h.chunks {
-		if c.tag != "" && h.sh.held[c.tag] {
-			h.sh.heartbeat(c.tag, c.feeds, c.links)
-		}
-	}
 	h.sh.holds.Store(int64(len(h.sh.held)))
 }
 

@@ -111,7 +111,8 @@ type sharer struct {
 	channel string
 
 	// Owned by the manager goroutine.
-	ok        bool             // the last tick succeeded
+	ok        bool             // sharing: the last ticks succeeded
+	lastOK    time.Time        // the last tick that succeeded
 	ticked    bool             // a tick has run
 	layout    layout           // of the last successful tick
 	held      map[string]bool  // chunk tags whose lease this replica holds
@@ -273,9 +274,10 @@ end
 return 0
 `)
 
-// step publishes this replica's wants, reads the union, lays it out,
-// renews and takes the leases, and sends the heartbeats. Called by the
-// manager goroutine every tick. It returns whether Redis answered.
+// step publishes this replica's wants, reads the union, lays it out, and
+// renews and takes the leases. Called by the manager goroutine every tick.
+// The replica stops sharing when ticks have failed for half a lease (or
+// the first one fails), and shares again at the first that succeeds.
 func (s *sharer) step(local []string, maxChunks int) {
 	h := s.h
 	ctx, cancel := context.WithTimeout(h.ctx, s.lease)
@@ -286,7 +288,14 @@ func (s *sharer) step(local []string, maxChunks int) {
 	}
 	first := !s.ticked
 	s.ticked = true
+	now := time.Now()
+	if err == nil {
+		s.lastOK = now
+	}
 	switch {
+	case err != nil && s.ok && now.Sub(s.lastOK) < s.lease/2:
+		// One failed tick: the leases held stay valid for a while yet.
+		h.log.Debug("stream sharing: a tick failed", zap.Error(err))
 	case err != nil && (s.ok || first):
 		s.ok = false
 		s.shared.Store(false)
