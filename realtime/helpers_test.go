@@ -198,7 +198,7 @@ func consecutive(t *testing.T, fs []frame) {
 }
 
 // increasing checks that the frames strictly increase.
-func increasing(t *testing.T, fs []frame) {
+func increasing(t testing.TB, fs []frame) {
 	t.Helper()
 	for i := 1; i < len(fs); i++ {
 		require.Less(t, fs[i-1].ts, fs[i].ts, "frame %d of %s", i, fs[i].feed)

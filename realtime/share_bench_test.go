@@ -103,6 +103,7 @@ func shareRun(b *testing.B, shared bool, replicasN, feedsN, seconds int) (conns 
 	conns = e.open()
 	for _, c := range cols {
 		for _, f := range feeds {
+			increasing(b, c.of(f)) // no duplicate: delivered counts distinct reports
 			for _, fr := range c.of(f) {
 				if fr.ts >= start && fr.ts < end {
 					delivered++
