@@ -266,6 +266,24 @@ end
 return out
 `)
 
+// wantsScript adds this replica's wants (ARGV[3…]) to the sorted set, each
+// expiring ARGV[1] ms from now, drops the expired ones and returns the
+// others, at most ARGV[2]. Times are Redis's own (TIME), so that the
+// replicas' clocks need not agree.
+var wantsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = now + tonumber(ARGV[1])
+for i = 3, #ARGV do
+  redis.call('ZADD', KEYS[1], exp, ARGV[i])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[1]))
+end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'LIMIT', 0, tonumber(ARGV[2]))
+`)
+
 // releaseScript deletes the leases this replica holds among KEYS.
 var releaseScript = redis.NewScript(`
 for _, k in ipairs(KEYS) do
@@ -321,23 +339,15 @@ func (s *sharer) step(local []string, maxChunks int) {
 // exchange is one tick's Redis calls.
 func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) error {
 	h := s.h
-	now := time.Now()
-	nowMs := now.UnixMilli()
-	pipe := s.c.Pipeline()
-	if len(local) > 0 {
-		zs := make([]redis.Z, len(local))
-		for i, f := range local {
-			zs[i] = redis.Z{Score: float64(nowMs + s.lease.Milliseconds()), Member: f}
-		}
-		pipe.ZAdd(ctx, s.kWants, zs...)
-		pipe.PExpire(ctx, s.kWants, 2*s.lease)
+	args := make([]any, 0, 2+len(local))
+	args = append(args, s.lease.Milliseconds(), maxUnion)
+	for _, f := range local {
+		args = append(args, f)
 	}
-	pipe.ZRemRangeByScore(ctx, s.kWants, "-inf", strconv.FormatInt(nowMs, 10))
-	rng := pipe.ZRangeByScore(ctx, s.kWants, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(nowMs, 10), Max: "+inf", Count: maxUnion})
-	if _, err := pipe.Exec(ctx); err != nil {
+	union, err := wantsScript.Run(ctx, s.c, []string{s.kWants}, args...).StringSlice()
+	if err != nil {
 		return err
 	}
-	union := rng.Val()
 	slices.Sort(union)
 	if len(union) > 0 && maxChunks == 0 {
 		maxChunks = h.maxChunks()
@@ -348,7 +358,7 @@ func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) er
 	// replica may hold from an earlier layout, to let it go.
 	nKeys := max(lay.n, h.cfg.MaxConnections)
 	keys := make([]string, nKeys)
-	args := []any{s.id, s.lease.Milliseconds(), lay.n}
+	args = []any{s.id, s.lease.Milliseconds(), lay.n}
 	for i := range keys {
 		keys[i] = s.kLease + strconv.Itoa(i)
 		want := "0"

@@ -323,3 +323,35 @@ func TestShareLayout(t *testing.T) {
 	assert.Equal(t, 4, newLayout(feeds, 4, 10).n, "capped by the connections")
 	assert.Equal(t, 80, newLayout(feeds, 4, 10).over, "over 4 × 10")
 }
+
+// A message on the channel, whatever its bytes, never panics, and only a
+// well-formed frame of another replica reaches the subscriptions.
+func FuzzShareMessage(f *testing.F) {
+	feed := "0x" + strings.Repeat("ab", 32)
+	report := `{"report":{"feedID":"` + feed + `","fullReport":"0x00","validFromTimestamp":1,"observationsTimestamp":7}}`
+	f.Add([]byte("sg1 F 1/0 other 3\n" + report))
+	f.Add([]byte("sg1 F 1/0 me 3\n" + report))
+	f.Add([]byte("sg1 H 1/0 other 1f 3,4\n"))
+	f.Add([]byte("sg1 D 1/0 other 3\n"))
+	f.Add([]byte("sg1 H 1/0 other\n"))
+	f.Add([]byte("sg1\n"))
+	f.Fuzz(func(t *testing.T, m []byte) {
+		h, err := New(Config{Network: "mainnet", URL: "ws://127.0.0.1:1", APIKey: "k", Secret: []byte("s")})
+		require.NoError(t, err)
+		defer h.Close()
+		s := &sharer{h: h, id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{}}
+		sub := h.Subscribe([]string{feed}, 4)
+		defer sub.Close()
+		s.receive(m)
+		select {
+		case got := <-sub.C():
+			header, _, _ := strings.Cut(string(m), "\n")
+			fields := strings.Fields(header)
+			require.GreaterOrEqual(t, len(fields), 5)
+			assert.Equal(t, []string{"sg1", "F"}, fields[:2])
+			assert.NotEqual(t, "me", fields[3], "its own frames are ignored")
+			assert.True(t, strings.HasSuffix(string(m), string(got)), "the frame's bytes unchanged")
+		default:
+		}
+	})
+}
