@@ -192,22 +192,29 @@ func TestWSSharedByReplicas(t *testing.T) {
 	}
 	assert.Equal(t, before, sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest), "no REST latest call upstream")
 
-	// The holder closes: another replica takes the chunk over; the
-	// clients of the others stay connected and see no duplicate.
-	require.NoError(t, envs[holder].Server.Close())
+	// The holder closes: it hands the chunk over to another replica; the
+	// clients of the others stay connected and miss no report.
 	var rest []*wsClient
+	from = from[:0]
 	for _, w := range clients {
 		if clientOf[w] != holder {
 			rest = append(rest, w)
+			from = append(from, map[string]int{btc: len(w.of(btc)), eth: len(w.of(eth))})
 		}
 	}
+	require.NoError(t, envs[holder].Server.Close())
 	require.Eventually(t, func() bool { return holderOf(envs, holder) >= 0 && open() == 1 }, deadline, 20*time.Millisecond,
 		"another replica holds the chunk")
-	from = from[:0]
-	for _, w := range rest {
-		from = append(from, map[string]int{btc: len(w.of(btc)), eth: len(w.of(eth))})
-	}
 	require.Eventually(t, grown(rest, from, 3), deadline, 20*time.Millisecond)
+	for i, w := range rest {
+		require.True(t, w.alive(), "client %d", i)
+		for _, f := range feeds {
+			got := w.of(f)[max(from[i][f]-1, 0):]
+			for j := 1; j < len(got); j++ {
+				require.Equal(t, got[j-1]+1, got[j], "client %d, stream %s: no report missed across the handover", i, f)
+			}
+		}
+	}
 
 	// Redis hangs: the replicas left hold their own connections; their
 	// clients keep receiving.

@@ -261,8 +261,9 @@ func New(cfg Config) (*Hub, error) {
 
 // Close closes every upstream connection and every subscription (their Err
 // is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
-// lets its leases go, for another replica to take its chunks over at its
-// next tick. Idempotent.
+// hands its chunks over: it lets its leases go and keeps its connections
+// until another replica's connection for each chunk delivers, within a
+// lease (see ShareConfig). Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
@@ -274,6 +275,9 @@ func (h *Hub) Close() {
 	subs := h.subs
 	h.subs = map[*Subscription]struct{}{}
 	h.mu.Unlock()
+	if h.sh != nil {
+		h.sh.leave()
+	}
 	h.cancel()
 	h.wg.Wait()
 	for s := range subs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +31,9 @@ func (h *Hub) manage() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var share <-chan time.Time
+	var leave <-chan chan struct{}
 	if h.sh != nil {
+		leave = h.sh.leaving
 		st := time.NewTicker(h.sh.tick)
 		defer st.Stop()
 		share = st.C
@@ -47,6 +50,12 @@ func (h *Hub) manage() {
 		case <-share:
 			h.shareStep()
 			beat = true
+		case done := <-leave:
+			h.handover()
+			close(done)
+		}
+		if h.sh != nil && h.sh.left {
+			continue // closing: the connections stay as they are
 		}
 		h.reconcile()
 		if beat {
@@ -60,6 +69,51 @@ func (h *Hub) heartbeats() {
 	for _, c := range h.chunks {
 		if c.tag != "" && h.sh.held[c.tag] {
 			h.sh.heartbeat(c.tag, c.feeds, c.links)
+		}
+	}
+}
+
+// handover lets the leases of the chunks held go and waits, while their
+// connections still publish, until another replica's connection for each
+// delivers (its frames or heartbeat heard since), within a lease; or
+// until a tick and a half shows that no replica took any of them. Then
+// the hub may close without a gap for the other replicas' clients.
+func (h *Hub) handover() {
+	s := h.sh
+	s.left = true
+	if !s.ok || len(s.held) == 0 {
+		return
+	}
+	var tags, keys []string
+	for t := range s.held {
+		i, _ := splitTag(t)
+		tags = append(tags, t)
+		keys = append(keys, s.kLease+strconv.Itoa(i))
+	}
+	since := time.Now()
+	s.release(h.cfg.MaxConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
+	defer cancel()
+	tk := time.NewTicker(20 * time.Millisecond)
+	defer tk.Stop()
+	taken := false
+	for {
+		if s.takenOver(tags, since) {
+			h.log.Info("shared chunks handed over", zap.Strings("chunks", tags))
+			return
+		}
+		if !taken && time.Since(since) > s.tick*3/2 {
+			n, err := s.c.Exists(ctx, keys...).Result()
+			if err != nil || n == 0 {
+				return // nobody wants them, or Redis fails: nothing to wait for
+			}
+			taken = true
+		}
+		select {
+		case <-ctx.Done():
+			h.log.Warn("shared chunks not taken over within a lease: closing", zap.Strings("chunks", tags))
+			return
+		case <-tk.C:
 		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 //
 //   - Every replica adds the feeds it wants (subscriptions, pinned, REST
 //     demand, grace) to the sorted set <prefix><network>:wants, each with
-//     an expiry Lease ahead, every Lease/3 (a tick).
+//     an expiry Lease ahead by Redis's clock, every Lease/3 (a tick).
 //   - The union of the wants is laid out in n chunks, n = ceil(feeds /
 //     FeedsPerConnection) at most MaxConnections / origins: a feed goes to
 //     the chunk of its FNV-1a hash mod n (or, that chunk full, to the
@@ -119,7 +119,9 @@ type sharer struct {
 	uncovered map[string]int64 // feed → when it was first seen without a live source (ns since start)
 	start     time.Time
 
-	pub chan []byte
+	pub     chan []byte
+	leaving chan chan struct{} // Close asks the manager to hand over
+	left    bool               // handed over: take no lease again (manager)
 
 	mu     sync.Mutex // guards remote
 	remote map[string]*remoteChunk
@@ -233,7 +235,39 @@ func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 		kWants: base + "wants", kLease: base + "lease:", channel: base + "frames",
 		held: map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
 		pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{},
+		leaving: make(chan chan struct{}),
 	}, nil
+}
+
+// leave asks the manager to hand the chunks held over, and waits for it
+// (at most a lease and a second).
+func (s *sharer) leave() {
+	done := make(chan struct{})
+	t := time.NewTimer(s.lease + time.Second)
+	defer t.Stop()
+	select {
+	case s.leaving <- done:
+	case <-t.C:
+		return
+	}
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// takenOver reports whether each chunk of tags has a holder other than
+// this replica with a connection up, heard from since.
+func (s *sharer) takenOver(tags []string, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range tags {
+		rc := s.remote[t]
+		if rc == nil || !rc.seen.After(since) || len(rc.sess) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // run starts the publisher and the receiver; they stop with the hub.
@@ -298,6 +332,9 @@ return 0
 // the first one fails), and shares again at the first that succeeds.
 func (s *sharer) step(local []string, maxChunks int) {
 	h := s.h
+	if s.left {
+		return
+	}
 	ctx, cancel := context.WithTimeout(h.ctx, s.lease)
 	defer cancel()
 	err := s.exchange(ctx, local, maxChunks)

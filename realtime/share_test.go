@@ -121,8 +121,9 @@ func TestShareOneConnection(t *testing.T) {
 	}
 }
 
-// The holder closes: it lets its lease go, another replica takes the chunk
-// over, and the subscriptions of the others carry on without a duplicate.
+// The holder closes: it hands its chunk over (its lease let go, its
+// connection kept until another replica's delivers), and the
+// subscriptions of the others carry on without a gap or a duplicate.
 func TestShareHolderCloses(t *testing.T) {
 	e := newEnv(t, nil)
 	rs := redistest.New(t)
@@ -130,14 +131,39 @@ func TestShareHolderCloses(t *testing.T) {
 	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
 	e.run(t, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		for _, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < 10 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "the stream flows to every replica")
 	old := holders(hubs)[0]
-	hubs[old].Close()
 	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
 	restCols := append(append([]*collector{}, cols[:old]...), cols[old+1:]...)
-	n := restCols[0].count(feeds[0])
+	from := make([]map[string]int, len(restCols))
+	for i, c := range restCols {
+		from[i] = map[string]int{}
+		for _, f := range feeds {
+			from[i][f] = c.count(f)
+		}
+	}
+	hubs[old].Close()
 	require.Eventually(t, func() bool { return settled(e, rest) }, wait, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return restCols[0].count(feeds[0]) >= n+20 && restCols[1].count(feeds[0]) >= n+20 }, wait, 10*time.Millisecond)
-	for _, c := range restCols {
+	require.Eventually(t, func() bool {
+		for i, c := range restCols {
+			for _, f := range feeds {
+				if c.count(f) < from[i][f]+20 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for i, c := range restCols {
 		select {
 		case <-c.done:
 			t.Fatal("a subscription of a follower ended")
@@ -145,6 +171,7 @@ func TestShareHolderCloses(t *testing.T) {
 		}
 		for _, f := range feeds {
 			increasing(t, c.of(f))
+			consecutive(t, c.of(f)[max(from[i][f]-1, 0):])
 		}
 	}
 }
