@@ -176,6 +176,38 @@ func TestShareHolderCloses(t *testing.T) {
 	}
 }
 
+// The holder dies without a word (its Redis client gone, then closed):
+// its lease expires, another replica takes the chunk over, and the
+// subscriptions of the others carry on, without a duplicate.
+func TestShareHolderCrashes(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, clients := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	old := holders(hubs)[0]
+	clients[old].Close()
+	hubs[old].Close()
+	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
+	restCols := append(append([]*collector{}, cols[:old]...), cols[old+1:]...)
+	n := []int{restCols[0].count(feeds[0]), restCols[1].count(feeds[0])}
+	require.Eventually(t, func() bool { return settled(e, rest) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return restCols[0].count(feeds[0]) >= n[0]+20 && restCols[1].count(feeds[0]) >= n[1]+20
+	}, wait, 10*time.Millisecond)
+	for _, c := range restCols {
+		select {
+		case <-c.done:
+			t.Fatal("a subscription of a follower ended")
+		default:
+		}
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+}
+
 // The holder loses Redis (its client closed): it holds its own connection,
 // its lease expires and another replica takes the chunk over.
 func TestShareHolderLosesRedis(t *testing.T) {
