@@ -37,7 +37,11 @@ func (h *Hub) manage() {
 		st := time.NewTicker(h.sh.tick)
 		defer st.Stop()
 		share = st.C
-		defer h.sh.release(h.cfg.MaxConnections)
+		defer func() {
+			if !h.sh.left { // handover has let them go
+				h.sh.release(h.cfg.MaxConnections)
+			}
+		}()
 		h.shareStep()
 	}
 	for {
