@@ -414,3 +414,73 @@ func FuzzShareMessage(f *testing.F) {
 		}
 	})
 }
+
+// Replicas wanting different feeds: the holder carries the union (the
+// feeds of every replica's subscriptions and REST demand) on one
+// connection, and each replica gets the reports of its own feeds.
+func TestShareUnionOfWants(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	fs := e.crypto(t, 4)
+	a, b, c, d := fs[0], fs[1], fs[2], fs[3]
+	hubs, _, _ := replicas(t, e, rs, 3, nil)
+	cols := []*collector{
+		collect(t, hubs[0].Subscribe([]string{a}, 0)),
+		collect(t, hubs[1].Subscribe([]string{b}, 0)),
+		collect(t, hubs[2].Subscribe([]string{a, c}, 0)),
+	}
+	for range DemandThreshold {
+		hubs[1].Want(d) // latest polled on replica 1: streamed
+	}
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		hubs[1].Want(d) // polled still
+		if !settled(e, hubs) {
+			return false
+		}
+		_, _, ok := hubs[1].Latest(d)
+		return ok && cols[0].count(a) >= 20 && cols[1].count(b) >= 20 && cols[2].count(a) >= 20 && cols[2].count(c) >= 20
+	}, wait, 10*time.Millisecond)
+	holder := hubs[holders(hubs)[0]]
+	assert.Equal(t, 4, holder.Stats().FeedsSubscribed, "the union of the wants on one connection")
+	assert.Zero(t, cols[0].count(b)+cols[0].count(c)+cols[1].count(a)+cols[1].count(c)+cols[2].count(b), "each its own feeds")
+	for _, col := range cols {
+		for _, f := range fs {
+			increasing(t, col.of(f))
+		}
+	}
+}
+
+// With two HA origins the holder holds a connection per origin and the
+// followers get every report once.
+func TestShareHighAvailability(t *testing.T) {
+	e := newEnv(t, func(c *simulatorConfig) { c.HAOrigins = []string{"001", "002"} })
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		hs := holders(hubs)
+		if len(hs) != 1 || e.open() != 2 {
+			return false
+		}
+		for _, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < 20 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for i, h := range hubs {
+		if i != holders(hubs)[0] {
+			assert.Empty(t, h.Stats().Connections, "follower %d holds no connection", i)
+		}
+	}
+	for _, c := range cols {
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+}
