@@ -403,10 +403,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		// WebSocket clients are not part of the drain: closing the hubs
 		// ends their subscriptions, and each client is closed with 1001.
+		// A sharing hub first hands its chunks over to another replica
+		// (within realtime.share_lease): the hubs close together.
 		s.status.Stop()
+		var hubs sync.WaitGroup
 		for _, h := range s.hubs {
-			h.Close()
+			hubs.Go(h.Close)
 		}
+		hubs.Wait()
 		s.hubs = nil
 		s.gw.Close()
 		shutdown(ctx, s.upstreams)
