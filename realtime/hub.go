@@ -12,6 +12,11 @@
 // reconnected with backoff; a per-feed watermark on observationsTimestamp
 // drops the duplicates of HA origins, switches and reconnects.
 //
+// With Config.Share, the hubs of several replicas share their upstream
+// connections through Redis: one replica holds each chunk (a lease) and
+// publishes its frames, the others feed them into their hubs as if from
+// their own connection (see ShareConfig).
+//
 // Timers (grace, demand, stall, backoff) run on the monotonic wall clock;
 // Config.Now only dates the signatures.
 package realtime

@@ -19,8 +19,24 @@ import (
 	"go.uber.org/zap"
 )
 
-// Stream sharing between replicas (Config.Share). The replicas of a
-// network agree through Redis on who holds which upstream connection:
+// Defaults of ShareConfig.
+const (
+	DefaultShareLease  = 3 * time.Second
+	DefaultSharePrefix = "streamgate:ws:v1:"
+	// minShareLease bounds the tick (Lease/3) from below: each tick costs
+	// a few Redis calls.
+	minShareLease = 300 * time.Millisecond
+	// maxUnion bounds the wanted feeds read back from Redis.
+	maxUnion = 10000
+	// publishQueue is how many messages may wait for the publisher; more
+	// are dropped (and counted).
+	publishQueue = 4096
+	publishBatch = 128
+)
+
+// ShareConfig configures the sharing of a hub's upstream connections with
+// the other replicas of the same network through Redis (Config.Share). The
+// replicas agree through Redis on who holds which upstream connection:
 //
 //   - Every replica adds the feeds it wants (subscriptions, pinned, REST
 //     demand, grace) to the sorted set <prefix><network>:wants, each with
@@ -42,12 +58,15 @@ import (
 //     drops the duplicates, Latest answers while the holder's heartbeats
 //     say the connection that delivered the report is still up.
 //   - A feed a replica wants whose chunk has no live source (a held chunk
-//     with a connection up, or a holder's heartbeat within two ticks,
+//     with a connection up, or a holder heard within two and a half ticks,
 //     laying out the same feeds) for Lease is carried by a connection of
-//     the replica's own, until a source is back. When a tick fails (Redis
-//     down, slow, or its circuit breaker open), the replica stops sharing:
-//     it lets its chunks go and carries every feed it wants itself, within
-//     MaxConnections, until a tick succeeds again.
+//     the replica's own, until a source is back. When ticks fail for half
+//     a lease (Redis down, slow, or its circuit breaker open), the replica
+//     stops sharing: it lets its chunks go and carries every feed it wants
+//     itself, within MaxConnections, until a tick succeeds again.
+//   - A closing hub hands its chunks over: it deletes its leases and keeps
+//     its connections until another replica's connection for each chunk
+//     delivers, within a lease.
 //
 // A message on the channel is a header line and, for a frame, the
 // upstream's bytes unchanged:
@@ -59,25 +78,6 @@ import (
 // where <session> numbers one upstream connection of the holder (H lists
 // those up; D says one has ended) and <digest> is the FNV-1a hash of the
 // chunk's feeds.
-
-// Defaults of ShareConfig.
-const (
-	DefaultShareLease  = 3 * time.Second
-	DefaultSharePrefix = "streamgate:ws:v1:"
-	// minShareLease bounds the tick (Lease/3) from below: each tick costs
-	// a few Redis calls.
-	minShareLease = 300 * time.Millisecond
-	// maxUnion bounds the wanted feeds read back from Redis.
-	maxUnion = 10000
-	// publishQueue is how many messages may wait for the publisher; more
-	// are dropped (and counted).
-	publishQueue = 4096
-	publishBatch = 128
-)
-
-// ShareConfig configures the sharing of a hub's upstream connections with
-// the other replicas of the same network through Redis; see the package
-// documentation.
 type ShareConfig struct {
 	// Client is the process's Redis client, as made by
 	// ratelimit.NewRedisClient: every call with a short deadline and a
