@@ -62,8 +62,6 @@ func restartSettings(cfg *Config) map[string]string {
 		"realtime.client_queue":      strconv.Itoa(cfg.Realtime.ClientQueue),
 		"realtime.ping_interval":     cfg.Realtime.PingInterval.String(),
 		"realtime.grace":             cfg.Realtime.Grace.String(),
-		"realtime.share":             strconv.FormatBool(cfg.Realtime.Share),
-		"realtime.share_lease":       cfg.Realtime.ShareLease.String(),
 	}
 	for name, n := range cfg.Networks {
 		p := "networks." + name
@@ -87,5 +85,7 @@ func restartSettings(cfg *Config) map[string]string {
 		m[p+".upstream.ws_feeds_per_connection"] = strconv.Itoa(up.WSFeedsPerConnection)
 		m[p+".upstream.ws_pinned"] = strings.Join(up.WSPinned, ",")
 	}
+	m["realtime.share"] = strconv.FormatBool(cfg.Realtime.Share)
+	m["realtime.share_lease"] = cfg.Realtime.ShareLease.String()
 	return m
 }
