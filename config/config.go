@@ -295,6 +295,22 @@ type Realtime struct {
 	// from the newest report the stream delivered, with no upstream call.
 	// Default true.
 	LatestFromStream bool `yaml:"latest_from_stream" json:"latest_from_stream"`
+	// Share shares each network's upstream WebSocket connections with the
+	// other replicas through the Redis of ratelimit.redis: one replica
+	// holds each chunk of feeds (a lease in Redis) and publishes its
+	// frames to the others. Only with ratelimit.backend redis. Default
+	// true.
+	Share bool `yaml:"share" json:"share"`
+	// ShareLease is how long a chunk's lease lasts unless its holder
+	// renews it (every third of it): a crashed holder's chunks are taken
+	// over within about this. Default 3s, at least 300ms.
+	ShareLease time.Duration `yaml:"share_lease" json:"share_lease"`
+}
+
+// Shared reports whether the replicas share the upstream WebSocket
+// connections: realtime.share with the redis backend.
+func (c *Config) Shared() bool {
+	return c.Realtime.Share && c.RateLimit.Backend == BackendRedis
 }
 
 // RateLimit selects where the per-team limits are counted.

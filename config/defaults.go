@@ -38,6 +38,7 @@ const (
 	DefaultPingInterval         = 15 * time.Second
 	DefaultTeamConnections      = 100
 	DefaultRealtimeGrace        = 30 * time.Second
+	DefaultShareLease           = 3 * time.Second
 
 	DefaultMaxSkew = 5 * time.Second
 	// DefaultReplayGrace is the default of auth.replay_grace.
@@ -200,6 +201,8 @@ func defaultRealtime() Realtime {
 		TeamConnections:  DefaultTeamConnections,
 		Grace:            DefaultRealtimeGrace,
 		LatestFromStream: true,
+		Share:            true,
+		ShareLease:       DefaultShareLease,
 	}
 }
 
@@ -285,6 +288,8 @@ func (c *Config) applyDefaults() {
 	d.num("realtime.team_connections", &rt.TeamConnections, drt.TeamConnections)
 	d.dur("realtime.grace", &rt.Grace, drt.Grace)
 	d.flag("realtime.latest_from_stream", &rt.LatestFromStream, drt.LatestFromStream)
+	d.flag("realtime.share", &rt.Share, drt.Share)
+	d.dur("realtime.share_lease", &rt.ShareLease, drt.ShareLease)
 
 	for i := range c.Teams {
 		t := &c.Teams[i]

@@ -135,7 +135,8 @@ func TestDefaults(t *testing.T) {
 			Backend: "memory",
 			Redis:   Redis{URL: "redis://127.0.0.1:6379/0", FailMode: "open"},
 		},
-		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true},
+		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true,
+			Share: true, ShareLease: 3 * time.Second},
 	}
 	want.src = cfg.src
 	assert.Equal(t, want, cfg)

@@ -351,6 +351,9 @@ func (v *validator) realtime(r *Realtime) {
 		v.add("realtime.team_connections", "must be at least 1")
 	}
 	v.positive("realtime.grace", r.Grace)
+	if r.ShareLease < 300*time.Millisecond {
+		v.add("realtime.share_lease", "must be at least 300ms (its holder renews a lease every third of it)")
+	}
 }
 
 func (v *validator) cache(c *Cache) {

@@ -46,7 +46,7 @@ type env struct {
 	clk *clock
 }
 
-func newEnv(t *testing.T, mutate func(*simulator.Config)) *env {
+func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
 	t.Helper()
 	clk := &clock{t: t0}
 	cfg := simulator.Default()
@@ -68,7 +68,7 @@ func newEnv(t *testing.T, mutate func(*simulator.Config)) *env {
 }
 
 // hub starts a hub on the env with short test settings.
-func (e *env) hub(t *testing.T, mutate func(*Config)) *Hub {
+func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	t.Helper()
 	cfg := Config{
 		Network:      "mainnet",
@@ -89,7 +89,7 @@ func (e *env) hub(t *testing.T, mutate func(*Config)) *Hub {
 }
 
 // run moves the clock one second every period until the test ends.
-func (e *env) run(t *testing.T, period time.Duration) {
+func (e *env) run(t testing.TB, period time.Duration) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -128,7 +128,7 @@ func (e *env) rest(t *testing.T, feed string, ts int64) []byte {
 }
 
 // crypto returns n mainnet feeds published every second.
-func (e *env) crypto(t *testing.T, n int) []string {
+func (e *env) crypto(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
 	for _, s := range e.sim.Streams(simulator.Mainnet) {
@@ -155,7 +155,7 @@ type collector struct {
 	done chan struct{}
 }
 
-func collect(t *testing.T, sub *Subscription) *collector {
+func collect(t testing.TB, sub *Subscription) *collector {
 	c := &collector{sub: sub, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -198,7 +198,7 @@ func consecutive(t *testing.T, fs []frame) {
 }
 
 // increasing checks that the frames strictly increase.
-func increasing(t *testing.T, fs []frame) {
+func increasing(t testing.TB, fs []frame) {
 	t.Helper()
 	for i := 1; i < len(fs); i++ {
 		require.Less(t, fs[i-1].ts, fs[i].ts, "frame %d of %s", i, fs[i].feed)

@@ -12,6 +12,11 @@
 // reconnected with backoff; a per-feed watermark on observationsTimestamp
 // drops the duplicates of HA origins, switches and reconnects.
 //
+// With Config.Share, the hubs of several replicas share their upstream
+// connections through Redis: one replica holds each chunk (a lease) and
+// publishes its frames, the others feed them into their hubs as if from
+// their own connection (see ShareConfig).
+//
 // Timers (grace, demand, stall, backoff) run on the monotonic wall clock;
 // Config.Now only dates the signatures.
 package realtime
@@ -95,6 +100,10 @@ type Config struct {
 	Metrics    *Metrics    // nil: nothing recorded
 	// Now dates the signatures; nil: time.Now.
 	Now func() time.Time
+	// Share, if non-nil, shares the upstream connections with the other
+	// replicas of the network through Redis (see ShareConfig and the
+	// package documentation); nil: the hub holds its own.
+	Share *ShareConfig
 }
 
 // Hub holds a network's upstream WebSocket connections and fans their
@@ -123,6 +132,8 @@ type Hub struct {
 	// replaced (copy on write) by the holder of mu.
 	feeds atomic.Pointer[map[string]*feed]
 
+	sh *sharer // nil without Config.Share
+
 	// Owned by the manager goroutine.
 	chunks   []*chunk
 	origins  []string
@@ -133,6 +144,7 @@ type Hub struct {
 	links  map[*link]struct{} // for Stats
 	carry  atomic.Int64       // feeds carried
 	over   atomic.Int64       // feeds wanted but not carried
+	sessN  atomic.Uint64      // numbers the sessions
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -168,6 +180,7 @@ type demandRing struct {
 type hubCounters struct {
 	framesIn, framesOut, duplicates, slowCloses, latestServed atomic.Int64
 	reconnDrop, reconnStall, reconnRefused                    atomic.Int64
+	published, received, fallbacks                            atomic.Int64
 }
 
 // New validates cfg, applies the defaults and starts the hub's manager.
@@ -230,11 +243,21 @@ func New(cfg Config) (*Hub, error) {
 		links:  map[*link]struct{}{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
+	if cfg.Share != nil {
+		sh, err := newSharer(h, cfg.Share)
+		if err != nil {
+			return nil, err
+		}
+		h.sh = sh
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
 	h.publishFeeds()
+	if h.sh != nil {
+		h.sh.run()
+	}
 	h.wg.Add(1)
 	go h.manage()
 	h.kick()
@@ -242,7 +265,10 @@ func New(cfg Config) (*Hub, error) {
 }
 
 // Close closes every upstream connection and every subscription (their Err
-// is ErrHubClosed) and waits for the hub's goroutines. Idempotent.
+// is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
+// hands its chunks over: it lets its leases go and keeps its connections
+// until another replica's connection for each chunk delivers, within a
+// lease (see ShareConfig). Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
@@ -254,6 +280,9 @@ func (h *Hub) Close() {
 	subs := h.subs
 	h.subs = map[*Subscription]struct{}{}
 	h.mu.Unlock()
+	if h.sh != nil {
+		h.sh.leave()
+	}
 	h.cancel()
 	h.wg.Wait()
 	for s := range subs {

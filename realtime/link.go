@@ -37,6 +37,7 @@ type link struct {
 	origin string // "" without HA
 	feeds  []string
 	target string // /api/v1/ws?feedIDs=a,b: the request target, as signed
+	tag    string // the shared chunk whose frames it publishes; "" none
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -51,6 +52,7 @@ type link struct {
 // connection is up, or while the connection that replaced it
 // make-before-break is.
 type session struct {
+	id    uint64 // numbers the hub's own sessions in shared heartbeats
 	alive atomic.Bool
 	next  atomic.Pointer[session]
 }
@@ -67,9 +69,10 @@ func (s *session) valid() bool {
 	return false
 }
 
-// startLink starts a link's goroutine.
-func (h *Hub) startLink(origin string, feeds []string) *link {
-	l := &link{h: h, origin: origin, feeds: feeds, first: make(chan struct{}),
+// startLink starts a link's goroutine; tag names the shared chunk whose
+// frames it publishes ("" none).
+func (h *Hub) startLink(origin string, feeds []string, tag string) *link {
+	l := &link{h: h, origin: origin, feeds: feeds, tag: tag, first: make(chan struct{}),
 		target: wsPath + "?feedIDs=" + strings.Join(feeds, ",")}
 	l.ctx, l.cancel = context.WithCancel(h.ctx)
 	h.linkMu.Lock()
@@ -129,12 +132,15 @@ func (l *link) run() {
 			h.reconnected(reasonRefused)
 			log.Warn("upstream WebSocket refused", zap.Error(err), zap.Int("attempt", attempt+1))
 		} else {
-			sess := &session{}
+			sess := &session{id: h.sessN.Add(1)}
 			sess.alive.Store(true)
 			l.sess.Store(sess)
 			l.setState(pUp)
 			frames, reason := l.serve(c, sess)
 			sess.alive.Store(false)
+			if l.tag != "" {
+				h.sh.sessionDown(l.tag, sess)
+			}
 			c.CloseNow()
 			if l.ctx.Err() != nil {
 				return
@@ -252,13 +258,25 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 	}
 }
 
-// deliver hands one frame to the subscribers of its feed, unless it is not
-// newer than the feed's watermark.
+// deliver takes one frame read by l: it is published to the other
+// replicas when l carries a shared chunk, and handed to the hub.
 func (h *Hub) deliver(l *link, sess *session, frame []byte) {
 	h.mx.frameIn(l.origin)
+	if l.tag != "" {
+		h.sh.publishFrame(l.tag, sess, frame)
+	}
+	h.deliverFrame(l.origin, sess, frame)
+}
+
+// originShared marks the frames received from another replica in logs.
+const originShared = "shared"
+
+// deliverFrame hands one frame, delivered by sess, to the subscribers of
+// its feed, unless it is not newer than the feed's watermark.
+func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 	id, ts, ok := parseFrame(frame)
 	if !ok {
-		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.Int("bytes", len(frame)))
+		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
 		return
 	}
 	f := (*h.feeds.Load())[string(id)]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,31 +16,154 @@ import (
 
 // chunk is a set of feeds carried together: one link per origin.
 type chunk struct {
+	tag   string   // a shared chunk this replica holds ("n/i"); "" its own
 	feeds []string // sorted
 	links []*link  // by origin
 	next  []string // planning
 }
 
 // manage reconciles the upstream connections with the wanted feeds, when
-// kicked and on a tick (for the grace periods).
+// kicked and on a tick (for the grace periods); a sharing hub also talks
+// to Redis every share tick.
 func (h *Hub) manage() {
 	defer h.wg.Done()
 	every := min(max(h.cfg.Grace/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var share <-chan time.Time
+	var leave <-chan chan struct{}
+	if h.sh != nil {
+		leave = h.sh.leaving
+		st := time.NewTicker(h.sh.tick)
+		defer st.Stop()
+		share = st.C
+		defer func() {
+			if !h.sh.left { // handover has let them go
+				h.sh.release(h.cfg.MaxConnections)
+			}
+		}()
+		h.shareStep()
+	}
 	for {
+		beat := false
 		select {
 		case <-h.ctx.Done():
 			return // the links end with h.ctx
 		case <-h.kickCh:
 		case <-t.C:
+		case <-share:
+			h.shareStep()
+			beat = true
+		case done := <-leave:
+			h.handover()
+			close(done)
+		}
+		if h.sh != nil && h.sh.left {
+			continue // closing: the connections stay as they are
 		}
 		h.reconcile()
+		if beat {
+			h.heartbeats()
+		}
 	}
 }
 
+// heartbeats sends the heartbeat of every chunk held, as reconciled.
+func (h *Hub) heartbeats() {
+	for _, c := range h.chunks {
+		if c.tag != "" && h.sh.held[c.tag] {
+			h.sh.heartbeat(c.tag, c.feeds, c.links)
+		}
+	}
+}
+
+// handover lets the leases of the chunks held go and waits, while their
+// connections still publish, until another replica's connection for each
+// delivers (its frames or heartbeat heard since), within a lease; or
+// until a tick and a half shows that no replica took any of them. Then
+// the hub may close without a gap for the other replicas' clients.
+func (h *Hub) handover() {
+	s := h.sh
+	s.left = true
+	if !s.ok || len(s.held) == 0 {
+		return
+	}
+	var tags, keys []string
+	for t := range s.held {
+		i, _ := splitTag(t)
+		tags = append(tags, t)
+		keys = append(keys, s.kLease+strconv.Itoa(i))
+	}
+	since := time.Now()
+	s.release(h.cfg.MaxConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
+	defer cancel()
+	tk := time.NewTicker(20 * time.Millisecond)
+	defer tk.Stop()
+	taken := false
+	for {
+		if s.takenOver(tags, since) {
+			h.log.Info("shared chunks handed over", zap.Strings("chunks", tags))
+			return
+		}
+		if !taken && time.Since(since) > s.tick*3/2 {
+			n, err := s.c.Exists(ctx, keys...).Result()
+			if err != nil || n == 0 {
+				return // nobody wants them, or Redis fails: nothing to wait for
+			}
+			taken = true
+		}
+		select {
+		case <-ctx.Done():
+			h.log.Warn("shared chunks not taken over within a lease: closing", zap.Strings("chunks", tags))
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// shareStep runs a share tick.
+func (h *Hub) shareStep() {
+	h.mu.Lock()
+	local := make([]string, 0, len(h.wants))
+	for id := range h.wants {
+		local = append(local, id)
+	}
+	h.mu.Unlock()
+	maxChunks := 0
+	if h.resolved {
+		maxChunks = h.maxChunks()
+	}
+	h.sh.step(local, maxChunks)
+	h.sh.holds.Store(int64(len(h.sh.held)))
+}
+
+// maxChunks returns how many chunks the budget allows, discovering the
+// origins first if need be. Called by the manager goroutine.
+func (h *Hub) maxChunks() int {
+	return h.cfg.MaxConnections / len(h.linkOrigins())
+}
+
+// linkOrigins returns the origins each chunk connects to ("" without HA).
+func (h *Hub) linkOrigins() []string {
+	if !h.resolved {
+		h.origins = h.discover()
+		h.resolved = true
+	}
+	origins := h.origins
+	if len(origins) == 0 {
+		origins = []string{""}
+	}
+	if len(origins) > h.cfg.MaxConnections {
+		origins = origins[:h.cfg.MaxConnections]
+	}
+	return origins
+}
+
 // reconcile drops the feeds past their grace, splits the wanted set into
-// chunks within the budget and switches the chunks that changed.
+// chunks within the budget and switches the chunks that changed. A
+// sharing hub holds the shared chunks whose lease it has and carries on
+// its own chunks only the wanted feeds without another source.
 func (h *Hub) reconcile() {
 	now := time.Now()
 	h.mu.Lock()
@@ -60,26 +184,93 @@ func (h *Hub) reconcile() {
 		desired[id] = true
 	}
 	h.mu.Unlock()
-	if len(desired) == 0 && len(h.chunks) == 0 {
+	if len(desired) == 0 && len(h.chunks) == 0 && (h.sh == nil || len(h.sh.held) == 0) {
 		return
 	}
-	if !h.resolved {
-		h.origins = h.discover()
-		h.resolved = true
-	}
-	origins := h.origins
-	if len(origins) == 0 {
-		origins = []string{""}
-	}
-	if len(origins) > h.cfg.MaxConnections {
-		origins = origins[:h.cfg.MaxConnections]
-	}
+	origins := h.linkOrigins()
 	maxChunks := h.cfg.MaxConnections / len(origins)
 
-	// Keep every chunk's feeds still wanted; fill the room left, then new
-	// chunks, with the rest.
-	carried := map[string]bool{}
+	var held map[string][]string
+	if h.sh != nil {
+		carried := map[string]bool{}
+		up := map[string]bool{}
+		for _, c := range h.chunks {
+			if c.tag == "" {
+				for _, id := range c.feeds {
+					carried[id] = true
+				}
+				continue
+			}
+			for _, l := range c.links {
+				if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
+					up[c.tag] = true
+				}
+			}
+		}
+		var own []string
+		held, own = h.sh.plan(desired,
+			func(id string) bool { return carried[id] },
+			func(t string) bool { return up[t] })
+		desired = make(map[string]bool, len(own))
+		for _, id := range own {
+			desired[id] = true
+		}
+		maxChunks = max(maxChunks-len(held), 0)
+	}
+
+	// The shared chunks held: start those new, switch those changed, and
+	// let those no longer held go once what replaces them is up.
+	var started, retiring []*link
+	kept := make([]*chunk, 0, len(h.chunks)+len(held))
+	total := 0
 	for _, c := range h.chunks {
+		if c.tag == "" {
+			kept = append(kept, c)
+			continue
+		}
+		feeds, ok := held[c.tag]
+		switch {
+		case !ok || len(feeds) == 0:
+			retiring = append(retiring, c.links...)
+			continue
+		case !slices.Equal(c.feeds, feeds):
+			c.feeds = slices.Clone(feeds)
+			old := c.links
+			c.links = nil
+			for _, o := range origins {
+				c.links = append(c.links, h.startLink(o, c.feeds, c.tag))
+			}
+			h.retireAfter(old, c.links)
+		}
+		delete(held, c.tag)
+		total += len(c.feeds)
+		kept = append(kept, c)
+	}
+	for t, feeds := range held {
+		if len(feeds) == 0 {
+			continue
+		}
+		c := &chunk{tag: t, feeds: slices.Clone(feeds)}
+		for _, o := range origins {
+			l := h.startLink(o, c.feeds, t)
+			c.links = append(c.links, l)
+			started = append(started, l)
+		}
+		total += len(c.feeds)
+		kept = append(kept, c)
+	}
+	h.chunks = kept
+
+	// This replica's own chunks: keep every chunk's feeds still wanted;
+	// fill the room left, then new chunks, with the rest.
+	var own []*chunk
+	for _, c := range h.chunks {
+		if c.tag == "" {
+			own = append(own, c)
+		}
+	}
+	carried := map[string]bool{}
+	for _, c := range own {
 		c.next = c.next[:0]
 		for _, id := range c.feeds {
 			if desired[id] {
@@ -95,7 +286,7 @@ func (h *Hub) reconcile() {
 		}
 	}
 	slices.Sort(missing)
-	for _, c := range h.chunks {
+	for _, c := range own {
 		if len(c.next) > 0 || len(missing) > 0 {
 			n := min(h.cfg.FeedsPerConnection-len(c.next), len(missing))
 			if n > 0 {
@@ -104,22 +295,29 @@ func (h *Hub) reconcile() {
 			}
 		}
 	}
-	for len(missing) > 0 && len(h.chunks) < maxChunks {
+	for len(missing) > 0 && len(own) < maxChunks {
 		n := min(h.cfg.FeedsPerConnection, len(missing))
-		h.chunks = append(h.chunks, &chunk{next: slices.Clone(missing[:n])})
+		c := &chunk{next: slices.Clone(missing[:n])}
+		own = append(own, c)
+		h.chunks = append(h.chunks, c)
 		missing = missing[n:]
 	}
-	if over := int64(len(missing)); over != h.over.Swap(over) && over > 0 {
-		h.log.Warn("feeds over the upstream connection budget stay unsubscribed",
-			zap.Int64("feeds", over), zap.Int("max_connections", h.cfg.MaxConnections),
-			zap.Int("feeds_per_connection", h.cfg.FeedsPerConnection))
+	if h.sh == nil || !h.sh.ok {
+		if over := int64(len(missing)); over != h.over.Swap(over) && over > 0 {
+			h.log.Warn("feeds over the upstream connection budget stay unsubscribed",
+				zap.Int64("feeds", over), zap.Int("max_connections", h.cfg.MaxConnections),
+				zap.Int("feeds_per_connection", h.cfg.FeedsPerConnection))
+		}
 	}
-	h.mx.uncarried.Set(float64(len(missing)))
+	h.mx.uncarried.Set(float64(h.over.Load()))
 
 	// Switch what changed.
-	kept := h.chunks[:0]
-	total := 0
+	kept = h.chunks[:0]
 	for _, c := range h.chunks {
+		if c.tag != "" {
+			kept = append(kept, c)
+			continue
+		}
 		slices.Sort(c.next)
 		switch {
 		case len(c.next) == 0:
@@ -130,14 +328,16 @@ func (h *Hub) reconcile() {
 		case c.links == nil:
 			c.feeds = slices.Clone(c.next)
 			for _, o := range origins {
-				c.links = append(c.links, h.startLink(o, c.feeds))
+				l := h.startLink(o, c.feeds, "")
+				c.links = append(c.links, l)
+				started = append(started, l)
 			}
 		case !slices.Equal(c.feeds, c.next):
 			c.feeds = slices.Clone(c.next)
 			old := c.links
 			c.links = nil
 			for _, o := range origins {
-				c.links = append(c.links, h.startLink(o, c.feeds))
+				c.links = append(c.links, h.startLink(o, c.feeds, ""))
 			}
 			h.retireAfter(old, c.links)
 		}
@@ -146,8 +346,38 @@ func (h *Hub) reconcile() {
 	}
 	clear(h.chunks[len(kept):])
 	h.chunks = kept
+	h.retireWhenUp(retiring, started)
 	h.carry.Store(int64(total))
 	h.mx.feeds.Set(float64(total))
+}
+
+// retireWhenUp closes old once every link of succ has delivered a frame,
+// or after StallTimeout; at once without succ.
+func (h *Hub) retireWhenUp(old, succ []*link) {
+	if len(old) == 0 {
+		return
+	}
+	if len(succ) == 0 {
+		for _, o := range old {
+			o.retire(nil)
+		}
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.StallTimeout)
+		defer cancel()
+		for _, s := range succ {
+			select {
+			case <-s.first:
+			case <-ctx.Done():
+			}
+		}
+		for _, o := range old {
+			o.retire(nil)
+		}
+	}()
 }
 
 // retireAfter closes each of old once its successor (same origin) has
@@ -277,6 +507,49 @@ func (x *hubMetrics) duplicate() {
 	x.duplicates.Inc()
 }
 
+func (x *hubMetrics) shareMode(sharing bool) {
+	v := 0.0
+	if sharing {
+		v = 1
+	}
+	x.m.shareSharing.WithLabelValues(x.network).Set(v)
+}
+
+func (x *hubMetrics) shareFallback() {
+	x.st.fallbacks.Add(1)
+	x.m.shareFallbacks.WithLabelValues(x.network).Inc()
+}
+
+// chunkRole sets the role of chunk t; "" forgets the chunk.
+func (x *hubMetrics) chunkRole(t, role string) {
+	switch role {
+	case "":
+		x.m.shareHolder.DeleteLabelValues(x.network, t)
+	case RoleHolder:
+		x.m.shareHolder.WithLabelValues(x.network, t).Set(1)
+	default:
+		x.m.shareHolder.WithLabelValues(x.network, t).Set(0)
+	}
+}
+
+func (x *hubMetrics) lease(event string) {
+	x.m.shareLeases.WithLabelValues(x.network, event).Inc()
+}
+
+func (x *hubMetrics) sharePublished(n int) {
+	x.st.published.Add(int64(n))
+	x.m.sharePublished.WithLabelValues(x.network).Add(float64(n))
+}
+
+func (x *hubMetrics) sharePublishFailed(n int) {
+	x.m.sharePubFailed.WithLabelValues(x.network).Add(float64(n))
+}
+
+func (x *hubMetrics) shareReceived() {
+	x.st.received.Add(1)
+	x.m.shareReceived.WithLabelValues(x.network).Inc()
+}
+
 func (x *hubMetrics) slowClose() {
 	x.st.slowCloses.Add(1)
 	x.slowCloses.Inc()
@@ -299,6 +572,22 @@ type Stats struct {
 	SlowCloses                                   int64            // subscriptions closed with ErrSlowConsumer
 	Reconnects                                   map[string]int64 // by reason: drop, stall, refused
 	LatestServed                                 int64
+	// Share is the stream sharing with the other replicas; nil when the
+	// hub does not share.
+	Share *ShareStats
+}
+
+// ShareStats is a sharing hub's side of Stats.
+type ShareStats struct {
+	Replica string
+	// Sharing is false while Redis fails and the replica holds its own
+	// connections for every feed it wants.
+	Sharing bool
+	// Held is how many chunks this replica holds (their connections are
+	// among Connections).
+	Held                int
+	Published, Received int64 // frames through Redis
+	Fallbacks           int64
 }
 
 // ConnStats is one upstream connection.
@@ -317,6 +606,10 @@ func (h *Hub) Stats() Stats {
 		Reconnects: map[string]int64{reasonDrop: h.st.reconnDrop.Load(),
 			reasonStall: h.st.reconnStall.Load(), reasonRefused: h.st.reconnRefused.Load()},
 		FeedsSubscribed: int(h.carry.Load()), FeedsUncarried: int(h.over.Load()),
+	}
+	if h.sh != nil {
+		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
+			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load()}
 	}
 	h.mu.Lock()
 	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)

@@ -17,6 +17,16 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_slow_consumer_closes_total{network}         subscriptions closed because their queue overflowed
 //	streamgate_ws_reconnects_total{network,reason}            reason drop, stall or refused
 //	streamgate_ws_latest_served_total{network}                Latest calls answered (ok true); counted by the hub inside Latest
+//
+// With stream sharing (Config.Share):
+//
+//	streamgate_ws_share_sharing{network}                      gauge: 1 while sharing through Redis, 0 while holding its own connections
+//	streamgate_ws_share_fallbacks_total{network}              times the replica stopped sharing (Redis down or slow)
+//	streamgate_ws_share_chunk_holder{network,chunk}           gauge per chunk of the layout ("n/i"): 1 holder, 0 follower
+//	streamgate_ws_share_leases_total{network,event}           event acquired, lost (to another replica) or released
+//	streamgate_ws_share_frames_published_total{network}       frames published to the other replicas
+//	streamgate_ws_share_frames_received_total{network}        frames received from the other replicas
+//	streamgate_ws_share_publish_failed_total{network}         messages not published (queue full or Redis failing)
 type Metrics struct {
 	conns        *prometheus.GaugeVec
 	feeds        *prometheus.GaugeVec
@@ -28,6 +38,14 @@ type Metrics struct {
 	slowCloses   *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
 	latestServed *prometheus.CounterVec
+
+	shareSharing   *prometheus.GaugeVec
+	shareFallbacks *prometheus.CounterVec
+	shareHolder    *prometheus.GaugeVec
+	shareLeases    *prometheus.CounterVec
+	sharePublished *prometheus.CounterVec
+	shareReceived  *prometheus.CounterVec
+	sharePubFailed *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -54,10 +72,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Upstream WebSocket reconnects, by reason (drop, stall, refused)."}, []string{"network", "reason"}),
 		latestServed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_latest_served_total",
 			Help: "Latest reports answered from the stream."}, []string{"network"}),
+
+		shareSharing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_sharing",
+			Help: "1 while the upstream WebSocket connections are shared with the other replicas through Redis, 0 while this replica holds its own."}, []string{"network"}),
+		shareFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_fallbacks_total",
+			Help: "Times this replica stopped sharing the stream (Redis down or slow) and held its own upstream connections."}, []string{"network"}),
+		shareHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_chunk_holder",
+			Help: "Per shared chunk (n/i): 1 when this replica holds its lease and upstream connection, 0 when it follows."}, []string{"network", "chunk"}),
+		shareLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_leases_total",
+			Help: "Chunk leases acquired, lost to another replica, or released."}, []string{"network", "event"}),
+		sharePublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_published_total",
+			Help: "Report frames published to the other replicas through Redis."}, []string{"network"}),
+		shareReceived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_received_total",
+			Help: "Report frames received from the other replicas through Redis."}, []string{"network"}),
+		sharePubFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_publish_failed_total",
+			Help: "Messages (frames, heartbeats) not published: queue full or Redis failing."}, []string{"network"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
-			m.duplicates, m.slowCloses, m.reconnects, m.latestServed)
+			m.duplicates, m.slowCloses, m.reconnects, m.latestServed,
+			m.shareSharing, m.shareFallbacks, m.shareHolder, m.shareLeases, m.sharePublished,
+			m.shareReceived, m.sharePubFailed)
 	}
 	return m
 }

@@ -25,6 +25,11 @@ type Limits struct {
 	client      *redis.Client
 }
 
+// Redis returns the Redis client of the limits, nil with the memory
+// backend: the process's one client, which the real-time hubs also use to
+// share their upstream connections.
+func (l *Limits) Redis() *redis.Client { return l.client }
+
 // Close releases the Redis client, if any.
 func (l *Limits) Close() {
 	if l.client != nil {

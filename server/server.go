@@ -232,7 +232,9 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 }
 
 // startHubs starts the real-time hub of every network that has an upstream
-// WebSocket: its ws_url, or the embedded upstream's.
+// WebSocket: its ws_url, or the embedded upstream's. With realtime.share and
+// the limits' Redis, the hubs share their connections with the other
+// replicas through it.
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
 	var metrics *realtime.Metrics
@@ -248,11 +250,18 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		if metrics == nil {
 			metrics = realtime.NewMetrics(s.reg)
 		}
+		// An embedded upstream is this process's own: nothing to share.
+		var share *realtime.ShareConfig
+		if _, own := embedded[name]; !own && s.limits.Redis() != nil && cfg.Shared() {
+			rc := s.limits.Redis()
+			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
+		}
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
 			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
+			Share: share,
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
@@ -324,6 +333,9 @@ func (s *Server) Gateway() *proxy.Gateway         { return s.gw }
 func (s *Server) Cache() *cache.Store             { return s.store }
 func (s *Server) Registry() *prometheus.Registry  { return s.reg }
 func (s *Server) Simulator() *simulator.Simulator { return s.sim }
+
+// Hub returns the real-time hub of network, or nil.
+func (s *Server) Hub(network string) *realtime.Hub { return s.hubs[network] }
 
 // Ready reports whether every upstream has answered and the server is not
 // draining: what /readyz answers.
@@ -400,10 +412,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		// WebSocket clients are not part of the drain: closing the hubs
 		// ends their subscriptions, and each client is closed with 1001.
+		// A sharing hub first hands its chunks over to another replica
+		// (within realtime.share_lease): the hubs close together.
 		s.status.Stop()
+		var hubs sync.WaitGroup
 		for _, h := range s.hubs {
-			h.Close()
+			hubs.Go(h.Close)
 		}
+		hubs.Wait()
 		s.hubs = nil
 		s.gw.Close()
 		shutdown(ctx, s.upstreams)

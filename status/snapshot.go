@@ -91,6 +91,18 @@ type Hub struct {
 	Subscribers     int              `json:"subscribers"`
 	Clients         int64            `json:"clients"`
 	Reconnects      map[string]int64 `json:"reconnects"`
+	// Share is the stream sharing with the other replicas; nil when the
+	// hub does not share.
+	Share *HubShare `json:"share,omitempty"`
+}
+
+// HubShare is a hub's sharing of its upstream connections through Redis.
+type HubShare struct {
+	Sharing   bool  `json:"sharing"` // false: Redis fails, own connections
+	Held      int   `json:"chunks_held"`
+	Published int64 `json:"frames_published"`
+	Received  int64 `json:"frames_received"`
+	Fallbacks int64 `json:"fallbacks"`
 }
 
 // HubConn is one upstream WebSocket connection.
@@ -251,6 +263,10 @@ func (s *Sampler) build(f Facts) *Snapshot {
 				Clients: int64(cur.sum("streamgate_ws_clients", match, nil))}
 			for _, c := range st.Connections {
 				h.Connections = append(h.Connections, HubConn{Origin: c.Origin, State: c.State, Feeds: c.Feeds})
+			}
+			if sh := st.Share; sh != nil {
+				h.Share = &HubShare{Sharing: sh.Sharing, Held: sh.Held, Published: sh.Published,
+					Received: sh.Received, Fallbacks: sh.Fallbacks}
 			}
 			net.Hub = h
 		}

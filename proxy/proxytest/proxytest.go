@@ -31,6 +31,9 @@ type Options struct {
 	// Sim changes the simulator's configuration (simulator.Default() with
 	// its rate limit off).
 	Sim func(*simulator.Config)
+	// Simulator, if non-nil, is the upstream instead of a new one (Sim is
+	// then ignored): replicas of a test share it. The Env does not close it.
+	Simulator *simulator.Simulator
 	// Config changes the gateway's configuration (config.Default() with
 	// upstreams pointed at the simulator and the demo team unlimited).
 	Config func(*config.Config)
@@ -69,14 +72,18 @@ type Env struct {
 // Start starts an Env and stops it when t ends.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
-	simCfg := simulator.Default()
-	simCfg.RateLimit = 0
-	if opts.Sim != nil {
-		opts.Sim(&simCfg)
-	}
-	sim, err := simulator.New(simCfg)
-	if err != nil {
-		t.Fatalf("proxytest: simulator: %v", err)
+	sim := opts.Simulator
+	if sim == nil {
+		simCfg := simulator.Default()
+		simCfg.RateLimit = 0
+		if opts.Sim != nil {
+			opts.Sim(&simCfg)
+		}
+		var err error
+		if sim, err = simulator.New(simCfg); err != nil {
+			t.Fatalf("proxytest: simulator: %v", err)
+		}
+		t.Cleanup(func() { sim.Close() })
 	}
 	upstream := func(network string) http.Handler {
 		h := sim.Handler(network)
@@ -90,7 +97,6 @@ func Start(t testing.TB, opts Options) *Env {
 	t.Cleanup(func() {
 		upMain.Close()
 		upTest.Close()
-		sim.Close()
 	})
 
 	cfg := config.Default()

@@ -1,0 +1,727 @@
+package realtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Defaults of ShareConfig.
+const (
+	DefaultShareLease  = 3 * time.Second
+	DefaultSharePrefix = "streamgate:ws:v1:"
+	// minShareLease bounds the tick (Lease/3) from below: each tick costs
+	// a few Redis calls.
+	minShareLease = 300 * time.Millisecond
+	// maxUnion bounds the wanted feeds read back from Redis.
+	maxUnion = 10000
+	// publishQueue is how many messages may wait for the publisher; more
+	// are dropped (and counted).
+	publishQueue = 4096
+	publishBatch = 128
+)
+
+// ShareConfig configures the sharing of a hub's upstream connections with
+// the other replicas of the same network through Redis (Config.Share). The
+// replicas agree through Redis on who holds which upstream connection:
+//
+//   - Every replica adds the feeds it wants (subscriptions, pinned, REST
+//     demand, grace) to the sorted set <prefix><network>:wants, each with
+//     an expiry Lease ahead by Redis's clock, every Lease/3 (a tick).
+//   - The union of the wants is laid out in n chunks, n = ceil(feeds /
+//     FeedsPerConnection) at most MaxConnections / origins: a feed goes to
+//     the chunk of its FNV-1a hash mod n (or, that chunk full, to the
+//     next one with room), so that a feed added or removed changes one
+//     chunk only, as long as n stays.
+//   - A chunk is held by the replica whose ID its lease
+//     <prefix><network>:lease:<i> holds (SET NX PX Lease, renewed every
+//     tick by the holder, deleted by it when it lets go or closes; a
+//     crashed holder's lease expires). The holder connects upstream for
+//     the chunk, as an unshared hub would, and publishes every frame it
+//     reads on the channel <prefix><network>:frames, with a heartbeat per
+//     chunk every tick.
+//   - Every replica reads the channel and feeds the frames of the others
+//     into its hub as if they came from its own connection: the watermark
+//     drops the duplicates, Latest answers while the holder's heartbeats
+//     say the connection that delivered the report is still up.
+//   - A feed a replica wants whose chunk has no live source (a held chunk
+//     with a connection up, or a holder heard within two and a half ticks,
+//     laying out the same feeds) for Lease is carried by a connection of
+//     the replica's own, until a source is back. When ticks fail for half
+//     a lease (Redis down, slow, or its circuit breaker open), the replica
+//     stops sharing: it lets its chunks go and carries every feed it wants
+//     itself, within MaxConnections, until a tick succeeds again.
+//   - A closing hub hands its chunks over: it deletes its leases and keeps
+//     its connections until another replica's connection for each chunk
+//     delivers, within a lease.
+//
+// A message on the channel is a header line and, for a frame, the
+// upstream's bytes unchanged:
+//
+//	sg1 F <n>/<i> <replica> <session>\n<frame>
+//	sg1 H <n>/<i> <replica> <digest> <session>,<session>…\n
+//	sg1 D <n>/<i> <replica> <session>\n
+//
+// where <session> numbers one upstream connection of the holder (H lists
+// those up; D says one has ended) and <digest> is the FNV-1a hash of the
+// chunk's feeds.
+type ShareConfig struct {
+	// Client is the process's Redis client, as made by
+	// ratelimit.NewRedisClient: every call with a short deadline and a
+	// circuit breaker. Required.
+	Client *redis.Client
+	// Replica names this replica in the leases and messages; "" a random
+	// ID. Two replicas must never share one.
+	Replica string
+	// Lease is how long a chunk's lease lasts unless renewed; ticks are
+	// Lease/3 apart. Default 3s, at least 300ms.
+	Lease time.Duration
+	// Prefix starts every key and channel; default "streamgate:ws:v1:".
+	Prefix string
+}
+
+// Roles of a chunk (metric label and Stats).
+const (
+	RoleHolder   = "holder"
+	RoleFollower = "follower"
+)
+
+// sharer is the sharing side of a hub.
+type sharer struct {
+	h       *Hub
+	c       *redis.Client
+	id      string
+	lease   time.Duration
+	tick    time.Duration
+	kWants  string
+	kLease  string // + chunk index
+	channel string
+
+	// Owned by the manager goroutine.
+	ok        bool             // sharing: the last ticks succeeded
+	lastOK    time.Time        // the last tick that succeeded
+	ticked    bool             // a tick has run
+	layout    layout           // of the last successful tick
+	held      map[string]bool  // chunk tags whose lease this replica holds
+	uncovered map[string]int64 // feed → when it was first seen without a live source (ns since start)
+	start     time.Time
+
+	pub     chan []byte
+	leaving chan chan struct{} // Close asks the manager to hand over
+	left    bool               // handed over: take no lease again (manager)
+
+	mu     sync.Mutex // guards remote
+	remote map[string]*remoteChunk
+
+	shared atomic.Bool  // mirrors ok, for Stats
+	holds  atomic.Int64 // len(held), for Stats
+}
+
+// remoteChunk is what a replica has heard from another chunk's holder.
+type remoteChunk struct {
+	seen   time.Time
+	holder string
+	digest uint64
+	sess   map[string]*session // by holder and session number
+}
+
+// layout is the union of the wants split into chunks.
+type layout struct {
+	n      int
+	chunks [][]string // sorted, at most FeedsPerConnection each
+	over   int        // feeds over FeedsPerConnection in their chunk
+	slot   map[string]int
+	digest []uint64
+}
+
+func tag(n, i int) string { return strconv.Itoa(n) + "/" + strconv.Itoa(i) }
+
+// chunkOf returns the chunk index of feed among n.
+func chunkOf(feed string, n int) int {
+	h := fnv.New64a()
+	h.Write([]byte(feed))
+	return int(h.Sum64() % uint64(n))
+}
+
+func digest(feeds []string) uint64 {
+	h := fnv.New64a()
+	for _, f := range feeds {
+		h.Write([]byte(f))
+		h.Write([]byte{','})
+	}
+	return h.Sum64()
+}
+
+// newLayout splits union (sorted) into n chunks.
+func newLayout(union []string, maxChunks, perConn int) layout {
+	l := layout{slot: map[string]int{}}
+	if len(union) == 0 || maxChunks < 1 {
+		return l
+	}
+	l.n = min(maxChunks, (len(union)+perConn-1)/perConn)
+	l.chunks = make([][]string, l.n)
+	var spill []string
+	for _, f := range union {
+		i := chunkOf(f, l.n)
+		if len(l.chunks[i]) >= perConn {
+			spill = append(spill, f)
+			continue
+		}
+		l.chunks[i] = append(l.chunks[i], f)
+		l.slot[f] = i
+	}
+	// A chunk's hash share over FeedsPerConnection goes to the next
+	// chunks with room, in order: the same union, the same layout.
+	for _, f := range spill {
+		i := chunkOf(f, l.n)
+		placed := false
+		for k := 1; k < l.n && !placed; k++ {
+			j := (i + k) % l.n
+			if len(l.chunks[j]) < perConn {
+				l.chunks[j] = append(l.chunks[j], f)
+				l.slot[f] = j
+				placed = true
+			}
+		}
+		if !placed {
+			l.over++
+		}
+	}
+	for _, c := range l.chunks {
+		slices.Sort(c)
+		l.digest = append(l.digest, digest(c))
+	}
+	return l
+}
+
+func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("realtime: Share.Client is required")
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultShareLease
+	}
+	if cfg.Lease < minShareLease {
+		return nil, errors.New("realtime: Share.Lease must be at least 300ms")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultSharePrefix
+	}
+	id := cfg.Replica
+	if id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	if strings.ContainsAny(id, " \n,/") {
+		return nil, errors.New("realtime: Share.Replica must not contain spaces, commas, slashes or newlines")
+	}
+	base := cfg.Prefix + h.cfg.Network + ":"
+	return &sharer{
+		h: h, c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
+		kWants: base + "wants", kLease: base + "lease:", channel: base + "frames",
+		held: map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
+		pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{},
+		leaving: make(chan chan struct{}),
+	}, nil
+}
+
+// leave asks the manager to hand the chunks held over, and waits for it
+// (at most a lease and a second).
+func (s *sharer) leave() {
+	done := make(chan struct{})
+	t := time.NewTimer(s.lease + time.Second)
+	defer t.Stop()
+	select {
+	case s.leaving <- done:
+	case <-t.C:
+		return
+	}
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// takenOver reports whether each chunk of tags has a holder other than
+// this replica with a connection up, heard from since.
+func (s *sharer) takenOver(tags []string, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range tags {
+		rc := s.remote[t]
+		if rc == nil || !rc.seen.After(since) || len(rc.sess) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// run starts the publisher and the receiver; they stop with the hub.
+func (s *sharer) run() {
+	s.h.wg.Add(2)
+	go s.publisher()
+	go s.receiver()
+}
+
+// leaseScript renews the leases of chunks 1..n this replica holds, takes
+// those free that it asks for (ARGV[3+i] = "1"), and deletes those beyond
+// n it holds. It returns 1 per key held after it.
+var leaseScript = redis.NewScript(`
+local out = {}
+local n = tonumber(ARGV[3])
+for i, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  out[i] = 0
+  if i <= n and ARGV[3 + i] == '1' then
+    if v == ARGV[1] then
+      redis.call('PEXPIRE', k, ARGV[2])
+      out[i] = 1
+    elseif not v then
+      if redis.call('SET', k, ARGV[1], 'NX', 'PX', ARGV[2]) then out[i] = 1 end
+    end
+  elseif v == ARGV[1] then
+    redis.call('DEL', k)
+  end
+end
+return out
+`)
+
+// wantsScript adds this replica's wants (ARGV[3…]) to the sorted set, each
+// expiring ARGV[1] ms from now, drops the expired ones and returns the
+// others, at most ARGV[2]. Times are Redis's own (TIME), so that the
+// replicas' clocks need not agree.
+var wantsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = now + tonumber(ARGV[1])
+for i = 3, #ARGV do
+  redis.call('ZADD', KEYS[1], exp, ARGV[i])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[1]))
+end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'LIMIT', 0, tonumber(ARGV[2]))
+`)
+
+// releaseScript deletes the leases this replica holds among KEYS.
+var releaseScript = redis.NewScript(`
+for _, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) end
+end
+return 0
+`)
+
+// step publishes this replica's wants, reads the union, lays it out, and
+// renews and takes the leases. Called by the manager goroutine every tick.
+// The replica stops sharing when ticks have failed for half a lease (or
+// the first one fails), and shares again at the first that succeeds.
+func (s *sharer) step(local []string, maxChunks int) {
+	h := s.h
+	if s.left {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, s.lease)
+	defer cancel()
+	err := s.exchange(ctx, local, maxChunks)
+	if h.ctx.Err() != nil {
+		return
+	}
+	first := !s.ticked
+	s.ticked = true
+	now := time.Now()
+	if err == nil {
+		s.lastOK = now
+	}
+	switch {
+	case err != nil && s.ok && now.Sub(s.lastOK) < s.lease/2:
+		// One failed tick: the leases held stay valid for a while yet.
+		h.log.Debug("stream sharing: a tick failed", zap.Error(err))
+	case err != nil && (s.ok || first):
+		s.ok = false
+		s.shared.Store(false)
+		h.mx.shareMode(false)
+		h.mx.shareFallback()
+		for i := range s.layout.n {
+			h.mx.chunkRole(tag(s.layout.n, i), "")
+		}
+		s.held, s.layout = map[string]bool{}, layout{}
+		h.log.Warn("stream sharing unavailable: this replica holds its own upstream connections", zap.Error(err))
+	case err == nil && (!s.ok || first):
+		s.ok = true
+		s.shared.Store(true)
+		h.mx.shareMode(true)
+		if !first {
+			h.log.Info("stream sharing back: upstream connections shared with the other replicas", zap.String("replica", s.id))
+		} else {
+			h.log.Info("stream sharing", zap.String("replica", s.id))
+		}
+	}
+}
+
+// exchange is one tick's Redis calls.
+func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) error {
+	h := s.h
+	args := make([]any, 0, 2+len(local))
+	args = append(args, s.lease.Milliseconds(), maxUnion)
+	for _, f := range local {
+		args = append(args, f)
+	}
+	union, err := wantsScript.Run(ctx, s.c, []string{s.kWants}, args...).StringSlice()
+	if err != nil {
+		return err
+	}
+	slices.Sort(union)
+	if len(union) > 0 && maxChunks == 0 {
+		maxChunks = h.maxChunks()
+	}
+	lay := newLayout(union, maxChunks, h.cfg.FeedsPerConnection)
+
+	// Leases: the chunks of the layout, and every other index this
+	// replica may hold from an earlier layout, to let it go.
+	nKeys := max(lay.n, h.cfg.MaxConnections)
+	keys := make([]string, nKeys)
+	args = []any{s.id, s.lease.Milliseconds(), lay.n}
+	for i := range keys {
+		keys[i] = s.kLease + strconv.Itoa(i)
+		want := "0"
+		if i < lay.n && len(lay.chunks[i]) > 0 {
+			want = "1"
+		}
+		args = append(args, want)
+	}
+	res, err := leaseScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	if err != nil {
+		return err
+	}
+	held := map[string]bool{}
+	for i, v := range res {
+		if v == 1 && i < lay.n {
+			held[tag(lay.n, i)] = true
+		}
+	}
+	for t := range held {
+		if !s.held[t] {
+			h.mx.lease("acquired")
+			h.log.Debug("chunk lease acquired", zap.String("chunk", t))
+		}
+	}
+	for t := range s.held {
+		if !held[t] {
+			h.mx.chunkRole(t, "")
+			if i, n := splitTag(t); n == lay.n && i < n && len(lay.chunks[i]) > 0 {
+				h.mx.lease("lost")
+				h.log.Warn("chunk lease lost to another replica", zap.String("chunk", t))
+			} else {
+				h.mx.lease("released")
+			}
+		}
+	}
+	for old := range s.layout.n {
+		if old >= lay.n || s.layout.n != lay.n {
+			h.mx.chunkRole(tag(s.layout.n, old), "")
+		}
+	}
+	for i := range lay.n {
+		t := tag(lay.n, i)
+		if held[t] {
+			h.mx.chunkRole(t, RoleHolder)
+		} else {
+			h.mx.chunkRole(t, RoleFollower)
+		}
+	}
+	s.held, s.layout = held, lay
+	h.over.Store(int64(lay.over))
+	return nil
+}
+
+func splitTag(t string) (i, n int) {
+	a, b, _ := strings.Cut(t, "/")
+	n, _ = strconv.Atoi(a)
+	i, _ = strconv.Atoi(b)
+	return i, n
+}
+
+// heartbeat queues the heartbeat of a held chunk: its feeds' digest and
+// its upstream sessions that are up.
+func (s *sharer) heartbeat(t string, feeds []string, links []*link) {
+	var b bytes.Buffer
+	b.WriteString("sg1 H " + t + " " + s.id + " " + strconv.FormatUint(digest(feeds), 16) + " ")
+	first := true
+	for _, l := range links {
+		if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
+			if !first {
+				b.WriteByte(',')
+			}
+			first = false
+			b.WriteString(strconv.FormatUint(ss.id, 10))
+		}
+	}
+	b.WriteByte('\n')
+	s.queue(b.Bytes())
+}
+
+// sessionDown queues, at once, the end of an upstream connection of a held
+// chunk: the followers stop answering Latest from its reports without
+// waiting for the next heartbeat.
+func (s *sharer) sessionDown(t string, sess *session) {
+	s.queue([]byte("sg1 D " + t + " " + s.id + " " + strconv.FormatUint(sess.id, 10) + "\n"))
+}
+
+// publishFrame queues a frame read by a link of a held chunk.
+func (s *sharer) publishFrame(t string, sess *session, frame []byte) {
+	hdr := "sg1 F " + t + " " + s.id + " " + strconv.FormatUint(sess.id, 10) + "\n"
+	m := make([]byte, 0, len(hdr)+len(frame))
+	m = append(append(m, hdr...), frame...)
+	s.queue(m)
+}
+
+func (s *sharer) queue(m []byte) {
+	select {
+	case s.pub <- m:
+	default:
+		s.h.mx.sharePublishFailed(1)
+	}
+}
+
+// publisher sends the queued messages, in order, in pipelines.
+func (s *sharer) publisher() {
+	h := s.h
+	defer h.wg.Done()
+	batch := make([][]byte, 0, publishBatch)
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case m := <-s.pub:
+			batch = append(batch[:0], m)
+		}
+	more:
+		for len(batch) < publishBatch {
+			select {
+			case m := <-s.pub:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		pipe := s.c.Pipeline()
+		frames := 0
+		for _, m := range batch {
+			pipe.Publish(h.ctx, s.channel, m)
+			if m[4] == 'F' {
+				frames++
+			}
+		}
+		if _, err := pipe.Exec(h.ctx); err != nil {
+			h.mx.sharePublishFailed(len(batch))
+			continue
+		}
+		h.mx.sharePublished(frames)
+	}
+}
+
+// receiver reads the channel and hands the other replicas' frames to the
+// hub; it also lets the remote sessions silent for two ticks die.
+func (s *sharer) receiver() {
+	h := s.h
+	defer h.wg.Done()
+	ps := s.c.Subscribe(h.ctx, s.channel)
+	defer ps.Close()
+	for {
+		msg, err := ps.ReceiveTimeout(h.ctx, s.tick)
+		if h.ctx.Err() != nil {
+			return
+		}
+		s.expire(time.Now())
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			t := time.NewTimer(min(s.tick, 100*time.Millisecond))
+			select {
+			case <-h.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		if m, ok := msg.(*redis.Message); ok {
+			s.receive([]byte(m.Payload))
+		}
+	}
+}
+
+// silent is how long a remote chunk may stay silent and still count.
+func (s *sharer) silent() time.Duration { return 2*s.tick + s.tick/2 }
+
+// expire ends the remote chunks silent for too long.
+func (s *sharer) expire(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, rc := range s.remote {
+		if now.Sub(rc.seen) > s.silent() {
+			for _, ss := range rc.sess {
+				ss.alive.Store(false)
+			}
+			delete(s.remote, t)
+		}
+	}
+}
+
+// receive handles one message of the channel.
+func (s *sharer) receive(m []byte) {
+	line, frame, ok := bytes.Cut(m, []byte{'\n'})
+	if !ok || !bytes.HasPrefix(line, []byte("sg1 ")) {
+		return
+	}
+	f := strings.Fields(string(line[4:]))
+	if len(f) < 4 || f[2] == s.id {
+		return
+	}
+	kind, t, holder := f[0], f[1], f[2]
+	now := time.Now()
+	s.mu.Lock()
+	rc := s.remote[t]
+	if rc == nil || rc.holder != holder {
+		if rc != nil {
+			for _, ss := range rc.sess {
+				ss.alive.Store(false)
+			}
+		}
+		rc = &remoteChunk{holder: holder, sess: map[string]*session{}}
+		s.remote[t] = rc
+	}
+	rc.seen = now
+	switch kind {
+	case "F":
+		ss := rc.sess[f[3]]
+		if ss == nil {
+			ss = &session{}
+			ss.alive.Store(true)
+			rc.sess[f[3]] = ss
+		}
+		s.mu.Unlock()
+		s.h.mx.shareReceived()
+		s.h.deliverFrame(originShared, ss, frame)
+		return
+	case "D":
+		if ss := rc.sess[f[3]]; ss != nil {
+			ss.alive.Store(false)
+			delete(rc.sess, f[3])
+		}
+	case "H":
+		if d, err := strconv.ParseUint(f[3], 16, 64); err == nil {
+			rc.digest = d
+		}
+		up := map[string]bool{}
+		if len(f) > 4 {
+			for _, id := range strings.Split(f[4], ",") {
+				up[id] = true
+			}
+		}
+		for id, ss := range rc.sess {
+			if !up[id] {
+				ss.alive.Store(false)
+				delete(rc.sess, id)
+			}
+		}
+		for id := range up {
+			if rc.sess[id] == nil {
+				ss := &session{}
+				ss.alive.Store(true)
+				rc.sess[id] = ss
+			}
+		}
+	}
+	s.mu.Unlock()
+}
+
+// remoteLive reports whether chunk t of the layout has a holder heard
+// from recently, carrying the feeds the layout gives it.
+func (s *sharer) remoteLive(t string, d uint64, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rc := s.remote[t]
+	return rc != nil && rc.digest == d && now.Sub(rc.seen) <= s.silent()
+}
+
+// plan returns, for the manager, the chunks this replica holds (by tag)
+// with their feeds, and the wanted feeds it must carry itself: those
+// without a live source for Lease, and those it carries already until a
+// source is live. carried reports whether a feed is on a connection of
+// the replica's own now; up whether a held chunk has a connection up.
+func (s *sharer) plan(desired map[string]bool, carried func(string) bool, up func(string) bool) (held map[string][]string, own []string) {
+	held = map[string][]string{}
+	if s.ok {
+		for t := range s.held {
+			i, _ := splitTag(t)
+			held[t] = s.layout.chunks[i]
+		}
+	}
+	now := time.Now()
+	nowNs := int64(now.Sub(s.start))
+	for f := range desired {
+		if s.ok {
+			if i, ok := s.layout.slot[f]; ok {
+				t := tag(s.layout.n, i)
+				if (s.held[t] && up(t)) || (!s.held[t] && s.remoteLive(t, s.layout.digest[i], now)) {
+					delete(s.uncovered, f)
+					continue
+				}
+			}
+		}
+		since, seen := s.uncovered[f]
+		if !seen {
+			since = nowNs
+			s.uncovered[f] = since
+		}
+		if !s.ok || !s.ticked || carried(f) || time.Duration(nowNs-since) >= s.lease {
+			own = append(own, f)
+		}
+	}
+	for f := range s.uncovered {
+		if !desired[f] {
+			delete(s.uncovered, f)
+		}
+	}
+	slices.Sort(own)
+	return held, own
+}
+
+// release lets every lease of this replica go, when the hub closes.
+func (s *sharer) release(maxConns int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	keys := make([]string, max(maxConns, s.layout.n))
+	for i := range keys {
+		keys[i] = s.kLease + strconv.Itoa(i)
+	}
+	if err := releaseScript.Run(ctx, s.c, keys, s.id).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		s.h.log.Warn("stream sharing: leases not released; they expire", zap.Error(err))
+		return
+	}
+	for range s.held {
+		s.h.mx.lease("released")
+	}
+	for t := range s.held {
+		s.h.mx.chunkRole(t, "")
+	}
+	s.held = map[string]bool{}
+}

@@ -1,0 +1,486 @@
+package realtime
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/ratelimit"
+	"streamgate/ratelimit/redistest"
+	"streamgate/simulator"
+)
+
+// shareLease is the tests' lease: ticks 300ms apart.
+const shareLease = 900 * time.Millisecond
+
+// replicas starts n sharing hubs on e, each with a Redis client of its
+// own (as n processes would have) on rs, and a subscription of each to
+// feeds.
+func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redis.Client) {
+	t.Helper()
+	hubs := make([]*Hub, n)
+	cols := make([]*collector, n)
+	clients := make([]*redis.Client, n)
+	for i := range hubs {
+		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+		})
+		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+	}
+	return hubs, cols, clients
+}
+
+// holders returns the indexes of the hubs that hold a chunk.
+func holders(hubs []*Hub) []int {
+	var out []int
+	for i, h := range hubs {
+		if st := h.Stats(); st.Share != nil && st.Share.Held > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// settled reports whether one hub holds the one chunk with one upstream
+// connection and the others follow with none.
+func settled(e *env, hubs []*Hub) bool {
+	hs := holders(hubs)
+	if len(hs) != 1 || e.open() != 1 {
+		return false
+	}
+	for i, h := range hubs {
+		st := h.Stats()
+		if !st.Share.Sharing || (i != hs[0] && len(st.Connections) != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Three replicas wanting the same feeds: the upstream sees one
+// connection, and every subscription on every replica gets every report,
+// in order, once; a follower answers Latest from the holder's frames.
+func TestShareOneConnection(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 3)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+
+	// A sustained period: 40 reports of each feed on every replica.
+	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
+	from := make([]map[string]int, len(cols))
+	for i, c := range cols {
+		from[i] = map[string]int{}
+		for _, f := range feeds {
+			from[i][f] = c.count(f)
+		}
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < from[i][f]+40 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	assert.Equal(t, accepted, e.sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no upstream connection opened meanwhile")
+	assert.Equal(t, int64(1), e.open())
+	for i, c := range cols {
+		for _, f := range feeds {
+			fs := c.of(f)
+			increasing(t, fs)
+			consecutive(t, fs[max(from[i][f]-1, 0):])
+		}
+	}
+	holder := holders(hubs)[0]
+	for i, h := range hubs {
+		st := h.Stats().Share
+		if i == holder {
+			assert.Positive(t, st.Published, "the holder publishes")
+			continue
+		}
+		assert.Positive(t, st.Received, "follower %d receives through Redis", i)
+		frame, ts, ok := h.Latest(feeds[0])
+		require.True(t, ok, "follower %d answers latest from the stream", i)
+		assert.Equal(t, string(e.rest(t, feeds[0], ts)), string(frame), "the upstream's bytes")
+	}
+}
+
+// The holder closes: it hands its chunk over (its lease let go, its
+// connection kept until another replica's delivers), and the
+// subscriptions of the others carry on without a gap or a duplicate.
+func TestShareHolderCloses(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		for _, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < 10 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "the stream flows to every replica")
+	old := holders(hubs)[0]
+	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
+	restCols := append(append([]*collector{}, cols[:old]...), cols[old+1:]...)
+	from := make([]map[string]int, len(restCols))
+	for i, c := range restCols {
+		from[i] = map[string]int{}
+		for _, f := range feeds {
+			from[i][f] = c.count(f)
+		}
+	}
+	hubs[old].Close()
+	require.Eventually(t, func() bool { return settled(e, rest) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		for i, c := range restCols {
+			for _, f := range feeds {
+				if c.count(f) < from[i][f]+20 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for i, c := range restCols {
+		select {
+		case <-c.done:
+			t.Fatal("a subscription of a follower ended")
+		default:
+		}
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+			consecutive(t, c.of(f)[max(from[i][f]-1, 0):])
+		}
+	}
+}
+
+// The holder dies without a word (its Redis client gone, then closed):
+// its lease expires, another replica takes the chunk over, and the
+// subscriptions of the others carry on, without a duplicate.
+func TestShareHolderCrashes(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, clients := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	old := holders(hubs)[0]
+	clients[old].Close()
+	hubs[old].Close()
+	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
+	restCols := append(append([]*collector{}, cols[:old]...), cols[old+1:]...)
+	n := []int{restCols[0].count(feeds[0]), restCols[1].count(feeds[0])}
+	require.Eventually(t, func() bool { return settled(e, rest) }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return restCols[0].count(feeds[0]) >= n[0]+20 && restCols[1].count(feeds[0]) >= n[1]+20
+	}, wait, 10*time.Millisecond)
+	for _, c := range restCols {
+		select {
+		case <-c.done:
+			t.Fatal("a subscription of a follower ended")
+		default:
+		}
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+}
+
+// The holder loses Redis (its client closed): it holds its own connection,
+// its lease expires and another replica takes the chunk over.
+func TestShareHolderLosesRedis(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, clients := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	old := holders(hubs)[0]
+	clients[old].Close()
+	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
+	require.Eventually(t, func() bool {
+		return !hubs[old].Stats().Share.Sharing && len(holders(rest)) == 1
+	}, wait, 10*time.Millisecond)
+	counts := make([]int, len(cols))
+	for i, c := range cols {
+		counts[i] = c.count(feeds[1])
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feeds[1]) < counts[i]+20 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	// Two connections: the isolated replica's own and the new holder's.
+	require.Eventually(t, func() bool { return e.open() == 2 }, wait, 10*time.Millisecond)
+	for _, c := range cols {
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+	assert.Positive(t, hubs[old].Stats().Share.Fallbacks)
+}
+
+// Redis hangs: every replica falls back to its own connection and the
+// subscriptions keep receiving; once Redis answers again they share one
+// connection again.
+func TestShareRedisPaused(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+
+	rs.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			rs.Resume()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		for _, h := range hubs {
+			if h.Stats().Share.Sharing {
+				return false
+			}
+		}
+		return e.open() == 3
+	}, wait, 10*time.Millisecond)
+	counts := make([]int, len(cols))
+	for i, c := range cols {
+		counts[i] = c.count(feeds[0])
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feeds[0]) < counts[i]+20 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for i, c := range cols {
+		consecutive(t, c.of(feeds[0])[counts[i]:])
+	}
+
+	rs.Resume()
+	paused = false
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	for i, c := range cols {
+		counts[i] = c.count(feeds[0])
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feeds[0]) < counts[i]+20 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for _, c := range cols {
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+		select {
+		case <-c.done:
+			t.Fatal("a subscription ended")
+		default:
+		}
+	}
+	for _, h := range hubs {
+		assert.Positive(t, h.Stats().Share.Fallbacks)
+	}
+}
+
+// A follower answers Latest from the holder's frames only while the
+// holder's connection that delivered the report stays up.
+func TestShareLatestFollowsTheHolder(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	a := e.crypto(t, 1)[0]
+	hubs, cols, _ := replicas(t, e, rs, 3, []string{a})
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	holder := holders(hubs)[0]
+	follower := (holder + 1) % len(hubs)
+	_, _, ok := hubs[follower].Latest(a)
+	assert.False(t, ok, "no frame yet")
+
+	e.clk.Add(time.Second)
+	require.Eventually(t, func() bool { return cols[follower].count(a) == 1 }, wait, 5*time.Millisecond)
+	frame, ts, ok := hubs[follower].Latest(a)
+	require.True(t, ok)
+	assert.Equal(t, string(e.rest(t, a, ts)), string(frame))
+
+	e.sim.DropWS(simulatorDrop())
+	require.Eventually(t, func() bool { _, _, ok := hubs[follower].Latest(a); return !ok }, wait, 5*time.Millisecond,
+		"the holder's connection ended")
+	require.Eventually(t, func() bool { return hubs[holder].Stats().Up() == 1 }, wait, 5*time.Millisecond)
+	_, _, ok = hubs[follower].Latest(a)
+	assert.False(t, ok, "the holder's new connection has delivered nothing yet")
+	e.clk.Add(time.Second)
+	require.Eventually(t, func() bool { _, _, ok := hubs[follower].Latest(a); return ok }, wait, 5*time.Millisecond)
+	assert.Equal(t, 2, cols[follower].count(a))
+}
+
+// The layout depends on the union only, and a feed added moves no other
+// feed while the number of chunks stays.
+func TestShareLayout(t *testing.T) {
+	var feeds []string
+	for i := range 120 {
+		feeds = append(feeds, "0x"+strings.Repeat("0", 60)+fmt.Sprintf("%04x", i))
+	}
+	l := newLayout(feeds[:100], 4, 50)
+	assert.Equal(t, 2, l.n, "100 feeds, 50 per connection")
+	again := newLayout(slices.Clone(feeds[:100]), 4, 50)
+	assert.Equal(t, l.chunks, again.chunks)
+	total := 0
+	for i, c := range l.chunks {
+		total += len(c)
+		assert.True(t, slices.IsSorted(c))
+		for _, f := range c {
+			assert.Equal(t, i, l.slot[f])
+		}
+	}
+	assert.Equal(t, 100, total, "a full chunk spills into the next with room")
+	assert.Zero(t, l.over)
+	more := newLayout(feeds[:101], 4, 50)
+	require.Equal(t, 3, more.n)
+	less := newLayout(feeds[:99], 4, 50)
+	require.Equal(t, 2, less.n)
+	changed := 0
+	for i := range less.chunks {
+		if !slices.Equal(less.chunks[i], l.chunks[i]) {
+			changed++
+		}
+	}
+	assert.LessOrEqual(t, changed, 1, "one chunk changes")
+	assert.Zero(t, newLayout(nil, 4, 50).n)
+	assert.Equal(t, 4, newLayout(feeds, 4, 10).n, "capped by the connections")
+	assert.Equal(t, 80, newLayout(feeds, 4, 10).over, "over 4 × 10")
+}
+
+// A message on the channel, whatever its bytes, never panics, and only a
+// well-formed frame of another replica reaches the subscriptions.
+func FuzzShareMessage(f *testing.F) {
+	feed := "0x" + strings.Repeat("ab", 32)
+	report := `{"report":{"feedID":"` + feed + `","fullReport":"0x00","validFromTimestamp":1,"observationsTimestamp":7}}`
+	f.Add([]byte("sg1 F 1/0 other 3\n" + report))
+	f.Add([]byte("sg1 F 1/0 me 3\n" + report))
+	f.Add([]byte("sg1 H 1/0 other 1f 3,4\n"))
+	f.Add([]byte("sg1 D 1/0 other 3\n"))
+	f.Add([]byte("sg1 H 1/0 other\n"))
+	f.Add([]byte("sg1\n"))
+	f.Fuzz(func(t *testing.T, m []byte) {
+		h, err := New(Config{Network: "mainnet", URL: "ws://127.0.0.1:1", APIKey: "k", Secret: []byte("s")})
+		require.NoError(t, err)
+		defer h.Close()
+		s := &sharer{h: h, id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{}}
+		sub := h.Subscribe([]string{feed}, 4)
+		defer sub.Close()
+		s.receive(m)
+		select {
+		case got := <-sub.C():
+			header, _, _ := strings.Cut(string(m), "\n")
+			fields := strings.Fields(header)
+			require.GreaterOrEqual(t, len(fields), 5)
+			assert.Equal(t, []string{"sg1", "F"}, fields[:2])
+			assert.NotEqual(t, "me", fields[3], "its own frames are ignored")
+			assert.True(t, strings.HasSuffix(string(m), string(got)), "the frame's bytes unchanged")
+		default:
+		}
+	})
+}
+
+// Replicas wanting different feeds: the holder carries the union (the
+// feeds of every replica's subscriptions and REST demand) on one
+// connection, and each replica gets the reports of its own feeds.
+func TestShareUnionOfWants(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	fs := e.crypto(t, 4)
+	a, b, c, d := fs[0], fs[1], fs[2], fs[3]
+	hubs, _, _ := replicas(t, e, rs, 3, nil)
+	cols := []*collector{
+		collect(t, hubs[0].Subscribe([]string{a}, 0)),
+		collect(t, hubs[1].Subscribe([]string{b}, 0)),
+		collect(t, hubs[2].Subscribe([]string{a, c}, 0)),
+	}
+	for range DemandThreshold {
+		hubs[1].Want(d) // latest polled on replica 1: streamed
+	}
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		hubs[1].Want(d) // polled still
+		if !settled(e, hubs) {
+			return false
+		}
+		_, _, ok := hubs[1].Latest(d)
+		return ok && cols[0].count(a) >= 20 && cols[1].count(b) >= 20 && cols[2].count(a) >= 20 && cols[2].count(c) >= 20
+	}, wait, 10*time.Millisecond)
+	holder := hubs[holders(hubs)[0]]
+	assert.Equal(t, 4, holder.Stats().FeedsSubscribed, "the union of the wants on one connection")
+	assert.Zero(t, cols[0].count(b)+cols[0].count(c)+cols[1].count(a)+cols[1].count(c)+cols[2].count(b), "each its own feeds")
+	for _, col := range cols {
+		for _, f := range fs {
+			increasing(t, col.of(f))
+		}
+	}
+}
+
+// With two HA origins the holder holds a connection per origin and the
+// followers get every report once.
+func TestShareHighAvailability(t *testing.T) {
+	e := newEnv(t, func(c *simulatorConfig) { c.HAOrigins = []string{"001", "002"} })
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs, cols, _ := replicas(t, e, rs, 3, feeds)
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		hs := holders(hubs)
+		if len(hs) != 1 || e.open() != 2 {
+			return false
+		}
+		for _, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < 20 {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond)
+	for i, h := range hubs {
+		if i != holders(hubs)[0] {
+			assert.Empty(t, h.Stats().Connections, "follower %d holds no connection", i)
+		}
+	}
+	for _, c := range cols {
+		for _, f := range feeds {
+			increasing(t, c.of(f))
+		}
+	}
+}
