@@ -7,7 +7,7 @@
 // a gateway wired as cmd/streamgate wires them, in this process, on
 // loopback, and measures side by side in one run:
 //
-//	hit                the latest report, a pure cache hit, against a bare net/http server sending the same bytes
+//	hit                the latest report, a pure cache hit, against bare net/http servers sending the same bytes, with and without verifying the signature; server CPU per request, each server in a process of its own
 //	miss               reports at distinct timestamps (every one a miss) against the simulator called directly
 //	latest-reduction   many clients polling latest: upstream calls against the ideal minimum
 //	bulk-reduction     bulk requests with most streams cached: upstream calls and streams per request
@@ -42,6 +42,13 @@ import (
 )
 
 func main() {
+	if role := os.Getenv(childEnv); role != "" {
+		if err := runChild(role, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "streamgate-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -74,6 +81,7 @@ type options struct {
 	rounds       int
 	logLevel     string
 	cpuProfile   string
+	pin          bool
 	control      string
 	set          map[string]bool // flags given on the command line
 	out          io.Writer
@@ -102,9 +110,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.latestTTL, "latest-ttl", 0, "cache.latest_ttl of the in-process gateway (hit: 1h; else the default, 500ms)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side (freshness: 5s)")
 	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "freshness: how often each client asks")
-	fs.IntVar(&o.rounds, "rounds", 2, "hit, miss: alternating runs of each side, each -d/rounds long")
+	fs.IntVar(&o.rounds, "rounds", 2, "hit (default 5), miss: alternating runs of each side, each -d/rounds long")
+	fs.BoolVar(&o.pin, "pin", true, "hit: pin the servers to CPU 0 and this client to CPU 1 with taskset, where there is taskset and two CPUs")
 	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run (whole process) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")
 	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
 	if err := fs.Parse(args); err != nil {
 		return err
