@@ -128,7 +128,7 @@ type teamPolicy struct {
 	rate     limitPolicy
 	keyRates map[string]limitPolicy
 	daily    int64
-	quota    limitPolicy // the daily quota's Limit as the Quota reports it
+	quota    limitPolicy            // the daily quota's Limit as the Quota reports it
 	creds    map[string]*credential // own upstream credentials by network
 }
 
