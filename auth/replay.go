@@ -61,9 +61,11 @@ type ReplayStats struct {
 // admitted, each with the time of its first use, for at least ttl
 // (2×MaxSkew: the longest a signature's timestamp stays within the skew).
 // It keeps two generations and drops the older every ttl, so it holds the
-// signatures recorded in the last ttl to 2×ttl. Each generation is a new
-// map: a map emptied in place keeps its size, and one burst would hold its
-// memory for good.
+// signatures recorded in the last ttl to 2×ttl. A generation's map is
+// emptied and used again for the next generation while it is no larger
+// than twice the generation just ended, so that a steady load makes no
+// garbage; a map grown by a burst is dropped, since a map emptied in place
+// keeps its size and would hold the burst's memory for good.
 //
 // Memory is bounded twice. Only admitted requests are recorded (see
 // Verifier.Check and Verifier.Record), so the record holds at most the
@@ -174,11 +176,25 @@ func (r *ReplayRecord) rotate(now int64) {
 		// The older generation is; or the clock stepped back, and the
 		// current generation starts again (a few requests out of order
 		// are not a step).
-		r.prev, r.cur = r.cur, map[replayKey]int64{}
+		r.prev, r.cur = r.cur, r.reuse(r.prev, len(r.cur))
 	default:
 		return
 	}
 	r.rotated = now
+}
+
+// reuse returns the map of a generation being dropped, emptied, for the
+// next generation, when it is no larger than twice the one just ended
+// (load): a map emptied in place keeps its tables, so under a steady load
+// the record stops allocating once both generations have grown to it. A
+// map grown by a burst is let go instead, and a new one made for load, so
+// that the burst's memory goes back. r.mu is held.
+func (r *ReplayRecord) reuse(old map[replayKey]int64, load int) map[replayKey]int64 {
+	if len(old) <= 2*load+1024 {
+		clear(old)
+		return old
+	}
+	return make(map[replayKey]int64, load)
 }
 
 // firstUse returns the time of the first use of k, if recorded. r.mu is

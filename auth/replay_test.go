@@ -111,6 +111,46 @@ func TestReplayRecordGivesMemoryBack(t *testing.T) {
 	runtime.KeepAlive(rc)
 }
 
+// Under a steady load the record reuses the maps of the generations it
+// drops: once both generations have grown to the load, recording a
+// generation's signatures allocates nothing. After a burst, the burst's
+// map is dropped rather than kept.
+func TestReplayRecordSteadyLoadAllocatesNothing(t *testing.T) {
+	const perGen = 5000
+	ttl := 10 * time.Second
+	t0 := time.Unix(1_750_000_000, 0)
+	rc := newReplayCache(ttl, 0)
+	seq := uint64(0)
+	generation := func(g, n int) {
+		start := t0.Add(time.Duration(g) * ttl)
+		var k replayKey
+		for i := range n {
+			seq++
+			binary.LittleEndian.PutUint64(k[:], seq*0x9e3779b97f4a7c15)
+			if err := rc.use(k, start.Add(time.Duration(i)*time.Microsecond), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for g := range 3 { // both generations grow to the load
+		generation(g, perGen)
+	}
+	g := 3
+	allocs := testing.AllocsPerRun(3, func() { generation(g, perGen); g++ })
+	assert.Zero(t, allocs, "a steady load's generation allocates nothing")
+	assert.Equal(t, 2*perGen, rc.Stats().Entries)
+
+	big := map[replayKey]int64{}
+	for i := range 4 * perGen {
+		big[replayKey{byte(i), byte(i >> 8), byte(i >> 16)}] = 0
+	}
+	rc.mu.Lock()
+	next := rc.reuse(big, perGen)
+	rc.mu.Unlock()
+	assert.Len(t, big, 4*perGen, "a burst's map is not emptied for reuse")
+	assert.Empty(t, next)
+}
+
 // fakeShared is a ReplayStore in memory that counts its calls.
 type fakeShared struct {
 	mu    sync.Mutex

@@ -82,10 +82,12 @@ func sum(mac hash.Hash, dst, buf []byte, method, pathWithQuery, bodyHash, apiKey
 // not key SHA-256 afresh for every request. Safe for concurrent use.
 type macPool struct{ pool sync.Pool }
 
-// pooledMAC is an HMAC state and a buffer for the signed string.
+// pooledMAC is an HMAC state, a buffer for the signed string and one for
+// the sum.
 type pooledMAC struct {
 	mac hash.Hash
 	buf []byte
+	out [sha256.Size]byte
 }
 
 func newMACPool(secret []byte) *macPool {
@@ -100,9 +102,8 @@ func newMACPool(secret []byte) *macPool {
 func (p *macPool) valid(c *Credentials, method, requestURI, bodyHash string) bool {
 	m := p.pool.Get().(*pooledMAC)
 	m.mac.Reset()
-	var out [sha256.Size]byte
 	var want []byte
-	want, m.buf = sum(m.mac, out[:0], m.buf, method, requestURI, bodyHash, c.KeyID, c.rawTS)
+	want, m.buf = sum(m.mac, m.out[:0], m.buf, method, requestURI, bodyHash, c.KeyID, c.rawTS)
 	ok := hmac.Equal(want, c.Signature)
 	p.pool.Put(m)
 	return ok
@@ -149,26 +150,58 @@ func first(h http.Header, canonicalKey string) string {
 // ErrMissingHeaders when any is absent and ErrMalformedHeaders when the
 // timestamp is not a decimal integer or the signature is not 64 hex digits.
 func ParseCredentials(h http.Header) (Credentials, error) {
-	key, ts, sig := first(h, canonAuthorization), first(h, canonTimestamp), first(h, canonSignature)
-	if key == "" || ts == "" || sig == "" {
-		return Credentials{}, ErrMissingHeaders
-	}
-	if len(key) > 128 || len(ts) > 20 {
-		return Credentials{}, ErrMalformedHeaders
-	}
-	millis, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || millis < 0 {
-		return Credentials{}, ErrMalformedHeaders
-	}
-	if len(sig) != 2*sha256.Size {
-		return Credentials{}, ErrMalformedHeaders
-	}
-	c := Credentials{KeyID: key, Timestamp: millis, rawTS: ts}
-	if _, err := hex.Decode(c.sig[:], []byte(sig)); err != nil {
-		return Credentials{}, ErrMalformedHeaders
+	var c Credentials
+	if err := parseCredentials(h, &c); err != nil {
+		return Credentials{}, err
 	}
 	c.Signature = c.sig[:]
 	return c, nil
+}
+
+// parseCredentials is ParseCredentials into c, without allocating; it
+// leaves c.Signature unset.
+func parseCredentials(h http.Header, c *Credentials) error {
+	key, ts, sig := first(h, canonAuthorization), first(h, canonTimestamp), first(h, canonSignature)
+	if key == "" || ts == "" || sig == "" {
+		return ErrMissingHeaders
+	}
+	if len(key) > 128 || len(ts) > 20 {
+		return ErrMalformedHeaders
+	}
+	millis, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || millis < 0 {
+		return ErrMalformedHeaders
+	}
+	if len(sig) != 2*sha256.Size || !decodeHex(c.sig[:], sig) {
+		return ErrMalformedHeaders
+	}
+	c.KeyID, c.Timestamp, c.rawTS = key, millis, ts
+	return nil
+}
+
+// decodeHex decodes s, of 2×len(dst) hex digits of either case, into dst.
+func decodeHex(dst []byte, s string) bool {
+	for i := range dst {
+		a, ok1 := fromHex(s[2*i])
+		b, ok2 := fromHex(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = a<<4 | b
+	}
+	return true
+}
+
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // Valid reports, in constant time, whether c carries the signature of method

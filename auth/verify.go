@@ -183,10 +183,11 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 // answers, and Record asks it. The returned error is one of the sentinel
 // errors of this package, or a *ReplayFullError.
 func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
-	c, err := ParseCredentials(r.Header)
-	if err != nil {
+	var c Credentials
+	if err := parseCredentials(r.Header, &c); err != nil {
 		return Result{}, err
 	}
+	c.Signature = c.sig[:] // c stays on this stack
 	now := v.now()
 	res := Result{Skew: now.Sub(c.Time())}
 	p, ok := ks.Lookup(c.KeyID)
