@@ -48,7 +48,7 @@ type reqState struct {
 	sw     statusWriter
 	ctx    stateCtx
 	fields [1]zap.Field
-	vals   [8]string // header values: h[key] = vals[i:i+n:i+n]
+	vals   [12]string // header values: h[key] = vals[i:i+n:i+n]
 	nvals  int
 	text   textBuf // header values' bytes
 }
