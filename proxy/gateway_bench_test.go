@@ -253,3 +253,34 @@ func BenchmarkGatewayLatestHitAllOn(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGatewayHitCost compares a bulk answered from the cache with a
+// single-stream hit, both through a writer that drops the body (hitWriter):
+// what the gateway spends, without a recorder copying 33 KB of answer.
+// Replay protection is off (benchGateway), so each request is signed once.
+func BenchmarkGatewayHitCost(b *testing.B) {
+	env, h := benchGateway(b)
+	ts := time.Now().Add(-time.Hour).Unix()
+	feeds := benchFeeds(b, env, 20)
+	targets := []struct{ name, target string }{
+		{"latest", "/api/v1/reports/latest?feedID=" + feeds[0]},
+		{"report", "/api/v1/reports?feedID=" + feeds[0] + "&timestamp=" + strconv.FormatInt(ts, 10)},
+		{"bulk=1", "/api/v1/reports/bulk?feedIDs=" + feeds[0] + "&timestamp=" + strconv.FormatInt(ts, 10)},
+		{"bulk=20", "/api/v1/reports/bulk?feedIDs=" + strings.Join(feeds, "%2C") + "&timestamp=" + strconv.FormatInt(ts, 10)},
+	}
+	for _, tc := range targets {
+		benchServe(b, env, h, tc.target, http.StatusOK)
+		b.Run(tc.name, func(b *testing.B) {
+			r := benchRequest(tc.target)
+			w := &hitWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.reset()
+				h.ServeHTTP(w, r)
+				if w.code != http.StatusOK {
+					b.Fatalf("status %d", w.code)
+				}
+			}
+		})
+	}
+}

@@ -205,6 +205,15 @@ func (m *Metrics) cacheResult(network, kind, result string) {
 	}
 }
 
+// cacheResultN counts n cache results at once.
+func (m *Metrics) cacheResultN(network, kind, result string, n int) {
+	if m != nil && n > 0 {
+		m.cacheBy.get([3]string{network, kind, result}, func() prometheus.Counter {
+			return m.cacheResults.WithLabelValues(network, kind, result)
+		}).Add(float64(n))
+	}
+}
+
 func (m *Metrics) saved(network, kind string) {
 	if m != nil {
 		m.savedBy.get([2]string{network, kind}, func() prometheus.Counter {

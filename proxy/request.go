@@ -40,10 +40,16 @@ type reportQuery struct {
 // readQuery validates a report request with parse, checks the team may read
 // its streams and that they exist, and writes the audit line. On failure it
 // answers the client and reports false: nothing has reached the upstream.
+// The query is r.URL.Query(), unless values are given (readBulkQuery gives
+// noValues, having read the query itself).
 func (n *network) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string,
-	parse func(url.Values, *reportQuery) error) (reportQuery, bool) {
+	parse func(url.Values, *reportQuery) error, values ...url.Values) (reportQuery, bool) {
 	var rq reportQuery
-	if err := parse(r.URL.Query(), &rq); err != nil {
+	q := noValues
+	if len(values) == 0 {
+		q = r.URL.Query()
+	}
+	if err := parse(q, &rq); err != nil {
 		writeError(w, err)
 		return rq, false
 	}
@@ -90,6 +96,9 @@ func (n *network) readOneFeed(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	}
 	return rq, true
 }
+
+// noValues is the query a parser that reads the query itself is given.
+var noValues = url.Values{}
 
 // oneFeedParsers are the parsers of oneFeed that readOneFeed uses, made
 // once.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -86,7 +87,11 @@ func parseLimit(q url.Values) (int, error) {
 // parseFeedIDs reads a bulk list. The query is already decoded, so a comma
 // sent raw or as %2C arrives the same. Duplicates are dropped, order kept.
 func parseFeedIDs(q url.Values) ([]string, error) {
-	v := q.Get("feedIDs")
+	return checkFeedIDs(q.Get("feedIDs"))
+}
+
+// checkFeedIDs is parseFeedIDs of the value v of feedIDs, decoded.
+func checkFeedIDs(v string) ([]string, error) {
 	if v == "" {
 		return nil, errorf(http.StatusBadRequest, "missing query parameter feedIDs")
 	}
@@ -95,17 +100,25 @@ func parseFeedIDs(q url.Values) ([]string, error) {
 		return nil, errorf(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
 	}
 	ids := make([]string, 0, n)
-	seen := make(map[string]struct{}, n)
+	var seen map[string]struct{} // for long lists; short ones are searched
+	if n > 32 {
+		seen = make(map[string]struct{}, n)
+	}
 	for part := range strings.SplitSeq(v, ",") {
 		part = strings.TrimSpace(part)
 		if !validFeedID(part) {
 			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
 		}
 		part = normalFeedID(part)
-		if _, dup := seen[part]; !dup {
+		if seen != nil {
+			if _, dup := seen[part]; dup {
+				continue
+			}
 			seen[part] = struct{}{}
-			ids = append(ids, part)
+		} else if slices.Contains(ids, part) {
+			continue
 		}
+		ids = append(ids, part)
 	}
 	return ids, nil
 }
