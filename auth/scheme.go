@@ -181,28 +181,29 @@ func parseCredentials(h http.Header, c *Credentials) error {
 
 // decodeHex decodes s, of 2×len(dst) hex digits of either case, into dst.
 func decodeHex(dst []byte, s string) bool {
+	bad := byte(0)
 	for i := range dst {
-		a, ok1 := fromHex(s[2*i])
-		b, ok2 := fromHex(s[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		dst[i] = a<<4 | b
+		a, b := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		bad |= a | b
+		dst[i] = a<<4 | b&0x0f
 	}
-	return true
+	return bad&0x80 == 0
 }
 
-func fromHex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
+// hexValue maps a hex digit to its value and any other byte to 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return 0, false
-}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a') + 10
+		t[c-'a'+'A'] = byte(c-'a') + 10
+	}
+	return t
+}()
 
 // Valid reports, in constant time, whether c carries the signature of method
 // and requestURI (the raw request target as received) under secret.

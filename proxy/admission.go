@@ -26,7 +26,11 @@ func (n *network) checkRequest(next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
-		rt := routeByPath[r.URL.Path]
+		st := stateOf(r.Context())
+		rt := st.route // observe looked it up
+		if rt == nil {
+			rt = routeByPath[r.URL.Path]
+		}
 		if rt == nil && n.passPaths[r.URL.Path] {
 			rt = passThroughRoute
 		}
@@ -49,7 +53,7 @@ func (n *network) checkRequest(next http.Handler) http.Handler {
 			writeError(w, errBody)
 			return
 		}
-		stateOf(r.Context()).route = rt
+		st.route = rt
 		next.ServeHTTP(w, r)
 	})
 }
@@ -180,7 +184,7 @@ func (n *network) admitTeam(ctx context.Context, w http.ResponseWriter, pol *pol
 		return err
 	}
 	if tp.daily > 0 {
-		d, err := n.quota.Take(ctx, tp.quota.key, tp.daily, n.now())
+		d, err := n.quota.Take(ctx, tp.quota.key, tp.daily, stateOf(ctx).clock(n.now))
 		if err != nil {
 			return err
 		}

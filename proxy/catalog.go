@@ -53,7 +53,7 @@ type catalogs struct {
 func (n *network) view(ctx context.Context, view catalogView, cred *credential) (*parsedView, cache.Outcome, error) {
 	hot := view == viewHidden && cred == n.org
 	if hot {
-		if pv := n.cat.orgHidden.Load(); pv != nil && n.now().Before(pv.entry.Expires) {
+		if pv := n.cat.orgHidden.Load(); pv != nil && stateOf(ctx).clock(n.now).Before(pv.entry.Expires) {
 			return pv, cache.Hit, nil
 		}
 	}

@@ -213,7 +213,7 @@ func (w *hitWriter) reset() { clear(w.h); w.code, w.n = 0, 0 }
 // batches with the timer stopped; the writer allocates nothing of its own.
 func BenchmarkGatewayLatestHitAllOn(b *testing.B) {
 	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeTime = config.ISO8601TimeEncoder
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
 	env := proxytest.Start(b, proxytest.Options{Logger: log, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = true

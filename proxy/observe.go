@@ -41,6 +41,7 @@ type reqState struct {
 	verified  auth.Result     // what authenticate checked, for record
 
 	start  time.Time
+	now    time.Time // the network's clock, read once (reqState.clock)
 	method string
 	status int // the status logged and counted
 	dur    time.Duration
@@ -81,6 +82,15 @@ func stateOf(ctx context.Context) *reqState {
 		return st
 	}
 	return &reqState{}
+}
+
+// clock returns the time of now, read once per request: the layers of a
+// request share one reading of the network's clock.
+func (st *reqState) clock(now func() time.Time) time.Time {
+	if st.now.IsZero() {
+		st.now = now()
+	}
+	return st.now
 }
 
 // setHeader sets h[key] to values, the slice taken from the request's own
@@ -170,7 +180,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // and the request metrics when the request ends.
 func observe(network string, log *zap.Logger, m *Metrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &reqState{start: time.Now(), network: network, method: r.Method, endpoint: endpointOf(r)}
+		st := &reqState{start: time.Now(), network: network, method: r.Method}
+		st.route, st.endpoint = routeOf(r)
 		st.id = requestID(r, &st.text)
 		st.sw.ResponseWriter = w
 		st.ctx = stateCtx{Context: r.Context(), st: st}

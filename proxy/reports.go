@@ -74,7 +74,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	if e, state := n.cache.Get(key); state == cache.Fresh {
 		// As Load answers a fresh entry, without making its fill.
 		if obs, ok := e.Value.(int64); ok {
-			n.metrics.latestAge(n.name, n.now().Unix()-obs)
+			n.metrics.latestAge(n.name, stateOf(r.Context()).clock(n.now).Unix()-obs)
 		}
 		n.answer(w, r, "latest", cache.Hit, e, nil)
 		return

@@ -20,6 +20,9 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 	st := stateOf(r.Context())
 	h := w.Header()
 	now := n.now()
+	if outcome == cache.Hit {
+		now = st.clock(n.now) // on a miss, the clock after the fill
+	}
 	n.markCache(st, h, kind, outcome, e, now)
 	switch {
 	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():

@@ -303,7 +303,7 @@ func benchLogger(level string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("-log: %w", err)
 	}
 	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeTime = config.ISO8601TimeEncoder
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), lvl)
 	return zap.New(core), nil
 }
