@@ -183,12 +183,21 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 // answers, and Record asks it. The returned error is one of the sentinel
 // errors of this package, or a *ReplayFullError.
 func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
+	return v.CheckAt(ks, r, time.Time{})
+}
+
+// CheckAt is Check at now, a reading of the verifier's clock
+// (VerifierConfig.Now) the caller already made; the zero time reads the
+// clock.
+func (v *Verifier) CheckAt(ks *KeyStore, r *http.Request, now time.Time) (Result, error) {
 	var c Credentials
 	if err := parseCredentials(r.Header, &c); err != nil {
 		return Result{}, err
 	}
 	c.Signature = c.sig[:] // c stays on this stack
-	now := v.now()
+	if now.IsZero() {
+		now = v.now()
+	}
 	res := Result{Skew: now.Sub(c.Time())}
 	p, ok := ks.Lookup(c.KeyID)
 	if !ok {

@@ -85,7 +85,8 @@ func (n *network) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		res, err := pol.verifier.Check(pol.keys, r)
+		// The verifier's clock is the network's (Gateway's now).
+		res, err := pol.verifier.CheckAt(pol.keys, r, st.clock(n.now))
 		if errors.Is(err, auth.ErrBadSignature) && st.route.name == "ws" {
 			// Some clients sign the upgrade as /api/v1/ws? and the raw
 			// query, whatever target they send.

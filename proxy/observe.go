@@ -49,7 +49,7 @@ type reqState struct {
 	sw     statusWriter
 	ctx    stateCtx
 	fields [1]zap.Field
-	vals   [12]string // header values: h[key] = vals[i:i+n:i+n]
+	vals   [11]string // header values: h[key] = vals[i:i+n:i+n]
 	nvals  int
 	text   textBuf // header values' bytes
 }
@@ -112,7 +112,7 @@ func (st *reqState) setHeader(h http.Header, key string, values ...string) {
 // it returns is written once and never changed: the reqState that holds
 // the buffer is never reused.
 type textBuf struct {
-	b [192]byte
+	b [128]byte
 	n int
 }
 

@@ -132,11 +132,11 @@ func scenarioHit(ctx context.Context, o *options) error {
 			answers[t] = &childAnswer{Status: a.status, Header: a.header, Body: a.body}
 		}
 	}
-	if _, err := start("bare-hmac", "bare-hmac", "net/http, verifies the signature, sends the recorded answer",
+	if _, err := start("bare-hmac", "bare-hmac", "net/http (the gateway's server timeouts), verifies the signature, sends the recorded answer",
 		childSetup{Conc: o.conc, Answers: answers}); err != nil {
 		return err
 	}
-	if _, err := start("bare", "bare", "net/http, sends the recorded answer",
+	if _, err := start("bare", "bare", "net/http (the gateway's server timeouts), sends the recorded answer",
 		childSetup{Conc: o.conc, Answers: answers}); err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/proxy"
 )
 
 // The hit scenario measures each server in a process of its own, so that
@@ -112,7 +114,9 @@ func runChild(role string, stdin io.Reader, stdout io.Writer) error {
 			}
 			h = hmacHandler(keys, 5*time.Second, h)
 		}
-		url, stop, err := serveLoopback(h)
+		// The gateway's http.Server settings (timeouts, header limit), so
+		// that net/http does the same work per request on both sides.
+		url, stop, err := serveLoopbackWith(proxy.NewServer(h, config.Default().Server, nil))
 		if err != nil {
 			return err
 		}
@@ -134,14 +138,17 @@ func runChild(role string, stdin io.Reader, stdout io.Writer) error {
 	return nil
 }
 
-// serveLoopback serves h on a free loopback port, with the timeouts of the
-// gateway's own listeners, and returns its base URL.
+// serveLoopback serves h on a free loopback port and returns its base URL.
 func serveLoopback(h http.Handler) (string, func(), error) {
+	return serveLoopbackWith(&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second})
+}
+
+// serveLoopbackWith serves srv on a free loopback port.
+func serveLoopbackWith(srv *http.Server) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
 }
