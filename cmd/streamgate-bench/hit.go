@@ -21,6 +21,8 @@ type hitSide struct {
 	load   *load
 	total  *result
 	rounds []hitRound
+	// idleCPU is the CPU the server spent in a second without requests.
+	idleCPU time.Duration
 }
 
 // hitRound is one measured run of a side.
@@ -158,6 +160,23 @@ func scenarioHit(ctx context.Context, o *options) error {
 			w.run(ctx)
 		}
 	}
+	// What each server spends with no request at all: background work
+	// (timers, samplers, the runtime), counted into its CPU per request.
+	idle := time.Second
+	before := make([]childStats, len(sides))
+	for i, sd := range sides {
+		if before[i], err = sd.child.stats(ctx); err != nil {
+			return err
+		}
+	}
+	time.Sleep(idle)
+	for i, sd := range sides {
+		after, err := sd.child.stats(ctx)
+		if err != nil {
+			return err
+		}
+		sd.idleCPU = after.CPU - before[i].CPU
+	}
 	for round := range rounds {
 		for k := range sides {
 			sd := sides[(k+round)%len(sides)]
@@ -212,6 +231,11 @@ func scenarioHit(ctx context.Context, o *options) error {
 	for _, sd := range sides {
 		printDetails(o.out, sd.label, sd.total)
 	}
+	fmt.Fprintf(o.out, "  idle CPU in %v without requests:", idle)
+	for _, sd := range sides {
+		fmt.Fprintf(o.out, " %s %s;", sd.label, fmtDur(sd.idleCPU))
+	}
+	fmt.Fprintln(o.out)
 	byLabel := map[string]*hitSide{}
 	for _, sd := range sides {
 		byLabel[sd.label] = sd
