@@ -156,6 +156,8 @@ type Result struct {
 	sig     [sha256.Size]byte
 	key     replayKey // of Principal.KeyID and sig, when hashed
 	hashed  bool
+	gen     uint64 // the replay record's rotation count when Check found the signature unseen
+	unseen  bool
 }
 
 // errUnchecked is the error of Record of a Result that Check refused.
@@ -223,7 +225,8 @@ func (v *Verifier) CheckAt(ks *KeyStore, r *http.Request, now time.Time) (Result
 	}
 	if v.replay != nil {
 		res.key, res.hashed = replayKeyOf(c.KeyID, c.Signature), true
-		if err := v.replay.peek(res.key, now, v.grace); err != nil {
+		var err error
+		if res.gen, res.unseen, err = v.replay.peek(res.key, now, v.grace); err != nil {
 			return res, err
 		}
 	}
@@ -249,7 +252,7 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 	if !res.hashed { // checked by a verifier without replay protection
 		res.key = replayKeyOf(res.Principal.KeyID, res.sig[:])
 	}
-	if err := v.replay.use(res.key, res.at, v.grace); err != nil {
+	if err := v.replay.use(res.key, res.at, v.grace, res.gen, res.unseen); err != nil {
 		return err
 	}
 	if v.shared != nil {
