@@ -85,10 +85,10 @@ type ReplayRecord struct {
 
 	mu      sync.Mutex
 	started bool
-	rotated int64 // when the current generation began
+	rotated int64  // when the current generation began
 	gen     uint64 // counts the rotations, which change the maps
-	ttl     int64 // how long a generation lasts
-	nextTTL int64 // a shorter ttl that applies from nextAt, or 0
+	ttl     int64  // how long a generation lasts
+	nextTTL int64  // a shorter ttl that applies from nextAt, or 0
 	nextAt  int64
 	max     int
 	cur     map[replayKey]int64 // first uses, since rotated
