@@ -66,7 +66,7 @@ func benchServe(b *testing.B, env *proxytest.Env, h http.Handler, target string,
 }
 
 // benchFeeds returns n public live mainnet streams with a full history.
-func benchFeeds(b *testing.B, env *proxytest.Env, n int) []string {
+func benchFeeds(b testing.TB, env *proxytest.Env, n int) []string {
 	b.Helper()
 	hidden := map[string]bool{}
 	for _, id := range env.Sim.Hidden(simulator.Mainnet) {
