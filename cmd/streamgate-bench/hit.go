@@ -21,6 +21,8 @@ type hitSide struct {
 	load   *load
 	total  *result
 	rounds []hitRound
+	next   func(int64, int, *rand.Rand) call // nil: the latest targets
+	shared bool                              // child is another side's
 	// idleCPU is the CPU the server spent in a second without requests.
 	idleCPU time.Duration
 }
@@ -72,7 +74,9 @@ func scenarioHit(ctx context.Context, o *options) error {
 	var sides []*hitSide
 	defer func() {
 		for _, sd := range sides {
-			sd.child.stop()
+			if !sd.shared {
+				sd.child.stop()
+			}
 		}
 	}()
 	start := func(label, role, desc string, setup childSetup) (*hitSide, error) {
@@ -143,13 +147,40 @@ func scenarioHit(ctx context.Context, o *options) error {
 		return err
 	}
 
+	if n := o.hitBulk; n > 0 {
+		// Bulk requests of n of the streams at one timestamp, all cached
+		// once the first has been answered, on the first gateway.
+		if n > len(feeds) {
+			return fmt.Errorf("-hit-bulk %d: only %d streams (-streams)", n, len(feeds))
+		}
+		target := bulkTarget(feeds[:n], time.Now().Add(-time.Hour).Unix())
+		for try := 0; ; try++ {
+			a, err := get(ctx, client, st, &keys[0], gw.child.ready.URL, target)
+			if err != nil {
+				return err
+			}
+			if a.status == http.StatusOK && a.header.Get("X-Cache") == "HIT" {
+				break
+			}
+			if try == 50 {
+				return fmt.Errorf("warming %s: status %d, X-Cache %q", target, a.status, a.header.Get("X-Cache"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		sides = append(sides, &hitSide{label: "gw-bulk", desc: fmt.Sprintf("streamgate (the gateway above), bulk of %d streams, every one cached", n),
+			child: gw.child, total: newResult(), shared: true,
+			next: func(int64, int, *rand.Rand) call { return call{Target: target} }})
+	}
 	next := func(i int64, _ int, _ *rand.Rand) call { return call{Target: targets[i%int64(len(targets))]} }
 	fmt.Fprintf(o.out, "hit: GET /api/v1/reports/latest over %d streams, latest_ttl %v (every answer a cache hit), %d clients, %d rounds of %v per side; team rate and daily quota on (never refusing), replay protection on\n",
 		len(feeds), ttl, o.conc, rounds, o.dur/time.Duration(rounds))
 	fmt.Fprintf(o.out, "  %s; server GOMAXPROCS %d\n", pinned, gw.child.ready.Procs)
 	for _, sd := range sides {
 		fmt.Fprintf(o.out, "  %-9s %s\n", sd.label, sd.desc)
-		sd.load = o.newLoad(client, sd.child.ready.URL, keys, st, next)
+		if sd.next == nil {
+			sd.next = next
+		}
+		sd.load = o.newLoad(client, sd.child.ready.URL, keys, st, sd.next)
 		sd.load.Duration = max(o.dur/time.Duration(rounds), time.Millisecond)
 		if o.maxRequests > 0 {
 			sd.load.MaxRequests = max(o.maxRequests/int64(rounds), 1)
@@ -241,7 +272,7 @@ func scenarioHit(ctx context.Context, o *options) error {
 		byLabel[sd.label] = sd
 	}
 	fmt.Fprintf(o.out, "server CPU per request, ratio within each round: median [min, max] of %d rounds\n", rounds)
-	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}} {
+	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}} {
 		a, b := byLabel[p[0]], byLabel[p[1]]
 		if a == nil || b == nil {
 			continue
