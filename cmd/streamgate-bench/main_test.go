@@ -3,12 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -208,17 +206,4 @@ func TestScenarioFreshnessSmoke(t *testing.T) {
 	}
 	assert.Contains(t, o, "swr    latest_max_stale 3s, latest_max_wait 1s, latest_bulk_refresh true")
 	assert.Contains(t, o, "before latest_max_stale 0s, latest_max_wait 30s, latest_bulk_refresh false")
-}
-
-// TestMain runs the hit scenario's server processes, which are this test
-// binary started again with childEnv set.
-func TestMain(m *testing.M) {
-	if role := os.Getenv(childEnv); role != "" {
-		if err := runChild(role, os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	os.Exit(m.Run())
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -10,6 +12,19 @@ import (
 
 	"streamgate/auth"
 )
+
+// TestMain runs the hit scenario's server processes, which are this test
+// binary started again with childEnv set.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		if err := runChild(role, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	os.Exit(m.Run())
+}
 
 // The bare HMAC server accepts what the gateway's scheme signs, and
 // refuses a wrong signature, an unknown key and a stale timestamp.
