@@ -132,7 +132,7 @@ func bulkBuffer(size int) *[]byte {
 func (n *network) readBulkQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal) (reportQuery, bool) {
 	ids, ts, ok := plainBulkQuery(r.URL.RawQuery)
 	if !ok {
-		return n.readQuery(w, r, p, "bulk", parseBulk)
+		return n.readQuery(w, r, p, "bulk", parseBulkQuery)
 	}
 	return n.readQuery(w, r, p, "bulk", func(_ url.Values, rq *reportQuery) (err error) {
 		if rq.feeds, err = checkFeedIDs(ids); err != nil {
@@ -177,8 +177,8 @@ func plainBulkQuery(raw string) (ids, ts string, ok bool) {
 	return ids, ts, true
 }
 
-// parseBulk is the parser of a bulk query.
-func parseBulk(q url.Values, rq *reportQuery) (err error) {
+// parseBulkQuery is the parser of a bulk query.
+func parseBulkQuery(q url.Values, rq *reportQuery) (err error) {
 	if rq.feeds, err = parseFeedIDs(q); err != nil {
 		return err
 	}
