@@ -61,9 +61,11 @@ type ReplayStats struct {
 // admitted, each with the time of its first use, for at least ttl
 // (2×MaxSkew: the longest a signature's timestamp stays within the skew).
 // It keeps two generations and drops the older every ttl, so it holds the
-// signatures recorded in the last ttl to 2×ttl. Each generation is a new
-// map: a map emptied in place keeps its size, and one burst would hold its
-// memory for good.
+// signatures recorded in the last ttl to 2×ttl. A generation's map is
+// emptied and used again for the next generation while it is no larger
+// than twice the generation just ended, so that a steady load makes no
+// garbage; a map grown by a burst is dropped, since a map emptied in place
+// keeps its size and would hold the burst's memory for good.
 //
 // Memory is bounded twice. Only admitted requests are recorded (see
 // Verifier.Check and Verifier.Record), so the record holds at most the
@@ -83,9 +85,10 @@ type ReplayRecord struct {
 
 	mu      sync.Mutex
 	started bool
-	rotated int64 // when the current generation began
-	ttl     int64 // how long a generation lasts
-	nextTTL int64 // a shorter ttl that applies from nextAt, or 0
+	rotated int64  // when the current generation began
+	gen     uint64 // counts the rotations, which change the maps
+	ttl     int64  // how long a generation lasts
+	nextTTL int64  // a shorter ttl that applies from nextAt, or 0
 	nextAt  int64
 	max     int
 	cur     map[replayKey]int64 // first uses, since rotated
@@ -174,18 +177,33 @@ func (r *ReplayRecord) rotate(now int64) {
 		// The older generation is; or the clock stepped back, and the
 		// current generation starts again (a few requests out of order
 		// are not a step).
-		r.prev, r.cur = r.cur, map[replayKey]int64{}
+		r.prev, r.cur = r.cur, r.reuse(r.prev, len(r.cur))
 	default:
 		return
 	}
 	r.rotated = now
+	r.gen++
+}
+
+// reuse returns the map of a generation being dropped, emptied, for the
+// next generation, when it is no larger than twice the one just ended
+// (load): a map emptied in place keeps its tables, so under a steady load
+// the record stops allocating once both generations have grown to it. A
+// map grown by a burst is let go instead, and a new one made for load, so
+// that the burst's memory goes back. r.mu is held.
+func (r *ReplayRecord) reuse(old map[replayKey]int64, load int) map[replayKey]int64 {
+	if len(old) <= 2*load+1024 {
+		clear(old)
+		return old
+	}
+	return make(map[replayKey]int64, load)
 }
 
 // firstUse returns the time of the first use of k, if recorded. r.mu is
 // held.
-func (r *ReplayRecord) firstUse(k replayKey) (int64, bool) {
-	if t, ok := r.cur[k]; ok {
-		return t, true
+func (r *ReplayRecord) firstUse(k replayKey, curOnly bool) (int64, bool) {
+	if t, ok := r.cur[k]; ok || curOnly {
+		return t, ok
 	}
 	t, ok := r.prev[k]
 	return t, ok
@@ -195,8 +213,8 @@ func (r *ReplayRecord) firstUse(k replayKey) (int64, bool) {
 // used before within grace; ErrReplay when it was used before that; a
 // *ReplayFullError when it was not, and there is no room to record it.
 // r.mu is held.
-func (r *ReplayRecord) decide(k replayKey, now int64, grace time.Duration) (seen bool, err error) {
-	if first, ok := r.firstUse(k); ok {
+func (r *ReplayRecord) decide(k replayKey, now int64, grace time.Duration, curOnly bool) (seen bool, err error) {
+	if first, ok := r.firstUse(k, curOnly); ok {
 		// A request checked before the first use but recorded after it
 		// (requests run concurrently) is at 0.
 		if max(now-first, 0) < int64(grace) {
@@ -222,24 +240,29 @@ func (r *ReplayRecord) retryAfter(now int64) time.Duration {
 }
 
 // peek reports, without recording anything, whether k may be used at at
-// with grace (see decide).
-func (r *ReplayRecord) peek(k replayKey, at time.Time, grace time.Duration) error {
+// with grace (see decide). When k is in neither generation, unseen is
+// set and gen is the record's rotation count: use, given both, then need
+// not look in the older generation again if no rotation came between.
+func (r *ReplayRecord) peek(k replayKey, at time.Time, grace time.Duration) (gen uint64, unseen bool, err error) {
 	now := r.since(at)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rotate(now)
-	_, err := r.decide(k, now, grace)
-	return err
+	seen, err := r.decide(k, now, grace, false)
+	return r.gen, !seen, err
 }
 
 // use records k as used at at, unless it was used before, and reports
-// whether it may be used (see decide).
-func (r *ReplayRecord) use(k replayKey, at time.Time, grace time.Duration) error {
+// whether it may be used (see decide). peeked says that peek found k in
+// neither generation at rotation count gen: the older generation, not
+// changed since unless a rotation came between, is then not searched
+// again (a concurrent first use of k went into the current one).
+func (r *ReplayRecord) use(k replayKey, at time.Time, grace time.Duration, gen uint64, peeked bool) error {
 	now := r.since(at)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rotate(now)
-	seen, err := r.decide(k, now, grace)
+	seen, err := r.decide(k, now, grace, peeked && gen == r.gen)
 	if err == nil && !seen {
 		r.cur[k] = now
 	}

@@ -31,7 +31,7 @@ func newReplayCache(ttl, grace time.Duration) replayCache {
 
 // firstUse records (key, sig) and reports whether it may be used.
 func (rc replayCache) firstUse(key string, sig []byte, now time.Time) bool {
-	return rc.use(replayKeyOf(key, sig), now, rc.grace) == nil
+	return rc.use(replayKeyOf(key, sig), now, rc.grace, 0, false) == nil
 }
 
 func TestReplayRecordFull(t *testing.T) {
@@ -88,7 +88,7 @@ func TestReplayRecordGivesMemoryBack(t *testing.T) {
 	var k replayKey
 	for i := range n {
 		binary.LittleEndian.PutUint64(k[:], uint64(i)*0x9e3779b97f4a7c15)
-		require.NoError(t, rc.use(k, t0.Add(time.Duration(i)*time.Microsecond), 0))
+		require.NoError(t, rc.use(k, t0.Add(time.Duration(i)*time.Microsecond), 0, 0, false))
 	}
 	peak := heapInuse()
 	grown := int64(peak) - int64(before)
@@ -100,15 +100,55 @@ func TestReplayRecordGivesMemoryBack(t *testing.T) {
 
 	// One rotation moves the entries to the older generation; they are
 	// all still needed.
-	require.NoError(t, rc.use(replayKey{1}, t0.Add(10*time.Second), 0))
+	require.NoError(t, rc.use(replayKey{1}, t0.Add(10*time.Second), 0, 0, false))
 	assert.Equal(t, n+1, rc.Stats().Entries)
 	// Past 2×ttl, both generations go, and their memory with them.
-	require.NoError(t, rc.use(replayKey{2}, t0.Add(30*time.Second), 0))
+	require.NoError(t, rc.use(replayKey{2}, t0.Add(30*time.Second), 0, 0, false))
 	assert.Equal(t, 1, rc.Stats().Entries)
 	after := heapInuse()
 	t.Logf("after rotation: %.1f MB above the start", float64(int64(after)-int64(before))/1e6)
 	assert.Less(t, int64(after)-int64(before), grown/2, "the rotated maps' memory is given back")
 	runtime.KeepAlive(rc)
+}
+
+// Under a steady load the record reuses the maps of the generations it
+// drops: once both generations have grown to the load, recording a
+// generation's signatures allocates nothing. After a burst, the burst's
+// map is dropped rather than kept.
+func TestReplayRecordSteadyLoadAllocatesNothing(t *testing.T) {
+	const perGen = 5000
+	ttl := 10 * time.Second
+	t0 := time.Unix(1_750_000_000, 0)
+	rc := newReplayCache(ttl, 0)
+	seq := uint64(0)
+	generation := func(g, n int) {
+		start := t0.Add(time.Duration(g) * ttl)
+		var k replayKey
+		for i := range n {
+			seq++
+			binary.LittleEndian.PutUint64(k[:], seq*0x9e3779b97f4a7c15)
+			if err := rc.use(k, start.Add(time.Duration(i)*time.Microsecond), 0, 0, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for g := range 3 { // both generations grow to the load
+		generation(g, perGen)
+	}
+	g := 3
+	allocs := testing.AllocsPerRun(3, func() { generation(g, perGen); g++ })
+	assert.Zero(t, allocs, "a steady load's generation allocates nothing")
+	assert.Equal(t, 2*perGen, rc.Stats().Entries)
+
+	big := map[replayKey]int64{}
+	for i := range 4 * perGen {
+		big[replayKey{byte(i), byte(i >> 8), byte(i >> 16)}] = 0
+	}
+	rc.mu.Lock()
+	next := rc.reuse(big, perGen)
+	rc.mu.Unlock()
+	assert.Len(t, big, 4*perGen, "a burst's map is not emptied for reuse")
+	assert.Empty(t, next)
 }
 
 // fakeShared is a ReplayStore in memory that counts its calls.
@@ -288,7 +328,7 @@ func TestCheckUnadmittedTakesNoRoom(t *testing.T) {
 	// Peeking allocates nothing.
 	k := replayKeyOf("k-trading", make([]byte, 32))
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := v.replay.peek(k, now, 0); err != nil {
+		if _, _, err := v.replay.peek(k, now, 0); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -405,16 +445,38 @@ func TestReplayRecordShortensTwice(t *testing.T) {
 	// 20 s in force before c has passed at c+20s.
 	c := time.Unix(1_750_000_000, 0)
 	rc := newReplayCache(20*time.Second, 0)
-	require.NoError(t, rc.use(replayKey{1}, c.Add(-time.Second), 0)) // the generation starts
+	require.NoError(t, rc.use(replayKey{1}, c.Add(-time.Second), 0, 0, false)) // the generation starts
 	rc.configure(10*time.Second, 0, c)
-	require.NoError(t, rc.use(replayKey{2}, c.Add(14*time.Second), 0))
+	require.NoError(t, rc.use(replayKey{2}, c.Add(14*time.Second), 0, 0, false))
 	rc.configure(10*time.Second, 0, c.Add(15*time.Second))
-	require.NoError(t, rc.use(replayKey{3}, c.Add(20*time.Second), 0))
-	assert.ErrorIs(t, rc.use(replayKey{2}, c.Add(23*time.Second), 0), ErrReplay)
+	require.NoError(t, rc.use(replayKey{3}, c.Add(20*time.Second), 0, 0, false))
+	assert.ErrorIs(t, rc.use(replayKey{2}, c.Add(23*time.Second), 0, 0, false), ErrReplay)
 
 	// Later on, the ttl is 10 s.
 	for i, at := range []time.Duration{30, 40, 50} {
-		require.NoError(t, rc.use(replayKey{byte(10 + i)}, c.Add(at*time.Second), 0))
+		require.NoError(t, rc.use(replayKey{byte(10 + i)}, c.Add(at*time.Second), 0, 0, false))
 	}
 	assert.Equal(t, 2, rc.Stats().Entries)
+}
+
+// Record after Check searches only the current generation when no
+// rotation came between; a rotation between sends it to both again, so a
+// twin recorded meanwhile and rotated to the older generation is found.
+func TestRecordAfterPeekAcrossRotation(t *testing.T) {
+	t0 := time.Unix(1_750_000_000, 0)
+	for _, rotate := range []bool{false, true} {
+		rc := newReplayCache(10*time.Second, 0)
+		k := replayKey{7}
+		require.NoError(t, rc.use(replayKey{1}, t0, 0, 0, false)) // the generation starts
+		gen, unseen, err := rc.peek(k, t0.Add(time.Second), 0)
+		require.NoError(t, err)
+		require.True(t, unseen)
+		require.NoError(t, rc.use(k, t0.Add(time.Second), 0, 0, false), "a twin is recorded first")
+		at := t0.Add(2 * time.Second)
+		if rotate {
+			at = t0.Add(11 * time.Second)
+			require.NoError(t, rc.use(replayKey{2}, at, 0, 0, false)) // the twin moves to the older generation
+		}
+		assert.ErrorIs(t, rc.use(k, at, 0, gen, unseen), ErrReplay, "rotation between: %v", rotate)
+	}
 }

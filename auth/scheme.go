@@ -82,10 +82,12 @@ func sum(mac hash.Hash, dst, buf []byte, method, pathWithQuery, bodyHash, apiKey
 // not key SHA-256 afresh for every request. Safe for concurrent use.
 type macPool struct{ pool sync.Pool }
 
-// pooledMAC is an HMAC state and a buffer for the signed string.
+// pooledMAC is an HMAC state, a buffer for the signed string and one for
+// the sum.
 type pooledMAC struct {
 	mac hash.Hash
 	buf []byte
+	out [sha256.Size]byte
 }
 
 func newMACPool(secret []byte) *macPool {
@@ -100,9 +102,8 @@ func newMACPool(secret []byte) *macPool {
 func (p *macPool) valid(c *Credentials, method, requestURI, bodyHash string) bool {
 	m := p.pool.Get().(*pooledMAC)
 	m.mac.Reset()
-	var out [sha256.Size]byte
 	var want []byte
-	want, m.buf = sum(m.mac, out[:0], m.buf, method, requestURI, bodyHash, c.KeyID, c.rawTS)
+	want, m.buf = sum(m.mac, m.out[:0], m.buf, method, requestURI, bodyHash, c.KeyID, c.rawTS)
 	ok := hmac.Equal(want, c.Signature)
 	p.pool.Put(m)
 	return ok
@@ -149,27 +150,60 @@ func first(h http.Header, canonicalKey string) string {
 // ErrMissingHeaders when any is absent and ErrMalformedHeaders when the
 // timestamp is not a decimal integer or the signature is not 64 hex digits.
 func ParseCredentials(h http.Header) (Credentials, error) {
-	key, ts, sig := first(h, canonAuthorization), first(h, canonTimestamp), first(h, canonSignature)
-	if key == "" || ts == "" || sig == "" {
-		return Credentials{}, ErrMissingHeaders
-	}
-	if len(key) > 128 || len(ts) > 20 {
-		return Credentials{}, ErrMalformedHeaders
-	}
-	millis, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || millis < 0 {
-		return Credentials{}, ErrMalformedHeaders
-	}
-	if len(sig) != 2*sha256.Size {
-		return Credentials{}, ErrMalformedHeaders
-	}
-	c := Credentials{KeyID: key, Timestamp: millis, rawTS: ts}
-	if _, err := hex.Decode(c.sig[:], []byte(sig)); err != nil {
-		return Credentials{}, ErrMalformedHeaders
+	var c Credentials
+	if err := parseCredentials(h, &c); err != nil {
+		return Credentials{}, err
 	}
 	c.Signature = c.sig[:]
 	return c, nil
 }
+
+// parseCredentials is ParseCredentials into c, without allocating; it
+// leaves c.Signature unset.
+func parseCredentials(h http.Header, c *Credentials) error {
+	key, ts, sig := first(h, canonAuthorization), first(h, canonTimestamp), first(h, canonSignature)
+	if key == "" || ts == "" || sig == "" {
+		return ErrMissingHeaders
+	}
+	if len(key) > 128 || len(ts) > 20 {
+		return ErrMalformedHeaders
+	}
+	millis, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || millis < 0 {
+		return ErrMalformedHeaders
+	}
+	if len(sig) != 2*sha256.Size || !decodeHex(c.sig[:], sig) {
+		return ErrMalformedHeaders
+	}
+	c.KeyID, c.Timestamp, c.rawTS = key, millis, ts
+	return nil
+}
+
+// decodeHex decodes s, of 2×len(dst) hex digits of either case, into dst.
+func decodeHex(dst []byte, s string) bool {
+	bad := byte(0)
+	for i := range dst {
+		a, b := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		bad |= a | b
+		dst[i] = a<<4 | b&0x0f
+	}
+	return bad&0x80 == 0
+}
+
+// hexValue maps a hex digit to its value and any other byte to 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a') + 10
+		t[c-'a'+'A'] = byte(c-'a') + 10
+	}
+	return t
+}()
 
 // Valid reports, in constant time, whether c carries the signature of method
 // and requestURI (the raw request target as received) under secret.

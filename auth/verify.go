@@ -156,6 +156,8 @@ type Result struct {
 	sig     [sha256.Size]byte
 	key     replayKey // of Principal.KeyID and sig, when hashed
 	hashed  bool
+	gen     uint64 // the replay record's rotation count when Check found the signature unseen
+	unseen  bool
 }
 
 // errUnchecked is the error of Record of a Result that Check refused.
@@ -183,11 +185,21 @@ func (v *Verifier) Verify(ks *KeyStore, r *http.Request) (Result, error) {
 // answers, and Record asks it. The returned error is one of the sentinel
 // errors of this package, or a *ReplayFullError.
 func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
-	c, err := ParseCredentials(r.Header)
-	if err != nil {
+	return v.CheckAt(ks, r, time.Time{})
+}
+
+// CheckAt is Check at now, a reading of the verifier's clock
+// (VerifierConfig.Now) the caller already made; the zero time reads the
+// clock.
+func (v *Verifier) CheckAt(ks *KeyStore, r *http.Request, now time.Time) (Result, error) {
+	var c Credentials
+	if err := parseCredentials(r.Header, &c); err != nil {
 		return Result{}, err
 	}
-	now := v.now()
+	c.Signature = c.sig[:] // c stays on this stack
+	if now.IsZero() {
+		now = v.now()
+	}
 	res := Result{Skew: now.Sub(c.Time())}
 	p, ok := ks.Lookup(c.KeyID)
 	if !ok {
@@ -213,7 +225,8 @@ func (v *Verifier) Check(ks *KeyStore, r *http.Request) (Result, error) {
 	}
 	if v.replay != nil {
 		res.key, res.hashed = replayKeyOf(c.KeyID, c.Signature), true
-		if err := v.replay.peek(res.key, now, v.grace); err != nil {
+		var err error
+		if res.gen, res.unseen, err = v.replay.peek(res.key, now, v.grace); err != nil {
 			return res, err
 		}
 	}
@@ -239,7 +252,7 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 	if !res.hashed { // checked by a verifier without replay protection
 		res.key = replayKeyOf(res.Principal.KeyID, res.sig[:])
 	}
-	if err := v.replay.use(res.key, res.at, v.grace); err != nil {
+	if err := v.replay.use(res.key, res.at, v.grace, res.gen, res.unseen); err != nil {
 		return err
 	}
 	if v.shared != nil {

@@ -70,6 +70,12 @@ type Server struct {
 	// AdminTokenFile is a file holding the token, read at load time like
 	// Credentials.APISecretFile. Default "".
 	AdminTokenFile string `yaml:"admin_token_file" json:"admin_token_file"`
+	// Pprof, when true, serves the Go runtime's profiles (net/http/pprof)
+	// on the admin listener under /debug/pprof/, behind AdminToken when
+	// one is set. It needs AdminListen, and AdminToken when AdminListen is
+	// not on loopback. A profile costs CPU while it is taken; nothing is
+	// spent while none is asked for. Default false.
+	Pprof bool `yaml:"pprof" json:"pprof"`
 
 	file fileState
 }

@@ -129,6 +129,12 @@ func (v *validator) server(s *Server, networks map[string]*Network) {
 			}
 		}
 	}
+	switch {
+	case s.Pprof && s.AdminListen == "":
+		v.add("server.pprof", "needs server.admin_listen, which serves it")
+	case s.Pprof && s.AdminToken == "" && s.AdminTokenFile == "" && !loopbackAddr(s.AdminListen):
+		v.add("server.pprof", "server.admin_listen %q is not on loopback: set server.admin_token (or admin_token_file) to serve the profiles", s.AdminListen)
+	}
 	switch inline := s.AdminToken != "" && !s.file.read; {
 	case inline && s.AdminTokenFile != "":
 		v.add("server.admin_token", "give either admin_token or admin_token_file, not both")
@@ -583,6 +589,20 @@ func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*N
 			return
 		}
 	}
+}
+
+// loopbackAddr reports whether the host of host:port addr is a loopback
+// address or localhost.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func localUpstream(raw string) bool {

@@ -197,6 +197,14 @@ func TestValidate(t *testing.T) {
 			want: []string{"networks.x: empty: listen is required"}},
 		{name: "nil team credentials", change: func(c *Config) { c.Teams[1].Upstream = map[string]*Credentials{"testnet": nil} },
 			want: []string{"teams[1].upstream.testnet.api_key: required", "teams[1].upstream.testnet.api_secret: required (or api_secret_file)"}},
+		{name: "pprof on the loopback admin listener", change: func(c *Config) { c.Server.Pprof = true }},
+		{name: "pprof needs the admin listener", change: func(c *Config) { c.Server.Pprof, c.Server.AdminListen = true, "" },
+			want: []string{"server.pprof: needs server.admin_listen, which serves it"}},
+		{name: "pprof off loopback needs the admin token", change: func(c *Config) { c.Server.Pprof, c.Server.AdminListen = true, "0.0.0.0:9090" },
+			want: []string{`server.pprof: server.admin_listen "0.0.0.0:9090" is not on loopback: set server.admin_token (or admin_token_file) to serve the profiles`}},
+		{name: "pprof off loopback with the admin token", change: func(c *Config) {
+			c.Server.Pprof, c.Server.AdminListen, c.Server.AdminToken = true, "0.0.0.0:9090", "admin-token-0123456789"
+		}},
 		{name: "IPv6 listen address", change: func(c *Config) { c.Networks["mainnet"].Listen = "[::1]:8080" }},
 		{name: "shared listen address with hosts", change: func(c *Config) {
 			c.Networks["testnet"].Listen = c.Networks["mainnet"].Listen

@@ -26,7 +26,11 @@ func (n *network) checkRequest(next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
-		rt := routeByPath[r.URL.Path]
+		st := stateOf(r.Context())
+		rt := st.route // observe looked it up
+		if rt == nil {
+			rt = routeByPath[r.URL.Path]
+		}
 		if rt == nil && n.passPaths[r.URL.Path] {
 			rt = passThroughRoute
 		}
@@ -49,7 +53,7 @@ func (n *network) checkRequest(next http.Handler) http.Handler {
 			writeError(w, errBody)
 			return
 		}
-		stateOf(r.Context()).route = rt
+		st.route = rt
 		next.ServeHTTP(w, r)
 	})
 }
@@ -81,7 +85,8 @@ func (n *network) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		res, err := pol.verifier.Check(pol.keys, r)
+		// The verifier's clock is the network's (Gateway's now).
+		res, err := pol.verifier.CheckAt(pol.keys, r, st.clock(n.now))
 		if errors.Is(err, auth.ErrBadSignature) && st.route.name == "ws" {
 			// Some clients sign the upgrade as /api/v1/ws? and the raw
 			// query, whatever target they send.
@@ -142,41 +147,101 @@ func (n *network) admitTeam(ctx context.Context, w http.ResponseWriter, pol *pol
 	if tp == nil {
 		return nil
 	}
-	check := func(limit, key string, l ratelimit.Limit) error {
-		if l.Unlimited() {
+	// The decisions of the admitted request are advertised together at
+	// the end; a refusal advertises those made until then, as each check
+	// would have.
+	var made [3]admitted
+	nMade := 0
+	refuse := func(d ratelimit.Decision, limit string, msg string) error {
+		h := w.Header()
+		for _, a := range made[:nMade] {
+			a.d.SetHeaders(h, a.name)
+		}
+		d.SetHeaders(h, limit)
+		n.metrics.limited(p.Team.Name, limit)
+		return &apiError{status: http.StatusTooManyRequests, msg: msg, retryAfter: d.RetryAfter}
+	}
+	check := func(limit string, lp *limitPolicy) error {
+		if lp.limit.Unlimited() {
 			return nil
 		}
-		d, err := n.limiter.Allow(ctx, key, l)
+		d, err := n.limiter.Allow(ctx, lp.key, lp.limit)
 		if err != nil {
 			return err
 		}
-		d.SetHeaders(w.Header(), limit)
 		if !d.Allowed {
-			n.metrics.limited(p.Team.Name, limit)
-			return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for " + limit + ": slow down and retry after the time in Retry-After", retryAfter: d.RetryAfter}
+			return refuse(d, limit, "rate limit exceeded for "+limit+": slow down and retry after the time in Retry-After")
 		}
+		made[nMade] = admitted{name: limit, d: d, policy: lp}
+		nMade++
 		return nil
 	}
-	if l, ok := tp.keyRates[p.KeyID]; ok {
-		if err := check("key", "key:"+p.KeyID, l); err != nil {
+	if lp, ok := tp.keyRates[p.KeyID]; ok {
+		if err := check("key", &lp); err != nil {
 			return err
 		}
 	}
-	if err := check("team", "team:"+p.Team.Name, tp.rate); err != nil {
+	if err := check("team", &tp.rate); err != nil {
 		return err
 	}
 	if tp.daily > 0 {
-		d, err := n.quota.Take(ctx, "daily:"+p.Team.Name, tp.daily, n.now())
+		d, err := n.quota.Take(ctx, tp.quota.key, tp.daily, stateOf(ctx).clock(n.now))
 		if err != nil {
 			return err
 		}
-		d.SetHeaders(w.Header(), "daily")
 		if !d.Allowed {
-			n.metrics.limited(p.Team.Name, "daily")
-			return &apiError{status: http.StatusTooManyRequests, msg: "daily quota exhausted for this team", retryAfter: d.RetryAfter}
+			return refuse(d, "daily", "daily quota exhausted for this team")
 		}
+		made[nMade] = admitted{name: "daily", d: d, policy: &tp.quota}
+		nMade++
+	}
+	if nMade > 0 {
+		stateOf(ctx).rateLimitHeaders(w.Header(), made[:nMade])
 	}
 	return nil
+}
+
+// admitted is a decision that let a request through.
+type admitted struct {
+	name   string
+	d      ratelimit.Decision
+	policy *limitPolicy
+}
+
+// The header names of ratelimit.SetHeaders, in canonical form.
+var (
+	canonRateLimitPolicy = http.CanonicalHeaderKey(ratelimit.HeaderRateLimitPolicy)
+	canonRateLimit       = http.CanonicalHeaderKey(ratelimit.HeaderRateLimit)
+)
+
+// rateLimitHeaders writes the RateLimit fields of the admitted decisions
+// as ratelimit.SetHeaders would, one member each, in order: the policies
+// from those made with the policy, the state rendered into the request's
+// own storage.
+func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
+	if len(h[canonRateLimitPolicy]) > 0 || len(h[canonRateLimit]) > 0 {
+		for _, a := range made { // members already there: add to them
+			a.d.SetHeaders(h, a.name)
+		}
+		return
+	}
+	var pols, states [3]string
+	k := 0
+	for _, a := range made {
+		if a.d.Limit.Rate <= 0 { // SetHeaders advertises no unlimited decision
+			continue
+		}
+		pols[k] = a.policy.header
+		if a.d.Limit != a.policy.limit { // not the limit the policy was made for
+			pols[k] = a.d.PolicyValue(a.name)
+		}
+		states[k] = st.text.take(a.d.AppendRateLimit(st.text.room(), a.name))
+		k++
+	}
+	if k > 0 {
+		st.setHeader(h, canonRateLimitPolicy, pols[:k]...)
+		st.setHeader(h, canonRateLimit, states[:k]...)
+	}
 }
 
 // admitAnonymous applies auth.anonymous_rate to an unsigned request, per

@@ -21,13 +21,7 @@ const bulkParallel = 4
 // answers fill the per-stream entries. The response is 206 when any stream
 // has no report at the timestamp.
 func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readQuery(w, r, p, "bulk", func(q url.Values, rq *reportQuery) (err error) {
-		if rq.feeds, err = parseFeedIDs(q); err != nil {
-			return err
-		}
-		rq.ts, err = parseTimestamp(q, "timestamp")
-		return err
-	})
+	rq, ok := n.readBulkQuery(w, r, p)
 	if !ok {
 		return
 	}
@@ -35,7 +29,7 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 
 	found := make([][]byte, len(feeds)) // the report record of each stream, nil when none
 	var missing []string
-	hits := 0
+	hits, negative := 0, 0
 	for i, f := range feeds {
 		e, state := n.cache.Get(cache.ReportKey(n.name, cred.scope, f, ts))
 		switch {
@@ -44,12 +38,13 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		case e.Status == http.StatusOK:
 			found[i] = reportPayload(e.Body)
 			hits++
-			n.metrics.cacheResult(n.name, "bulk", "hit")
 		default: // a negative entry: no report yet, known without asking
-			hits++
-			n.metrics.cacheResult(n.name, "bulk", "negative")
+			negative++
 		}
 	}
+	n.metrics.cacheResultN(n.name, "bulk", "hit", hits)
+	n.metrics.cacheResultN(n.name, "bulk", "negative", negative)
+	hits += negative
 
 	outcome := "HIT"
 	if len(missing) > 0 {
@@ -78,8 +73,8 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		}
 		size += len(rep) + 1
 	}
-	out := make([]byte, 0, size)
-	out = append(out, `{"reports":[`...)
+	buf := bulkBuffer(size)
+	out := append((*buf)[:0], `{"reports":[`...)
 	first := true
 	for _, rep := range found {
 		if rep == nil {
@@ -93,12 +88,102 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	}
 	out = append(out, "]}\n"...)
 
-	stateOf(ctx).cache = outcome
+	st := stateOf(ctx)
+	st.cache = outcome
 	h := w.Header()
-	h.Set("X-Cache", outcome)
-	h.Set("X-Cache-Hits", strconv.Itoa(hits)+"/"+strconv.Itoa(len(feeds)))
-	h.Set("Cache-Control", "no-store")
-	writeRaw(w, status, out)
+	st.setHeader(h, "X-Cache", outcome)
+	b := strconv.AppendInt(st.text.room(), int64(hits), 10)
+	b = append(b, '/')
+	st.setHeader(h, "X-Cache-Hits", st.text.take(strconv.AppendInt(b, int64(len(feeds)), 10)))
+	st.setHeader(h, "Cache-Control", "no-store")
+	st.setHeader(h, "Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(out)
+	*buf = out
+	bulkBuffers.Put(buf)
+}
+
+// bulkBuffers keeps the buffers bulk answers are assembled in: the
+// ResponseWriter has the bytes once Write returns. Buffers larger than
+// bulkBufferMax are not kept.
+var bulkBuffers sync.Pool
+
+const bulkBufferMax = 1 << 20
+
+// bulkBuffer returns a buffer of at least size bytes of capacity; put it
+// back in bulkBuffers after use.
+func bulkBuffer(size int) *[]byte {
+	if size <= bulkBufferMax {
+		if b, ok := bulkBuffers.Get().(*[]byte); ok {
+			if cap(*b) >= size {
+				return b
+			}
+			// Too small: let it go, and make one that fits.
+		}
+	}
+	b := make([]byte, 0, size)
+	return &b
+}
+
+// readBulkQuery reads the streams and timestamp of a bulk request as
+// readQuery does. A query of exactly feedIDs and timestamp, the IDs
+// separated by ',' or "%2C" and nothing else escaped, is read without
+// url.ParseQuery; any other goes through it.
+func (n *network) readBulkQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal) (reportQuery, bool) {
+	ids, ts, ok := plainBulkQuery(r.URL.RawQuery)
+	if !ok {
+		return n.readQuery(w, r, p, "bulk", parseBulkQuery)
+	}
+	return n.readQuery(w, r, p, "bulk", func(_ url.Values, rq *reportQuery) (err error) {
+		if rq.feeds, err = checkFeedIDs(ids); err != nil {
+			return err
+		}
+		rq.ts, err = checkTimestamp("timestamp", ts)
+		return err
+	}, noValues)
+}
+
+// plainBulkQuery splits raw, a bulk request's query, into the values of
+// feedIDs (with "%2C" read as ',') and timestamp, when raw is exactly
+// those two parameters with nothing else escaped. The value of feedIDs is
+// a substring of raw unless it held "%2C".
+func plainBulkQuery(raw string) (ids, ts string, ok bool) {
+	first, second, ok := strings.Cut(raw, "&")
+	if !ok {
+		return "", "", false
+	}
+	for _, part := range [2]string{first, second} {
+		k, v, ok := strings.Cut(part, "=")
+		switch {
+		case !ok || strings.ContainsAny(v, "+;&"):
+			return "", "", false
+		case k == "feedIDs" && ids == "":
+			ids = v
+		case k == "timestamp" && ts == "":
+			ts = v
+		default:
+			return "", "", false
+		}
+	}
+	if strings.IndexByte(ts, '%') >= 0 || ids == "" {
+		return "", "", false
+	}
+	if esc := strings.Count(ids, "%"); esc > 0 {
+		if esc != strings.Count(ids, "%2C")+strings.Count(ids, "%2c") {
+			return "", "", false // another escape: url.ParseQuery decides
+		}
+		ids = strings.ReplaceAll(strings.ReplaceAll(ids, "%2C", ","), "%2c", ",")
+	}
+	return ids, ts, true
+}
+
+// parseBulkQuery is the parser of a bulk query.
+func parseBulkQuery(q url.Values, rq *reportQuery) (err error) {
+	if rq.feeds, err = parseFeedIDs(q); err != nil {
+		return err
+	}
+	rq.ts, err = parseTimestamp(q, "timestamp")
+	return err
 }
 
 // fetchBulk asks the upstream for the reports of feeds at ts, in chunks of

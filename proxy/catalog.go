@@ -53,7 +53,7 @@ type catalogs struct {
 func (n *network) view(ctx context.Context, view catalogView, cred *credential) (*parsedView, cache.Outcome, error) {
 	hot := view == viewHidden && cred == n.org
 	if hot {
-		if pv := n.cat.orgHidden.Load(); pv != nil && n.now().Before(pv.entry.Expires) {
+		if pv := n.cat.orgHidden.Load(); pv != nil && stateOf(ctx).clock(n.now).Before(pv.entry.Expires) {
 			return pv, cache.Hit, nil
 		}
 	}
@@ -148,19 +148,18 @@ func parseView(body []byte) (*parsedView, error) {
 	return pv, nil
 }
 
-// knownStreams returns whether a stream exists among those cred reaches.
-// When the catalog cannot be had, it answers true: the upstream then
-// decides, at the cost of one call, rather than every report being refused
-// while the catalog is down.
-func (n *network) knownStreams(ctx context.Context, cred *credential) func(feedID string) bool {
+// knownStreams returns the set of the streams cred reaches, from its
+// hidden catalog view (for the organisation's credential, the view held at
+// hand while fresh). When the catalog cannot be had, it returns nil: every
+// stream counts as known, and the upstream then decides, at the cost of
+// one call, rather than every report being refused while the catalog is
+// down.
+func (n *network) knownStreams(ctx context.Context, cred *credential) map[string]struct{} {
 	pv, _, err := n.view(ctx, viewHidden, cred)
 	if err != nil {
-		return func(string) bool { return true }
+		return nil
 	}
-	return func(id string) bool {
-		_, ok := pv.ids[id]
-		return ok
-	}
+	return pv.ids
 }
 
 // serveDiscovery answers GET /api/v1/discovery from a cached view, filtered
@@ -253,7 +252,7 @@ func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome ca
 	if stale && n.now().Before(pv.expires) {
 		outcome, stale = cache.Hit, false
 	}
-	n.markCache(w, r, "catalog", outcome, pv.entry)
+	n.markCache(stateOf(r.Context()), w.Header(), "catalog", outcome, pv.entry, n.now())
 	if stale {
 		warning := `110 - "Response is Stale"`
 		if outcome == cache.StaleError || n.now().After(pv.expires.Add(time.Minute)) {

@@ -129,10 +129,24 @@ type policy struct {
 }
 
 type teamPolicy struct {
-	rate     ratelimit.Limit
-	keyRates map[string]ratelimit.Limit
+	rate     limitPolicy
+	keyRates map[string]limitPolicy
 	daily    int64
+	quota    limitPolicy            // the daily quota's Limit as the Quota reports it
 	creds    map[string]*credential // own upstream credentials by network
+}
+
+// limitPolicy is a limit with what admission derives from it, made once
+// per policy: its limiter key and the RateLimit-Policy member it
+// advertises.
+type limitPolicy struct {
+	limit  ratelimit.Limit
+	key    string // the limiter's key
+	header string // RateLimit-Policy member; "" when unlimited
+}
+
+func newLimitPolicy(l ratelimit.Limit, key, name string) limitPolicy {
+	return limitPolicy{limit: l, key: key, header: ratelimit.Decision{Limit: l}.PolicyValue(name)}
 }
 
 // New builds a Gateway for cfg, which must be valid (config.Parse
@@ -302,10 +316,14 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	for _, t := range cfg.Teams {
 		at := auth.Team{Name: t.Name, Networks: t.Networks, Feeds: t.Feeds}
 		tp := &teamPolicy{
-			rate:     ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst},
-			keyRates: map[string]ratelimit.Limit{},
+			rate:     newLimitPolicy(ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst}, "team:"+t.Name, "team"),
+			keyRates: map[string]limitPolicy{},
 			daily:    t.DailyQuota,
 			creds:    map[string]*credential{},
+		}
+		if t.DailyQuota > 0 {
+			// As the Quota interface documents its Decision's Limit.
+			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, "daily:"+t.Name, "daily")
 		}
 		for _, k := range t.Keys {
 			ak := auth.Key{ID: k.ID}
@@ -314,7 +332,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			}
 			at.Keys = append(at.Keys, ak)
 			if !k.Rate.Unlimited() {
-				tp.keyRates[k.ID] = ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}
+				tp.keyRates[k.ID] = newLimitPolicy(ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}, "key:"+k.ID, "key")
 			}
 		}
 		for net, c := range t.Upstream {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,56 @@ type Metrics struct {
 	wsClients         *prometheus.GaugeVec
 	wsClientCloses    *prometheus.CounterVec
 	wsRefusals        *prometheus.CounterVec
+
+	// The children of the request path's vectors, looked up once for each
+	// set of label values and kept: a hit costs map lookups, not the
+	// hashing and locking of WithLabelValues.
+	requestsBy  children[requestLabels, prometheus.Counter]
+	durationBy  children[[2]string, prometheus.Observer]
+	cacheBy     children[[3]string, prometheus.Counter]
+	savedBy     children[[2]string, prometheus.Counter]
+	latestAgeBy children[string, prometheus.Observer]
+}
+
+type requestLabels struct {
+	network, endpoint string
+	code              int
+	team              string
+}
+
+// children keeps the children of a metric vector by their label values.
+// Lookups take no lock: the map is replaced, never changed, when a child
+// is added. Label values come from bounded sets (see Metrics), and so
+// does the map. The zero value is ready to use.
+type children[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex // serialises additions
+}
+
+// get returns the child for k, making it with make the first time.
+func (c *children[K, V]) get(k K, make func() V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	next := make()
+	m := map[K]V{k: next}
+	if old != nil {
+		for k2, v2 := range *old {
+			m[k2] = v2
+		}
+	}
+	c.m.Store(&m)
+	return next
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -135,19 +186,39 @@ func (m *Metrics) request(network, endpoint string, code int, team string, d tim
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(network, endpoint, strconv.Itoa(code), team).Inc()
-	m.requestDuration.WithLabelValues(network, endpoint).Observe(d.Seconds())
+	if team == "" {
+		team = "anonymous"
+	}
+	m.requestsBy.get(requestLabels{network, endpoint, code, team}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(network, endpoint, strconv.Itoa(code), team)
+	}).Inc()
+	m.durationBy.get([2]string{network, endpoint}, func() prometheus.Observer {
+		return m.requestDuration.WithLabelValues(network, endpoint)
+	}).Observe(d.Seconds())
 }
 
 func (m *Metrics) cacheResult(network, kind, result string) {
 	if m != nil {
-		m.cacheResults.WithLabelValues(network, kind, result).Inc()
+		m.cacheBy.get([3]string{network, kind, result}, func() prometheus.Counter {
+			return m.cacheResults.WithLabelValues(network, kind, result)
+		}).Inc()
+	}
+}
+
+// cacheResultN counts n cache results at once.
+func (m *Metrics) cacheResultN(network, kind, result string, n int) {
+	if m != nil && n > 0 {
+		m.cacheBy.get([3]string{network, kind, result}, func() prometheus.Counter {
+			return m.cacheResults.WithLabelValues(network, kind, result)
+		}).Add(float64(n))
 	}
 }
 
 func (m *Metrics) saved(network, kind string) {
 	if m != nil {
-		m.upstreamSaved.WithLabelValues(network, kind).Inc()
+		m.savedBy.get([2]string{network, kind}, func() prometheus.Counter {
+			return m.upstreamSaved.WithLabelValues(network, kind)
+		}).Inc()
 	}
 }
 
@@ -208,7 +279,9 @@ func (m *Metrics) replayStat(f func(auth.ReplayStats) float64) func() float64 {
 
 func (m *Metrics) latestAge(network string, seconds int64) {
 	if m != nil {
-		m.latestAges.WithLabelValues(network).Observe(float64(max(seconds, 0)))
+		m.latestAgeBy.get(network, func() prometheus.Observer {
+			return m.latestAges.WithLabelValues(network)
+		}).Observe(float64(max(seconds, 0)))
 	}
 }
 

@@ -47,6 +47,8 @@ type network struct {
 	now      func() time.Time
 
 	handler http.Handler // the whole chain, observe first
+
+	latestKeys children[string, string] // see latestKey
 }
 
 func (n *network) policy() *policy { return n.pol.Load() }

@@ -3,21 +3,29 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"streamgate/auth"
 )
 
 // reqState is what the layers of one request learn, for the access log and
-// the metrics. It lives in the request's context.
+// the metrics. It lives in the request's context. It also holds the
+// request's own storage: its status writer, its context, its access log
+// field and room for its answer's header values, so that the hit path
+// allocates one reqState and, for its context, one copy of the request,
+// and nothing else of its own. A reqState is never reused: a fill may
+// still count an upstream call into it after the request ended.
 type reqState struct {
 	id        string
 	network   string
@@ -31,6 +39,33 @@ type reqState struct {
 	route     *route          // matched by checkRequest
 	principal *auth.Principal // set by authenticate; nil for an unsigned request
 	verified  auth.Result     // what authenticate checked, for record
+
+	start  time.Time
+	now    time.Time // the network's clock, read once (reqState.clock)
+	method string
+	status int // the status logged and counted
+	dur    time.Duration
+
+	sw     statusWriter
+	ctx    stateCtx
+	fields [1]zap.Field
+	vals   [11]string // header values: h[key] = vals[i:i+n:i+n]
+	nvals  int
+	text   textBuf // header values' bytes
+}
+
+// stateCtx is the request's context with its reqState, without the
+// allocation of context.WithValue.
+type stateCtx struct {
+	context.Context
+	st *reqState
+}
+
+func (c *stateCtx) Value(key any) any {
+	if _, ok := key.(stateKey); ok {
+		return c.st
+	}
+	return c.Context.Value(key)
 }
 
 type stateKey struct{}
@@ -40,10 +75,62 @@ type stateKey struct{}
 func (st *reqState) upstreamCall() { st.upstream.Add(1) }
 
 func stateOf(ctx context.Context) *reqState {
+	if c, ok := ctx.(*stateCtx); ok {
+		return c.st
+	}
 	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
 		return st
 	}
 	return &reqState{}
+}
+
+// clock returns the time of now, read once per request: the layers of a
+// request share one reading of the network's clock.
+func (st *reqState) clock(now func() time.Time) time.Time {
+	if st.now.IsZero() {
+		st.now = now()
+	}
+	return st.now
+}
+
+// setHeader sets h[key] to values, the slice taken from the request's own
+// storage while it has room. The slice is full (len == cap), so that an
+// Add to the same key copies it rather than writing into st.
+func (st *reqState) setHeader(h http.Header, key string, values ...string) {
+	n := len(values)
+	if n == 0 || st.nvals+n > len(st.vals) {
+		h[key] = append([]string(nil), values...)
+		return
+	}
+	i := st.nvals
+	copy(st.vals[i:], values)
+	st.nvals += n
+	h[key] = st.vals[i : i+n : i+n]
+}
+
+// textBuf is room for the bytes of a request's header values. Each string
+// it returns is written once and never changed: the reqState that holds
+// the buffer is never reused.
+type textBuf struct {
+	b [128]byte
+	n int
+}
+
+// room returns the unused part of the buffer, empty and with its capacity,
+// to append to.
+func (t *textBuf) room() []byte { return t.b[t.n:t.n:len(t.b)] }
+
+// take makes a string of b, the result of appending to room(): it takes
+// the bytes in place when b still lies in the buffer, else copies them.
+func (t *textBuf) take(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(b) == len(t.b)-t.n && &b[:1][0] == &t.b[t.n] {
+		t.n += len(b)
+		return unsafe.String(&b[0], len(b))
+	}
+	return string(b)
 }
 
 // statusWriter records the status written through it. It passes Flush and
@@ -93,10 +180,13 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // and the request metrics when the request ends.
 func observe(network string, log *zap.Logger, m *Metrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		st := &reqState{id: requestID(r), network: network, endpoint: endpointOf(r)}
-		sw := &statusWriter{ResponseWriter: w}
-		sw.Header().Set("X-Request-Id", st.id)
+		st := &reqState{start: time.Now(), network: network, method: r.Method}
+		st.route, st.endpoint = routeOf(r)
+		st.id = requestID(r, &st.text)
+		st.sw.ResponseWriter = w
+		st.ctx = stateCtx{Context: r.Context(), st: st}
+		sw := &st.sw
+		st.setHeader(sw.Header(), "X-Request-Id", st.id)
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -107,49 +197,53 @@ func observe(network string, log *zap.Logger, m *Metrics, next http.Handler) htt
 					writeError(sw, errorf(http.StatusInternalServerError, "internal error"))
 				}
 			}
-			d := time.Since(start)
-			status := sw.status
-			if status == 0 {
-				status = http.StatusOK
+			st.dur = time.Since(st.start)
+			st.status = sw.status
+			if st.status == 0 {
+				st.status = http.StatusOK
 			}
-			if r.Context().Err() != nil && status >= 500 {
-				status = 499 // the client went away; not the upstream's fault
+			if r.Context().Err() != nil && st.status >= 500 {
+				st.status = 499 // the client went away; not the upstream's fault
 			}
-			team := st.team
-			if team == "" {
-				team = "anonymous"
-			}
-			m.request(network, st.endpoint, status, team, d)
+			m.request(network, st.endpoint, st.status, st.team, st.dur)
 			if ce := log.Check(zap.InfoLevel, "request"); ce != nil {
-				fields := []zap.Field{
-					zap.String("request_id", st.id),
-					zap.String("network", network),
-					zap.String("method", r.Method),
-					zap.String("endpoint", st.endpoint),
-					zap.Int("status", status),
-					zap.Duration("duration", d),
-					zap.Int("bytes", sw.bytes),
-					zap.Int32("upstream_calls", st.upstream.Load()),
-				}
-				if st.team != "" {
-					fields = append(fields, zap.String("team", st.team), zap.String("key_id", st.keyID))
-				}
-				if st.cache != "" {
-					fields = append(fields, zap.String("cache", st.cache))
-				}
-				if st.authError != "" {
-					fields = append(fields, zap.String("auth_error", st.authError))
-				}
-				ce.Write(fields...)
+				st.fields[0] = zap.Inline(st)
+				ce.Write(st.fields[:]...)
 			}
 		}()
-		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+		next.ServeHTTP(sw, r.WithContext(&st.ctx))
 	})
 }
 
-// requestID keeps a sane incoming X-Request-Id, else makes one.
-func requestID(r *http.Request) string {
-	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 {
+// MarshalLogObject writes the fields of the access log line of the request.
+func (st *reqState) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddString("request_id", st.id)
+	enc.AddString("network", st.network)
+	enc.AddString("method", st.method)
+	enc.AddString("endpoint", st.endpoint)
+	enc.AddInt("status", st.status)
+	enc.AddDuration("duration", st.dur)
+	enc.AddInt("bytes", st.sw.bytes)
+	enc.AddInt32("upstream_calls", st.upstream.Load())
+	if st.team != "" {
+		enc.AddString("team", st.team)
+		enc.AddString("key_id", st.keyID)
+	}
+	if st.cache != "" {
+		enc.AddString("cache", st.cache)
+	}
+	if st.authError != "" {
+		enc.AddString("auth_error", st.authError)
+	}
+	return nil
+}
+
+// requestID keeps a sane incoming X-Request-Id, else makes one of 96
+// random bits in hex, written into t. The ID correlates log lines; it is
+// no secret, so the runtime's fast generator serves.
+func requestID(r *http.Request, t *textBuf) string {
+	if v := r.Header["X-Request-Id"]; len(v) > 0 && v[0] != "" && len(v[0]) <= 64 {
+		id := v[0]
 		ok := true
 		for i := 0; i < len(id) && ok; i++ {
 			c := id[i]
@@ -159,7 +253,8 @@ func requestID(r *http.Request) string {
 			return id
 		}
 	}
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var raw [12]byte
+	binary.LittleEndian.PutUint64(raw[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(raw[8:], rand.Uint32())
+	return t.take(hex.AppendEncode(t.room(), raw[:]))
 }

@@ -18,12 +18,16 @@ const pageSettle = time.Minute
 // serveReport answers GET /api/v1/reports: the report of one stream at a
 // timestamp, immutable once fetched.
 func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readQuery(w, r, p, "reports", oneFeed("timestamp"))
+	rq, ok := n.readOneFeed(w, r, p, "reports", "timestamp")
 	if !ok {
 		return
 	}
-	feed, ts, cred := rq.feeds[0], rq.ts, rq.cred
+	feed, ts, cred := rq.feed, rq.ts, rq.cred
 	key := cache.ReportKey(n.name, cred.scope, feed, ts)
+	if e, state := n.cache.Get(key); state == cache.Fresh {
+		n.answer(w, r, "report", cache.Hit, e, nil) // as Load answers a fresh entry
+		return
+	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
@@ -53,11 +57,11 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 // held waits at most latest_max_wait. The report fetched is also stored as
 // the report at its own timestamp, which never changes.
 func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readQuery(w, r, p, "latest", oneFeed(""))
+	rq, ok := n.readOneFeed(w, r, p, "latest", "")
 	if !ok {
 		return
 	}
-	feed, cred := rq.feeds[0], rq.cred
+	feed, cred := rq.feed, rq.cred
 	pol := n.policy()
 	if n.hub != nil && pol.latestFromStream && cred == n.org {
 		if frame, obs, ok := n.hub.Latest(feed); ok {
@@ -67,7 +71,15 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		}
 		n.hub.Want(feed) // polled often, it gets streamed
 	}
-	key := cache.LatestKey(n.name, cred.scope, feed)
+	key := n.latestKey(cred, feed)
+	if e, state := n.cache.Get(key); state == cache.Fresh {
+		// As Load answers a fresh entry, without making its fill.
+		if obs, ok := e.Value.(int64); ok {
+			n.metrics.latestAge(n.name, stateOf(r.Context()).clock(n.now).Unix()-obs)
+		}
+		n.answer(w, r, "latest", cache.Hit, e, nil)
+		return
+	}
 	st := stateOf(r.Context())
 	// Each fill goes through the shared tier first (shared.go).
 	fill := func(ctx context.Context) (*cache.Entry, error) {
@@ -118,6 +130,27 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		}
 	}
 	n.answer(w, r, "latest", outcome, e, err)
+}
+
+// latestKeysMax bounds the latest keys a network keeps made.
+const latestKeysMax = 4096
+
+// latestKey returns cache.LatestKey of the organisation's credential and
+// feed, made once for each of up to latestKeysMax streams, so that a hit
+// does not build its key; other credentials' keys are made each time.
+func (n *network) latestKey(cred *credential, feed string) string {
+	if cred != n.org {
+		return cache.LatestKey(n.name, cred.scope, feed)
+	}
+	if m := n.latestKeys.m.Load(); m != nil {
+		if k, ok := (*m)[feed]; ok {
+			return k
+		}
+		if len(*m) >= latestKeysMax {
+			return cache.LatestKey(n.name, cred.scope, feed)
+		}
+	}
+	return n.latestKeys.get(feed, func() string { return cache.LatestKey(n.name, cred.scope, feed) })
 }
 
 // errLatestWait answers a latest request that had nothing held and whose

@@ -9,23 +9,34 @@ import (
 )
 
 // answer writes a cached or fetched entry, or the error that replaced it.
+// Its header values are the request's own (reqState.setHeader): constant
+// ones as they are, the seconds of Age and max-age written into the
+// request's room.
 func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry, err error) {
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	n.markCache(w, r, kind, outcome, e)
+	st := stateOf(r.Context())
 	h := w.Header()
+	now := n.now()
+	if outcome == cache.Hit {
+		now = st.clock(n.now) // on a miss, the clock after the fill
+	}
+	n.markCache(st, h, kind, outcome, e, now)
 	switch {
 	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():
-		h.Set("Cache-Control", "no-store")
+		st.setHeader(h, "Cache-Control", "no-store")
 	case e.Expires.IsZero():
-		h.Set("Cache-Control", "private, max-age=86400, immutable")
+		st.setHeader(h, "Cache-Control", "private, max-age=86400, immutable")
 	default:
-		left := max(e.Expires.Sub(n.now()), 0)
-		h.Set("Cache-Control", "private, max-age="+strconv.Itoa(int(left/time.Second)))
+		left := max(e.Expires.Sub(now), 0)
+		b := append(st.text.room(), "private, max-age="...)
+		st.setHeader(h, "Cache-Control", st.text.take(strconv.AppendInt(b, int64(left/time.Second), 10)))
 	}
-	writeRaw(w, e.Status, e.Body)
+	st.setHeader(h, "Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	w.Write(e.Body)
 }
 
 // answerStream answers latest from the newest report the stream delivered:
@@ -33,12 +44,13 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 func (n *network) answerStream(w http.ResponseWriter, r *http.Request, frame []byte, observed int64) {
 	n.metrics.cacheResult(n.name, "latest", "stream")
 	n.metrics.saved(n.name, "latest")
-	stateOf(r.Context()).cache = "STREAM"
+	st := stateOf(r.Context())
+	st.cache = "STREAM"
 	h := w.Header()
-	h.Set("X-Cache", "STREAM")
-	h.Set("Age", strconv.FormatInt(max(n.now().Unix()-observed, 0), 10))
-	h.Set("Cache-Control", "private, max-age=0")
-	h.Set("Content-Type", "application/json")
+	st.setHeader(h, "X-Cache", "STREAM")
+	st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), max(n.now().Unix()-observed, 0), 10)))
+	st.setHeader(h, "Cache-Control", "private, max-age=0")
+	st.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(frame)
 	w.Write(newline)
@@ -48,7 +60,7 @@ var newline = []byte("\n")
 
 // markCache sets X-Cache and Age, counts the result, and notes it for the
 // access log.
-func (n *network) markCache(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry) {
+func (n *network) markCache(st *reqState, h http.Header, kind string, outcome cache.Outcome, e *cache.Entry, now time.Time) {
 	label := cacheLabel(outcome)
 	if e != nil && e.Status == http.StatusNotFound && outcome == cache.Hit {
 		n.metrics.cacheResult(n.name, kind, "negative")
@@ -58,11 +70,11 @@ func (n *network) markCache(w http.ResponseWriter, r *http.Request, kind string,
 	if outcome != cache.Miss {
 		n.metrics.saved(n.name, kind)
 	}
-	stateOf(r.Context()).cache = label
-	h := w.Header()
-	h.Set("X-Cache", label)
+	st.cache = label
+	st.setHeader(h, "X-Cache", label)
 	if e != nil && !e.Stored.IsZero() {
-		h.Set("Age", strconv.Itoa(int(max(n.now().Sub(e.Stored), 0)/time.Second)))
+		age := int64(max(now.Sub(e.Stored), 0) / time.Second)
+		st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), age, 10)))
 	}
 }
 

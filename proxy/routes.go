@@ -48,13 +48,20 @@ func init() {
 // endpointOf names the endpoint of a request, from a fixed list: it is a
 // metric label.
 func endpointOf(r *http.Request) string {
+	_, name := routeOf(r)
+	return name
+}
+
+// routeOf returns the route of the request's path, if any, and the name
+// of its endpoint (endpointOf).
+func routeOf(r *http.Request) (*route, string) {
 	if rt, ok := routeByPath[r.URL.Path]; ok {
-		return rt.name
+		return rt, rt.name
 	}
 	if strings.HasPrefix(r.URL.Path, "/api/v1/") {
-		return "other"
+		return nil, "other"
 	}
-	return "unknown"
+	return nil, "unknown"
 }
 
 // checkTarget refuses a request target that could mean another path

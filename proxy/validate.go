@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -39,7 +40,11 @@ func normalFeedID(s string) string {
 }
 
 func parseFeedID(q url.Values, name string) (string, error) {
-	v := q.Get(name)
+	return checkFeedID(name, q.Get(name))
+}
+
+// checkFeedID is parseFeedID of the value v of parameter name.
+func checkFeedID(name, v string) (string, error) {
 	if v == "" {
 		return "", errorf(http.StatusBadRequest, "missing query parameter "+name)
 	}
@@ -51,7 +56,11 @@ func parseFeedID(q url.Values, name string) (string, error) {
 
 // parseTimestamp reads a Unix timestamp in seconds.
 func parseTimestamp(q url.Values, name string) (int64, error) {
-	v := q.Get(name)
+	return checkTimestamp(name, q.Get(name))
+}
+
+// checkTimestamp is parseTimestamp of the value v of parameter name.
+func checkTimestamp(name, v string) (int64, error) {
 	if v == "" {
 		return 0, errorf(http.StatusBadRequest, "missing query parameter "+name)
 	}
@@ -78,7 +87,11 @@ func parseLimit(q url.Values) (int, error) {
 // parseFeedIDs reads a bulk list. The query is already decoded, so a comma
 // sent raw or as %2C arrives the same. Duplicates are dropped, order kept.
 func parseFeedIDs(q url.Values) ([]string, error) {
-	v := q.Get("feedIDs")
+	return checkFeedIDs(q.Get("feedIDs"))
+}
+
+// checkFeedIDs is parseFeedIDs of the value v of feedIDs, decoded.
+func checkFeedIDs(v string) ([]string, error) {
 	if v == "" {
 		return nil, errorf(http.StatusBadRequest, "missing query parameter feedIDs")
 	}
@@ -87,17 +100,66 @@ func parseFeedIDs(q url.Values) ([]string, error) {
 		return nil, errorf(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
 	}
 	ids := make([]string, 0, n)
-	seen := make(map[string]struct{}, n)
+	var seen map[string]struct{} // for long lists; short ones are searched
+	if n > 32 {
+		seen = make(map[string]struct{}, n)
+	}
 	for part := range strings.SplitSeq(v, ",") {
 		part = strings.TrimSpace(part)
 		if !validFeedID(part) {
 			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
 		}
 		part = normalFeedID(part)
-		if _, dup := seen[part]; !dup {
+		if seen != nil {
+			if _, dup := seen[part]; dup {
+				continue
+			}
 			seen[part] = struct{}{}
-			ids = append(ids, part)
+		} else if slices.Contains(ids, part) {
+			continue
 		}
+		ids = append(ids, part)
 	}
 	return ids, nil
+}
+
+// plainQuery is a raw query read without allocating: at most
+// len(plainQuery.k) distinct parameters, each "name=value" with nothing
+// escaped. Its values are what url.ParseQuery would give.
+type plainQuery struct {
+	n    int
+	k, v [4]string
+}
+
+// readPlainQuery reads raw into q and reports whether raw is plain: no
+// '%', '+' or ';', no empty or valueless part, no repeated name, and at
+// most four parts. Any other query is for url.ParseQuery.
+func readPlainQuery(raw string, q *plainQuery) bool {
+	if raw == "" || strings.ContainsAny(raw, "%+;") {
+		return false
+	}
+	for part := range strings.SplitSeq(raw, "&") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok || k == "" || q.n == len(q.k) {
+			return false
+		}
+		for i := range q.n {
+			if q.k[i] == k {
+				return false
+			}
+		}
+		q.k[q.n], q.v[q.n] = k, v
+		q.n++
+	}
+	return true
+}
+
+// get returns the value of name, or "".
+func (q *plainQuery) get(name string) string {
+	for i := range q.n {
+		if q.k[i] == name {
+			return q.v[i]
+		}
+	}
+	return ""
 }

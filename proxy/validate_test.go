@@ -122,3 +122,53 @@ func FuzzQuery(f *testing.F) {
 		}
 	})
 }
+
+// The queries read in place give what url.ParseQuery gives, or are left
+// to it.
+func TestPlainQueries(t *testing.T) {
+	id1, id2 := "0x"+strings.Repeat("a1", 32), "0x"+strings.Repeat("B2", 32)
+	for _, raw := range []string{
+		"feedID=" + id1,
+		"feedID=" + id1 + "&timestamp=1750000000",
+		"timestamp=1750000000&feedID=" + id1,
+		"feedID=" + id1 + "&feedID=" + id2,
+		"feedID=%30x" + id1[2:],
+		"feedID=" + id1 + ";x=1",
+		"feedID",
+		"",
+		"a=1&b=2&c=3&d=4&e=5",
+	} {
+		var q plainQuery
+		if !readPlainQuery(raw, &q) {
+			continue
+		}
+		want, err := url.ParseQuery(raw)
+		require.NoError(t, err, raw)
+		assert.Equal(t, len(want), q.n, raw)
+		for k := range want {
+			assert.Equal(t, want.Get(k), q.get(k), "%s: %s", raw, k)
+		}
+	}
+	for _, tc := range []struct {
+		raw   string
+		plain bool
+	}{
+		{"feedIDs=" + id1 + "%2C" + id2 + "&timestamp=1750000000", true},
+		{"feedIDs=" + id1 + "%2c" + id2 + "&timestamp=1750000000", true},
+		{"timestamp=1750000000&feedIDs=" + id1 + "," + id2, true},
+		{"feedIDs=" + id1 + "%2C" + id2 + "%20&timestamp=1750000000", false},
+		{"feedIDs=" + id1 + "+" + "&timestamp=1750000000", false},
+		{"feedIDs=" + id1 + "&timestamp=1750000000&x=1", false},
+		{"feedIDs=" + id1 + "&feedIDs=" + id2, false},
+		{"feedIDs=" + id1, false},
+	} {
+		ids, ts, ok := plainBulkQuery(tc.raw)
+		assert.Equal(t, tc.plain, ok, tc.raw)
+		if ok {
+			want, err := url.ParseQuery(tc.raw)
+			require.NoError(t, err)
+			assert.Equal(t, want.Get("feedIDs"), ids, tc.raw)
+			assert.Equal(t, want.Get("timestamp"), ts, tc.raw)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -44,41 +43,60 @@ func (d Decision) SetHeaders(h http.Header, policy string) {
 	if d.Limit.Rate <= 0 {
 		return
 	}
-	name := sfString(policy)
-	window := ceilFloat(float64(d.Limit.Burst)/d.Limit.Rate - 1e-9)
-	if window < 1 {
-		window = 1
-	}
-	t := ceilSeconds(d.Reset)
-	if !d.Allowed {
-		t = ceilSeconds(d.RetryAfter)
-		if t < 1 {
-			t = 1
-		}
-	}
-
-	b := make([]byte, 0, 64)
-	b = append(b, name...)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, clampSF(int64(d.Limit.Burst)), 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, clampSF(window), 10)
-	h.Add(HeaderRateLimitPolicy, string(b))
-
-	b = b[:0]
-	b = append(b, name...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, clampSF(int64(max(d.Remaining, 0))), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, clampSF(t), 10)
-	h.Add(HeaderRateLimit, string(b))
+	h.Add(HeaderRateLimitPolicy, d.PolicyValue(policy))
+	h.Add(HeaderRateLimit, string(d.AppendRateLimit(make([]byte, 0, 64), policy)))
 
 	if !d.Allowed {
+		t := d.resetSeconds()
 		if old, err := strconv.ParseInt(h.Get(HeaderRetryAfter), 10, 64); err == nil && old > t {
 			return
 		}
 		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
 	}
+}
+
+// PolicyValue returns the member of the RateLimit-Policy field that
+// SetHeaders adds for d: "<policy>";q=<burst>;w=<window>. It depends on
+// d.Limit and policy alone, so a caller may compute it once per limit.
+// It is empty for an unlimited decision.
+func (d Decision) PolicyValue(policy string) string {
+	if d.Limit.Rate <= 0 {
+		return ""
+	}
+	window := ceilFloat(float64(d.Limit.Burst)/d.Limit.Rate - 1e-9)
+	if window < 1 {
+		window = 1
+	}
+	b := appendSFString(make([]byte, 0, 64), policy)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, clampSF(int64(d.Limit.Burst)), 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, clampSF(window), 10)
+	return string(b)
+}
+
+// AppendRateLimit appends to dst the member of the RateLimit field that
+// SetHeaders adds for d, "<policy>";r=<remaining>;t=<seconds>, without
+// allocating when dst has room. It appends nothing for an unlimited
+// decision.
+func (d Decision) AppendRateLimit(dst []byte, policy string) []byte {
+	if d.Limit.Rate <= 0 {
+		return dst
+	}
+	dst = appendSFString(dst, policy)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendInt(dst, clampSF(int64(max(d.Remaining, 0))), 10)
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, clampSF(d.resetSeconds()), 10)
+}
+
+// resetSeconds is t of the RateLimit field: the seconds until the bucket
+// is full again when d was allowed, else Retry-After (at least 1).
+func (d Decision) resetSeconds() int64 {
+	if d.Allowed {
+		return ceilSeconds(d.Reset)
+	}
+	return max(ceilSeconds(d.RetryAfter), 1)
 }
 
 // ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
@@ -98,23 +116,21 @@ func ceilFloat(f float64) int64 {
 
 func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
 
-// sfString returns s as a structured-field String (RFC 9651 section 3.3.3).
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+// appendSFString appends s as a structured-field String (RFC 9651
+// section 3.3.3): quoted, '"' and '\\' escaped, characters outside
+// printable ASCII replaced by '?'.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			dst = append(dst, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			dst = append(dst, '?')
 		default:
-			b.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(dst, '"')
 }

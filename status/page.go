@@ -113,8 +113,15 @@ func Handler(s *Sampler, token string) http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(s.Snapshot())
 	})
+	return RequireToken(token, mux)
+}
+
+// RequireToken returns h behind token: when token is not empty, a request
+// without "Authorization: Bearer TOKEN" (compared in constant time) is
+// answered 401. An empty token returns h itself.
+func RequireToken(token string, h http.Handler) http.Handler {
 	if token == "" {
-		return mux
+		return h
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +132,7 @@ func Handler(s *Sampler, token string) http.Handler {
 			io.WriteString(w, `{"error":"unauthorized","message":"this page needs the admin token: Authorization: Bearer TOKEN"}`+"\n")
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 

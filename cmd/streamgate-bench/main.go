@@ -8,7 +8,7 @@
 // redis-server unless -redis names one), in this process, on loopback, and
 // measures side by side in one run:
 //
-//	hit                the latest report, a pure cache hit, against a bare net/http server sending the same bytes
+//	hit                the latest report, a pure cache hit, against bare net/http servers sending the same bytes, with and without verifying the signature; server CPU per request, each server in a process of its own
 //	miss               reports at distinct timestamps (every one a miss) against the simulator called directly
 //	latest-reduction   many clients polling latest: upstream calls against the ideal minimum
 //	bulk-reduction     bulk requests with most streams cached: upstream calls and streams per request
@@ -44,6 +44,13 @@ import (
 )
 
 func main() {
+	if role := os.Getenv(childEnv); role != "" {
+		if err := runChild(role, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "streamgate-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -76,6 +83,8 @@ type options struct {
 	rounds       int
 	logLevel     string
 	cpuProfile   string
+	pin          bool
+	hitBulk      int
 	control      string
 	redis        string
 	set          map[string]bool // flags given on the command line
@@ -105,9 +114,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.latestTTL, "latest-ttl", 0, "cache.latest_ttl of the in-process gateway (hit: 1h; else the default, 500ms)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side (freshness: 5s)")
 	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "freshness: how often each client asks")
-	fs.IntVar(&o.rounds, "rounds", 2, "hit, miss: alternating runs of each side, each -d/rounds long")
+	fs.IntVar(&o.rounds, "rounds", 2, "hit (default 5), miss: alternating runs of each side, each -d/rounds long")
+	fs.IntVar(&o.hitBulk, "hit-bulk", 0, "hit: also measure bulk requests of this many streams, every one cached, on the gateway; 0: not")
+	fs.BoolVar(&o.pin, "pin", true, "hit: pin the servers to CPU 0 and this client to CPU 1 with taskset, where there is taskset and two CPUs")
 	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run (whole process) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")
 	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
 	fs.StringVar(&o.redis, "redis", "", "replicas: URL of a Redis to use (it is flushed); default: a redis-server from PATH on a free loopback port")
 	if err := fs.Parse(args); err != nil {

@@ -132,7 +132,7 @@ func TestParseMix(t *testing.T) {
 // The self-contained scenarios run end to end on a tiny budget.
 func TestScenariosSmoke(t *testing.T) {
 	for _, args := range [][]string{
-		{"-scenario", "hit", "-rounds", "1"},
+		{"-scenario", "hit", "-rounds", "1", "-pin=false", "-hit-bulk", "4"},
 		{"-scenario", "bulk-reduction", "-n", "20", "-bulk", "4", "-bulk-cached", "3"},
 		{"-scenario", "catalog-reduction", "-teams", "3"},
 	} {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -157,34 +156,6 @@ func get(ctx context.Context, client *http.Client, st *stamps, k *key, base, tar
 	return &answer{status: resp.StatusCode, header: resp.Header, body: body}, nil
 }
 
-// bareServer answers each target with a recorded answer: the same status,
-// headers and bytes, and nothing else. It is the floor a Go HTTP server on
-// this machine sets.
-func bareServer(answers map[string]*answer) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{
-		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			a := answers[r.URL.Query().Get("feedID")]
-			if a == nil {
-				http.NotFound(w, r)
-				return
-			}
-			h := w.Header()
-			for k, v := range a.header {
-				h[k] = v
-			}
-			w.WriteHeader(a.status)
-			w.Write(a.body)
-		}),
-	}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
-}
-
 func ratio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
@@ -198,77 +169,6 @@ func diff(a, b time.Duration) string {
 		return "-" + fmtDur(-d)
 	}
 	return "+" + fmtDur(d)
-}
-
-// scenarioHit: the latest report through the gateway, a pure cache hit,
-// against a bare server sending the same bytes, with the same client.
-func scenarioHit(ctx context.Context, o *options) error {
-	ttl := o.latestTTL
-	if ttl == 0 {
-		ttl = time.Hour
-	}
-	s, err := startStack(stackConfig{LatestTTL: ttl, ClientKeys: o.conc, LogLevel: o.logLevel})
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if err := s.warm(ctx); err != nil {
-		return err
-	}
-	feeds, err := liveStreams(s.sim, mainnet, o.streams)
-	if err != nil {
-		return err
-	}
-	client, st := newClient(o.conc), newStamps()
-	// Fill the cache, then record each stream's answer, a hit, for the
-	// bare server (Date and Content-Length are the server's own).
-	answers := map[string]*answer{}
-	targets := make([]string, len(feeds))
-	for i, f := range feeds {
-		targets[i] = latestTarget(f)
-		if _, err := get(ctx, client, st, &s.clientKeys[0], s.gateway[mainnet], targets[i]); err != nil {
-			return err
-		}
-	}
-	s.store.Wait()
-	for i, f := range feeds {
-		a, err := get(ctx, client, st, &s.clientKeys[0], s.gateway[mainnet], targets[i])
-		if err != nil {
-			return err
-		}
-		if a.status != http.StatusOK || a.header.Get("X-Cache") != "HIT" {
-			return fmt.Errorf("warming %s: status %d, X-Cache %q: %.200s", targets[i], a.status, a.header.Get("X-Cache"), a.body)
-		}
-		a.header.Del("Date")
-		a.header.Del("Content-Length")
-		answers[f] = a
-	}
-	bare, stop, err := bareServer(answers)
-	if err != nil {
-		return err
-	}
-	defer stop()
-
-	next := func(i int64, _ int, _ *rand.Rand) call { return call{Target: targets[i%int64(len(targets))]} }
-	fmt.Fprintf(o.out, "hit: GET /api/v1/reports/latest over %d streams, latest_ttl %v (every answer a cache hit), %d clients, %v per side, access log %s\n",
-		len(feeds), ttl, o.conc, o.dur, o.logLevel)
-	fmt.Fprintf(o.out, "  bare: a net/http server on loopback sending the gateway's recorded answer (%d bytes, same headers); same client, same signing\n", len(answers[feeds[0]].body))
-	rg, rb, err := o.compare(ctx, o.newLoad(client, s.gateway[mainnet], s.clientKeys, st, next), o.newLoad(client, bare, s.clientKeys, st, next))
-	if err != nil {
-		return err
-	}
-	printHeader(o.out)
-	printRow(o.out, "gateway", rg)
-	printRow(o.out, "bare", rb)
-	printDetails(o.out, "gateway", rg)
-	printDetails(o.out, "bare", rb)
-	fmt.Fprintf(o.out, "gateway/bare: throughput %s, CPU per request %s (%s), p50 %s, p99 %s; added latency p50 %s, p99 %s\n",
-		ratio(rg.rate(), rb.rate()),
-		ratio(float64(rg.cpuPerRequest()), float64(rb.cpuPerRequest())), diff(rg.cpuPerRequest(), rb.cpuPerRequest()),
-		ratio(float64(rg.Hist.quantile(.5)), float64(rb.Hist.quantile(.5))),
-		ratio(float64(rg.Hist.quantile(.99)), float64(rb.Hist.quantile(.99))),
-		diff(rg.Hist.quantile(.5), rb.Hist.quantile(.5)), diff(rg.Hist.quantile(.99), rb.Hist.quantile(.99)))
-	return nil
 }
 
 // scenarioMiss: reports at timestamps never asked before, so that every

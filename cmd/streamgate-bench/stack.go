@@ -45,6 +45,10 @@ type stackConfig struct {
 	Freshness *freshness
 	// NoLatestFromStream sets realtime.latest_from_stream to false.
 	NoLatestFromStream bool
+	// TeamQuota gives the demo team a rate and a daily quota too large to
+	// refuse anything, so that both are checked and advertised in the
+	// RateLimit headers of every answer.
+	TeamQuota bool
 }
 
 // freshness is the stale-while-revalidate part of the cache section.
@@ -166,6 +170,9 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	cfg.Auth.AnonymousRate = config.Rate{} // all clients share one address here
 	demo := cfg.Team(config.DemoTeam)
 	demo.Rate = config.Rate{}
+	if sc.TeamQuota {
+		demo.Rate, demo.DailyQuota = config.Rate{RPS: 1_000_000, Burst: 1_000_000}, 1_000_000_000_000
+	}
 	for i := range sc.ClientKeys {
 		id, secret := benchKey("c", i)
 		demo.Keys = append(demo.Keys, config.Key{ID: id, Secret: config.Secret(secret)})
@@ -296,7 +303,7 @@ func benchLogger(level string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("-log: %w", err)
 	}
 	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeTime = config.ISO8601TimeEncoder
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), lvl)
 	return zap.New(core), nil
 }

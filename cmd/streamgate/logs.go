@@ -20,7 +20,7 @@ import (
 func newLoggers(c config.Log, stderr io.Writer) (log, access *zap.Logger, stop func()) {
 	level := c.Level.ZapLevel()
 	encCfg := zap.NewProductionEncoderConfig()
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeTime = config.ISO8601TimeEncoder // zapcore.ISO8601TimeEncoder's text, formatted once per millisecond
 	enc := c.Format.Encoder(encCfg)
 	out := zapcore.Lock(zapcore.AddSync(stderr))
 	log = zap.New(zapcore.NewCore(enc, out, level), zap.ErrorOutput(out))
