@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/proxy/proxytest"
 	"streamgate/simulator"
@@ -203,7 +204,13 @@ func TestLatestExpires(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest) == 2
 	}, 10*time.Second, 10*time.Millisecond, "one refresh")
-	env.Cache.Wait()
+	// The refresh is counted when the upstream answers, a moment before
+	// its entry is stored.
+	require.Eventually(t, func() bool {
+		env.Cache.Wait()
+		_, st := env.Cache.Get(cache.LatestKey(simulator.Mainnet, "", feed))
+		return st == cache.Fresh
+	}, 10*time.Second, 10*time.Millisecond, "the refresh stored")
 	assert.Equal(t, "HIT", get(), "refreshed")
 	clock.Advance(5 * time.Second)
 	assert.Equal(t, "MISS", get(), "past latest_ttl and latest_max_stale (3s) nothing is held: the request waits")
