@@ -188,6 +188,25 @@ func (c *collector) of(feed string) []frame {
 
 func (c *collector) count(feed string) int { return len(c.of(feed)) }
 
+// awaitMore waits until every collector has n more frames of feed than
+// now, and returns how many each had before.
+func awaitMore(t *testing.T, cols []*collector, feed string, n int) []int {
+	t.Helper()
+	before := make([]int, len(cols))
+	for i, c := range cols {
+		before[i] = c.count(feed)
+	}
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			if c.count(feed) < before[i]+n {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "%d more frames of %s at every collector", n, feed)
+	return before
+}
+
 // consecutive checks that the frames of feed follow each other second by
 // second: no gap, no duplicate, in order.
 func consecutive(t *testing.T, fs []frame) {

@@ -223,18 +223,7 @@ func TestShareHolderLosesRedis(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return !hubs[old].Stats().Share.Sharing && len(holders(rest)) == 1
 	}, wait, 10*time.Millisecond)
-	counts := make([]int, len(cols))
-	for i, c := range cols {
-		counts[i] = c.count(feeds[1])
-	}
-	require.Eventually(t, func() bool {
-		for i, c := range cols {
-			if c.count(feeds[1]) < counts[i]+20 {
-				return false
-			}
-		}
-		return true
-	}, wait, 10*time.Millisecond)
+	awaitMore(t, cols, feeds[1], 20)
 	// Two connections: the isolated replica's own and the new holder's.
 	require.Eventually(t, func() bool { return e.open() == 2 }, wait, 10*time.Millisecond)
 	for _, c := range cols {
@@ -271,18 +260,7 @@ func TestShareRedisPaused(t *testing.T) {
 		}
 		return e.open() == 3
 	}, wait, 10*time.Millisecond)
-	counts := make([]int, len(cols))
-	for i, c := range cols {
-		counts[i] = c.count(feeds[0])
-	}
-	require.Eventually(t, func() bool {
-		for i, c := range cols {
-			if c.count(feeds[0]) < counts[i]+20 {
-				return false
-			}
-		}
-		return true
-	}, wait, 10*time.Millisecond)
+	counts := awaitMore(t, cols, feeds[0], 20)
 	for i, c := range cols {
 		consecutive(t, c.of(feeds[0])[counts[i]:])
 	}
@@ -290,17 +268,7 @@ func TestShareRedisPaused(t *testing.T) {
 	rs.Resume()
 	paused = false
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
-	for i, c := range cols {
-		counts[i] = c.count(feeds[0])
-	}
-	require.Eventually(t, func() bool {
-		for i, c := range cols {
-			if c.count(feeds[0]) < counts[i]+20 {
-				return false
-			}
-		}
-		return true
-	}, wait, 10*time.Millisecond)
+	counts = awaitMore(t, cols, feeds[0], 20)
 	for _, c := range cols {
 		for _, f := range feeds {
 			increasing(t, c.of(f))
