@@ -94,6 +94,22 @@ func FuzzQuery(f *testing.F) {
 	f.Add("feedIDs=,,%2c&timestamp=-1")
 	f.Fuzz(func(t *testing.T, raw string) {
 		q, err := url.ParseQuery(raw)
+		// The readers in place accept only what url.ParseQuery reads the
+		// same way.
+		var pq plainQuery
+		if readPlainQuery(raw, &pq) {
+			if err != nil || len(q) != pq.n {
+				t.Fatalf("%q read in place as %d parameters; url.ParseQuery: %v, %v", raw, pq.n, q, err)
+			}
+			for k := range q {
+				if q.Get(k) != pq.get(k) {
+					t.Fatalf("%q: %s is %q in place, %q by url.ParseQuery", raw, k, pq.get(k), q.Get(k))
+				}
+			}
+		}
+		if ids, ts, ok := plainBulkQuery(raw); ok && (err != nil || q.Get("feedIDs") != ids || q.Get("timestamp") != ts) {
+			t.Fatalf("%q: bulk read in place as %q, %q; url.ParseQuery: %v, %v", raw, ids, ts, q, err)
+		}
 		if err != nil {
 			return
 		}
