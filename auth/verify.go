@@ -269,3 +269,26 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 	}
 	return nil
 }
+
+// StillSigns reports whether r's authentication headers hold a valid
+// signature of r under one of p's secrets, the timestamp's skew and the
+// replay record aside: a reload asks it of an open connection's upgrade
+// request, to learn whether the key that opened it still verifies (a
+// rotation may have removed the secret it was signed with).
+func (p *Principal) StillSigns(r *http.Request) bool {
+	var c Credentials
+	if parseCredentials(r.Header, &c) != nil || c.KeyID != p.KeyID {
+		return false
+	}
+	c.Signature = c.sig[:]
+	uri := r.RequestURI
+	if uri == "" {
+		uri = r.URL.RequestURI()
+	}
+	for _, s := range p.secrets {
+		if s.valid(&c, r.Method, uri, EmptyBodyHash) {
+			return true
+		}
+	}
+	return false
+}

@@ -351,7 +351,9 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	return pol, nil
 }
 
-// Reload applies the teams, keys, limits and lifetimes of cfg. Listeners,
+// Reload applies the teams, keys, limits and lifetimes of cfg, to open
+// WebSocket connections too: one whose key or team is gone is closed
+// (1008, the reason named), a stream no longer permitted stops at once. Listeners,
 // networks and upstreams are fixed at start and not changed by a reload;
 // telling the operator so is the caller's business. An invalid cfg is
 // refused, and the configuration in force stays.
@@ -361,6 +363,8 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		return err
 	}
 	g.pol.Store(pol)
+	// Open WebSockets were admitted under the old policy: check each again.
+	g.conns.recheck(pol)
 	return nil
 }
 

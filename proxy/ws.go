@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"streamgate/auth"
+	"streamgate/realtime"
 )
 
 // wsSettings are the client side of the WebSocket stream (realtime.* of the
@@ -25,10 +27,12 @@ type wsSettings struct {
 const wsWriteTimeout = 10 * time.Second
 
 // teamConns counts the WebSocket connections each team holds, on every
-// network of the gateway together.
+// network of the gateway together, and holds every open client, so that a
+// reload can check each again (recheck).
 type teamConns struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu      sync.Mutex
+	n       map[string]int
+	clients map[*wsClient]struct{}
 }
 
 func (tc *teamConns) acquire(team string, limit int) bool {
@@ -46,6 +50,105 @@ func (tc *teamConns) release(team string) {
 	defer tc.mu.Unlock()
 	if tc.n[team]--; tc.n[team] <= 0 {
 		delete(tc.n, team)
+	}
+}
+
+func (tc *teamConns) add(c *wsClient) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.clients == nil {
+		tc.clients = map[*wsClient]struct{}{}
+	}
+	tc.clients[c] = struct{}{}
+}
+
+func (tc *teamConns) remove(c *wsClient) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	delete(tc.clients, c)
+}
+
+// recheck checks every open client against pol, the policy a reload has
+// just put in force (see wsClient.recheck).
+func (tc *teamConns) recheck(pol *policy) {
+	tc.mu.Lock()
+	clients := make([]*wsClient, 0, len(tc.clients))
+	for c := range tc.clients {
+		clients = append(clients, c)
+	}
+	tc.mu.Unlock()
+	for _, c := range clients {
+		c.recheck(pol)
+	}
+}
+
+// wsClient is an open client connection as a reload sees it: who opened
+// it, how, on which network, and its subscription.
+type wsClient struct {
+	network string
+	team    string
+	upgrade *http.Request // the signed upgrade request; alive as long as the handler
+	sub     *realtime.Subscription
+	feeds   []string // the streams still sent; owned by recheck's caller (one reload at a time)
+	// revoked carries the reason the connection must close (1008), once.
+	revoked chan string
+	dropped func(n int) // counts streams stopped by a reload
+}
+
+// Reasons a reload closes an open connection (1008, policy violation).
+const (
+	reasonTeamGone    = "revoked: the team is no longer configured"
+	reasonKeyGone     = "revoked: the key is no longer configured"
+	reasonKeyMoved    = "revoked: the key now belongs to another team"
+	reasonSecretGone  = "revoked: the key's secret that signed this connection was removed"
+	reasonNetworkGone = "revoked: the team may no longer use this network"
+	reasonNoStream    = "revoked: none of this connection's streams is permitted any more"
+)
+
+// recheck applies a reload to the connection: a team or key gone, moved,
+// or whose secret no longer verifies the upgrade, or a network the team
+// may no longer use, closes it with 1008 and the reason; a stream the team
+// may no longer read stops at once (its frames already queued are not
+// sent either), and the connection goes on with the others, or closes
+// when none is left. The entitlement against the credential's catalog is
+// not asked again: a reload does not change the catalog.
+func (c *wsClient) recheck(pol *policy) {
+	reason := ""
+	p, ok := pol.keys.Lookup(c.upgrade.Header.Get(auth.HeaderAuthorization))
+	switch _, teamOK := pol.keys.Team(c.team); {
+	case !teamOK:
+		reason = reasonTeamGone
+	case !ok:
+		reason = reasonKeyGone
+	case p.Team.Name != c.team:
+		reason = reasonKeyMoved
+	case !p.StillSigns(c.upgrade):
+		reason = reasonSecretGone
+	case !p.Team.UsesNetwork(c.network):
+		reason = reasonNetworkGone
+	}
+	if reason == "" {
+		var gone, kept []string
+		for _, id := range c.feeds {
+			if p.Team.MayRead(id) {
+				kept = append(kept, id)
+			} else {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			c.feeds = kept
+			c.dropped(len(gone))
+			if c.sub.Drop(gone...) == 0 {
+				reason = reasonNoStream
+			}
+		}
+	}
+	if reason != "" {
+		select {
+		case c.revoked <- reason:
+		default: // revoked already
+		}
 	}
 }
 
@@ -107,7 +210,15 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 
 	sub := n.hub.Subscribe(rq.feeds, n.ws.queue)
 	defer sub.Close()
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub))
+	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
+		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
+		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	n.conns.add(wc)
+	defer n.conns.remove(wc)
+	// A reload between the policy this request was checked under and the
+	// registration above would have missed it: check it once now.
+	wc.recheck(n.policy())
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -159,7 +160,11 @@ var errShutdown = errors.New("the gateway is shutting down")
 // writing each batch of sub's frames in one write, pinging every ping
 // interval and closing a client that has not answered the previous ping.
 // It returns the reason for the close metric.
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription) string {
+//
+// A reason on revoked (a reload took the connection's right away) closes it
+// with 1008 and that reason. Frames of a stream the reload stopped
+// (Subscription.Keep) are not written.
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, revoked <-chan string) string {
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
 	pong := make(chan struct{}, 1)
@@ -176,7 +181,11 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				return n.endStream(c, sub, readDone)
 			}
 			frames, ok = drain(append(frames[:0], f), sub.C())
-			err := c.writeBatch(frames)
+			frames = slices.DeleteFunc(frames, func(f []byte) bool { return !sub.Keep(f) })
+			var err error
+			if len(frames) > 0 {
+				err = c.writeBatch(frames)
+			}
 			clear(frames) // hold no frame while waiting
 			if err != nil {
 				return "write"
@@ -195,6 +204,9 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			}
 		case <-pong:
 			awaiting = false
+		case reason := <-revoked:
+			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
+			return "revoked"
 		case <-readDone:
 			return "client"
 		}
