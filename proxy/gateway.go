@@ -293,6 +293,24 @@ func budgetLimit(r config.Rate) ratelimit.Limit {
 
 // buildPolicy parses the reloadable part of cfg.
 func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
+	// Each team's share of the replay record: what its rate can fill, or
+	// an equal part of what the rated teams leave (auth.ReplayShares).
+	need := make(map[string]int, len(cfg.Teams))
+	for _, t := range cfg.Teams {
+		if !t.Rate.Unlimited() {
+			need[t.Name] = auth.ReplayNeed(t.Rate.RPS, t.Rate.Burst, cfg.Auth.MaxSkew)
+			continue
+		}
+		sum := 0 // every key limited: their sum
+		for _, k := range t.Keys {
+			if k.Rate.Unlimited() {
+				sum = 0
+				break
+			}
+			sum += auth.ReplayNeed(k.Rate.RPS, k.Rate.Burst, cfg.Auth.MaxSkew)
+		}
+		need[t.Name] = sum
+	}
 	pol := &policy{
 		teams:            map[string]*teamPolicy{},
 		anonymousCatalog: cfg.Auth.AnonymousCatalog,
@@ -310,6 +328,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			// One record for the gateway's life: a reload that changes the
 			// checks opens no window for a replay.
 			Record: g.replayRecord, ReplayMaxEntries: cfg.Auth.ReplayMaxEntries,
+			ReplayShares: auth.ReplayShares(cfg.Auth.ReplayMaxEntries, need),
 		}),
 	}
 	teams := make([]auth.Team, 0, len(cfg.Teams))
