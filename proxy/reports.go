@@ -83,7 +83,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	st := stateOf(r.Context())
 	// Each fill goes through the shared tier first (shared.go).
 	fill := func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
+		return n.shared.Fill(ctx, key, n.sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
 			resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
 			if err != nil {
 				return nil, err
@@ -105,7 +105,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 			if state != cache.Missing {
 				grace = n.fresh.grace() // a stale entry is answered meanwhile
 			}
-			return n.shared.FillAfter(ctx, key, sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
+			return n.shared.FillAfter(ctx, key, n.sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
 				st.upstreamCall()
 				return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
 			})
