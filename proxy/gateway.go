@@ -426,8 +426,9 @@ func (g *Gateway) Ready() bool {
 }
 
 // Warm loads the catalog of every network (from the upstream or from the
-// shared cache tier, which also tells whether its upstream answers, and so
-// makes Ready true), trying a network whose
+// shared cache tier) and makes sure its upstream answers this replica
+// (a view from the shared tier was fetched by another replica: then one
+// call is made), which makes Ready true; it tries a network whose
 // upstream fails again with backoff (250 ms doubling to 30 s, with jitter)
 // until it succeeds or ctx ends. It logs a network's first failure and its
 // recovery, and returns nil once every network is warm, else ctx's error.
@@ -438,11 +439,17 @@ func (g *Gateway) Warm(ctx context.Context) error {
 		wg.Go(func() {
 			for attempt := 0; ; attempt++ {
 				_, _, err := n.view(ctx, viewHidden, n.org)
+				if err == nil && !n.up.answered.Load() {
+					// The view came from the shared cache tier, fetched by
+					// another replica: that says nothing of whether this
+					// replica reaches the upstream. Ask it (one call,
+					// within the budget); any answer will do.
+					_, err = n.up.get(ctx, "discovery", "/api/v1/discovery", n.org)
+					if n.up.answered.Load() {
+						err = nil
+					}
+				}
 				if err == nil {
-					// The view may come from the shared cache tier, fetched
-					// from this upstream by another replica within its
-					// lifetime: the upstream answers all the same.
-					n.up.answered.Store(true)
 					if attempt > 0 {
 						g.log.Info("catalog warm-up succeeded", zap.String("network", n.name), zap.Int("attempts", attempt+1))
 					}
