@@ -105,6 +105,18 @@ const (
 	reasonNoStream    = "revoked: none of this connection's streams is permitted any more"
 )
 
+// stillSigns reports whether the upgrade request r still verifies under
+// p's secrets, in either form authenticate accepts (the target sent, or
+// /api/v1/ws? and the raw query).
+func stillSigns(p *auth.Principal, r *http.Request) bool {
+	if p.StillSigns(r) {
+		return true
+	}
+	alt := *r
+	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
+	return p.StillSigns(&alt)
+}
+
 // recheck applies a reload to the connection: a team or key gone, moved,
 // or whose secret no longer verifies the upgrade, or a network the team
 // may no longer use, closes it with 1008 and the reason; a stream the team
@@ -122,7 +134,7 @@ func (c *wsClient) recheck(pol *policy) {
 		reason = reasonKeyGone
 	case p.Team.Name != c.team:
 		reason = reasonKeyMoved
-	case !p.StillSigns(c.upgrade):
+	case !stillSigns(p, c.upgrade):
 		reason = reasonSecretGone
 	case !p.Team.UsesNetwork(c.network):
 		reason = reasonNetworkGone
