@@ -158,7 +158,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away).",
 		}, []string{"network", "reason"}),
 		wsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit).",
+			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit; upstream_budget: the upstream connections cannot carry the streams asked for, 503).",
 		}, []string{"network", "reason"}),
 		wsStopped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_ws_client_streams_stopped_total", Help: "Streams of open client WebSocket connections stopped by a reload that took them from the team's feeds, by network.",

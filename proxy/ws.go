@@ -167,6 +167,7 @@ func (c *wsClient) recheck(pol *policy) {
 var (
 	errNoStream   = &apiError{status: http.StatusServiceUnavailable, msg: "real-time streaming is not configured for this network: the gateway's operator sets networks.<name>.upstream.ws_url", retryAfter: time.Minute}
 	errTeamConns  = &apiError{status: http.StatusTooManyRequests, msg: "too many WebSocket connections for this team: close one first (realtime.team_connections)", retryAfter: 5 * time.Second}
+	errWSBudget   = &apiError{status: http.StatusServiceUnavailable, msg: "the gateway's upstream stream connections are full: these streams cannot be carried now (networks.<name>.upstream.ws_max_connections, ws_feeds_per_connection)", retryAfter: 30 * time.Second}
 	errNotUpgrade = errorf(http.StatusUpgradeRequired, "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
 )
 
@@ -209,6 +210,15 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer n.conns.release(team)
+	// Subscribed before the upgrade: a client whose streams the upstream
+	// budget cannot carry is told so (503), not left without frames.
+	sub, err := n.hub.SubscribeWithin(rq.feeds, n.ws.queue)
+	if err != nil {
+		n.metrics.wsRefused(n.name, "upstream_budget")
+		writeError(w, errWSBudget)
+		return
+	}
+	defer sub.Close()
 	conn, rw, _, err := ws.HTTPUpgrader{Timeout: wsWriteTimeout}.Upgrade(r, w)
 	if err != nil {
 		if conn != nil {
@@ -220,8 +230,6 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	n.metrics.wsClient(n.name, 1)
 	defer n.metrics.wsClient(n.name, -1)
 
-	sub := n.hub.Subscribe(rq.feeds, n.ws.queue)
-	defer sub.Close()
 	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
 		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}

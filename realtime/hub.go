@@ -143,8 +143,12 @@ type Hub struct {
 	linkMu sync.Mutex
 	links  map[*link]struct{} // for Stats
 	carry  atomic.Int64       // feeds carried
-	over   atomic.Int64       // feeds wanted but not carried
-	sessN  atomic.Uint64      // numbers the sessions
+	// carried and capacity are the feeds carried and how many the budget
+	// holds, as the last reconcile left them (for Admit); nil and 0 before.
+	carried  atomic.Pointer[map[string]bool]
+	capacity atomic.Int64
+	over     atomic.Int64  // feeds wanted but not carried
+	sessN    atomic.Uint64 // numbers the sessions
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -352,6 +356,43 @@ func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
 		h.kick()
 	}
 	return s
+}
+
+// ErrNoRoom is the error of SubscribeWithin when the upstream connection
+// budget cannot carry the feeds asked for.
+var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
+
+// SubscribeWithin is Subscribe for a consumer that must get every one of
+// its feeds: it refuses (ErrNoRoom, nothing subscribed) when some feed is
+// not carried now and the wanted set, with the feeds not yet wanted, is
+// over what Config.MaxConnections and Config.FeedsPerConnection carry, so
+// that the consumer is told rather than left without frames. A sharing
+// hub (whose feeds other replicas may carry) and a hub that has not yet
+// connected admit every consumer.
+func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
+	capacity := h.capacity.Load()
+	carried := h.carried.Load()
+	if capacity == 0 || carried == nil || (h.sh != nil && h.sh.shared.Load()) {
+		return h.Subscribe(feeds, queue), nil
+	}
+	h.mu.Lock()
+	fresh, all := 0, true
+	for _, id := range feeds {
+		if !(*carried)[id] {
+			all = false
+		}
+		if h.wants[id] == nil {
+			fresh++
+		}
+	}
+	if !all && int64(len(h.wants)+fresh) > capacity {
+		h.mu.Unlock()
+		return nil, ErrNoRoom
+	}
+	h.mu.Unlock()
+	// A consumer admitted between the check and Subscribe may take the
+	// last room; the window is a few instructions wide.
+	return h.Subscribe(feeds, queue), nil
 }
 
 // want returns the new feed entry of id. Called with h.mu held; the caller

@@ -353,6 +353,16 @@ func (h *Hub) reconcile() {
 	clear(h.chunks[len(kept):])
 	h.chunks = kept
 	h.retireWhenUp(retiring, started)
+	// What Admit needs: the feeds carried now, and how many this
+	// replica's own connections can carry.
+	carriedNow := make(map[string]bool, total)
+	for _, c := range h.chunks {
+		for _, id := range c.feeds {
+			carriedNow[id] = true
+		}
+	}
+	h.carried.Store(&carriedNow)
+	h.capacity.Store(int64(h.cfg.MaxConnections / len(origins) * h.cfg.FeedsPerConnection))
 	h.carry.Store(int64(total))
 	h.mx.feeds.Set(float64(total))
 }
