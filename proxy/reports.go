@@ -64,7 +64,11 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	feed, cred := rq.feed, rq.cred
 	pol := n.policy()
 	if n.hub != nil && pol.latestFromStream && cred == n.org {
-		if frame, obs, ok := n.hub.Latest(feed); ok {
+		// No older than a report REST would answer stale: observed a
+		// second before its fetch, fresh for latest_ttl, stale for
+		// latest_max_stale. Older, the stream has gone silent: REST.
+		oldest := n.now().Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
+		if frame, obs, ok := n.hub.LatestSince(feed, oldest); ok {
 			n.metrics.latestAge(n.name, n.now().Unix()-obs)
 			n.answerStream(w, r, frame, obs)
 			return

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -454,12 +455,20 @@ func (h *Hub) release(s *Subscription) {
 // when feed is not streamed. Lock-free; each answer with ok true is
 // counted (streamgate_ws_latest_served_total).
 func (h *Hub) Latest(feed string) (frame []byte, observationsTimestamp int64, ok bool) {
+	return h.LatestSince(feed, math.MinInt64)
+}
+
+// LatestSince is Latest, but ok is false too when the newest report held
+// was observed before oldest (Unix seconds): while the connection is up but
+// silent (a stall not yet detected), a caller bounds how old a report it
+// answers.
+func (h *Hub) LatestSince(feed string, oldest int64) (frame []byte, observationsTimestamp int64, ok bool) {
 	f := (*h.feeds.Load())[feed]
 	if f == nil {
 		return nil, 0, false
 	}
 	l := f.latest.Load()
-	if l == nil || !l.sess.valid() {
+	if l == nil || !l.sess.valid() || l.ts < oldest {
 		return nil, 0, false
 	}
 	h.st.latestServed.Add(1)
