@@ -155,7 +155,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_ws_clients", Help: "Client WebSocket connections open, by network.",
 		}, []string{"network"}),
 		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away).",
+			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
 		}, []string{"network", "reason"}),
 		wsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit; upstream_budget: the upstream connections cannot carry the streams asked for, 503).",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+	"golang.org/x/time/rate"
 
 	"streamgate/realtime"
 )
@@ -36,7 +37,16 @@ const (
 	// wsCloseWait is how long a closing connection waits for the client's
 	// close frame before it is cut.
 	wsCloseWait = 2 * time.Second
+	// wsFrameRate and wsFrameBurst bound the frames a client may send
+	// (pings, pongs, anything): a client keeps a connection alive with a
+	// few a minute; one that sends more than this is closed (1008) rather
+	// than answered without end.
+	wsFrameRate  = 10 // a second
+	wsFrameBurst = 50
 )
+
+// errFrameFlood ends the read loop of a client over wsFrameRate.
+var errFrameFlood = errors.New("too many frames from the client: at most 10 a second")
 
 // wsBuffers holds the buffers of batched writes between uses, so that an
 // idle client holds none.
@@ -118,8 +128,12 @@ func (c *wsConn) closeWith(code ws.StatusCode, reason string, readDone <-chan er
 func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
 	rd := &wsutil.Reader{Source: src, State: ws.StateServerSide, MaxFrameSize: wsReadLimit}
 	ctl := wsutil.ControlHandler{Src: rd, Dst: c, State: ws.StateServerSide, DisableSrcCiphering: true}
+	budget := rate.NewLimiter(wsFrameRate, wsFrameBurst)
 	rd.OnIntermediate = func(h ws.Header, _ io.Reader) error {
 		// A control frame between the fragments of a message.
+		if !budget.Allow() {
+			return errFrameFlood
+		}
 		if h.OpCode == ws.OpPong {
 			signal(pong)
 		}
@@ -129,6 +143,9 @@ func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
 		h, err := rd.NextFrame()
 		if err != nil {
 			return err
+		}
+		if !budget.Allow() {
+			return errFrameFlood
 		}
 		if h.OpCode.IsControl() {
 			if h.OpCode == ws.OpPong {
@@ -207,11 +224,18 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 		case reason := <-revoked:
 			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
 			return "revoked"
-		case <-readDone:
+		case err := <-readDone:
+			if errors.Is(err, errFrameFlood) {
+				c.closeWith(ws.StatusPolicyViolation, errFrameFlood.Error(), closedDone)
+				return "flood"
+			}
 			return "client"
 		}
 	}
 }
+
+// closedDone stands for a read loop that has ended already.
+var closedDone = func() <-chan error { ch := make(chan error); close(ch); return ch }()
 
 // drain appends to frames what else is queued in ch now, up to one batch.
 // ok is false when ch was found closed.
