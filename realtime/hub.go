@@ -44,6 +44,10 @@ const (
 	DefaultFeedsPerConnection = 50
 	DefaultGrace              = 30 * time.Second
 	DefaultStallTimeout       = 10 * time.Second
+	// MaxFuture is how far ahead of the clock (Config.Now) a report's
+	// observationsTimestamp may lie; a frame dated later is dropped, so
+	// that it cannot hold a feed's watermark.
+	MaxFuture = 10 * time.Second
 )
 
 // REST demand: a feed asked for with Want DemandThreshold times within
@@ -145,11 +149,13 @@ type Hub struct {
 	links  map[*link]struct{} // for Stats
 	carry  atomic.Int64       // feeds carried
 	// carried and capacity are the feeds carried and how many the budget
-	// holds, as the last reconcile left them (for Admit); nil and 0 before.
+	// holds, as the last reconcile left them (for SubscribeWithin); nil and 0 before.
 	carried  atomic.Pointer[map[string]bool]
 	capacity atomic.Int64
 	over     atomic.Int64  // feeds wanted but not carried
 	sessN    atomic.Uint64 // numbers the sessions
+
+	futureLogged atomic.Int64 // Unix seconds of the last log of a frame dated in the future
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.

@@ -305,6 +305,16 @@ func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
 		return
 	}
+	if ts > h.cfg.Now().Add(MaxFuture).Unix() {
+		// Taken, it would hold the feed's watermark, and every report
+		// until that time would be dropped as old, on every replica.
+		h.mx.m.future.WithLabelValues(h.cfg.Network).Inc()
+		if now := time.Now().Unix(); now-h.futureLogged.Load() >= 60 {
+			h.futureLogged.Store(now)
+			h.log.Warn("report frame dated in the future dropped", zap.String("origin", origin), zap.Int64("observationsTimestamp", ts))
+		}
+		return
+	}
 	f := (*h.feeds.Load())[string(id)]
 	if f == nil {
 		return // no longer wanted
