@@ -65,6 +65,10 @@ type Deps struct {
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".
 	Embedded map[string]Upstream
+	// Conns counts each team's WebSocket connections against
+	// realtime.team_connections; nil: this process counts alone (with the
+	// Redis limits, ratelimit.RedisConns counts across the replicas).
+	Conns ratelimit.Conns
 	// Hubs are the real-time hubs by network name; a network without one
 	// answers /api/v1/ws with 503 and latest from REST only.
 	Hubs map[string]*realtime.Hub
@@ -158,7 +162,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		networks: map[string]*network{},
-		conns:    &teamConns{n: map[string]int{}},
+		conns:    &teamConns{counter: deps.Conns},
 		cache:    deps.Cache,
 		limiter:  deps.Limiter,
 		quota:    deps.Quota,
@@ -168,6 +172,9 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
+	}
+	if g.conns.counter == nil {
+		g.conns.counter = &ratelimit.MemoryConns{}
 	}
 	g.auditLog = g.log.Named("audit")
 	accessLog := deps.AccessLog

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"streamgate/auth"
+	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
 
@@ -27,30 +29,19 @@ type wsSettings struct {
 const wsWriteTimeout = 10 * time.Second
 
 // teamConns counts the WebSocket connections each team holds, on every
-// network of the gateway together, and holds every open client, so that a
-// reload can check each again (recheck).
+// network of the gateway together (across the replicas with the Redis
+// limits: Deps.Conns), and holds every open client, so that a reload can
+// check each again (recheck).
 type teamConns struct {
+	counter ratelimit.Conns
 	mu      sync.Mutex
-	n       map[string]int
 	clients map[*wsClient]struct{}
 }
 
-func (tc *teamConns) acquire(team string, limit int) bool {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	if tc.n[team] >= limit {
-		return false
-	}
-	tc.n[team]++
-	return true
-}
-
-func (tc *teamConns) release(team string) {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	if tc.n[team]--; tc.n[team] <= 0 {
-		delete(tc.n, team)
-	}
+// acquire takes one of the team's limit connections; release gives it
+// back.
+func (tc *teamConns) acquire(ctx context.Context, team string, limit int) (release func(), ok bool) {
+	return tc.counter.Acquire(ctx, "team:"+team, limit)
 }
 
 func (tc *teamConns) add(c *wsClient) {
@@ -204,12 +195,13 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	team := p.Team.Name
-	if !n.conns.acquire(team, n.ws.teamConns) {
+	release, ok := n.conns.acquire(r.Context(), team, n.ws.teamConns)
+	if !ok {
 		n.metrics.wsRefused(n.name, "team_limit")
 		writeError(w, errTeamConns)
 		return
 	}
-	defer n.conns.release(team)
+	defer release()
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
 	sub, err := n.hub.SubscribeWithin(rq.feeds, n.ws.queue)
