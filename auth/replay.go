@@ -1,10 +1,14 @@
 package auth
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -36,10 +40,65 @@ type ReplayFullError struct {
 	// RetryAfter is how long until the record drops a generation, which
 	// makes room.
 	RetryAfter time.Duration
+	// Team is set when the record has room, but not the team's share of
+	// it (see ReplayShares).
+	Team bool
 }
 
 func (e *ReplayFullError) Error() string {
+	if e.Team {
+		return fmt.Sprintf("%v: the team's share is used up: room in %v", ErrReplayFull, e.RetryAfter)
+	}
 	return fmt.Sprintf("%v: room in %v", ErrReplayFull, e.RetryAfter)
+}
+
+// ReplayShares divides a record of maxEntries among teams so that no
+// team's signatures can take another's room: need gives, per team, the
+// most entries it can use (its rate over the record's life, plus its
+// burst; ReplayNeed), or 0 for a team without a rate, whose need is
+// unbounded. The division is max-min fair: teams needing less than an
+// equal share get what they need, and the rest is split equally among
+// the others, so the shares add up to at most maxEntries, and a team
+// without a rate gets an equal part of what the teams with one leave.
+func ReplayShares(maxEntries int, need map[string]int) map[string]int {
+	if maxEntries <= 0 {
+		maxEntries = DefaultReplayMaxEntries
+	}
+	names := make([]string, 0, len(need))
+	for t := range need {
+		names = append(names, t)
+	}
+	unbounded := func(n int) int {
+		if n <= 0 {
+			return math.MaxInt
+		}
+		return n
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(unbounded(need[a]), unbounded(need[b])); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	shares := make(map[string]int, len(names))
+	left := maxEntries
+	for i, t := range names {
+		s := min(unbounded(need[t]), left/(len(names)-i))
+		shares[t] = s
+		left -= s
+	}
+	return shares
+}
+
+// ReplayNeed is the most entries a team limited to rps requests a second
+// with burst can hold in a record of requests whose timestamps may be
+// maxSkew off: what it admits in the record's life (4×maxSkew at most),
+// plus its burst. 0 (unbounded) when rps is 0.
+func ReplayNeed(rps float64, burst int, maxSkew time.Duration) int {
+	if rps <= 0 {
+		return 0
+	}
+	return int(math.Ceil(rps*(4*maxSkew).Seconds())) + burst + 1
 }
 
 func (e *ReplayFullError) Unwrap() error { return ErrReplayFull }
@@ -94,6 +153,11 @@ type ReplayRecord struct {
 	cur     map[replayKey]int64 // first uses, since rotated
 	prev    map[replayKey]int64 // first uses of the generation before
 	full    uint64
+	// The entries of each team in cur and prev, and the most each team
+	// may hold (see ReplayShares); a team not in shares is bounded by max
+	// alone.
+	curTeams, prevTeams map[string]int
+	shares              map[string]int
 }
 
 // replayKey identifies a signature of a key: a 128-bit hash of both. The
@@ -126,6 +190,8 @@ func NewReplayRecord() *ReplayRecord {
 		max:   DefaultReplayMaxEntries,
 		cur:   map[replayKey]int64{},
 		prev:  map[replayKey]int64{},
+
+		curTeams: map[string]int{}, prevTeams: map[string]int{},
 	}
 }
 
@@ -139,7 +205,7 @@ func (r *ReplayRecord) since(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
 // skew of that ttl, and be within the new skew for as long. (Should it
 // shorten again meanwhile, the ttl of the verifier it replaces must pass
 // too.)
-func (r *ReplayRecord) configure(ttl time.Duration, maxEntries int, at time.Time) {
+func (r *ReplayRecord) configure(ttl time.Duration, maxEntries int, shares map[string]int, at time.Time) {
 	if maxEntries <= 0 {
 		maxEntries = DefaultReplayMaxEntries
 	}
@@ -147,6 +213,7 @@ func (r *ReplayRecord) configure(ttl time.Duration, maxEntries int, at time.Time
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.max = maxEntries
+	r.shares = shares
 	if r.nextTTL != 0 && now >= r.nextAt {
 		r.ttl, r.nextTTL = r.nextTTL, 0
 	}
@@ -173,11 +240,15 @@ func (r *ReplayRecord) rotate(now int64) {
 	case since >= 2*r.ttl:
 		// Both generations are older than ttl.
 		r.prev, r.cur = map[replayKey]int64{}, map[replayKey]int64{}
+		clear(r.prevTeams)
+		clear(r.curTeams)
 	case since >= r.ttl, since < -r.ttl:
 		// The older generation is; or the clock stepped back, and the
 		// current generation starts again (a few requests out of order
 		// are not a step).
 		r.prev, r.cur = r.cur, r.reuse(r.prev, len(r.cur))
+		r.prevTeams, r.curTeams = r.curTeams, r.prevTeams // one entry per team: kept
+		clear(r.curTeams)
 	default:
 		return
 	}
@@ -213,7 +284,7 @@ func (r *ReplayRecord) firstUse(k replayKey, curOnly bool) (int64, bool) {
 // used before within grace; ErrReplay when it was used before that; a
 // *ReplayFullError when it was not, and there is no room to record it.
 // r.mu is held.
-func (r *ReplayRecord) decide(k replayKey, now int64, grace time.Duration, curOnly bool) (seen bool, err error) {
+func (r *ReplayRecord) decide(k replayKey, team string, now int64, grace time.Duration, curOnly bool) (seen bool, err error) {
 	if first, ok := r.firstUse(k, curOnly); ok {
 		// A request checked before the first use but recorded after it
 		// (requests run concurrently) is at 0.
@@ -225,6 +296,10 @@ func (r *ReplayRecord) decide(k replayKey, now int64, grace time.Duration, curOn
 	if len(r.cur)+len(r.prev) >= r.max {
 		r.full++
 		return false, &ReplayFullError{RetryAfter: r.retryAfter(now)}
+	}
+	if share, ok := r.shares[team]; ok && r.curTeams[team]+r.prevTeams[team] >= share {
+		r.full++
+		return false, &ReplayFullError{RetryAfter: r.retryAfter(now), Team: true}
 	}
 	return false, nil
 }
@@ -243,12 +318,12 @@ func (r *ReplayRecord) retryAfter(now int64) time.Duration {
 // with grace (see decide). When k is in neither generation, unseen is
 // set and gen is the record's rotation count: use, given both, then need
 // not look in the older generation again if no rotation came between.
-func (r *ReplayRecord) peek(k replayKey, at time.Time, grace time.Duration) (gen uint64, unseen bool, err error) {
+func (r *ReplayRecord) peek(k replayKey, team string, at time.Time, grace time.Duration) (gen uint64, unseen bool, err error) {
 	now := r.since(at)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rotate(now)
-	seen, err := r.decide(k, now, grace, false)
+	seen, err := r.decide(k, team, now, grace, false)
 	return r.gen, !seen, err
 }
 
@@ -257,14 +332,15 @@ func (r *ReplayRecord) peek(k replayKey, at time.Time, grace time.Duration) (gen
 // neither generation at rotation count gen: the older generation, not
 // changed since unless a rotation came between, is then not searched
 // again (a concurrent first use of k went into the current one).
-func (r *ReplayRecord) use(k replayKey, at time.Time, grace time.Duration, gen uint64, peeked bool) error {
+func (r *ReplayRecord) use(k replayKey, team string, at time.Time, grace time.Duration, gen uint64, peeked bool) error {
 	now := r.since(at)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rotate(now)
-	seen, err := r.decide(k, now, grace, peeked && gen == r.gen)
+	seen, err := r.decide(k, team, now, grace, peeked && gen == r.gen)
 	if err == nil && !seen {
 		r.cur[k] = now
+		r.curTeams[team]++
 	}
 	return err
 }

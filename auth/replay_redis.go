@@ -32,12 +32,24 @@ func NewRedisReplay(client redis.UniversalClient, prefix string) *RedisReplay {
 	return &RedisReplay{client: client, prefix: prefix}
 }
 
-// replayScript: KEYS[1] the signature; ARGV now (ms), ttl (ms), grace (ms).
-// Returns 1 when the use is allowed.
+// replayScript: KEYS[1] the signature, KEYS[2] and KEYS[3] the team's
+// counts of first uses in the current and the previous period of ttl;
+// ARGV now (ms), ttl (ms), grace (ms), the team's most (0: none).
+// Returns 1 when the use is allowed, 0 for a replay, 2 when the team's
+// first uses kept are at its most.
 var replayScript = redis.NewScript(`
 local first = redis.call('GET', KEYS[1])
 if not first then
+  local most = tonumber(ARGV[4])
+  if most > 0 then
+    local n = tonumber(redis.call('GET', KEYS[2]) or '0') + tonumber(redis.call('GET', KEYS[3]) or '0')
+    if n >= most then
+      return 2
+    end
+  end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[2]))
   return 1
 end
 if tonumber(ARGV[1]) - tonumber(first) < tonumber(ARGV[3]) then
@@ -46,13 +58,23 @@ end
 return 0
 `)
 
-// FirstUse implements ReplayStore.
-func (s *RedisReplay) FirstUse(ctx context.Context, key string, sig []byte, now time.Time, ttl, grace time.Duration) (bool, error) {
-	k := s.prefix + strconv.Itoa(len(key)) + ":" + key + ":" + hex.EncodeToString(sig)
-	n, err := replayScript.Run(ctx, s.client, []string{k},
-		now.UnixMilli(), max(ttl.Milliseconds(), 1), grace.Milliseconds()).Int()
-	if err != nil {
+// FirstUse implements ReplayStore. A team's first uses are counted per
+// period of u.TTL: those of the current and the previous period (every
+// signature kept is in them) are bounded by u.TeamMax, so that no team
+// fills the store for the others.
+func (s *RedisReplay) FirstUse(ctx context.Context, u ReplayUse) (bool, error) {
+	k := s.prefix + strconv.Itoa(len(u.Key)) + ":" + u.Key + ":" + hex.EncodeToString(u.Sig)
+	ttl := max(u.TTL.Milliseconds(), 1)
+	period := u.Now.UnixMilli() / ttl
+	team := s.prefix + "team:" + strconv.Itoa(len(u.Team)) + ":" + u.Team + ":"
+	n, err := replayScript.Run(ctx, s.client,
+		[]string{k, team + strconv.FormatInt(period, 10), team + strconv.FormatInt(period-1, 10)},
+		u.Now.UnixMilli(), ttl, u.Grace.Milliseconds(), max(u.TeamMax, 0)).Int()
+	switch {
+	case err != nil:
 		return false, err
+	case n == 2:
+		return false, &ReplayFullError{RetryAfter: time.Duration(ttl-u.Now.UnixMilli()%ttl) * time.Millisecond, Team: true}
 	}
 	return n == 1, nil
 }

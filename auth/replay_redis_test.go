@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,8 +55,14 @@ func TestRedisReplay(t *testing.T) {
 	assert.ErrorIs(t, err, ErrReplay, "a replay at another replica after the grace")
 
 	// The key expires with the skew window.
-	keys, err := client.Keys(t.Context(), "test:replay:*").Result()
+	all, err := client.Keys(t.Context(), "test:replay:*").Result()
 	require.NoError(t, err)
+	var keys []string // the signatures, not the teams' counts
+	for _, k := range all {
+		if !strings.HasPrefix(k, "test:replay:team:") {
+			keys = append(keys, k)
+		}
+	}
 	require.Len(t, keys, 1)
 	ttl, err := client.PTTL(t.Context(), keys[0]).Result()
 	require.NoError(t, err)
@@ -98,7 +105,7 @@ func TestRedisReplayHangingRedis(t *testing.T) {
 	now := time.UnixMilli(1_750_000_000_000)
 	sig := func(i int) []byte { return []byte(fmt.Sprintf("signature-%d", i)) }
 	first := func(i int) (bool, error) {
-		return store.FirstUse(ctx, "k-trading", sig(i), now, 10*time.Second, time.Second)
+		return store.FirstUse(ctx, ReplayUse{Team: "trading", Key: "k-trading", Sig: sig(i), Now: now, TTL: 10 * time.Second, Grace: time.Second})
 	}
 
 	ok, err := first(-1)
@@ -135,7 +142,7 @@ func TestRedisReplayHangingRedis(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	assert.True(t, ok)
-	ok, err = store.FirstUse(ctx, "k-trading", sig(1000), now.Add(2*time.Second), 10*time.Second, time.Second)
+	ok, err = store.FirstUse(ctx, ReplayUse{Team: "trading", Key: "k-trading", Sig: sig(1000), Now: now.Add(2 * time.Second), TTL: 10 * time.Second, Grace: time.Second})
 	require.NoError(t, err)
 	assert.False(t, ok, "the use was recorded in Redis: a replay after the grace")
 	assert.Equal(t, 1, logs.FilterMessageSnippet("redis unavailable").Len())
@@ -161,4 +168,40 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, to string) float
 	}
 	t.Fatalf("no %s{to=%q}", name, to)
 	return 0
+}
+
+// TestRedisReplayTeamShare: a team's first uses kept in Redis are bounded
+// by its share; a team at its share is refused (a *ReplayFullError, Team
+// set), another team is not, and a replay is still a replay.
+func TestRedisReplayTeamShare(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.New(t).Addr()})
+	t.Cleanup(func() { client.Close() })
+	store := NewRedisReplay(client, "test:share:")
+	ctx := context.Background()
+	now := time.UnixMilli(1_750_000_000_000)
+	use := func(team string, i int, at time.Time) (bool, error) {
+		return store.FirstUse(ctx, ReplayUse{Team: team, TeamMax: 5, Key: team + "-key",
+			Sig: []byte(fmt.Sprintf("sig-%d", i)), Now: at, TTL: 10 * time.Second})
+	}
+	for i := range 5 {
+		ok, err := use("flood", i, now)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	_, err := use("flood", 5, now)
+	var full *ReplayFullError
+	require.ErrorAs(t, err, &full, "the team's share is used up")
+	assert.True(t, full.Team)
+	assert.Positive(t, full.RetryAfter)
+	ok, err := use("flood", 0, now.Add(time.Second))
+	require.NoError(t, err)
+	assert.False(t, ok, "a replay is a replay, full or not")
+	for i := range 5 {
+		ok, err := use("quiet", i, now)
+		require.NoError(t, err, "another team has its own share")
+		assert.True(t, ok)
+	}
+	ok, err = use("flood", 6, now.Add(25*time.Second))
+	require.NoError(t, err, "two periods later the share is free again")
+	assert.True(t, ok)
 }

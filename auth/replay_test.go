@@ -25,13 +25,13 @@ type replayCache struct {
 
 func newReplayCache(ttl, grace time.Duration) replayCache {
 	r := NewReplayRecord()
-	r.configure(ttl, 0, time.Time{})
+	r.configure(ttl, 0, nil, time.Time{})
 	return replayCache{r, grace}
 }
 
 // firstUse records (key, sig) and reports whether it may be used.
 func (rc replayCache) firstUse(key string, sig []byte, now time.Time) bool {
-	return rc.use(replayKeyOf(key, sig), now, rc.grace, 0, false) == nil
+	return rc.use(replayKeyOf(key, sig), "t", now, rc.grace, 0, false) == nil
 }
 
 func TestReplayRecordFull(t *testing.T) {
@@ -88,7 +88,7 @@ func TestReplayRecordGivesMemoryBack(t *testing.T) {
 	var k replayKey
 	for i := range n {
 		binary.LittleEndian.PutUint64(k[:], uint64(i)*0x9e3779b97f4a7c15)
-		require.NoError(t, rc.use(k, t0.Add(time.Duration(i)*time.Microsecond), 0, 0, false))
+		require.NoError(t, rc.use(k, "t", t0.Add(time.Duration(i)*time.Microsecond), 0, 0, false))
 	}
 	peak := heapInuse()
 	grown := int64(peak) - int64(before)
@@ -100,10 +100,10 @@ func TestReplayRecordGivesMemoryBack(t *testing.T) {
 
 	// One rotation moves the entries to the older generation; they are
 	// all still needed.
-	require.NoError(t, rc.use(replayKey{1}, t0.Add(10*time.Second), 0, 0, false))
+	require.NoError(t, rc.use(replayKey{1}, "t", t0.Add(10*time.Second), 0, 0, false))
 	assert.Equal(t, n+1, rc.Stats().Entries)
 	// Past 2×ttl, both generations go, and their memory with them.
-	require.NoError(t, rc.use(replayKey{2}, t0.Add(30*time.Second), 0, 0, false))
+	require.NoError(t, rc.use(replayKey{2}, "t", t0.Add(30*time.Second), 0, 0, false))
 	assert.Equal(t, 1, rc.Stats().Entries)
 	after := heapInuse()
 	t.Logf("after rotation: %.1f MB above the start", float64(int64(after)-int64(before))/1e6)
@@ -127,7 +127,7 @@ func TestReplayRecordSteadyLoadAllocatesNothing(t *testing.T) {
 		for i := range n {
 			seq++
 			binary.LittleEndian.PutUint64(k[:], seq*0x9e3779b97f4a7c15)
-			if err := rc.use(k, start.Add(time.Duration(i)*time.Microsecond), 0, 0, false); err != nil {
+			if err := rc.use(k, "t", start.Add(time.Duration(i)*time.Microsecond), 0, 0, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -159,7 +159,8 @@ type fakeShared struct {
 	seen  map[string]time.Time
 }
 
-func (f *fakeShared) FirstUse(_ context.Context, key string, sig []byte, now time.Time, _, grace time.Duration) (bool, error) {
+func (f *fakeShared) FirstUse(_ context.Context, u ReplayUse) (bool, error) {
+	key, sig, now, grace := u.Key, u.Sig, u.Now, u.Grace
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -328,7 +329,7 @@ func TestCheckUnadmittedTakesNoRoom(t *testing.T) {
 	// Peeking allocates nothing.
 	k := replayKeyOf("k-trading", make([]byte, 32))
 	allocs := testing.AllocsPerRun(100, func() {
-		if _, _, err := v.replay.peek(k, now, 0); err != nil {
+		if _, _, err := v.replay.peek(k, "t", now, 0); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -445,16 +446,16 @@ func TestReplayRecordShortensTwice(t *testing.T) {
 	// 20 s in force before c has passed at c+20s.
 	c := time.Unix(1_750_000_000, 0)
 	rc := newReplayCache(20*time.Second, 0)
-	require.NoError(t, rc.use(replayKey{1}, c.Add(-time.Second), 0, 0, false)) // the generation starts
-	rc.configure(10*time.Second, 0, c)
-	require.NoError(t, rc.use(replayKey{2}, c.Add(14*time.Second), 0, 0, false))
-	rc.configure(10*time.Second, 0, c.Add(15*time.Second))
-	require.NoError(t, rc.use(replayKey{3}, c.Add(20*time.Second), 0, 0, false))
-	assert.ErrorIs(t, rc.use(replayKey{2}, c.Add(23*time.Second), 0, 0, false), ErrReplay)
+	require.NoError(t, rc.use(replayKey{1}, "t", c.Add(-time.Second), 0, 0, false)) // the generation starts
+	rc.configure(10*time.Second, 0, nil, c)
+	require.NoError(t, rc.use(replayKey{2}, "t", c.Add(14*time.Second), 0, 0, false))
+	rc.configure(10*time.Second, 0, nil, c.Add(15*time.Second))
+	require.NoError(t, rc.use(replayKey{3}, "t", c.Add(20*time.Second), 0, 0, false))
+	assert.ErrorIs(t, rc.use(replayKey{2}, "t", c.Add(23*time.Second), 0, 0, false), ErrReplay)
 
 	// Later on, the ttl is 10 s.
 	for i, at := range []time.Duration{30, 40, 50} {
-		require.NoError(t, rc.use(replayKey{byte(10 + i)}, c.Add(at*time.Second), 0, 0, false))
+		require.NoError(t, rc.use(replayKey{byte(10 + i)}, "t", c.Add(at*time.Second), 0, 0, false))
 	}
 	assert.Equal(t, 2, rc.Stats().Entries)
 }
@@ -467,16 +468,58 @@ func TestRecordAfterPeekAcrossRotation(t *testing.T) {
 	for _, rotate := range []bool{false, true} {
 		rc := newReplayCache(10*time.Second, 0)
 		k := replayKey{7}
-		require.NoError(t, rc.use(replayKey{1}, t0, 0, 0, false)) // the generation starts
-		gen, unseen, err := rc.peek(k, t0.Add(time.Second), 0)
+		require.NoError(t, rc.use(replayKey{1}, "t", t0, 0, 0, false)) // the generation starts
+		gen, unseen, err := rc.peek(k, "t", t0.Add(time.Second), 0)
 		require.NoError(t, err)
 		require.True(t, unseen)
-		require.NoError(t, rc.use(k, t0.Add(time.Second), 0, 0, false), "a twin is recorded first")
+		require.NoError(t, rc.use(k, "t", t0.Add(time.Second), 0, 0, false), "a twin is recorded first")
 		at := t0.Add(2 * time.Second)
 		if rotate {
 			at = t0.Add(11 * time.Second)
-			require.NoError(t, rc.use(replayKey{2}, at, 0, 0, false)) // the twin moves to the older generation
+			require.NoError(t, rc.use(replayKey{2}, "t", at, 0, 0, false)) // the twin moves to the older generation
 		}
-		assert.ErrorIs(t, rc.use(k, at, 0, gen, unseen), ErrReplay, "rotation between: %v", rotate)
+		assert.ErrorIs(t, rc.use(k, "t", at, 0, gen, unseen), ErrReplay, "rotation between: %v", rotate)
 	}
+}
+
+func TestReplayShares(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		max  int
+		need map[string]int
+		want map[string]int
+	}{
+		{"no rate: equal parts", 1000, map[string]int{"a": 0, "b": 0}, map[string]int{"a": 500, "b": 500}},
+		{"a small rate takes what it needs, the rest to the others", 1000,
+			map[string]int{"a": 100, "b": 0, "c": 0}, map[string]int{"a": 100, "b": 450, "c": 450}},
+		{"large needs are cut to fair parts", 900,
+			map[string]int{"a": 5000, "b": 5000, "c": 100}, map[string]int{"a": 400, "b": 400, "c": 100}},
+		{"no team", 1000, map[string]int{}, map[string]int{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := ReplayShares(c.max, c.need)
+			assert.Equal(t, c.want, got)
+			sum := 0
+			for _, s := range got {
+				sum += s
+			}
+			assert.LessOrEqual(t, sum, c.max, "the shares never add up to more than the record")
+		})
+	}
+}
+
+// TestReplayRecordTeamShare: a team at its share is refused, with room
+// left for the others.
+func TestReplayRecordTeamShare(t *testing.T) {
+	rc := NewReplayRecord()
+	t0 := time.Now()
+	rc.configure(10*time.Second, 100, map[string]int{"flood": 3, "quiet": 3}, t0)
+	for i := range 3 {
+		require.NoError(t, rc.use(replayKey{byte(i)}, "flood", t0, 0, 0, false))
+	}
+	var full *ReplayFullError
+	require.ErrorAs(t, rc.use(replayKey{9}, "flood", t0, 0, 0, false), &full)
+	assert.True(t, full.Team)
+	require.NoError(t, rc.use(replayKey{10}, "quiet", t0, 0, 0, false), "another team is not denied")
+	require.NoError(t, rc.use(replayKey{11}, "flood", t0.Add(25*time.Second), 0, 0, false), "room again once the generations are gone")
 }

@@ -68,6 +68,10 @@ type VerifierConfig struct {
 	// another. Each verifier keeps its own record too, which alone decides
 	// while Shared fails.
 	Shared ReplayStore
+	// ReplayShares bounds, per team name, the entries its signatures may
+	// take in the record (see ReplayShares), in the shared store too; a
+	// team not listed is bounded by ReplayMaxEntries alone.
+	ReplayShares map[string]int
 	// SharedFailed, if non-nil, is called with each error of Shared.
 	SharedFailed func(error)
 	// Now is the clock. Nil means time.Now.
@@ -84,15 +88,29 @@ type Verifier struct {
 	shared       ReplayStore   // nil unless shared and replay protection is on
 	grace        time.Duration
 	sharedFailed func(error)
+	shares       map[string]int // entries per team, in the shared store too
 }
 
 // ReplayStore records the first uses of signatures where several verifiers
 // (replicas) see them. Implementations are safe for concurrent use.
 type ReplayStore interface {
-	// FirstUse reports whether the signature sig of key may be used at now:
-	// it was not seen before, or was first seen less than grace ago. A first
-	// use is kept for at least ttl.
-	FirstUse(ctx context.Context, key string, sig []byte, now time.Time, ttl, grace time.Duration) (bool, error)
+	// FirstUse reports whether the signature u.Sig of u.Key may be used at
+	// u.Now: it was not seen before, or was first seen less than u.Grace
+	// ago. A first use is kept for at least u.TTL. A signature not seen
+	// while the team's first uses kept reach u.TeamMax (> 0) is refused
+	// with a *ReplayFullError (Team set).
+	FirstUse(ctx context.Context, u ReplayUse) (bool, error)
+}
+
+// ReplayUse is a use of a signature that a ReplayStore records.
+type ReplayUse struct {
+	Team    string // the key's team
+	TeamMax int    // the most first uses kept of the team; 0 no bound
+	Key     string // the key ID
+	Sig     []byte
+	Now     time.Time
+	TTL     time.Duration
+	Grace   time.Duration
 }
 
 // NewVerifier returns a Verifier for cfg.
@@ -109,7 +127,8 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 	v := &Verifier{maxSkew: cfg.MaxSkew, now: cfg.Now, grace: cfg.ReplayGrace, sharedFailed: cfg.SharedFailed, record: cfg.Record}
 	if cfg.ReplayProtection {
 		v.replay = cfg.Record
-		v.replay.configure(2*cfg.MaxSkew, cfg.ReplayMaxEntries, cfg.Now())
+		v.replay.configure(2*cfg.MaxSkew, cfg.ReplayMaxEntries, cfg.ReplayShares, cfg.Now())
+		v.shares = cfg.ReplayShares
 		v.shared = cfg.Shared
 	}
 	return v
@@ -226,7 +245,7 @@ func (v *Verifier) CheckAt(ks *KeyStore, r *http.Request, now time.Time) (Result
 	if v.replay != nil {
 		res.key, res.hashed = replayKeyOf(c.KeyID, c.Signature), true
 		var err error
-		if res.gen, res.unseen, err = v.replay.peek(res.key, now, v.grace); err != nil {
+		if res.gen, res.unseen, err = v.replay.peek(res.key, p.Team.Name, now, v.grace); err != nil {
 			return res, err
 		}
 	}
@@ -252,13 +271,17 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 	if !res.hashed { // checked by a verifier without replay protection
 		res.key = replayKeyOf(res.Principal.KeyID, res.sig[:])
 	}
-	if err := v.replay.use(res.key, res.at, v.grace, res.gen, res.unseen); err != nil {
+	if err := v.replay.use(res.key, res.Principal.Team.Name, res.at, v.grace, res.gen, res.unseen); err != nil {
 		return err
 	}
 	if v.shared != nil {
 		sig := res.sig // only this copy escapes, and only here
-		ok, err := v.shared.FirstUse(ctx, res.Principal.KeyID, sig[:], res.at, 2*v.maxSkew, v.grace)
+		team := res.Principal.Team.Name
+		ok, err := v.shared.FirstUse(ctx, ReplayUse{Team: team, TeamMax: v.shares[team],
+			Key: res.Principal.KeyID, Sig: sig[:], Now: res.at, TTL: 2 * v.maxSkew, Grace: v.grace})
 		switch {
+		case errors.Is(err, ErrReplayFull):
+			return err
 		case err != nil:
 			if v.sharedFailed != nil {
 				v.sharedFailed(err)
@@ -268,4 +291,27 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 		}
 	}
 	return nil
+}
+
+// StillSigns reports whether r's authentication headers hold a valid
+// signature of r under one of p's secrets, the timestamp's skew and the
+// replay record aside: a reload asks it of an open connection's upgrade
+// request, to learn whether the key that opened it still verifies (a
+// rotation may have removed the secret it was signed with).
+func (p *Principal) StillSigns(r *http.Request) bool {
+	var c Credentials
+	if parseCredentials(r.Header, &c) != nil || c.KeyID != p.KeyID {
+		return false
+	}
+	c.Signature = c.sig[:]
+	uri := r.RequestURI
+	if uri == "" {
+		uri = r.URL.RequestURI()
+	}
+	for _, s := range p.secrets {
+		if s.valid(&c, r.Method, uri, EmptyBodyHash) {
+			return true
+		}
+	}
+	return false
 }

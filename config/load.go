@@ -257,11 +257,22 @@ func lineProblem(msg string) Problem {
 // secret that was written in the wrong place, so it is dropped.
 var quotedValueRE = regexp.MustCompile("(cannot unmarshal !![a-z]+) `[^`]*`")
 
-// scrubber returns a function that removes quoted values and the values of
-// expanded variables from a decoder message.
+// The parser quotes an anchor's name ("unknown anchor 's3cr…' referenced"),
+// and a value written as "*s3cr…" is an alias to such an anchor: a secret
+// beginning with "*" left unquoted. The decoder also prints a map key it
+// cannot use. Both are dropped.
+var (
+	anchorRE = regexp.MustCompile(`(unknown anchor|anchor) '[^']*'`)
+	mapKeyRE = regexp.MustCompile(`(invalid map key): .*$`)
+)
+
+// scrubber returns a function that removes quoted values, anchor names,
+// map keys and the values of expanded variables from a decoder message.
 func scrubber(values []string) func(string) string {
 	return func(msg string) string {
 		msg = quotedValueRE.ReplaceAllString(msg, "$1")
+		msg = anchorRE.ReplaceAllString(msg, "$1 "+Redacted)
+		msg = mapKeyRE.ReplaceAllString(msg, "$1 "+Redacted)
 		for _, v := range values {
 			if len(v) >= 4 {
 				msg = strings.ReplaceAll(msg, v, Redacted)

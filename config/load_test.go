@@ -486,3 +486,22 @@ func TestParseQuotedReferenceKeepsSpecialCharacters(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Secret{secret}, cfg.Teams[0].Keys[0].Secrets())
 }
+
+// TestParseRedactsSecretsInYAMLErrors: a secret beginning with "*" left
+// unquoted is a YAML alias; the parser's "unknown anchor" message quotes
+// its name, the secret. Neither an inline secret nor one from a variable
+// may reach the problem text (logs, check, the status page).
+func TestParseRedactsSecretsInYAMLErrors(t *testing.T) {
+	const secret = "*Zq8s3cretValue0123456789"
+	for name, in := range map[string]string{
+		"inline":        minimal + "teams: [{name: t, networks: [mainnet], feeds: ['*'], keys: [{id: k, secret: " + secret + "}]}]\n",
+		"from variable": minimal + "teams: [{name: t, networks: [mainnet], feeds: ['*'], keys: [{id: k, secret: ${K}}]}]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(in), fakeEnv(map[string]string{"K": secret}))
+			require.Error(t, err)
+			assert.NotContains(t, err.Error(), secret[1:9], "a secret's start in: %v", err)
+			assert.Contains(t, err.Error(), Redacted)
+		})
+	}
+}

@@ -68,6 +68,7 @@ func restartSettings(cfg *Config) map[string]string {
 		"realtime.client_queue":        strconv.Itoa(cfg.Realtime.ClientQueue),
 		"realtime.ping_interval":       cfg.Realtime.PingInterval.String(),
 		"realtime.grace":               cfg.Realtime.Grace.String(),
+		"realtime.team_connections":    strconv.Itoa(cfg.Realtime.TeamConnections),
 	}
 	for name, n := range cfg.Networks {
 		p := "networks." + name

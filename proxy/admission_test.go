@@ -234,7 +234,10 @@ func TestReplayRecordsOnlyAdmitted(t *testing.T) {
 	assert.Equal(t, map[int]int{200: 3, 429: 297}, statuses)
 	assert.Equal(t, 3.0, entries(), "only the admitted requests are recorded")
 
-	demo := proxytest.Demo() // unlimited
+	// The demo team, unlimited, has the record but the research team's
+	// share: what its rate can fill (auth.ReplayNeed: 0.001/s over 20 s,
+	// rounded up, plus its burst of 3, plus one), 5 entries.
+	demo := proxytest.Demo()
 	statuses = map[int]int{}
 	var full *http.Response
 	for i := range 1000 {
@@ -244,9 +247,9 @@ func TestReplayRecordsOnlyAdmitted(t *testing.T) {
 			full = resp
 		}
 	}
-	assert.Equal(t, map[int]int{200: 997, 503: 3}, statuses, "1000 entries in all, then refused")
+	assert.Equal(t, map[int]int{200: 995, 503: 5}, statuses, "the demo team's share of 995 entries, then refused")
 	require.NotNil(t, full)
 	assert.NotEmpty(t, full.Header.Get("Retry-After"))
-	assert.Equal(t, 1000.0, entries())
-	assert.Equal(t, 3.0, metricValue(t, env.Registry, "streamgate_replay_record_full_total", map[string]string{}))
+	assert.Equal(t, 998.0, entries(), "995 and the research team's 3")
+	assert.Equal(t, 5.0, metricValue(t, env.Registry, "streamgate_replay_record_full_total", map[string]string{}))
 }

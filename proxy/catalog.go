@@ -69,7 +69,7 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	}
 	st := stateOf(ctx)
 	e, outcome, err := n.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, sharedCatalog, func(ctx context.Context) (*cache.Entry, error) {
+		return n.shared.Fill(ctx, key, n.sharedCatalog, func(ctx context.Context) (*cache.Entry, error) {
 			return n.fillView(ctx, st, target, cred, pol)
 		})
 	})

@@ -65,6 +65,10 @@ type Deps struct {
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".
 	Embedded map[string]Upstream
+	// Conns counts each team's WebSocket connections against
+	// realtime.team_connections; nil: this process counts alone (with the
+	// Redis limits, ratelimit.RedisConns counts across the replicas).
+	Conns ratelimit.Conns
 	// Hubs are the real-time hubs by network name; a network without one
 	// answers /api/v1/ws with 503 and latest from REST only.
 	Hubs map[string]*realtime.Hub
@@ -158,7 +162,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		networks: map[string]*network{},
-		conns:    &teamConns{n: map[string]int{}},
+		conns:    &teamConns{counter: deps.Conns},
 		cache:    deps.Cache,
 		limiter:  deps.Limiter,
 		quota:    deps.Quota,
@@ -168,6 +172,9 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
+	}
+	if g.conns.counter == nil {
+		g.conns.counter = &ratelimit.MemoryConns{}
 	}
 	g.auditLog = g.log.Named("audit")
 	accessLog := deps.AccessLog
@@ -293,6 +300,24 @@ func budgetLimit(r config.Rate) ratelimit.Limit {
 
 // buildPolicy parses the reloadable part of cfg.
 func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
+	// Each team's share of the replay record: what its rate can fill, or
+	// an equal part of what the rated teams leave (auth.ReplayShares).
+	need := make(map[string]int, len(cfg.Teams))
+	for _, t := range cfg.Teams {
+		if !t.Rate.Unlimited() {
+			need[t.Name] = auth.ReplayNeed(t.Rate.RPS, t.Rate.Burst, cfg.Auth.MaxSkew)
+			continue
+		}
+		sum := 0 // every key limited: their sum
+		for _, k := range t.Keys {
+			if k.Rate.Unlimited() {
+				sum = 0
+				break
+			}
+			sum += auth.ReplayNeed(k.Rate.RPS, k.Rate.Burst, cfg.Auth.MaxSkew)
+		}
+		need[t.Name] = sum
+	}
 	pol := &policy{
 		teams:            map[string]*teamPolicy{},
 		anonymousCatalog: cfg.Auth.AnonymousCatalog,
@@ -310,6 +335,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			// One record for the gateway's life: a reload that changes the
 			// checks opens no window for a replay.
 			Record: g.replayRecord, ReplayMaxEntries: cfg.Auth.ReplayMaxEntries,
+			ReplayShares: auth.ReplayShares(cfg.Auth.ReplayMaxEntries, need),
 		}),
 	}
 	teams := make([]auth.Team, 0, len(cfg.Teams))
@@ -351,7 +377,9 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	return pol, nil
 }
 
-// Reload applies the teams, keys, limits and lifetimes of cfg. Listeners,
+// Reload applies the teams, keys, limits and lifetimes of cfg, to open
+// WebSocket connections too: one whose key or team is gone is closed
+// (1008, the reason named), a stream no longer permitted stops at once. Listeners,
 // networks and upstreams are fixed at start and not changed by a reload;
 // telling the operator so is the caller's business. An invalid cfg is
 // refused, and the configuration in force stays.
@@ -361,6 +389,8 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		return err
 	}
 	g.pol.Store(pol)
+	// Open WebSockets were admitted under the old policy: check each again.
+	g.conns.recheck(pol)
 	return nil
 }
 
@@ -403,8 +433,9 @@ func (g *Gateway) Ready() bool {
 }
 
 // Warm loads the catalog of every network (from the upstream or from the
-// shared cache tier, which also tells whether its upstream answers, and so
-// makes Ready true), trying a network whose
+// shared cache tier) and makes sure its upstream answers this replica
+// (a view from the shared tier was fetched by another replica: then one
+// call is made), which makes Ready true; it tries a network whose
 // upstream fails again with backoff (250 ms doubling to 30 s, with jitter)
 // until it succeeds or ctx ends. It logs a network's first failure and its
 // recovery, and returns nil once every network is warm, else ctx's error.
@@ -415,11 +446,17 @@ func (g *Gateway) Warm(ctx context.Context) error {
 		wg.Go(func() {
 			for attempt := 0; ; attempt++ {
 				_, _, err := n.view(ctx, viewHidden, n.org)
+				if err == nil && !n.up.answered.Load() {
+					// The view came from the shared cache tier, fetched by
+					// another replica: that says nothing of whether this
+					// replica reaches the upstream. Ask it (one call,
+					// within the budget); any answer will do.
+					_, err = n.up.get(ctx, "discovery", "/api/v1/discovery", n.org)
+					if n.up.answered.Load() {
+						err = nil
+					}
+				}
 				if err == nil {
-					// The view may come from the shared cache tier, fetched
-					// from this upstream by another replica within its
-					// lifetime: the upstream answers all the same.
-					n.up.answered.Store(true)
 					if attempt > 0 {
 						g.log.Info("catalog warm-up succeeded", zap.String("network", n.name), zap.Int("attempts", attempt+1))
 					}

@@ -38,6 +38,7 @@ type Metrics struct {
 	wsClients         *prometheus.GaugeVec
 	wsClientCloses    *prometheus.CounterVec
 	wsRefusals        *prometheus.CounterVec
+	wsStopped         *prometheus.CounterVec
 
 	// The children of the request path's vectors, looked up once for each
 	// set of label values and kept: a hit costs map lookups, not the
@@ -154,11 +155,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_ws_clients", Help: "Client WebSocket connections open, by network.",
 		}, []string{"network"}),
 		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown).",
+			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
 		}, []string{"network", "reason"}),
 		wsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit).",
+			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit; upstream_budget: the upstream connections cannot carry the streams asked for, 503).",
 		}, []string{"network", "reason"}),
+		wsStopped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_ws_client_streams_stopped_total", Help: "Streams of open client WebSocket connections stopped by a reload that took them from the team's feeds, by network.",
+		}, []string{"network"}),
 		credRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to the gateway's own credential (answered 502), by network: the operator must fix the credential.",
 		}, []string{"network"}),
@@ -166,7 +170,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientCloses, m.wsRefusals,
+			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientCloses, m.wsRefusals, m.wsStopped,
 			m.latestAges, m.latestWaitTimeout, m.refreshes, m.refreshWaits,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
@@ -312,6 +316,12 @@ func (m *Metrics) wsClient(network string, delta float64) {
 func (m *Metrics) wsClosed(network, reason string) {
 	if m != nil {
 		m.wsClientCloses.WithLabelValues(network, reason).Inc()
+	}
+}
+
+func (m *Metrics) wsStreamsStopped(network string, n int) {
+	if m != nil {
+		m.wsStopped.WithLabelValues(network).Add(float64(n))
 	}
 }
 

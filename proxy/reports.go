@@ -64,7 +64,11 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	feed, cred := rq.feed, rq.cred
 	pol := n.policy()
 	if n.hub != nil && pol.latestFromStream && cred == n.org {
-		if frame, obs, ok := n.hub.Latest(feed); ok {
+		// No older than a report REST would answer stale: observed a
+		// second before its fetch, fresh for latest_ttl, stale for
+		// latest_max_stale. Older, the stream has gone silent: REST.
+		oldest := n.now().Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
+		if frame, obs, ok := n.hub.LatestSince(feed, oldest); ok {
 			n.metrics.latestAge(n.name, n.now().Unix()-obs)
 			n.answerStream(w, r, frame, obs)
 			return
@@ -83,7 +87,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	st := stateOf(r.Context())
 	// Each fill goes through the shared tier first (shared.go).
 	fill := func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
+		return n.shared.Fill(ctx, key, n.sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
 			resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
 			if err != nil {
 				return nil, err
@@ -105,7 +109,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 			if state != cache.Missing {
 				grace = n.fresh.grace() // a stale entry is answered meanwhile
 			}
-			return n.shared.FillAfter(ctx, key, sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
+			return n.shared.FillAfter(ctx, key, n.sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
 				st.upstreamCall()
 				return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
 			})

@@ -31,17 +31,66 @@ func sharedReport(feed string) shared.Check {
 	}
 }
 
-// sharedLatest checks a stored latest entry, a report of feed, and rebuilds
-// its Value, the report's observationsTimestamp.
-func sharedLatest(feed string) shared.Check {
+// maxWriterAhead is how far in the future of this replica's clock a stored
+// entry's Stored may lie before its writer's clock is taken to be wrong.
+const maxWriterAhead = time.Second
+
+// The times of a stored entry are its writer's: a replica whose clock is
+// ahead, or whose lifetimes are longer, would otherwise have its entries
+// served here as fresh, with Age 0, for its own lifetime. The reader bounds
+// them by its own clock and lifetimes (and a latest entry by its report's
+// observation time): Stored not after now, Expires and StaleUntil not
+// beyond this replica's lifetimes from Stored.
+
+// sharedLatest checks a stored latest entry, a report of feed, rebuilds
+// its Value, the report's observationsTimestamp, and bounds its times:
+// Stored between the report's observation and now (the observation when
+// the writer's clock is ahead), fresh for latest_ttl and stale for
+// latest_max_stale from it at most.
+func (n *network) sharedLatest(feed string) shared.Check {
 	return func(e *cache.Entry) error {
 		rd, _, ok := parseReport(e.Body, feed)
 		if !ok || e.Expires.IsZero() {
 			return errStoredEntry
 		}
 		e.Value = rd.ObservationsTimestamp
+		pol, now := n.policy(), n.now()
+		observed := time.Unix(rd.ObservationsTimestamp, 0)
+		stored := e.Stored
+		if stored.After(now.Add(maxWriterAhead)) {
+			stored = observed // the writer's clock is ahead: when it was fetched is unknown
+		}
+		stored = timeMax(stored, observed) // fetched after it was observed
+		stored = timeMin(stored, now)
+		bound(e, stored, stored.Add(pol.latestTTL), pol.latestMaxStale)
 		return nil
 	}
+}
+
+// bound sets e.Stored and brings Expires and StaleUntil to at most expires
+// and expires + stale (no stale serving when stale is 0).
+func bound(e *cache.Entry, stored, expires time.Time, stale time.Duration) {
+	e.Stored = stored
+	e.Expires = timeMin(e.Expires, expires)
+	if stale > 0 {
+		e.StaleUntil = timeMin(e.StaleUntil, e.Expires.Add(stale))
+	} else {
+		e.StaleUntil = time.Time{}
+	}
+}
+
+func timeMin(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func timeMax(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // sharedPage checks a stored page: reports of feed from start, in order.
@@ -54,12 +103,26 @@ func sharedPage(feed string, start int64) shared.Check {
 	}
 }
 
-// sharedCatalog rebuilds a stored catalog view's parsed form.
-func sharedCatalog(e *cache.Entry) error {
+// sharedCatalog rebuilds a stored catalog view's parsed form and bounds
+// its times by this replica's catalog_ttl: Stored not after now (a writer
+// whose clock is ahead leaves it expired), fresh until 80 % of catalog_ttl
+// from it at most, as fillView makes them.
+func (n *network) sharedCatalog(e *cache.Entry) error {
 	pv, err := parseView(e.Body)
 	if err != nil || e.Expires.IsZero() {
 		return errStoredEntry
 	}
+	ttl, now := n.policy().catalogTTL, n.now()
+	// A writer's lifetime may be the upstream's shorter max-age: keep it.
+	life := min(e.Expires.Sub(e.Stored)*10/8, ttl)
+	stored := e.Stored
+	if stored.After(now.Add(maxWriterAhead)) {
+		stored = now.Add(-ttl) // the writer's clock is ahead: treat as expired
+	}
+	stored = timeMin(stored, now)
+	e.Stored = stored
+	e.Expires = timeMin(e.Expires, stored.Add(life*8/10))
+	e.StaleUntil = timeMin(e.StaleUntil, stored.Add(life+catalogStale))
 	e.Value, e.ValueCost = pv, pv.cost(len(e.Body))
 	// The fill refreshes from 80 % of the advertised lifetime on: the
 	// lifetime ends a quarter of that after Expires.
@@ -134,7 +197,7 @@ func (rf *refresher) takeShared(items []*refreshItem) []*refreshItem {
 		keys[i] = cache.LatestKey(n.name, n.org.scope, it.feed)
 		byKey[keys[i]] = it.feed
 	}
-	found := n.shared.GetMany(rf.ctx, keys, func(key string) shared.Check { return sharedLatest(byKey[key]) })
+	found := n.shared.GetMany(rf.ctx, keys, func(key string) shared.Check { return n.sharedLatest(byKey[key]) })
 	rest := items[:0:0]
 	for i, it := range items {
 		if found[i] == nil {

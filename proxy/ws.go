@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"github.com/gobwas/ws"
 
 	"streamgate/auth"
+	"streamgate/ratelimit"
+	"streamgate/realtime"
 )
 
 // wsSettings are the client side of the WebSocket stream (realtime.* of the
@@ -25,33 +29,136 @@ type wsSettings struct {
 const wsWriteTimeout = 10 * time.Second
 
 // teamConns counts the WebSocket connections each team holds, on every
-// network of the gateway together.
+// network of the gateway together (across the replicas with the Redis
+// limits: Deps.Conns), and holds every open client, so that a reload can
+// check each again (recheck).
 type teamConns struct {
-	mu sync.Mutex
-	n  map[string]int
+	counter ratelimit.Conns
+	mu      sync.Mutex
+	clients map[*wsClient]struct{}
 }
 
-func (tc *teamConns) acquire(team string, limit int) bool {
+// acquire takes one of the team's limit connections; release gives it
+// back.
+func (tc *teamConns) acquire(ctx context.Context, team string, limit int) (release func(), ok bool) {
+	return tc.counter.Acquire(ctx, "team:"+team, limit)
+}
+
+func (tc *teamConns) add(c *wsClient) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	if tc.n[team] >= limit {
-		return false
+	if tc.clients == nil {
+		tc.clients = map[*wsClient]struct{}{}
 	}
-	tc.n[team]++
-	return true
+	tc.clients[c] = struct{}{}
 }
 
-func (tc *teamConns) release(team string) {
+func (tc *teamConns) remove(c *wsClient) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	if tc.n[team]--; tc.n[team] <= 0 {
-		delete(tc.n, team)
+	delete(tc.clients, c)
+}
+
+// recheck checks every open client against pol, the policy a reload has
+// just put in force (see wsClient.recheck).
+func (tc *teamConns) recheck(pol *policy) {
+	tc.mu.Lock()
+	clients := make([]*wsClient, 0, len(tc.clients))
+	for c := range tc.clients {
+		clients = append(clients, c)
+	}
+	tc.mu.Unlock()
+	for _, c := range clients {
+		c.recheck(pol)
+	}
+}
+
+// wsClient is an open client connection as a reload sees it: who opened
+// it, how, on which network, and its subscription.
+type wsClient struct {
+	network string
+	team    string
+	upgrade *http.Request // the signed upgrade request; alive as long as the handler
+	sub     *realtime.Subscription
+	feeds   []string // the streams still sent; owned by recheck's caller (one reload at a time)
+	// revoked carries the reason the connection must close (1008), once.
+	revoked chan string
+	dropped func(n int) // counts streams stopped by a reload
+}
+
+// Reasons a reload closes an open connection (1008, policy violation).
+const (
+	reasonTeamGone    = "revoked: the team is no longer configured"
+	reasonKeyGone     = "revoked: the key is no longer configured"
+	reasonKeyMoved    = "revoked: the key now belongs to another team"
+	reasonSecretGone  = "revoked: the key's secret that signed this connection was removed"
+	reasonNetworkGone = "revoked: the team may no longer use this network"
+	reasonNoStream    = "revoked: none of this connection's streams is permitted any more"
+)
+
+// stillSigns reports whether the upgrade request r still verifies under
+// p's secrets, in either form authenticate accepts (the target sent, or
+// /api/v1/ws? and the raw query).
+func stillSigns(p *auth.Principal, r *http.Request) bool {
+	if p.StillSigns(r) {
+		return true
+	}
+	alt := *r
+	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
+	return p.StillSigns(&alt)
+}
+
+// recheck applies a reload to the connection: a team or key gone, moved,
+// or whose secret no longer verifies the upgrade, or a network the team
+// may no longer use, closes it with 1008 and the reason; a stream the team
+// may no longer read stops at once (its frames already queued are not
+// sent either), and the connection goes on with the others, or closes
+// when none is left. The entitlement against the credential's catalog is
+// not asked again: a reload does not change the catalog.
+func (c *wsClient) recheck(pol *policy) {
+	reason := ""
+	p, ok := pol.keys.Lookup(c.upgrade.Header.Get(auth.HeaderAuthorization))
+	switch _, teamOK := pol.keys.Team(c.team); {
+	case !teamOK:
+		reason = reasonTeamGone
+	case !ok:
+		reason = reasonKeyGone
+	case p.Team.Name != c.team:
+		reason = reasonKeyMoved
+	case !stillSigns(p, c.upgrade):
+		reason = reasonSecretGone
+	case !p.Team.UsesNetwork(c.network):
+		reason = reasonNetworkGone
+	}
+	if reason == "" {
+		var gone, kept []string
+		for _, id := range c.feeds {
+			if p.Team.MayRead(id) {
+				kept = append(kept, id)
+			} else {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			c.feeds = kept
+			c.dropped(len(gone))
+			if c.sub.Drop(gone...) == 0 {
+				reason = reasonNoStream
+			}
+		}
+	}
+	if reason != "" {
+		select {
+		case c.revoked <- reason:
+		default: // revoked already
+		}
 	}
 }
 
 var (
 	errNoStream   = &apiError{status: http.StatusServiceUnavailable, msg: "real-time streaming is not configured for this network: the gateway's operator sets networks.<name>.upstream.ws_url", retryAfter: time.Minute}
 	errTeamConns  = &apiError{status: http.StatusTooManyRequests, msg: "too many WebSocket connections for this team: close one first (realtime.team_connections)", retryAfter: 5 * time.Second}
+	errWSBudget   = &apiError{status: http.StatusServiceUnavailable, msg: "the gateway's upstream stream connections are full: these streams cannot be carried now (networks.<name>.upstream.ws_max_connections, ws_feeds_per_connection)", retryAfter: 30 * time.Second}
 	errNotUpgrade = errorf(http.StatusUpgradeRequired, "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
 )
 
@@ -88,12 +195,22 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	team := p.Team.Name
-	if !n.conns.acquire(team, n.ws.teamConns) {
+	release, ok := n.conns.acquire(r.Context(), team, n.ws.teamConns)
+	if !ok {
 		n.metrics.wsRefused(n.name, "team_limit")
 		writeError(w, errTeamConns)
 		return
 	}
-	defer n.conns.release(team)
+	defer release()
+	// Subscribed before the upgrade: a client whose streams the upstream
+	// budget cannot carry is told so (503), not left without frames.
+	sub, err := n.hub.SubscribeWithin(rq.feeds, n.ws.queue)
+	if err != nil {
+		n.metrics.wsRefused(n.name, "upstream_budget")
+		writeError(w, errWSBudget)
+		return
+	}
+	defer sub.Close()
 	conn, rw, _, err := ws.HTTPUpgrader{Timeout: wsWriteTimeout}.Upgrade(r, w)
 	if err != nil {
 		if conn != nil {
@@ -105,9 +222,15 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	n.metrics.wsClient(n.name, 1)
 	defer n.metrics.wsClient(n.name, -1)
 
-	sub := n.hub.Subscribe(rq.feeds, n.ws.queue)
-	defer sub.Close()
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub))
+	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
+		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
+		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	n.conns.add(wc)
+	defer n.conns.remove(wc)
+	// A reload between the policy this request was checked under and the
+	// registration above would have missed it: check it once now.
+	wc.recheck(n.policy())
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

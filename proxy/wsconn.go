@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+	"golang.org/x/time/rate"
 
 	"streamgate/realtime"
 )
@@ -35,7 +37,16 @@ const (
 	// wsCloseWait is how long a closing connection waits for the client's
 	// close frame before it is cut.
 	wsCloseWait = 2 * time.Second
+	// wsFrameRate and wsFrameBurst bound the frames a client may send
+	// (pings, pongs, anything): a client keeps a connection alive with a
+	// few a minute; one that sends more than this is closed (1008) rather
+	// than answered without end.
+	wsFrameRate  = 10 // a second
+	wsFrameBurst = 50
 )
+
+// errFrameFlood ends the read loop of a client over wsFrameRate.
+var errFrameFlood = errors.New("too many frames from the client: at most 10 a second")
 
 // wsBuffers holds the buffers of batched writes between uses, so that an
 // idle client holds none.
@@ -117,8 +128,12 @@ func (c *wsConn) closeWith(code ws.StatusCode, reason string, readDone <-chan er
 func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
 	rd := &wsutil.Reader{Source: src, State: ws.StateServerSide, MaxFrameSize: wsReadLimit}
 	ctl := wsutil.ControlHandler{Src: rd, Dst: c, State: ws.StateServerSide, DisableSrcCiphering: true}
+	budget := rate.NewLimiter(wsFrameRate, wsFrameBurst)
 	rd.OnIntermediate = func(h ws.Header, _ io.Reader) error {
 		// A control frame between the fragments of a message.
+		if !budget.Allow() {
+			return errFrameFlood
+		}
 		if h.OpCode == ws.OpPong {
 			signal(pong)
 		}
@@ -128,6 +143,9 @@ func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
 		h, err := rd.NextFrame()
 		if err != nil {
 			return err
+		}
+		if !budget.Allow() {
+			return errFrameFlood
 		}
 		if h.OpCode.IsControl() {
 			if h.OpCode == ws.OpPong {
@@ -159,7 +177,11 @@ var errShutdown = errors.New("the gateway is shutting down")
 // writing each batch of sub's frames in one write, pinging every ping
 // interval and closing a client that has not answered the previous ping.
 // It returns the reason for the close metric.
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription) string {
+//
+// A reason on revoked (a reload took the connection's right away) closes it
+// with 1008 and that reason. Frames of a stream the reload stopped
+// (Subscription.Keep) are not written.
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, revoked <-chan string) string {
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
 	pong := make(chan struct{}, 1)
@@ -176,7 +198,11 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				return n.endStream(c, sub, readDone)
 			}
 			frames, ok = drain(append(frames[:0], f), sub.C())
-			err := c.writeBatch(frames)
+			frames = slices.DeleteFunc(frames, func(f []byte) bool { return !sub.Keep(f) })
+			var err error
+			if len(frames) > 0 {
+				err = c.writeBatch(frames)
+			}
 			clear(frames) // hold no frame while waiting
 			if err != nil {
 				return "write"
@@ -195,11 +221,21 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			}
 		case <-pong:
 			awaiting = false
-		case <-readDone:
+		case reason := <-revoked:
+			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
+			return "revoked"
+		case err := <-readDone:
+			if errors.Is(err, errFrameFlood) {
+				c.closeWith(ws.StatusPolicyViolation, errFrameFlood.Error(), closedDone)
+				return "flood"
+			}
 			return "client"
 		}
 	}
 }
+
+// closedDone stands for a read loop that has ended already.
+var closedDone = func() <-chan error { ch := make(chan error); close(ch); return ch }()
 
 // drain appends to frames what else is queued in ch now, up to one batch.
 // ok is false when ch was found closed.

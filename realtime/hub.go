@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -43,6 +44,10 @@ const (
 	DefaultFeedsPerConnection = 50
 	DefaultGrace              = 30 * time.Second
 	DefaultStallTimeout       = 10 * time.Second
+	// MaxFuture is how far ahead of the clock (Config.Now) a report's
+	// observationsTimestamp may lie; a frame dated later is dropped, so
+	// that it cannot hold a feed's watermark.
+	MaxFuture = 10 * time.Second
 )
 
 // REST demand: a feed asked for with Want DemandThreshold times within
@@ -143,8 +148,14 @@ type Hub struct {
 	linkMu sync.Mutex
 	links  map[*link]struct{} // for Stats
 	carry  atomic.Int64       // feeds carried
-	over   atomic.Int64       // feeds wanted but not carried
-	sessN  atomic.Uint64      // numbers the sessions
+	// carried and capacity are the feeds carried and how many the budget
+	// holds, as the last reconcile left them (for SubscribeWithin); nil and 0 before.
+	carried  atomic.Pointer[map[string]bool]
+	capacity atomic.Int64
+	over     atomic.Int64  // feeds wanted but not carried
+	sessN    atomic.Uint64 // numbers the sessions
+
+	futureLogged atomic.Int64 // Unix seconds of the last log of a frame dated in the future
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -354,6 +365,43 @@ func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
 	return s
 }
 
+// ErrNoRoom is the error of SubscribeWithin when the upstream connection
+// budget cannot carry the feeds asked for.
+var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
+
+// SubscribeWithin is Subscribe for a consumer that must get every one of
+// its feeds: it refuses (ErrNoRoom, nothing subscribed) when some feed is
+// not carried now and the wanted set, with the feeds not yet wanted, is
+// over what Config.MaxConnections and Config.FeedsPerConnection carry, so
+// that the consumer is told rather than left without frames. A sharing
+// hub (whose feeds other replicas may carry) and a hub that has not yet
+// connected admit every consumer.
+func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
+	capacity := h.capacity.Load()
+	carried := h.carried.Load()
+	if capacity == 0 || carried == nil || (h.sh != nil && h.sh.shared.Load()) {
+		return h.Subscribe(feeds, queue), nil
+	}
+	h.mu.Lock()
+	fresh, all := 0, true
+	for _, id := range feeds {
+		if !(*carried)[id] {
+			all = false
+		}
+		if h.wants[id] == nil {
+			fresh++
+		}
+	}
+	if !all && int64(len(h.wants)+fresh) > capacity {
+		h.mu.Unlock()
+		return nil, ErrNoRoom
+	}
+	h.mu.Unlock()
+	// A consumer admitted between the check and Subscribe may take the
+	// last room; the window is a few instructions wide.
+	return h.Subscribe(feeds, queue), nil
+}
+
 // want returns the new feed entry of id. Called with h.mu held; the caller
 // publishes.
 func (h *Hub) want(id string) *feed {
@@ -413,12 +461,20 @@ func (h *Hub) release(s *Subscription) {
 // when feed is not streamed. Lock-free; each answer with ok true is
 // counted (streamgate_ws_latest_served_total).
 func (h *Hub) Latest(feed string) (frame []byte, observationsTimestamp int64, ok bool) {
+	return h.LatestSince(feed, math.MinInt64)
+}
+
+// LatestSince is Latest, but ok is false too when the newest report held
+// was observed before oldest (Unix seconds): while the connection is up but
+// silent (a stall not yet detected), a caller bounds how old a report it
+// answers.
+func (h *Hub) LatestSince(feed string, oldest int64) (frame []byte, observationsTimestamp int64, ok bool) {
 	f := (*h.feeds.Load())[feed]
 	if f == nil {
 		return nil, 0, false
 	}
 	l := f.latest.Load()
-	if l == nil || !l.sess.valid() {
+	if l == nil || !l.sess.valid() || l.ts < oldest {
 		return nil, 0, false
 	}
 	h.st.latestServed.Add(1)

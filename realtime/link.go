@@ -120,6 +120,8 @@ func (l *link) run() {
 		h.linkMu.Lock()
 		delete(h.links, l)
 		h.linkMu.Unlock()
+		// Room for a switch or a chunk that waited for it (see room).
+		h.kick()
 	}()
 	log := h.log.With(zap.String("origin", l.origin), zap.Int("feeds", len(l.feeds)))
 	for attempt := 0; ; attempt++ {
@@ -198,6 +200,9 @@ func (h *Hub) upgradeRequest(target, origin string) (*http.Request, error) {
 	return req, nil
 }
 
+// retireCloseWait bounds the close handshake of a retired connection.
+const retireCloseWait = time.Second
+
 // serve reads frames until the connection ends, and pings: a connection
 // without frame or pong for StallTimeout is closed as stalled. It returns
 // the frames read and why it ended.
@@ -238,9 +243,30 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 			reason = reasonStall
 		}
 	}()
+	// Retired (l.ctx ends): close with the handshake, so that the
+	// upstream has let the connection go when the link ends and a
+	// successor is dialled (its per-key count and the hub's budget
+	// agree); bounded by retireCloseWait.
+	readEnded := make(chan struct{})
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		select {
+		case <-readEnded:
+			return
+		case <-l.ctx.Done():
+		}
+		t := time.AfterFunc(retireCloseWait, func() { c.CloseNow() })
+		defer t.Stop()
+		c.Close(websocket.StatusNormalClosure, "")
+	}()
+	defer func() {
+		close(readEnded)
+		<-closed
+	}()
 	var buf bytes.Buffer
 	for {
-		typ, r, err := c.Reader(l.ctx)
+		typ, r, err := c.Reader(context.Background())
 		if err == nil {
 			buf.Reset()
 			_, err = buf.ReadFrom(r)
@@ -277,6 +303,16 @@ func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 	id, ts, ok := parseFrame(frame)
 	if !ok {
 		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
+		return
+	}
+	if ts > h.cfg.Now().Add(MaxFuture).Unix() {
+		// Taken, it would hold the feed's watermark, and every report
+		// until that time would be dropped as old, on every replica.
+		h.mx.m.future.WithLabelValues(h.cfg.Network).Inc()
+		if now := time.Now().Unix(); now-h.futureLogged.Load() >= 60 {
+			h.futureLogged.Store(now)
+			h.log.Warn("report frame dated in the future dropped", zap.String("origin", origin), zap.Int64("observationsTimestamp", ts))
+		}
 		return
 	}
 	f := (*h.feeds.Load())[string(id)]

@@ -233,7 +233,7 @@ func (h *Hub) reconcile() {
 		case !ok || len(feeds) == 0:
 			retiring = append(retiring, c.links...)
 			continue
-		case !slices.Equal(c.feeds, feeds):
+		case !slices.Equal(c.feeds, feeds) && h.room():
 			c.feeds = slices.Clone(feeds)
 			old := c.links
 			c.links = nil
@@ -247,8 +247,8 @@ func (h *Hub) reconcile() {
 		kept = append(kept, c)
 	}
 	for t, feeds := range held {
-		if len(feeds) == 0 {
-			continue
+		if len(feeds) == 0 || !h.room() {
+			continue // no room yet: a later reconcile starts it
 		}
 		c := &chunk{tag: t, feeds: slices.Clone(feeds)}
 		for _, o := range origins {
@@ -325,6 +325,9 @@ func (h *Hub) reconcile() {
 				l.retire(nil)
 			}
 			continue
+		case c.links == nil && !h.room():
+			// No room yet: the chunk waits, empty, for a later reconcile.
+			c.feeds = nil
 		case c.links == nil:
 			c.feeds = slices.Clone(c.next)
 			for _, o := range origins {
@@ -332,6 +335,9 @@ func (h *Hub) reconcile() {
 				c.links = append(c.links, l)
 				started = append(started, l)
 			}
+		case !slices.Equal(c.feeds, c.next) && !h.room():
+			// A switch waits while another is in flight: the changes
+			// gathered meanwhile make one switch when there is room.
 		case !slices.Equal(c.feeds, c.next):
 			c.feeds = slices.Clone(c.next)
 			old := c.links
@@ -347,8 +353,32 @@ func (h *Hub) reconcile() {
 	clear(h.chunks[len(kept):])
 	h.chunks = kept
 	h.retireWhenUp(retiring, started)
+	// What Admit needs: the feeds carried now, and how many this
+	// replica's own connections can carry.
+	carriedNow := make(map[string]bool, total)
+	for _, c := range h.chunks {
+		for _, id := range c.feeds {
+			carriedNow[id] = true
+		}
+	}
+	h.carried.Store(&carriedNow)
+	h.capacity.Store(int64(h.cfg.MaxConnections / len(origins) * h.cfg.FeedsPerConnection))
 	h.carry.Store(int64(total))
 	h.mx.feeds.Set(float64(total))
+}
+
+// room reports whether the links of one chunk (one per origin) may start
+// now: while the links alive, retiring ones included, are at most
+// MaxConnections. The chunks planned never need more than MaxConnections
+// links, so links beyond it are the old ones of switches in flight: the
+// upstream sees at most MaxConnections plus one per origin, whatever the
+// churn. A chunk or switch refused waits for a later reconcile (a link's
+// end kicks one), and the changes made meanwhile are applied together.
+// Called by the manager goroutine.
+func (h *Hub) room() bool {
+	h.linkMu.Lock()
+	defer h.linkMu.Unlock()
+	return len(h.links) <= h.cfg.MaxConnections
 }
 
 // retireWhenUp closes old once every link of succ has delivered a frame,

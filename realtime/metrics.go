@@ -17,6 +17,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_slow_consumer_closes_total{network}         subscriptions closed because their queue overflowed
 //	streamgate_ws_reconnects_total{network,reason}            reason drop, stall or refused
 //	streamgate_ws_latest_served_total{network}                Latest calls answered (ok true); counted by the hub inside Latest
+//	streamgate_ws_frames_future_total{network}                frames dropped: observationsTimestamp more than MaxFuture ahead of the clock
 //
 // With stream sharing (Config.Share):
 //
@@ -38,6 +39,7 @@ type Metrics struct {
 	slowCloses   *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
 	latestServed *prometheus.CounterVec
+	future       *prometheus.CounterVec
 
 	shareSharing   *prometheus.GaugeVec
 	shareFallbacks *prometheus.CounterVec
@@ -72,6 +74,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Upstream WebSocket reconnects, by reason (drop, stall, refused)."}, []string{"network", "reason"}),
 		latestServed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_latest_served_total",
 			Help: "Latest reports answered from the stream."}, []string{"network"}),
+		future: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_frames_future_total",
+			Help: "Report frames dropped because their observationsTimestamp lies too far ahead of the clock (from the upstream or another replica)."}, []string{"network"}),
 
 		shareSharing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_sharing",
 			Help: "1 while the upstream WebSocket connections are shared with the other replicas through Redis, 0 while this replica holds its own."}, []string{"network"}),
@@ -90,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
-			m.duplicates, m.slowCloses, m.reconnects, m.latestServed,
+			m.duplicates, m.slowCloses, m.reconnects, m.latestServed, m.future,
 			m.shareSharing, m.shareFallbacks, m.shareHolder, m.shareLeases, m.sharePublished,
 			m.shareReceived, m.sharePubFailed)
 	}

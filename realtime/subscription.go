@@ -2,7 +2,11 @@ package realtime
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // The reasons a subscription ends, from Err.
@@ -30,6 +34,9 @@ type Subscription struct {
 	err    error
 
 	releaseOnce sync.Once
+
+	// dropped are the feeds dropped by Drop; nil before any.
+	dropped atomic.Pointer[map[string]bool]
 }
 
 // C returns the frames, one report each, the upstream's bytes unchanged.
@@ -88,4 +95,71 @@ func (s *Subscription) end(err error) bool {
 // release gives the subscription's feeds back to the hub, once.
 func (s *Subscription) release() {
 	s.releaseOnce.Do(func() { s.h.release(s) })
+}
+
+// Drop stops feeds for this subscription at once: the hub no longer
+// delivers them to it (a feed nobody else wants starts its grace), and
+// Keep reports false for their frames already queued. The subscription's
+// other feeds go on. It returns how many feeds the subscription still
+// has. Safe for concurrent use with the hub's deliveries.
+func (s *Subscription) Drop(feeds ...string) int {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	drop := make(map[string]bool, len(feeds))
+	for _, id := range feeds {
+		if slices.Contains(s.feeds, id) {
+			drop[id] = true
+		}
+	}
+	if len(drop) == 0 {
+		return len(s.feeds)
+	}
+	// The caller's slice is shared: build a new one.
+	kept := make([]string, 0, len(s.feeds))
+	for _, id := range s.feeds {
+		if !drop[id] {
+			kept = append(kept, id)
+		}
+	}
+	old := map[string]bool{}
+	if d := s.dropped.Load(); d != nil {
+		maps.Copy(old, *d)
+	}
+	maps.Copy(old, drop)
+	s.dropped.Store(&old)
+	if _, ok := s.h.subs[s]; ok {
+		now := time.Now()
+		for id := range drop {
+			f := s.h.wants[id]
+			if f == nil {
+				continue
+			}
+			f.mu.Lock()
+			if i := slices.Index(f.subs, s); i >= 0 {
+				last := len(f.subs) - 1
+				f.subs[i] = f.subs[last]
+				f.subs[last] = nil
+				f.subs = f.subs[:last]
+			}
+			f.mu.Unlock()
+			if f.refs--; f.refs == 0 {
+				f.idleSince = now
+			}
+		}
+	}
+	s.feeds = kept
+	return len(kept)
+}
+
+// Keep reports whether frame, taken from C, is of a feed still
+// subscribed: false for the frames of a dropped feed (see Drop) queued
+// before it was dropped, and for a frame that is not a report. Lock-free;
+// before any Drop it always reports true.
+func (s *Subscription) Keep(frame []byte) bool {
+	d := s.dropped.Load()
+	if d == nil {
+		return true
+	}
+	feed, _, ok := parseFrame(frame)
+	return ok && !(*d)[string(feed)]
 }

@@ -22,7 +22,10 @@ type Limits struct {
 	Quota       ratelimit.Quota
 	Budgets     map[string]ratelimit.Budget
 	ReplayStore auth.ReplayStore // nil with the memory backend
-	client      *redis.Client
+	// Conns counts each team's WebSocket connections across the replicas;
+	// nil with the memory backend (each process counts its own).
+	Conns  *ratelimit.RedisConns
+	client *redis.Client
 }
 
 // Redis returns the Redis client of the limits, nil with the memory
@@ -32,6 +35,9 @@ func (l *Limits) Redis() *redis.Client { return l.client }
 
 // Close releases the Redis client, if any.
 func (l *Limits) Close() {
+	if l.Conns != nil {
+		l.Conns.Close()
+	}
 	if l.client != nil {
 		l.client.Close()
 	}
@@ -110,6 +116,7 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 		}
 	}
 	l.ReplayStore = auth.NewRedisReplay(l.client, "streamgate:replay:")
+	l.Conns = ratelimit.NewRedisConns(l.client, "streamgate:wsconns:", 0)
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := l.client.Ping(pctx).Err(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/ratelimit"
 	"streamgate/ratelimit/redistest"
@@ -70,7 +71,7 @@ func TestLimitsHangingRedis(t *testing.T) {
 	require.NotNil(t, replay)
 	now := time.UnixMilli(1_750_000_000_000)
 	firstUse := func(i int) error {
-		_, err := replay.FirstUse(ctx, "k-trading", []byte(fmt.Sprintf("sig-%d", i)), now, 10*time.Second, time.Second)
+		_, err := replay.FirstUse(ctx, auth.ReplayUse{Team: "trading", Key: "k-trading", Sig: []byte(fmt.Sprintf("sig-%d", i)), Now: now, TTL: 10 * time.Second, Grace: time.Second})
 		return err
 	}
 	limit := ratelimit.Limit{Rate: 1000, Burst: 1000}

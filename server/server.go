@@ -26,6 +26,7 @@ import (
 	"streamgate/cache/shared"
 	"streamgate/config"
 	"streamgate/proxy"
+	"streamgate/ratelimit"
 	"streamgate/realtime"
 	"streamgate/simulator"
 	"streamgate/status"
@@ -152,6 +153,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Quota:       s.limits.Quota,
 		Budgets:     s.limits.Budgets,
 		ReplayStore: s.limits.ReplayStore,
+		Conns:       connsOf(s.limits),
 		Logger:      s.log,
 		AccessLog:   access,
 		Metrics:     metrics,
@@ -486,4 +488,13 @@ func shutdown(ctx context.Context, group []*served) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// connsOf is the limits' count of WebSocket connections across replicas,
+// or nil (an interface holding no pointer) with the memory backend.
+func connsOf(l *Limits) ratelimit.Conns {
+	if l.Conns == nil {
+		return nil
+	}
+	return l.Conns
 }

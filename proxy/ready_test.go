@@ -1,0 +1,58 @@
+package proxy_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/config"
+	"streamgate/proxy/proxytest"
+	"streamgate/ratelimit/redistest"
+)
+
+// TestReadyNeedsItsOwnUpstream: a replica whose upstream is unreachable
+// gets its catalog from the shared cache tier (another replica fetched
+// it) and serves it, but /readyz stays 503 until its own upstream has
+// answered.
+func TestReadyNeedsItsOwnUpstream(t *testing.T) {
+	srv := redistest.New(t)
+	writer := proxytest.Start(t, proxytest.Options{Quiet: true, Config: sharedTier(srv)})
+	require.True(t, writer.Server.Ready())
+	resp, _ := proxytest.Demo().Get(t, writer.Mainnet, "/api/v1/feeds") // the view it answers from, in the tier
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// An address nothing listens on: every call to it fails.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	reader := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Simulator: writer.Sim, Config: func(c *config.Config) {
+		sharedTier(srv)(c)
+		c.Server.AdminListen = "127.0.0.1:0"
+		for _, n := range c.Networks {
+			n.Upstream.URL = dead
+			n.Upstream.WSURL = ""
+		}
+	}})
+	readyz := func() int {
+		resp, err := http.Get("http://" + reader.Server.Addr("admin") + "/readyz")
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// The catalog is there, from the tier.
+	require.Eventually(t, func() bool {
+		resp, _ := proxytest.Demo().Get(t, reader.Mainnet, "/api/v1/feeds")
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "the catalog from the shared tier")
+	// The warm-up had the same view at hand; its upstream never answers.
+	assert.Never(t, func() bool { return readyz() == http.StatusOK }, 2*time.Second, 50*time.Millisecond,
+		"ready while the upstream is unreachable")
+	assert.False(t, reader.Server.Ready())
+}

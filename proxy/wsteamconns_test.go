@@ -1,0 +1,66 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/config"
+	"streamgate/proxy/proxytest"
+	"streamgate/ratelimit/redistest"
+	"streamgate/simulator"
+)
+
+// TestWSTeamConnectionsAcrossReplicas: with the Redis limits,
+// realtime.team_connections holds for the team on all replicas together;
+// a connection closed gives its slot back.
+func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
+	const limit = 3
+	url := redistest.Start(t)
+	sim, err := simulator.New(func() simulator.Config { c := simulator.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	envs := make([]*proxytest.Env, 3)
+	for i := range envs {
+		envs[i] = proxytest.Start(t, proxytest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
+			noReplayCheck(c)
+			c.RateLimit.Backend = config.BackendRedis
+			c.RateLimit.Redis.URL = url
+			c.Realtime.TeamConnections = limit
+			c.Realtime.Share = false
+		}})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	btc := envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	var open []*websocket.Conn
+	refused := 0
+	for i := range 3 * limit {
+		c, resp, err := dialWS(ctx, proxytest.Demo(), envs[i%3].Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+		if err != nil {
+			require.NotNil(t, resp, "%v", err)
+			assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+			refused++
+			continue
+		}
+		open = append(open, c)
+		t.Cleanup(func() { c.CloseNow() })
+	}
+	assert.Len(t, open, limit, "connections accepted on three replicas for a limit of %d", limit)
+	assert.Equal(t, 3*limit-limit, refused)
+
+	require.NoError(t, open[0].Close(websocket.StatusNormalClosure, "done"))
+	require.Eventually(t, func() bool {
+		c, _, err := dialWS(ctx, proxytest.Demo(), envs[2].Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+		if err != nil {
+			return false
+		}
+		t.Cleanup(func() { c.CloseNow() })
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "a closed connection's slot is free again")
+}
