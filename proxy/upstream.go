@@ -122,6 +122,9 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 				pause = time.Second
 			}
 			u.budget.Pause(budgetKey, pause)
+			// The upstream counts differently, or allows less, than the
+			// budget: slow it down until no 429 comes back.
+			u.budget.Throttled(budgetKey, u.limit)
 		}
 		return resp, nil
 	}
