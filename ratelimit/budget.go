@@ -93,9 +93,8 @@ func late(err error, retryAfter time.Duration) error {
 }
 
 // MemoryBudget is a Budget kept in this process: a GCRA schedule per key
-// on which a waiter reserves its slot, giving it back if it cannot wait
-// for it or gives up, and taking a new one after a pause that began while
-// it waited.
+// that a waiter asks for a token, sleeps until the token's time and asks
+// again, as with the Redis implementation.
 type MemoryBudget struct {
 	network string
 	margin  time.Duration
@@ -173,45 +172,38 @@ func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bo
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	var slot time.Time // the slot reserved, when one is
 	for {
-		d, tat, prev := b.reserve(key, l, slot)
+		d := b.take(key, l)
 		if d == 0 {
 			return waited, nil
 		}
 		if err := sleep(ctx, d, b.asleep); err != nil {
-			if !tat.IsZero() {
-				b.giveBack(key, tat, prev)
-			}
 			return waited, err
 		}
 		waited = true
-		slot = time.Time{}
-		if !tat.IsZero() {
-			// Look again: an upstream 429 may have paused key meanwhile.
-			slot = tat
-		}
 	}
 }
 
-// reserve decides the next step of a waiter for key under l at the time
-// now. held is the GCRA time set by the slot the waiter holds, if any. It
-// returns 0 when the waiter may go, else how long to sleep, with, when it
-// reserved a slot to sleep for, the GCRA time it set and the one before
-// (for giveBack); a waiter sleeping out a pause reserves nothing.
-func (b *MemoryBudget) reserve(key string, l Limit, held time.Time) (d time.Duration, tat, prev time.Time) {
+// take takes a token of key under l if there is one now and key is not
+// paused, and returns 0; otherwise it returns how long until there may be
+// one. A waiter reserves nothing: it sleeps, then tries again, and the
+// next token counts from the time a token was actually taken. So a waiter
+// woken late by a busy machine (its timer, the scheduler) delays the
+// calls after it instead of going out closer to the next one, and a pause
+// that begins while it sleeps holds it too.
+func (b *MemoryBudget) take(key string, l Limit) time.Duration {
 	now := time.Now()
 	s := b.keys.shard(key)
 	s.mu.Lock()
 	e, _ := s.get(key, now)
 	if now.Before(e.pausedUntil) {
-		d = e.pausedUntil.Sub(now)
+		d := e.pausedUntil.Sub(now)
 		s.mu.Unlock()
-		return d, time.Time{}, time.Time{}
+		return d
 	}
-	if l.Unlimited() || !held.IsZero() {
+	if l.Unlimited() {
 		s.mu.Unlock()
-		return 0, time.Time{}, time.Time{}
+		return 0
 	}
 	eff, dir := e.adapt.at(l.Rate, now)
 	t := interval(eff, b.margin)
@@ -220,26 +212,16 @@ func (b *MemoryBudget) reserve(key string, l Limit, held time.Time) (d time.Dura
 		base = now
 	}
 	allowAt := base.Add(-time.Duration(l.Burst-1) * t)
-	prev, tat = e.tat, base.Add(t)
-	e.tat = tat
+	var d time.Duration
+	if now.Before(allowAt) {
+		d = allowAt.Sub(now)
+	} else {
+		e.tat = base.Add(t)
+	}
 	s.mu.Unlock()
 	b.metrics.budgetRates(b.network, key, l.Rate, eff)
 	adjusted(b.log, b.metrics, b.network, key, dir, l.Rate, eff)
-	if !now.Before(allowAt) {
-		return 0, time.Time{}, time.Time{}
-	}
-	return allowAt.Sub(now), tat, prev
-}
-
-// giveBack returns the slot of a waiter that gave up: the GCRA time goes
-// back to what it was unless a later reservation was made since.
-func (b *MemoryBudget) giveBack(key string, tat, prev time.Time) {
-	s := b.keys.shard(key)
-	s.mu.Lock()
-	if e, _ := s.get(key, time.Now()); e.tat.Equal(tat) {
-		e.tat = prev
-	}
-	s.mu.Unlock()
+	return d
 }
 
 // Pause implements Budget.

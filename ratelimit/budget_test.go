@@ -146,7 +146,7 @@ func TestMemoryBudgetGivesBackRefusedTokens(t *testing.T) {
 	defer cancel()
 	require.NoError(t, b.Wait(ctx, "k", l))
 	require.NoError(t, b.Wait(ctx, "k", l))
-	for range 5 { // each refusal cancels its reservation...
+	for range 5 { // a refusal takes nothing...
 		require.ErrorIs(t, b.Wait(ctx, "k", l), ErrBudgetExhausted)
 	}
 	// ...so the schedule owes nothing beyond the two tokens taken: the
