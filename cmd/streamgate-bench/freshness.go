@@ -70,6 +70,7 @@ type freshResult struct {
 	latestCalls, bulkCalls map[string]int64
 	bulkStreams            int64 // stream IDs in the window's bulk calls
 	upstream429            int64 // any endpoint, both networks
+	warmup429              int64 // the same, before the window
 	otherCalls             int64
 	badFeeds               map[int]int64 // non-200 answers by index of the stream
 	feeds                  []freshFeed
@@ -109,7 +110,7 @@ func scenarioFreshness(ctx context.Context, o *options) error {
 		modes[i] = m.String()
 	}
 	fmt.Fprintf(o.out, "freshness: clients polling GET /api/v1/reports/latest, each every %v (a late answer's successor is sent at once, missed slots are skipped), %v measured after %v of the same load unmeasured; simulator rate limit %d/s per key, endpoint and network, counted as %s (bucket: burst 1); gateway budget {rps: %v, burst: %d}, budget_margin %v on both networks; realtime.latest_from_stream false; a key per client, replay protection on; latest_ttl %v\n",
-		o.every, o.dur, warmup, freshUpstreamRate, strings.Join(modes, ", then "), o.budgetRPS, freshUpstreamRate, config.DefaultBudgetMargin, config.DefaultLatestTTL)
+		o.every, o.dur, warmup, freshUpstreamRate, strings.Join(modes, ", then "), o.budgetRPS, freshUpstreamRate, o.budgetMargin, config.DefaultLatestTTL)
 	for _, b := range freshBehaviours() {
 		fmt.Fprintf(o.out, "  %-6s latest_max_stale %v, latest_max_wait %v, latest_bulk_refresh %v\n", b.label, b.f.MaxStale, b.f.MaxWait, b.f.BulkRefresh)
 	}
@@ -176,7 +177,7 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simula
 	sc := stackConfig{
 		ClientKeys: clients, LogLevel: o.logLevel,
 		SimRateLimit: freshUpstreamRate, SimRateMode: mode,
-		Budget:    config.Rate{RPS: o.budgetRPS, Burst: freshUpstreamRate},
+		Budget: config.Rate{RPS: o.budgetRPS, Burst: freshUpstreamRate}, BudgetMargin: o.budgetMargin,
 		Freshness: &f, NoLatestFromStream: true,
 	}
 	if mode == simulator.RateBucket {
@@ -209,13 +210,14 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simula
 
 	// The simulator's counters cover exactly the window.
 	var snap simulator.Counters
-	var bulkCalls, bulkStreams int64
+	var bulkCalls, bulkStreams, warm429 int64
 	counted := make(chan struct{})
 	go func() {
 		defer close(counted)
 		t := time.NewTimer(time.Until(measureFrom))
 		select {
 		case <-t.C:
+			warm429 = s.sim.Counters().ByStatus(http.StatusTooManyRequests)
 			s.resetCounters()
 		case <-ctx.Done():
 			t.Stop()
@@ -329,6 +331,7 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simula
 	}
 	r.bulkStreams = bulkStreams
 	r.upstream429 = snap.ByStatus(http.StatusTooManyRequests)
+	r.warmup429 = warm429
 	r.otherCalls = snap.Total() - r.latestCalls["mainnet"] - r.latestCalls["testnet"] - bulkCalls
 	return r, nil
 }
@@ -357,14 +360,15 @@ func printFreshResult(o *options, r *freshResult) {
 		r.label, fmtDur(r.lat.quantile(.5)), fmtDur(r.lat.quantile(.99)), fmtDur(r.lat.max))
 	fmt.Fprintf(o.out, "  %s age now − observationsTimestamp: p50 %s, p99 %s, max %s; minus the stream's publication delay: p50 %s, p99 %s\n",
 		r.label, fmtDur(r.age.quantile(.5)), fmtDur(r.age.quantile(.99)), fmtDur(r.age.max), fmtDur(r.ageLag.quantile(.5)), fmtDur(r.ageLag.quantile(.99)))
+	fmt.Fprintf(o.out, "  %s upstream during the warm-up: 429 %d\n", r.label, r.warmup429)
 	fmt.Fprintf(o.out, "  %s upstream during the window: 429 %d (goal 0); latest calls mainnet %d, testnet %d; bulk calls mainnet %d, testnet %d (%d stream IDs); other calls %d\n",
 		r.label, r.upstream429, r.latestCalls["mainnet"], r.latestCalls["testnet"], r.bulkCalls["mainnet"], r.bulkCalls["testnet"], r.bulkStreams, r.otherCalls)
 }
 
 func printFreshTable(o *options, rs []*freshResult) {
-	const row = "%-6s %-8s %6s %7s %7s %8s %9s %8s %8s %8s %8s %9s %8s %6s %6s  %s\n"
+	const row = "%-6s %-8s %6s %7s %7s %8s %9s %8s %8s %8s %8s %9s %8s %6s %6s %6s  %s\n"
 	fmt.Fprintln(o.out, "summary (rates per second of the window; ages now − observationsTimestamp; mode: how the simulator counted its 10/s):")
-	fmt.Fprintf(o.out, row, "", "mode", "budget", "clients", "streams", "asked/s", "answers/s", "non-200", "p50", "p99", "age p50", "age p99", "latest", "bulk", "429", "X-Cache")
+	fmt.Fprintf(o.out, row, "", "mode", "budget", "clients", "streams", "asked/s", "answers/s", "non-200", "p50", "p99", "age p50", "age p99", "latest", "bulk", "429", "w-up", "X-Cache")
 	for _, r := range rs {
 		secs := r.window.Seconds()
 		fmt.Fprintf(o.out, row, r.label, r.mode.String(), strconv.FormatFloat(r.budgetRPS, 'g', -1, 64), strconv.Itoa(r.clients), strconv.Itoa(r.streams),
@@ -373,7 +377,7 @@ func printFreshTable(o *options, rs []*freshResult) {
 			fmtDur(r.age.quantile(.5)), fmtDur(r.age.quantile(.99)),
 			strconv.FormatInt(r.latestCalls["mainnet"]+r.latestCalls["testnet"], 10),
 			strconv.FormatInt(r.bulkCalls["mainnet"]+r.bulkCalls["testnet"], 10),
-			strconv.FormatInt(r.upstream429, 10), strings.ReplaceAll(fmtCounts(r.xcache), " ", ","))
+			strconv.FormatInt(r.upstream429, 10), strconv.FormatInt(r.warmup429, 10), strings.ReplaceAll(fmtCounts(r.xcache), " ", ","))
 	}
 }
 

@@ -43,6 +43,9 @@ type stackConfig struct {
 	// Budget is the gateway's upstream budget on both networks; zero:
 	// 100000 calls per second per endpoint.
 	Budget config.Rate
+	// BudgetMargin is the budget_margin of both networks when set; 0
+	// keeps the default.
+	BudgetMargin time.Duration
 	// Freshness overrides the cache's latest_max_stale, latest_max_wait and
 	// latest_bulk_refresh; nil keeps the defaults.
 	Freshness *freshness
@@ -163,6 +166,9 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 		up.APIKey = simulator.OrgKeyID
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
 		up.Budget = budget
+		if sc.BudgetMargin > 0 {
+			up.BudgetMargin = sc.BudgetMargin
+		}
 		if sc.WS {
 			up.WSURL = "ws" + strings.TrimPrefix(url, "http")
 			if name == mainnet {
