@@ -254,17 +254,6 @@ func (b *MemoryBudget) Throttled(key string, l Limit) {
 	adjusted(b.log, b.metrics, b.network, key, dir, l.Rate, eff)
 }
 
-// effective returns key's rate in force under l, for tests.
-func (b *MemoryBudget) effective(key string, l Limit) float64 {
-	now := time.Now()
-	s := b.keys.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, _ := s.get(key, now)
-	eff, _ := e.adapt.at(l.Rate, now)
-	return eff
-}
-
 // pauseScript sets a pause of ARGV[1] milliseconds unless a longer one is
 // already set, and returns the pause left in milliseconds.
 var pauseScript = redis.NewScript(`
