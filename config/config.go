@@ -142,7 +142,7 @@ type Upstream struct {
 	// BudgetMargin is added to the interval 1/rps between two upstream
 	// calls of an endpoint: a safety margin for an upstream that sees the
 	// calls closer together than they were sent (network and scheduling
-	// jitter). Default 10ms; 0 to 1s.
+	// jitter). Default 20ms; 0 to 1s.
 	BudgetMargin time.Duration `yaml:"budget_margin" json:"budget_margin"`
 	// MaxBulk is the largest number of streams in one upstream bulk call;
 	// larger requests are split. Default 100.

@@ -30,7 +30,7 @@ const (
 	DefaultRetries         = 2
 	DefaultBudgetRPS       = 10
 	DefaultBudgetBurst     = 10
-	DefaultBudgetMargin    = 10 * time.Millisecond
+	DefaultBudgetMargin    = 20 * time.Millisecond
 	DefaultMaxBulk         = 100
 
 	DefaultWSMaxConnections     = 4
