@@ -131,8 +131,19 @@ type Upstream struct {
 	// pauses the endpoint). Default 2; 0 disables retries.
 	Retries int `yaml:"retries" json:"retries"`
 	// Budget is the rate of upstream calls per endpoint, shared by all
-	// teams. Default {rps: 10, burst: 10}; both must be positive.
+	// teams: at most RPS calls in any one second, the calls spaced at
+	// least 1/RPS + BudgetMargin apart, so that an upstream counting per
+	// calendar second, per sliding second or as a token bucket of burst 1
+	// never finds its limit exceeded. Burst no longer lets calls go out
+	// faster than that (it must still be at least 1; values above 1 change
+	// nothing). After an upstream 429 the rate in force halves and
+	// recovers step by step. Default {rps: 10, burst: 10}.
 	Budget Rate `yaml:"budget" json:"budget"`
+	// BudgetMargin is added to the interval 1/rps between two upstream
+	// calls of an endpoint: a safety margin for an upstream that sees the
+	// calls closer together than they were sent (network and scheduling
+	// jitter). Default 20ms; 0 to 1s.
+	BudgetMargin time.Duration `yaml:"budget_margin" json:"budget_margin"`
 	// MaxBulk is the largest number of streams in one upstream bulk call;
 	// larger requests are split. Default 100.
 	MaxBulk int `yaml:"max_bulk" json:"max_bulk"`

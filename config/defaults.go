@@ -30,6 +30,7 @@ const (
 	DefaultRetries         = 2
 	DefaultBudgetRPS       = 10
 	DefaultBudgetBurst     = 10
+	DefaultBudgetMargin    = 20 * time.Millisecond
 	DefaultMaxBulk         = 100
 
 	DefaultWSMaxConnections     = 4
@@ -165,7 +166,9 @@ func defaultUpstream(url string) Upstream {
 		Timeout: DefaultUpstreamTimeout,
 		Retries: DefaultRetries,
 		Budget:  Rate{RPS: DefaultBudgetRPS, Burst: DefaultBudgetBurst},
-		MaxBulk: DefaultMaxBulk,
+
+		BudgetMargin: DefaultBudgetMargin,
+		MaxBulk:      DefaultMaxBulk,
 
 		WSMaxConnections:     DefaultWSMaxConnections,
 		WSFeedsPerConnection: DefaultWSFeedsPerConnection,
@@ -247,6 +250,7 @@ func (c *Config) applyDefaults() {
 		d.dur(p+".timeout", &u.Timeout, du.Timeout)
 		d.num(p+".retries", &u.Retries, du.Retries)
 		d.rate(p+".budget", &u.Budget, du.Budget)
+		d.dur(p+".budget_margin", &u.BudgetMargin, du.BudgetMargin)
 		d.num(p+".max_bulk", &u.MaxBulk, du.MaxBulk)
 		d.num(p+".ws_max_connections", &u.WSMaxConnections, du.WSMaxConnections)
 		d.num(p+".ws_feeds_per_connection", &u.WSFeedsPerConnection, du.WSFeedsPerConnection)

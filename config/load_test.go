@@ -119,7 +119,7 @@ func TestDefaults(t *testing.T) {
 					URL:     "embedded",
 					Timeout: 5 * time.Second,
 					Retries: 2,
-					Budget:  Rate{RPS: 10, Burst: 10},
+					Budget:  Rate{RPS: 10, Burst: 10}, BudgetMargin: 20 * time.Millisecond,
 					MaxBulk: 100,
 
 					WSMaxConnections: 4, WSFeedsPerConnection: 50,

@@ -74,6 +74,7 @@ func (u *Upstream) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddString("ws_url", u.WSURL)
 		enc.AddInt("ws_max_connections", u.WSMaxConnections)
 	}
+	enc.AddDuration("budget_margin", u.BudgetMargin)
 	return enc.AddObject("budget", u.Budget)
 }
 

@@ -86,6 +86,7 @@ func restartSettings(cfg *Config) map[string]string {
 		m[p+".upstream.timeout"] = up.Timeout.String()
 		m[p+".upstream.retries"] = strconv.Itoa(up.Retries)
 		m[p+".upstream.budget"] = fmt.Sprint(up.Budget.RPS, "/", up.Budget.Burst)
+		m[p+".upstream.budget_margin"] = up.BudgetMargin.String()
 		m[p+".upstream.max_bulk"] = strconv.Itoa(up.MaxBulk)
 		m[p+".upstream.ws_url"] = up.WSURL
 		m[p+".upstream.ws_max_connections"] = strconv.Itoa(up.WSMaxConnections)

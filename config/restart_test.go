@@ -18,7 +18,7 @@ func TestRestartOnly(t *testing.T) {
 		p := "networks." + name
 		out := []string{p}
 		for _, k := range []string{"listen", "hosts", "pass_through", "upstream.url", "upstream.api_key",
-			"upstream.api_secret", "upstream.timeout", "upstream.retries", "upstream.budget", "upstream.max_bulk",
+			"upstream.api_secret", "upstream.timeout", "upstream.retries", "upstream.budget", "upstream.budget_margin", "upstream.max_bulk",
 			"upstream.ws_url", "upstream.ws_max_connections", "upstream.ws_feeds_per_connection", "upstream.ws_pinned"} {
 			out = append(out, p+"."+k)
 		}
@@ -73,6 +73,7 @@ func TestRestartOnly(t *testing.T) {
 		{name: "upstream retries", change: func(c *Config) { c.Networks["mainnet"].Upstream.Retries++ }, want: []string{"networks.mainnet.upstream.retries"}},
 		{name: "upstream budget rps", change: func(c *Config) { c.Networks["mainnet"].Upstream.Budget.RPS++ }, want: []string{"networks.mainnet.upstream.budget"}},
 		{name: "upstream budget burst", change: func(c *Config) { c.Networks["mainnet"].Upstream.Budget.Burst++ }, want: []string{"networks.mainnet.upstream.budget"}},
+		{name: "upstream budget margin", change: func(c *Config) { c.Networks["mainnet"].Upstream.BudgetMargin++ }, want: []string{"networks.mainnet.upstream.budget_margin"}},
 		{name: "upstream max bulk", change: func(c *Config) { c.Networks["mainnet"].Upstream.MaxBulk++ }, want: []string{"networks.mainnet.upstream.max_bulk"}},
 		{name: "network added", change: func(c *Config) {
 			c.Networks["devnet"] = &Network{Listen: ":8082", Upstream: defaultUpstream(EmbeddedURL)}

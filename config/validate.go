@@ -257,6 +257,9 @@ func (v *validator) upstream(p, network string, u *Upstream) {
 		v.add(p+".retries", "must not be negative")
 	}
 	v.rate(p+".budget", u.Budget, true)
+	if u.BudgetMargin < 0 || u.BudgetMargin > time.Second {
+		v.add(p+".budget_margin", "must be from 0 to 1s")
+	}
 	if u.MaxBulk < 1 {
 		v.add(p+".max_bulk", "must be at least 1")
 	}

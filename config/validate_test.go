@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -262,6 +263,10 @@ func TestValidate(t *testing.T) {
 		}, want: []string{"networks.testnet.upstream.url: has no host"}},
 		{name: "budget burst negative", change: func(c *Config) { c.Networks["testnet"].Upstream.Budget.Burst = -1 },
 			want: []string{"networks.testnet.upstream.budget.burst: must be at least 1 when rps is set", "networks.testnet.upstream.budget.burst: must not be negative"}},
+		{name: "budget margin negative", change: func(c *Config) { c.Networks["testnet"].Upstream.BudgetMargin = -time.Millisecond },
+			want: []string{"networks.testnet.upstream.budget_margin: must be from 0 to 1s"}},
+		{name: "budget margin over a second", change: func(c *Config) { c.Networks["testnet"].Upstream.BudgetMargin = 2 * time.Second },
+			want: []string{"networks.testnet.upstream.budget_margin: must be from 0 to 1s"}},
 		{name: "team rps is infinite", change: func(c *Config) { c.Teams[0].Rate.RPS = posInf() },
 			want: []string{"teams[0].rate.rps: must be a finite number"}},
 		{name: "team without limits", change: func(c *Config) { c.Teams[0].Rate = Rate{} }},

@@ -259,7 +259,8 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		}
 		budget := deps.Budgets[name]
 		if budget == nil {
-			if budget, err = ratelimit.NewMemoryBudget(ratelimit.Options{Name: "budget", Network: name, Now: g.now}); err != nil {
+			if budget, err = ratelimit.NewMemoryBudget(ratelimit.Options{Name: "budget", Network: name, Now: g.now,
+				BudgetMargin: nc.Upstream.BudgetMargin, Logger: g.log}); err != nil {
 				return nil, err
 			}
 		}
@@ -288,14 +289,18 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// budgetLimit is the token bucket the gateway spends of an upstream budget:
-// the configured rate, and the burst less one token kept in reserve. An
-// upstream counting the same budget (10 per second, burst 10) sees the
-// gateway's calls a little earlier or later than they were sent; the token
-// in reserve absorbs that jitter, so the upstream never finds its budget
-// exceeded under steady load.
+// budgetLimit is what the gateway spends of an upstream budget: the
+// configured rate with a burst of 1, whatever the configured burst, so
+// that the budget spaces the calls 1/rps + budget_margin apart (the margin
+// is the Budget's, see ratelimit.Options.BudgetMargin). A burst above 1
+// would let a quiet endpoint send it at once and then the refill within
+// the same second: up to twice the rate in one calendar or sliding second,
+// and calls closer than 1/rps, which an upstream counting as a token
+// bucket of burst 1 refuses. Spaced calls hold under all three countings;
+// the margin absorbs the jitter that brings two calls closer together as
+// the upstream sees them.
 func budgetLimit(r config.Rate) ratelimit.Limit {
-	return ratelimit.Limit{Rate: r.RPS, Burst: max(r.Burst-1, 1)}
+	return ratelimit.Limit{Rate: r.RPS, Burst: 1}
 }
 
 // buildPolicy parses the reloadable part of cfg.

@@ -52,6 +52,9 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 				return err
 			}
 			resp.Header.Del("Set-Cookie")
+			if resp.StatusCode == http.StatusTooManyRequests {
+				n.up.throttled(budgetKey(ps.endpoint, ps.cred), parseRetryAfter(resp.Header.Get("Retry-After")))
+			}
 			if resp.StatusCode >= 500 && resp.Header.Get("Retry-After") == "" {
 				resp.Header.Set("Retry-After", "1")
 			}

@@ -300,7 +300,7 @@ func TestBudgetCacheHitsAndExhaustion(t *testing.T) {
 	assert.Contains(t, eb.Error, "budget")
 	ra := retryAfter(t, resp)
 	assert.GreaterOrEqual(t, ra, 90)
-	assert.LessOrEqual(t, ra, 100)
+	assert.LessOrEqual(t, ra, 101, "100 s and the budget's margin, in whole seconds rounded up")
 	assert.Equal(t, int64(1), reportsCalls(env), "no upstream call without budget")
 	assert.Equal(t, 1.0, budgetRefusals(t, env, "reports"))
 
@@ -418,6 +418,11 @@ func TestBudgetUpstream429Pause(t *testing.T) {
 	}
 	assert.Equal(t, int64(1), reportsCalls(env), "no call reaches the paused endpoint")
 	assert.Equal(t, 3.0, budgetRefusals(t, env, "reports"))
+	down := map[string]string{"network": "mainnet", "endpoint": "reports", "direction": "down"}
+	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_upstream_budget_adjustments_total", down), "the 429 slowed the endpoint's budget")
+	rps := metricValue(t, env.Registry, "streamgate_upstream_budget_rps", map[string]string{"network": "mainnet", "endpoint": "reports"})
+	eff := metricValue(t, env.Registry, "streamgate_upstream_budget_effective_rps", map[string]string{"network": "mainnet", "endpoint": "reports"})
+	assert.Equal(t, rps/2, eff, "to half its rate")
 
 	resp, body = c.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "another endpoint is not paused: %s", body)

@@ -24,10 +24,12 @@ import (
 )
 
 // The shared limits of the replica tests: the demo team's rate, and the
-// upstream budget of every endpoint.
+// upstream budget of every endpoint (whose calls are spaced 1/rate apart,
+// whatever the burst, here without a margin).
 const (
-	replicaRate  = 1.0
-	replicaBurst = 60
+	replicaRate   = 1.0
+	replicaBurst  = 60
+	replicaBudget = 5.0
 	// batchTeam has no rate of its own: its requests spend only the
 	// upstream budget.
 	batchTeam, batchKey, batchSecret = "batch", "batch-key", "batch-secret-0123456789"
@@ -102,7 +104,8 @@ func replicaConfig(c *config.Config) {
 		Keys:       []config.Key{{ID: dailyKey, Secret: dailySecret}},
 	})
 	for _, n := range c.Networks {
-		n.Upstream.Budget = config.Rate{RPS: replicaRate, Burst: replicaBurst}
+		n.Upstream.Budget = config.Rate{RPS: replicaBudget, Burst: replicaBurst}
+		n.Upstream.BudgetMargin = 0
 		// A fill waits for budget at most 0.3 s × 1 + 1 s.
 		n.Upstream.Timeout = 300 * time.Millisecond
 		n.Upstream.Retries = 0
@@ -220,7 +223,14 @@ func TestReplicasShareRedis(t *testing.T) {
 		require.Greater(t, counts[http.StatusServiceUnavailable], 0, "driven with more than the budget")
 		calls := reportCallsOf(reps)
 		assert.Equal(t, int64(counts[http.StatusOK]), calls, "each answered miss is one upstream call")
-		requireWithin5Percent(t, "upstream calls", int(calls), replicaBurst, replicaRate, elapsed)
+		// The budget is an upper bound: one call, then one per 1/rate. Each
+		// grant comes a little after its slot (Redis's round trip, the
+		// waiter's timer), and the next slot counts from the grant, so
+		// fewer fit; at least 80 %.
+		most := 1 + replicaBudget*elapsed.Seconds()
+		t.Logf("upstream calls: %d, at most %.1f (1 + %.0f/s × %v)", calls, most, replicaBudget, elapsed.Round(time.Millisecond))
+		assert.LessOrEqual(t, float64(calls), most+1, "the replicas together keep to the budget")
+		assert.GreaterOrEqual(t, float64(calls), 0.8*most, "and spend most of it")
 		var refusals float64
 		for _, r := range reps {
 			refusals += metricValue(t, r.reg, "streamgate_upstream_budget_refusals_total", map[string]string{"network": "mainnet", "endpoint": "reports"})

@@ -117,11 +117,7 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			continue
 		case http.StatusTooManyRequests:
-			pause := resp.retryAfter
-			if pause <= 0 {
-				pause = time.Second
-			}
-			u.budget.Pause(budgetKey, pause)
+			u.throttled(budgetKey, resp.retryAfter)
 		}
 		return resp, nil
 	}
@@ -196,6 +192,27 @@ func (u *upstream) waitBudget(ctx context.Context, key string) error {
 	return u.budget.Wait(ctx, key, u.limit)
 }
 
+// throttled takes an upstream 429 for key into account: the endpoint pauses
+// for retryAfter (1 s when the upstream gave none), and, since the
+// upstream counts differently or allows less than the budget, its rate in
+// force slows until no 429 comes back.
+func (u *upstream) throttled(key string, retryAfter time.Duration) {
+	if retryAfter <= 0 {
+		retryAfter = time.Second
+	}
+	u.budget.Pause(key, retryAfter)
+	u.budget.Throttled(key, u.limit)
+}
+
+// parseRetryAfter reads a Retry-After of whole seconds; 0 when absent or
+// in another form.
+func parseRetryAfter(v string) time.Duration {
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
+}
+
 // budgetKey names the budget a call spends: the endpoint's, or, for a team
 // calling with its own credentials, that team's budget of the endpoint.
 func budgetKey(endpoint string, cred *credential) string {
@@ -253,11 +270,7 @@ func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *c
 		return nil, fmt.Errorf("proxy: reading upstream answer: %w", err)
 	}
 	out := &upstreamResponse{status: resp.StatusCode, body: body, contentType: resp.Header.Get("Content-Type")}
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		if s, err := strconv.Atoi(ra); err == nil && s >= 0 {
-			out.retryAfter = time.Duration(s) * time.Second
-		}
-	}
+	out.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	out.maxAge = parseMaxAge(resp.Header.Get("Cache-Control"))
 	if u.log != nil && resp.StatusCode >= 500 {
 		if ce := u.log.Check(zap.DebugLevel, "upstream error"); ce != nil {

@@ -4,18 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/time/rate"
+	"go.uber.org/zap"
 )
 
-// Budget is the upstream budget: one token bucket per key, shared by all
+// Budget is the upstream budget: one GCRA bucket per key, shared by all
 // teams, that upstream calls wait on. A Budget is made per network
 // (Options.Network); its keys name upstream endpoints from a fixed set,
 // such as "/api/v1/reports", and become the "endpoint" label of its
 // metrics. Implementations are safe for concurrent use.
+//
+// A Budget reads a Limit as a token bucket whose tokens come
+// 1/rate + Options.BudgetMargin apart, rate being the rate in force: the
+// Limit's Rate, or less after upstream 429s (Throttled). With Burst 1 no
+// two calls of a key are ever closer than that interval, so no one-second
+// window, calendar or sliding, holds more than Rate calls, and an upstream
+// that counts as a token bucket of burst 1 finds a token for each.
 type Budget interface {
 	// Wait blocks until key has a token under l, or returns an error. It
 	// waits only as long as ctx's deadline allows: when the token (or the
@@ -29,6 +37,12 @@ type Budget interface {
 	// Pause stops calls for key during d, e.g. for the Retry-After of an
 	// upstream 429. A pause is never shortened by a later, shorter one.
 	Pause(key string, d time.Duration)
+	// Throttled tells the budget that the upstream answered a call of key
+	// with 429 although the budget allowed it: the rate in force of key
+	// under l halves (once per burst of 429s), then recovers step by step
+	// while no 429 comes back (see adapt.go). It does not pause: call
+	// Pause too for the upstream's Retry-After.
+	Throttled(key string, l Limit)
 }
 
 // BudgetError is the error of a Wait refused for want of time. It wraps
@@ -78,25 +92,28 @@ func late(err error, retryAfter time.Duration) error {
 	return err
 }
 
-// MemoryBudget is a Budget kept in this process, on
-// golang.org/x/time/rate reservations: a waiter reserves its token, and
-// gives it back if it cannot wait for it or gives up.
+// MemoryBudget is a Budget kept in this process: a GCRA schedule per key
+// that a waiter asks for a token, sleeps until the token's time and asks
+// again, as with the Redis implementation.
 type MemoryBudget struct {
 	network string
+	margin  time.Duration
 	keys    *table[budgetEntry]
 	metrics *Metrics
+	log     *zap.Logger
 	asleep  func() // called when a waiter starts sleeping; for tests
 }
 
 type budgetEntry struct {
-	bucket
+	tat         time.Time // theoretical arrival time of the next call (GCRA)
 	pausedUntil time.Time
+	adapt       adaptive
 }
 
 var _ Budget = (*MemoryBudget)(nil)
 
 // NewMemoryBudget returns a MemoryBudget configured by opts (Network,
-// MaxKeys, Metrics).
+// MaxKeys, BudgetMargin, Metrics, Logger).
 func NewMemoryBudget(opts Options) (*MemoryBudget, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -107,9 +124,19 @@ func NewMemoryBudget(opts Options) (*MemoryBudget, error) {
 
 func newMemoryBudget(opts Options) *MemoryBudget {
 	idle := func(e *budgetEntry, now time.Time) bool {
-		return !now.Before(e.pausedUntil) && bucketFull(&e.bucket, now)
+		return !now.Before(e.pausedUntil) && !now.Before(e.tat) && (e.adapt.eff <= 0 || e.adapt.rest())
 	}
-	return &MemoryBudget{network: opts.Network, keys: newTable(opts.MaxKeys, idle), metrics: opts.Metrics}
+	return &MemoryBudget{network: opts.Network, margin: opts.BudgetMargin, keys: newTable(opts.MaxKeys, idle),
+		metrics: opts.Metrics, log: opts.Logger}
+}
+
+// interval is the time between two tokens at rate eff (> 0) with margin.
+func interval(eff float64, margin time.Duration) time.Duration {
+	ns := math.Ceil(float64(time.Second)/eff) + float64(margin)
+	if ns >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return time.Duration(ns)
 }
 
 // Wait implements Budget.
@@ -132,6 +159,12 @@ func (b *MemoryBudget) record(key string, start time.Time, waited bool, err erro
 	}
 }
 
+// tooLate reports whether ctx's deadline comes no later than d from now.
+func tooLate(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) <= d
+}
+
 func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bool, err error) {
 	if err := l.Validate(); err != nil {
 		return false, err
@@ -139,46 +172,56 @@ func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bo
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	holding := false // a token is ours; only a pause can still hold us back
 	for {
-		now := time.Now()
-		lim, pausedUntil := b.state(key, l, now)
-		if now.Before(pausedUntil) {
-			if err := sleep(ctx, pausedUntil.Sub(now), b.asleep); err != nil {
-				return waited, err
-			}
-			waited = true
-			continue
-		}
-		if holding || lim == nil {
-			return waited, nil
-		}
-		r := lim.ReserveN(now, 1)
-		d := r.DelayFrom(now)
+		d := b.take(key, l)
 		if d == 0 {
 			return waited, nil
 		}
 		if err := sleep(ctx, d, b.asleep); err != nil {
-			r.CancelAt(time.Now())
 			return waited, err
 		}
-		waited, holding = true, true
-		// Look again: an upstream 429 may have paused key meanwhile.
+		waited = true
 	}
 }
 
-// state returns key's limiter (nil when l is unlimited) and the end of its
-// pause.
-func (b *MemoryBudget) state(key string, l Limit, now time.Time) (*rate.Limiter, time.Time) {
+// take takes a token of key under l if there is one now and key is not
+// paused, and returns 0; otherwise it returns how long until there may be
+// one. A waiter reserves nothing: it sleeps, then tries again, and the
+// next token counts from the time a token was actually taken. So a waiter
+// woken late by a busy machine (its timer, the scheduler) delays the
+// calls after it instead of going out closer to the next one, and a pause
+// that begins while it sleeps holds it too.
+func (b *MemoryBudget) take(key string, l Limit) time.Duration {
+	now := time.Now()
 	s := b.keys.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, _ := s.get(key, now)
-	if l.Unlimited() {
-		return nil, e.pausedUntil
+	if now.Before(e.pausedUntil) {
+		d := e.pausedUntil.Sub(now)
+		s.mu.Unlock()
+		return d
 	}
-	e.adopt(l, now)
-	return e.lim, e.pausedUntil
+	if l.Unlimited() {
+		s.mu.Unlock()
+		return 0
+	}
+	eff, dir := e.adapt.at(l.Rate, now)
+	t := interval(eff, b.margin)
+	base := e.tat
+	if base.Before(now) {
+		base = now
+	}
+	allowAt := base.Add(-time.Duration(l.Burst-1) * t)
+	var d time.Duration
+	if now.Before(allowAt) {
+		d = allowAt.Sub(now)
+	} else {
+		e.tat = base.Add(t)
+	}
+	s.mu.Unlock()
+	b.metrics.budgetRates(b.network, key, l.Rate, eff)
+	adjusted(b.log, b.metrics, b.network, key, dir, l.Rate, eff)
+	return d
 }
 
 // Pause implements Budget.
@@ -196,6 +239,21 @@ func (b *MemoryBudget) Pause(key string, d time.Duration) {
 	s.mu.Unlock()
 }
 
+// Throttled implements Budget.
+func (b *MemoryBudget) Throttled(key string, l Limit) {
+	if l.Validate() != nil || l.Unlimited() {
+		return
+	}
+	now := time.Now()
+	s := b.keys.shard(key)
+	s.mu.Lock()
+	e, _ := s.get(key, now)
+	eff, dir := e.adapt.throttle(l.Rate, now)
+	s.mu.Unlock()
+	b.metrics.budgetRates(b.network, key, l.Rate, eff)
+	adjusted(b.log, b.metrics, b.network, key, dir, l.Rate, eff)
+}
+
 // pauseScript sets a pause of ARGV[1] milliseconds unless a longer one is
 // already set, and returns the pause left in milliseconds.
 var pauseScript = redis.NewScript(`
@@ -208,31 +266,109 @@ end
 return left
 `)
 
-// pauseTimeout bounds the Redis call of Pause, which has no context.
+// budgetScript is a Budget's step in Redis, on Redis's clock: it brings the
+// rate learned from upstream 429s (KEYS[3], a hash) up to date by the
+// rules of adapt.go, and then, for ARGV[4] "throttle", slows it; for
+// "wait" it answers the pause left (KEYS[2]) or, without one, takes a
+// token of the GCRA bucket (KEYS[1]: its theoretical arrival time in
+// seconds since 2017-01-01, as github.com/go-redis/redis_rate keeps it)
+// whose tokens come 1/rate + margin apart. It returns {seconds to wait (0:
+// the token is taken), rate in force, direction of a change or ""}.
+//
+// ARGV: 1 configured rate, 2 burst, 3 margin (s), 4 "wait" or "throttle",
+// 5 hold (s), 6 recovery step every (s), 7 ceiling step every (s), 8
+// steps, 9 floor divisor, 10 state ttl (ms).
+var budgetScript = redis.NewScript(`
+redis.replicate_commands()
+local t = redis.call("TIME")
+local now = (t[1] - 1483228800) + t[2] / 1000000
+local rate, burst, margin, op = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local hold, every, ceilEvery = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local step, floor = rate / tonumber(ARGV[8]), rate / tonumber(ARGV[9])
+
+local s = redis.call("HMGET", KEYS[3], "rate", "eff", "ceil", "changed", "down", "lifted")
+local eff, ceil, changed, down, lifted = rate, rate, 0, 0, 0
+if tonumber(s[1]) == rate and tonumber(s[2]) then
+  eff, ceil = tonumber(s[2]), tonumber(s[3])
+  changed, down, lifted = tonumber(s[4]), tonumber(s[5]), tonumber(s[6])
+end
+local dir, dirty = "", false
+if ceil < rate then
+  local n = math.floor((now - math.max(down, lifted)) / ceilEvery)
+  if n > 0 then
+    ceil, lifted, dirty = math.min(rate, ceil + n * step), now, true
+  end
+end
+if eff < ceil then
+  local n = math.floor((now - changed) / every)
+  if n > 0 then
+    eff, changed, dir, dirty = math.min(ceil, eff + n * step), now, "up", true
+  end
+end
+if op == "throttle" and (down == 0 or now - down >= hold) then
+  ceil = math.max(floor, eff - step)
+  eff = math.max(floor, eff / 2)
+  ceil = math.max(ceil, eff)
+  down, changed, dir, dirty = now, now, "down", true
+end
+if dirty then
+  if eff >= rate and ceil >= rate then
+    redis.call("DEL", KEYS[3])
+  else
+    redis.call("HSET", KEYS[3], "rate", rate, "eff", eff, "ceil", ceil, "changed", changed, "down", down, "lifted", lifted)
+    redis.call("PEXPIRE", KEYS[3], ARGV[10])
+  end
+end
+if op == "throttle" then
+  return {"0", tostring(eff), dir}
+end
+
+local left = redis.call("PTTL", KEYS[2])
+if left > 0 then
+  return {tostring(left / 1000), tostring(eff), dir}
+end
+local interval = 1 / eff + margin
+local tat = tonumber(redis.call("GET", KEYS[1]) or now) or now
+tat = math.max(tat, now)
+local allowAt = tat - (burst - 1) * interval
+if now < allowAt then
+  return {tostring(allowAt - now), tostring(eff), dir}
+end
+local new = tat + interval
+redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) * 1000) + 1)
+return {"0", tostring(eff), dir}
+`)
+
+// pauseTimeout bounds the Redis calls of Pause and Throttled, which have
+// no context.
 const pauseTimeout = 2 * time.Second
 
 // RedisBudget is a Budget kept in Redis and shared by every replica: the
-// buckets run the GCRA of redis_rate (a refused call learns how long until
-// its token, waits that long within its deadline, and tries again), and a
+// buckets run a GCRA in a script of their own (a refused call learns how
+// long until its token, waits that long within its deadline, and tries
+// again), the rate learned from upstream 429s is kept beside them, and a
 // pause is a key with a PX expiry, so that an upstream 429 seen by one
-// replica pauses them all. Pauses are kept locally too. While Redis fails
-// it follows Options.FailMode like Redis, waiting on a local MemoryBudget in
-// FailOpen mode.
+// replica pauses and slows them all. Pauses are kept locally too. While
+// Redis fails it follows Options.FailMode like Redis, waiting on a local
+// MemoryBudget in FailOpen mode.
 type RedisBudget struct {
 	client   redis.UniversalClient
-	gcra     *redis_rate.Limiter
+	network  string
+	margin   time.Duration
 	rateKey  string
 	pauseKey string
+	adaptKey string
 	fb       *fallback
 	local    *MemoryBudget // the FailOpen fallback; it also records the metrics
 	metrics  *Metrics
+	log      *zap.Logger
 }
 
 var _ Budget = (*RedisBudget)(nil)
 
 // NewRedisBudget returns a RedisBudget on client configured by opts
-// (Network, Prefix, FailMode, RetryInterval, MaxKeys for the local
-// fallback, Now for the retry schedule, Metrics, Logger).
+// (Network, Prefix, FailMode, RetryInterval, BudgetMargin, MaxKeys for the
+// local fallback, Now for the retry schedule, Metrics, Logger).
 func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, error) {
 	if client == nil {
 		return nil, errors.New("ratelimit: nil redis client")
@@ -243,12 +379,15 @@ func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, e
 	}
 	return &RedisBudget{
 		client:   client,
-		gcra:     redis_rate.NewLimiter(unprefixed{client}),
+		network:  opts.Network,
+		margin:   opts.BudgetMargin,
 		rateKey:  opts.Prefix + "budget:" + opts.Network + ":",
 		pauseKey: opts.Prefix + "pause:" + opts.Network + ":",
+		adaptKey: opts.Prefix + "adapt:" + opts.Network + ":",
 		fb:       newFallback(opts, "budget"),
 		local:    newMemoryBudget(opts),
 		metrics:  opts.Metrics,
+		log:      opts.Logger,
 	}, nil
 }
 
@@ -298,27 +437,49 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 	}
 }
 
+// budgetArgs are the arguments of budgetScript for l and op.
+func (b *RedisBudget) budgetArgs(l Limit, op string) []any {
+	return []any{l.Rate, l.Burst, b.margin.Seconds(), op,
+		adaptHold.Seconds(), adaptRecoverEvery.Seconds(), adaptCeilingEvery.Seconds(),
+		adaptSteps, adaptFloorDiv, adaptTTL.Milliseconds()}
+}
+
+// step runs budgetScript for key; it returns the wait, the rate in force
+// and the direction of a change.
+func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) (time.Duration, float64, string, error) {
+	res, err := budgetScript.Run(ctx, b.client, []string{b.rateKey + key, b.pauseKey + key, b.adaptKey + key}, b.budgetArgs(l, op)...).StringSlice()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if len(res) != 3 {
+		return 0, 0, "", fmt.Errorf("ratelimit: budget script answered %d values, want 3", len(res))
+	}
+	wait, err1 := strconv.ParseFloat(res[0], 64)
+	eff, err2 := strconv.ParseFloat(res[1], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, "", fmt.Errorf("ratelimit: budget script: %w", err)
+	}
+	b.metrics.budgetRates(b.network, key, l.Rate, eff)
+	adjusted(b.log, b.metrics, b.network, key, res[2], l.Rate, eff)
+	var d time.Duration
+	if wait > 0 {
+		d = max(time.Duration(math.Ceil(wait*float64(time.Second))), time.Millisecond)
+	}
+	return d, eff, res[2], nil
+}
+
 // next takes a token for key if it has one and is not paused, and returns
 // zero; otherwise it returns how long to wait before trying again.
 func (b *RedisBudget) next(ctx context.Context, key string, l Limit) (time.Duration, error) {
-	left, err := b.client.PTTL(ctx, b.pauseKey+key).Result()
-	if err != nil {
-		return 0, err
-	}
-	if left > 0 {
-		return left, nil
-	}
 	if l.Unlimited() {
-		return 0, nil
+		left, err := b.client.PTTL(ctx, b.pauseKey+key).Result()
+		if err != nil {
+			return 0, err
+		}
+		return max(left, 0), nil
 	}
-	res, err := b.gcra.Allow(ctx, b.rateKey+key, gcraLimit(l))
-	if err != nil {
-		return 0, err
-	}
-	if res.Allowed > 0 {
-		return 0, nil
-	}
-	return max(res.RetryAfter, time.Millisecond), nil
+	d, _, _, err := b.step(ctx, key, l, "wait")
+	return d, err
 }
 
 func (b *RedisBudget) fallback(ctx context.Context, key string, l Limit, waited bool, cause error) (bool, error) {
@@ -345,6 +506,26 @@ func (b *RedisBudget) Pause(key string, d time.Duration) {
 	ms := max((d+time.Millisecond-1)/time.Millisecond, 1)
 	if err := pauseScript.Run(ctx, b.client, []string{b.pauseKey + key}, int64(ms)).Err(); err != nil {
 		b.fb.failed("pause", err)
+		return
+	}
+	b.fb.succeeded()
+}
+
+// Throttled implements Budget: through Redis it slows key on every
+// replica; while Redis fails, on the local fallback.
+func (b *RedisBudget) Throttled(key string, l Limit) {
+	if l.Validate() != nil || l.Unlimited() {
+		return
+	}
+	if !b.fb.try() {
+		b.local.Throttled(key, l)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pauseTimeout)
+	defer cancel()
+	if _, _, _, err := b.step(ctx, key, l, "throttle"); err != nil {
+		b.fb.failed("throttle", err)
+		b.local.Throttled(key, l)
 		return
 	}
 	b.fb.succeeded()

@@ -1,8 +1,10 @@
 // Package ratelimit gives streamgate its three kinds of limits: per-team
 // request rates (Limiter, a token bucket per key), per-team daily quotas
 // (Quota, a counter per key and UTC day) and the upstream budget (Budget, a
-// token bucket per network and upstream endpoint that every team shares and
-// that callers wait on instead of being refused).
+// GCRA bucket per network and upstream endpoint that every team shares and
+// that callers wait on instead of being refused; its tokens come 1/rate +
+// a margin apart, and its rate in force halves after an upstream 429 and
+// recovers step by step).
 //
 // Each kind has a memory implementation, exact for one replica, and a Redis
 // implementation shared by every replica that talks to the same Redis. When

@@ -151,13 +151,20 @@ type Options struct {
 	// Metrics receives the counters; nil records nothing.
 	Metrics *Metrics
 	// Logger receives one line each time Redis becomes unavailable and
-	// each time it is back; nil logs nothing.
+	// each time it is back, and, for a Budget, each time the rate in force
+	// of a key changes (Budget.Throttled); nil logs nothing.
 	Logger *zap.Logger
+	// BudgetMargin is added to the interval 1/rate between two tokens of
+	// a Budget: a safety margin for an upstream that sees the calls a
+	// little closer together than they were sent (network and scheduling
+	// jitter). Default 0; it must not be negative. Budgets only.
+	BudgetMargin time.Duration
 
 	// Prefix starts every Redis key. Default "streamgate:rl:". Keys are
 	// Prefix+"rate:"+key for a Limiter, Prefix+"quota:"+key+":"+YYYY-MM-DD
-	// for a Quota, and Prefix+"budget:"+network+":"+key and
-	// Prefix+"pause:"+network+":"+key for a Budget. Redis only.
+	// for a Quota, and Prefix+"budget:"+network+":"+key,
+	// Prefix+"pause:"+network+":"+key and (the rate learned from upstream
+	// 429s) Prefix+"adapt:"+network+":"+key for a Budget. Redis only.
 	Prefix string
 	// FailMode is what to do while Redis fails. Default FailOpen. Redis
 	// only.
@@ -171,6 +178,9 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.MaxKeys < 0 {
 		return o, fmt.Errorf("ratelimit: MaxKeys %d is negative", o.MaxKeys)
+	}
+	if o.BudgetMargin < 0 {
+		return o, fmt.Errorf("ratelimit: BudgetMargin %v is negative", o.BudgetMargin)
 	}
 	if o.RetryInterval < 0 {
 		return o, fmt.Errorf("ratelimit: RetryInterval %v is negative", o.RetryInterval)

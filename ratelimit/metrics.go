@@ -20,6 +20,9 @@ type Metrics struct {
 	budgetWaits    *prometheus.CounterVec   // network, endpoint
 	budgetRefusals *prometheus.CounterVec   // network, endpoint
 	budgetWait     *prometheus.HistogramVec // network
+	budgetRPS      *prometheus.GaugeVec     // network, endpoint
+	budgetEff      *prometheus.GaugeVec     // network, endpoint
+	budgetAdjusts  *prometheus.CounterVec   // network, endpoint, direction
 	redisErrors    *prometheus.CounterVec   // op
 	fallbacks      *prometheus.CounterVec   // mode
 
@@ -41,6 +44,9 @@ const (
 //	streamgate_upstream_budget_waits_total{network,endpoint}
 //	streamgate_upstream_budget_refusals_total{network,endpoint}
 //	streamgate_upstream_budget_wait_seconds{network}
+//	streamgate_upstream_budget_rps{network,endpoint}
+//	streamgate_upstream_budget_effective_rps{network,endpoint}
+//	streamgate_upstream_budget_adjustments_total{network,endpoint,direction}
 //	streamgate_redis_errors_total{op}
 //	streamgate_redis_fallbacks_total{mode}
 //	streamgate_redis_breaker_state
@@ -68,6 +74,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time upstream calls waited for the upstream budget before going ahead (0 when a token was there).",
 			Buckets: []float64{0, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"network"}),
+		budgetRPS: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "streamgate_upstream_budget_rps",
+			Help: "The configured upstream budget: calls per second allowed per endpoint.",
+		}, []string{"network", "endpoint"}),
+		budgetEff: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "streamgate_upstream_budget_effective_rps",
+			Help: "The upstream budget in force: the configured rate, or less after upstream 429s (it halves after one, then recovers step by step).",
+		}, []string{"network", "endpoint"}),
+		budgetAdjusts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_upstream_budget_adjustments_total",
+			Help: "Changes of the upstream budget in force, by direction (down: after an upstream 429; up: a step of recovery).",
+		}, []string{"network", "endpoint", "direction"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_redis_errors_total",
 			Help: "Failed Redis operations of the rate limiters, by operation.",
@@ -93,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.breakerTransitions.WithLabelValues(s.String())
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.decisions, m.budgetWaits, m.budgetRefusals, m.budgetWait, m.redisErrors, m.fallbacks,
+	for _, c := range []prometheus.Collector{m.decisions, m.budgetWaits, m.budgetRefusals, m.budgetWait, m.budgetRPS, m.budgetEff, m.budgetAdjusts, m.redisErrors, m.fallbacks,
 		m.breakerState, m.breakerTransitions, m.breakerRejections} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
@@ -173,5 +191,20 @@ func (m *Metrics) budgetGranted(network, endpoint string, waited time.Duration) 
 func (m *Metrics) budgetRefused(network, endpoint string) {
 	if m != nil {
 		m.budgetRefusals.WithLabelValues(network, endpoint).Inc()
+	}
+}
+
+// budgetRates sets the gauges of the configured rate and the rate in force
+// of a limited key.
+func (m *Metrics) budgetRates(network, endpoint string, rate, eff float64) {
+	if m != nil && rate > 0 {
+		m.budgetRPS.WithLabelValues(network, endpoint).Set(rate)
+		m.budgetEff.WithLabelValues(network, endpoint).Set(eff)
+	}
+}
+
+func (m *Metrics) budgetAdjusted(network, endpoint, dir string) {
+	if m != nil {
+		m.budgetAdjusts.WithLabelValues(network, endpoint, dir).Inc()
 	}
 }

@@ -62,6 +62,8 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 		o := ratelimit.Options{Name: name, Network: network, Metrics: m, Logger: log.Named("ratelimit")}
 		if name != "budget" {
 			o.Now = now
+		} else if n := cfg.Networks[network]; n != nil {
+			o.BudgetMargin = n.Upstream.BudgetMargin
 		}
 		return o
 	}

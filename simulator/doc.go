@@ -32,9 +32,12 @@
 //     other endpoint {"error":"...","message":"..."} with the same text.
 //   - A stream that does not exist or that the key may not read is 401, as
 //     upstream; so is a bulk request naming any such stream.
-//   - Rate limits are token buckets per network, per key and per endpoint,
-//     counted only for requests with valid credentials (anonymous catalog
-//     requests are not limited). A 429 carries Retry-After.
+//   - Rate limits are per network, per key and per endpoint, counted only
+//     for requests with valid credentials (anonymous catalog requests are
+//     not limited), in one of three modes (Config.RateMode), since the
+//     service does not publish how it counts: a token bucket (Default: a
+//     burst of 1, the strictest), a calendar-second counter, or a sliding
+//     one-second window. A 429 carries Retry-After.
 //   - Stream IDs: the schema in the first two bytes (0x0003 V3, 0x0007 V7,
 //     0x000b V11), then bytes of a hash of the stream name; a stream listed
 //     on both networks has the same ID on each, but its values differ

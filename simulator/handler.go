@@ -141,7 +141,7 @@ func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, ep string
 		return nil, false
 	}
 	if h.s.limit > 0 {
-		if !h.n.limiter(k.ID, ep, h.s.limit, h.s.burst).AllowN(h.s.now(), 1) {
+		if !h.n.allow(h.s, k.ID, ep, h.s.now()) {
 			retry := max(1, int(math.Ceil(1/float64(h.s.limit))))
 			w.Header().Set("Retry-After", strconv.Itoa(retry))
 			writeError(w, http.StatusTooManyRequests, "rate limit exceeded", catalogStyle)

@@ -602,3 +602,69 @@ func FuzzQuery(f *testing.F) {
 		}
 	})
 }
+
+// TestRateModes: each counting mode, on a settable clock, accepts and
+// refuses what it says. The same ten requests at 100 ms intervals fit
+// every mode; what tells them apart is a burst, and where a second begins.
+func TestRateModes(t *testing.T) {
+	second := t0 // a whole second
+	type req struct {
+		at   time.Duration // from second
+		want int
+	}
+	tests := []struct {
+		name  string
+		mode  RateMode
+		burst int
+		reqs  []req
+	}{
+		{name: "bucket burst 1 refuses two requests closer than 1/rate", mode: RateBucket, burst: 1, reqs: []req{
+			{0, 200}, {99 * time.Millisecond, 429}, {100 * time.Millisecond, 200}, {250 * time.Millisecond, 200}, {300 * time.Millisecond, 429},
+		}},
+		{name: "bucket burst 10 takes ten at once", mode: RateBucket, burst: 10, reqs: []req{
+			{0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 200}, {0, 429},
+			{100 * time.Millisecond, 200}, {100 * time.Millisecond, 429},
+		}},
+		{name: "calendar takes ten at once and ten more in the next second", mode: RateCalendar, reqs: []req{
+			{900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200},
+			{900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {999 * time.Millisecond, 200},
+			{999 * time.Millisecond, 429},
+			{time.Second, 200}, {time.Second, 200},
+		}},
+		{name: "sliding counts the second before each request", mode: RateSliding, reqs: []req{
+			{900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200},
+			{900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {900 * time.Millisecond, 200}, {999 * time.Millisecond, 200},
+			// A calendar counter would take this one.
+			{1100 * time.Millisecond, 429},
+			// Those of 0.9 s are a second old at 1.9 s.
+			{1899 * time.Millisecond, 429}, {1900 * time.Millisecond, 200}, {1900 * time.Millisecond, 200},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &clock{t: second}
+			e := newEnv(t, func(c *Config) { c.RateLimit, c.RateMode, c.Burst, c.Now = 10, tc.mode, tc.burst, clk.Now })
+			eth := findStream(t, e.sim, Mainnet, nameETH)
+			latest := "/api/v1/reports/latest?feedID=" + eth
+			for i, r := range tc.reqs {
+				clk.mu.Lock()
+				clk.t = second.Add(r.at)
+				clk.mu.Unlock()
+				resp, _ := e.get(t, Mainnet, latest, org)
+				require.Equal(t, r.want, resp.StatusCode, "request %d at +%v", i, r.at)
+			}
+		})
+	}
+}
+
+func TestParseRateMode(t *testing.T) {
+	for _, m := range []RateMode{RateBucket, RateCalendar, RateSliding} {
+		got, err := ParseRateMode(m.String())
+		require.NoError(t, err)
+		assert.Equal(t, m, got)
+	}
+	_, err := ParseRateMode("leaky")
+	assert.Error(t, err)
+	_, err = New(Config{RateMode: RateMode(7)})
+	assert.ErrorContains(t, err, "RateMode(7)")
+}

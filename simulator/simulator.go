@@ -45,7 +45,11 @@ type Config struct {
 	// key, per endpoint and per network. Zero disables rate limiting
 	// (Default sets 10, the published limit).
 	RateLimit rate.Limit
-	// Burst is the bucket size of RateLimit. Zero means ceil(RateLimit).
+	// RateMode is how RateLimit counts: the real service does not publish
+	// it. The zero value is RateBucket.
+	RateMode RateMode
+	// Burst is the bucket size of RateLimit in RateBucket mode. Zero means
+	// ceil(RateLimit) (Default sets 1, the strictest bucket).
 	Burst int
 	// MaxBulkFeeds caps the stream IDs of one bulk request (more is 400).
 	// Zero means no cap.
@@ -124,15 +128,18 @@ func NetworkFor(name string) string {
 }
 
 // Default returns the configuration of a realistic simulator on the wall
-// clock: 24 h of history, 5 s skew, 10 requests per second with a burst of
-// 10, and two keys: OrgKeyID (everything, hidden streams included) and
-// RestrictedKeyID (RestrictedStreams only).
+// clock: 24 h of history, 5 s skew, 10 requests per second counted the
+// strictest way (a token bucket with a burst of 1: no two requests of a
+// key and endpoint closer than 100 ms), and two keys: OrgKeyID
+// (everything, hidden streams included) and RestrictedKeyID
+// (RestrictedStreams only).
 func Default() Config {
 	return Config{
 		History:   24 * time.Hour,
 		MaxSkew:   5 * time.Second,
 		RateLimit: 10,
-		Burst:     10,
+		RateMode:  RateBucket,
+		Burst:     1,
 		Keys: []Key{
 			{ID: OrgKeyID, Secret: OrgKeySecret, Streams: []string{"*"}, Hidden: []string{"*"}},
 			{ID: RestrictedKeyID, Secret: RestrictedKeySecret, Streams: RestrictedStreams()},
@@ -147,6 +154,7 @@ type Simulator struct {
 	history  int64 // seconds
 	maxSkew  time.Duration
 	limit    rate.Limit
+	mode     RateMode
 	burst    int
 	maxBulk  int
 	keys     map[string]*key
@@ -190,7 +198,7 @@ type network struct {
 	byID    map[string]*stream // by lowercase "0x" ID
 
 	limMu    sync.Mutex
-	limiters map[limiterKey]*rate.Limiter
+	limiters map[limiterKey]counter
 }
 
 type limiterKey struct{ key, endpoint string }
@@ -219,6 +227,9 @@ func New(cfg Config) (*Simulator, error) {
 	if cfg.Burst < 0 {
 		errs = append(errs, errors.New("simulator: Burst must not be negative"))
 	}
+	if cfg.RateMode < RateBucket || cfg.RateMode > RateSliding {
+		errs = append(errs, fmt.Errorf("simulator: unknown %v", cfg.RateMode))
+	}
 	if cfg.Burst == 0 && cfg.RateLimit > 0 {
 		cfg.Burst = int(math.Ceil(math.Min(float64(cfg.RateLimit), 1e6)))
 	}
@@ -246,6 +257,7 @@ func New(cfg Config) (*Simulator, error) {
 		history:  int64(cfg.History / time.Second),
 		maxSkew:  cfg.MaxSkew,
 		limit:    cfg.RateLimit,
+		mode:     cfg.RateMode,
 		burst:    cfg.Burst,
 		maxBulk:  cfg.MaxBulkFeeds,
 		keys:     make(map[string]*key, len(cfg.Keys)),
@@ -288,7 +300,7 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	for i, name := range []string{Mainnet, Testnet} {
 		n := &network{name: name, index: uint64(i), streams: buildStreams(name),
-			byID: map[string]*stream{}, limiters: map[limiterKey]*rate.Limiter{}}
+			byID: map[string]*stream{}, limiters: map[limiterKey]counter{}}
 		for _, st := range n.streams {
 			n.byID[st.idHex] = st
 		}
@@ -387,17 +399,18 @@ func (s *Simulator) Report(network, feedID string, ts int64) (r Report, ok bool)
 	return r, true
 }
 
-// limiter returns the token bucket of a key and endpoint.
-func (n *network) limiter(k, endpoint string, limit rate.Limit, burst int) *rate.Limiter {
+// allow counts a request of key k on endpoint at now under s's rate limit,
+// and reports whether it is within it.
+func (n *network) allow(s *Simulator, k, endpoint string, now time.Time) bool {
 	n.limMu.Lock()
 	defer n.limMu.Unlock()
 	lk := limiterKey{k, endpoint}
-	l := n.limiters[lk]
-	if l == nil {
-		l = rate.NewLimiter(limit, burst)
-		n.limiters[lk] = l
+	c := n.limiters[lk]
+	if c == nil {
+		c = newCounter(s.mode, s.limit, s.burst)
+		n.limiters[lk] = c
 	}
-	return l
+	return c.allow(now)
 }
 
 // reportCache memoises encoded report records. It is direct-mapped: a

@@ -80,7 +80,18 @@ type Endpoint struct {
 	Waits    int64   `json:"waits"`
 	Refusals int64   `json:"refusals"`
 	Pauses   int64   `json:"upstream_429"` // upstream 429 answers: each pauses the endpoint
+	// RPS is the configured budget and EffectiveRPS the rate in force (less
+	// after upstream 429s); 0 before the endpoint's first call.
+	RPS          float64 `json:"rps"`
+	EffectiveRPS float64 `json:"effective_rps"`
+	// Slowdowns and Recoveries count the changes of the rate in force.
+	Slowdowns  int64 `json:"adjustments_down"`
+	Recoveries int64 `json:"adjustments_up"`
 }
+
+// Slowed reports whether the endpoint's budget runs below its configured
+// rate.
+func (e Endpoint) Slowed() bool { return e.EffectiveRPS > 0 && e.EffectiveRPS < e.RPS }
 
 // Hub is a network's real-time hub.
 type Hub struct {
@@ -222,15 +233,20 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		pauses := cur.by("streamgate_upstream_requests_total", "endpoint", map[string]string{"network": n.Name, "code": "429"})
 		waits := cur.by("streamgate_upstream_budget_waits_total", "endpoint", match)
 		refusals := cur.by("streamgate_upstream_budget_refusals_total", "endpoint", match)
+		rps := cur.by("streamgate_upstream_budget_rps", "endpoint", match)
+		eff := cur.by("streamgate_upstream_budget_effective_rps", "endpoint", match)
+		downs := cur.by("streamgate_upstream_budget_adjustments_total", "endpoint", map[string]string{"network": n.Name, "direction": "down"})
+		ups := cur.by("streamgate_upstream_budget_adjustments_total", "endpoint", map[string]string{"network": n.Name, "direction": "up"})
 		eps := map[string]bool{}
-		for _, m := range []map[string]float64{calls, waits, refusals} {
+		for _, m := range []map[string]float64{calls, waits, refusals, rps} {
 			for e := range m {
 				eps[e] = true
 			}
 		}
 		span := cur.at.Sub(minute.at).Seconds()
 		for e := range eps {
-			ep := Endpoint{Endpoint: e, Calls: int64(calls[e]), Waits: int64(waits[e]), Refusals: int64(refusals[e]), Pauses: int64(pauses[e])}
+			ep := Endpoint{Endpoint: e, Calls: int64(calls[e]), Waits: int64(waits[e]), Refusals: int64(refusals[e]), Pauses: int64(pauses[e]),
+				RPS: rps[e], EffectiveRPS: eff[e], Slowdowns: int64(downs[e]), Recoveries: int64(ups[e])}
 			if span > 0 && n.BudgetRPS > 0 {
 				ep.Use = (calls[e] - callsBefore[e]) / span / n.BudgetRPS
 			}

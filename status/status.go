@@ -178,17 +178,20 @@ type sample struct {
 
 // families are the metric families the sampler keeps.
 var families = map[string]bool{
-	"streamgate_requests_total":                 true,
-	"streamgate_cache_results_total":            true,
-	"streamgate_cache_bytes":                    true,
-	"streamgate_upstream_requests_total":        true,
-	"streamgate_upstream_errors_total":          true,
-	"streamgate_upstream_duration_seconds":      true,
-	"streamgate_upstream_calls_saved_total":     true,
-	"streamgate_upstream_budget_waits_total":    true,
-	"streamgate_upstream_budget_refusals_total": true,
-	"streamgate_ratelimit_rejections_total":     true,
-	"streamgate_ws_clients":                     true,
+	"streamgate_requests_total":                    true,
+	"streamgate_cache_results_total":               true,
+	"streamgate_cache_bytes":                       true,
+	"streamgate_upstream_requests_total":           true,
+	"streamgate_upstream_errors_total":             true,
+	"streamgate_upstream_duration_seconds":         true,
+	"streamgate_upstream_calls_saved_total":        true,
+	"streamgate_upstream_budget_waits_total":       true,
+	"streamgate_upstream_budget_refusals_total":    true,
+	"streamgate_upstream_budget_rps":               true,
+	"streamgate_upstream_budget_effective_rps":     true,
+	"streamgate_upstream_budget_adjustments_total": true,
+	"streamgate_ratelimit_rejections_total":        true,
+	"streamgate_ws_clients":                        true,
 }
 
 // Sample gathers the registry once and computes a new snapshot.

@@ -199,3 +199,39 @@ func TestHandler(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
 	}
 }
+
+// TestBudgetRates: the budget's configured rate, its rate in force and its
+// adjustments, as the ratelimit package exports them, make the endpoint's
+// row, marked when slowed.
+func TestBudgetRates(t *testing.T) {
+	f := newFixture()
+	rps := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_upstream_budget_rps"}, []string{"network", "endpoint"})
+	eff := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_upstream_budget_effective_rps"}, []string{"network", "endpoint"})
+	adj := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_upstream_budget_adjustments_total"}, []string{"network", "endpoint", "direction"})
+	f.reg.MustRegister(rps, eff, adj)
+	rps.WithLabelValues("mainnet", "latest").Set(10)
+	eff.WithLabelValues("mainnet", "latest").Set(6)
+	adj.WithLabelValues("mainnet", "latest", "down").Add(2)
+	adj.WithLabelValues("mainnet", "latest", "up").Add(3)
+	rps.WithLabelValues("mainnet", "bulk").Set(10)
+	eff.WithLabelValues("mainnet", "bulk").Set(10)
+	s := f.sampler(90)
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+
+	snap := s.Snapshot()
+	require.Len(t, snap.Networks[0].Budget, 2)
+	bulk, latest := snap.Networks[0].Budget[0], snap.Networks[0].Budget[1]
+	assert.Equal(t, Endpoint{Endpoint: "latest", RPS: 10, EffectiveRPS: 6, Slowdowns: 2, Recoveries: 3}, latest)
+	assert.True(t, latest.Slowed())
+	assert.False(t, bulk.Slowed())
+
+	srv := httptest.NewServer(Handler(s, ""))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), `<td class="n bad">6 / 10/s</td><td class="n">2 / 3</td>`, "the slowed endpoint's row")
+	assert.Contains(t, string(body), `<td class="n">10 / 10/s</td><td class="n">0 / 0</td>`, "the other's")
+}

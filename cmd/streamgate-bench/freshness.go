@@ -20,8 +20,10 @@ import (
 
 // The freshness scenario: clients polling REST latest at a fixed rate,
 // with the simulator enforcing the upstream's published limit (10 requests
-// per second per key, endpoint and network) and the gateway's budget at
-// the same 10 per second, burst 10. Each load runs twice, each time on a
+// per second per key, endpoint and network), counted in each mode of
+// -rate-mode (a burst-1 bucket, a calendar second, a sliding second), and
+// the gateway's budget at -budget-rps (default the same 10 per second),
+// burst 10. Each load runs twice, each time on a
 // stack of its own: with the gateway's stale-while-revalidate refresher as
 // configured by default ("swr"), and with the settings that give the
 // behaviour from before it ("before": nothing served stale, no bulk
@@ -54,6 +56,8 @@ type freshFeed struct {
 // freshResult is what one run of one load measured.
 type freshResult struct {
 	label            string
+	mode             simulator.RateMode // how the simulator counted
+	budgetRPS        float64
 	clients, streams int
 	window           time.Duration // the measured window: requests sent in it count
 	drain            time.Duration // after the window, until its last answer
@@ -66,6 +70,7 @@ type freshResult struct {
 	latestCalls, bulkCalls map[string]int64
 	bulkStreams            int64 // stream IDs in the window's bulk calls
 	upstream429            int64 // any endpoint, both networks
+	warmup429              int64 // the same, before the window
 	otherCalls             int64
 	badFeeds               map[int]int64 // non-200 answers by index of the stream
 	feeds                  []freshFeed
@@ -100,8 +105,12 @@ func scenarioFreshness(ctx context.Context, o *options) error {
 	if !o.set["warmup"] {
 		warmup = 5 * time.Second
 	}
-	fmt.Fprintf(o.out, "freshness: clients polling GET /api/v1/reports/latest, each every %v (a late answer's successor is sent at once, missed slots are skipped), %v measured after %v of the same load unmeasured; simulator rate limit %d/s burst %d per key, endpoint and network; gateway budget {rps: %d, burst: %d} on both networks; realtime.latest_from_stream false; a key per client, replay protection on; latest_ttl %v\n",
-		o.every, o.dur, warmup, freshUpstreamRate, freshUpstreamRate, freshUpstreamRate, freshUpstreamRate, config.DefaultLatestTTL)
+	modes := make([]string, len(o.rateModes))
+	for i, m := range o.rateModes {
+		modes[i] = m.String()
+	}
+	fmt.Fprintf(o.out, "freshness: clients polling GET /api/v1/reports/latest, each every %v (a late answer's successor is sent at once, missed slots are skipped), %v measured after %v of the same load unmeasured; simulator rate limit %d/s per key, endpoint and network, counted as %s (bucket: burst 1); gateway budget {rps: %v, burst: %d}, budget_margin %v on both networks; realtime.latest_from_stream false; a key per client, replay protection on; latest_ttl %v\n",
+		o.every, o.dur, warmup, freshUpstreamRate, strings.Join(modes, ", then "), o.budgetRPS, freshUpstreamRate, o.budgetMargin, config.DefaultLatestTTL)
 	for _, b := range freshBehaviours() {
 		fmt.Fprintf(o.out, "  %-6s latest_max_stale %v, latest_max_wait %v, latest_bulk_refresh %v\n", b.label, b.f.MaxStale, b.f.MaxWait, b.f.BulkRefresh)
 	}
@@ -114,13 +123,15 @@ func scenarioFreshness(ctx context.Context, o *options) error {
 		if note != "" {
 			fmt.Fprintf(o.out, "  %d streams asked: %s\n", ld.streams, note)
 		}
-		for _, b := range freshBehaviours() {
-			r, err := runFreshness(ctx, o, b, ld.clients, feeds, warmup)
-			if err != nil {
-				return err
+		for _, mode := range o.rateModes {
+			for _, b := range freshBehaviours() {
+				r, err := runFreshness(ctx, o, b, mode, ld.clients, feeds, warmup)
+				if err != nil {
+					return err
+				}
+				printFreshResult(o, r)
+				all = append(all, r)
 			}
-			printFreshResult(o, r)
-			all = append(all, r)
 		}
 	}
 	printFreshTable(o, all)
@@ -161,13 +172,18 @@ func freshFeeds(n int) ([]freshFeed, string, error) {
 }
 
 // runFreshness runs one load on a stack of its own, with behaviour b.
-func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int, feeds []freshFeed, warmup time.Duration) (*freshResult, error) {
+func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simulator.RateMode, clients int, feeds []freshFeed, warmup time.Duration) (*freshResult, error) {
 	f := b.f
-	s, err := startStack(stackConfig{
+	sc := stackConfig{
 		ClientKeys: clients, LogLevel: o.logLevel,
-		SimRateLimit: freshUpstreamRate, Budget: config.Rate{RPS: freshUpstreamRate, Burst: freshUpstreamRate},
+		SimRateLimit: freshUpstreamRate, SimRateMode: mode,
+		Budget: config.Rate{RPS: o.budgetRPS, Burst: freshUpstreamRate}, BudgetMargin: o.budgetMargin,
 		Freshness: &f, NoLatestFromStream: true,
-	})
+	}
+	if mode == simulator.RateBucket {
+		sc.SimBurst = 1 // the strictest bucket
+	}
+	s, err := startStack(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -189,18 +205,19 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 	start := time.Now()
 	measureFrom := start.Add(warmup)
 	stop := measureFrom.Add(o.dur)
-	r := &freshResult{label: b.label, clients: clients, streams: len(feeds), window: o.dur,
+	r := &freshResult{label: b.label, mode: mode, budgetRPS: o.budgetRPS, clients: clients, streams: len(feeds), window: o.dur,
 		feeds: feeds, badFeeds: map[int]int64{}, status: map[int]int64{}, xcache: map[string]int64{}, latestCalls: map[string]int64{}, bulkCalls: map[string]int64{}}
 
 	// The simulator's counters cover exactly the window.
 	var snap simulator.Counters
-	var bulkCalls, bulkStreams int64
+	var bulkCalls, bulkStreams, warm429 int64
 	counted := make(chan struct{})
 	go func() {
 		defer close(counted)
 		t := time.NewTimer(time.Until(measureFrom))
 		select {
 		case <-t.C:
+			warm429 = s.sim.Counters().ByStatus(http.StatusTooManyRequests)
 			s.resetCounters()
 		case <-ctx.Done():
 			t.Stop()
@@ -314,6 +331,7 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 	}
 	r.bulkStreams = bulkStreams
 	r.upstream429 = snap.ByStatus(http.StatusTooManyRequests)
+	r.warmup429 = warm429
 	r.otherCalls = snap.Total() - r.latestCalls["mainnet"] - r.latestCalls["testnet"] - bulkCalls
 	return r, nil
 }
@@ -321,8 +339,8 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, clients int
 func printFreshResult(o *options, r *freshResult) {
 	secs := r.window.Seconds()
 	offered := float64(r.clients) * float64(time.Second) / float64(o.every)
-	fmt.Fprintf(o.out, "%s, %d clients, %d streams: asked %d (%.0f/s; offered %.0f/s), answered %d (%.0f/s), errors %d, statuses %s; last answer %s after the window\n",
-		r.label, r.clients, r.streams, r.asked, float64(r.asked)/secs, offered, r.answered, float64(r.answered)/secs, r.errors, fmtCounts(r.status), fmtDur(r.drain))
+	fmt.Fprintf(o.out, "%s, simulator counting %s, budget %v/s, %d clients, %d streams: asked %d (%.0f/s; offered %.0f/s), answered %d (%.0f/s), errors %d, statuses %s; last answer %s after the window\n",
+		r.label, r.mode, r.budgetRPS, r.clients, r.streams, r.asked, float64(r.asked)/secs, offered, r.answered, float64(r.answered)/secs, r.errors, fmtCounts(r.status), fmtDur(r.drain))
 	fmt.Fprintf(o.out, "  %s non-200 %d of %d (%s%%; goal ≤ 0.1%%); 429 to clients %d; X-Cache %s\n",
 		r.label, r.non200(), r.asked, pct(r.non200(), r.asked), r.status[http.StatusTooManyRequests], fmtCounts(r.xcache))
 	if len(r.badFeeds) > 0 {
@@ -342,23 +360,24 @@ func printFreshResult(o *options, r *freshResult) {
 		r.label, fmtDur(r.lat.quantile(.5)), fmtDur(r.lat.quantile(.99)), fmtDur(r.lat.max))
 	fmt.Fprintf(o.out, "  %s age now − observationsTimestamp: p50 %s, p99 %s, max %s; minus the stream's publication delay: p50 %s, p99 %s\n",
 		r.label, fmtDur(r.age.quantile(.5)), fmtDur(r.age.quantile(.99)), fmtDur(r.age.max), fmtDur(r.ageLag.quantile(.5)), fmtDur(r.ageLag.quantile(.99)))
+	fmt.Fprintf(o.out, "  %s upstream during the warm-up: 429 %d\n", r.label, r.warmup429)
 	fmt.Fprintf(o.out, "  %s upstream during the window: 429 %d (goal 0); latest calls mainnet %d, testnet %d; bulk calls mainnet %d, testnet %d (%d stream IDs); other calls %d\n",
 		r.label, r.upstream429, r.latestCalls["mainnet"], r.latestCalls["testnet"], r.bulkCalls["mainnet"], r.bulkCalls["testnet"], r.bulkStreams, r.otherCalls)
 }
 
 func printFreshTable(o *options, rs []*freshResult) {
-	const row = "%-6s %7s %7s %8s %9s %8s %8s %8s %8s %9s %8s %6s %6s  %s\n"
-	fmt.Fprintln(o.out, "summary (rates per second of the window; ages now − observationsTimestamp):")
-	fmt.Fprintf(o.out, row, "", "clients", "streams", "asked/s", "answers/s", "non-200", "p50", "p99", "age p50", "age p99", "latest", "bulk", "429", "X-Cache")
+	const row = "%-6s %-8s %6s %7s %7s %8s %9s %8s %8s %8s %8s %9s %8s %6s %6s %6s  %s\n"
+	fmt.Fprintln(o.out, "summary (rates per second of the window; ages now − observationsTimestamp; mode: how the simulator counted its 10/s):")
+	fmt.Fprintf(o.out, row, "", "mode", "budget", "clients", "streams", "asked/s", "answers/s", "non-200", "p50", "p99", "age p50", "age p99", "latest", "bulk", "429", "w-up", "X-Cache")
 	for _, r := range rs {
 		secs := r.window.Seconds()
-		fmt.Fprintf(o.out, row, r.label, strconv.Itoa(r.clients), strconv.Itoa(r.streams),
+		fmt.Fprintf(o.out, row, r.label, r.mode.String(), strconv.FormatFloat(r.budgetRPS, 'g', -1, 64), strconv.Itoa(r.clients), strconv.Itoa(r.streams),
 			strconv.FormatFloat(float64(r.asked)/secs, 'f', 0, 64), strconv.FormatFloat(float64(r.answered)/secs, 'f', 0, 64),
 			pct(r.non200(), r.asked)+"%", fmtDur(r.lat.quantile(.5)), fmtDur(r.lat.quantile(.99)),
 			fmtDur(r.age.quantile(.5)), fmtDur(r.age.quantile(.99)),
 			strconv.FormatInt(r.latestCalls["mainnet"]+r.latestCalls["testnet"], 10),
 			strconv.FormatInt(r.bulkCalls["mainnet"]+r.bulkCalls["testnet"], 10),
-			strconv.FormatInt(r.upstream429, 10), strings.ReplaceAll(fmtCounts(r.xcache), " ", ","))
+			strconv.FormatInt(r.upstream429, 10), strconv.FormatInt(r.warmup429, 10), strings.ReplaceAll(fmtCounts(r.xcache), " ", ","))
 	}
 }
 
@@ -368,4 +387,24 @@ func pct(n, of int64) string {
 		return "n/a"
 	}
 	return strconv.FormatFloat(100*float64(n)/float64(of), 'f', 2, 64)
+}
+
+// parseRateModes parses -rate-mode: simulator mode names, comma-separated,
+// or "all".
+func parseRateModes(s string) ([]simulator.RateMode, error) {
+	if s == "all" {
+		return []simulator.RateMode{simulator.RateBucket, simulator.RateCalendar, simulator.RateSliding}, nil
+	}
+	var out []simulator.RateMode
+	for _, name := range splitList(s) {
+		m, err := simulator.ParseRateMode(name)
+		if err != nil {
+			return nil, fmt.Errorf("-rate-mode: %w", err)
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-rate-mode: no mode given")
+	}
+	return out, nil
 }

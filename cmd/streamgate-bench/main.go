@@ -15,7 +15,7 @@
 //	catalog-reduction  many teams sending discovery filters: upstream fetches per catalog view
 //	ws                 N WebSocket clients of 10 streams each: upstream connections, frames delivered, added delay, CPU and memory per client
 //	ws-latest          clients polling latest of streams carried on the upstream WebSocket: upstream calls and answer age
-//	freshness          clients polling latest at a fixed rate within the upstream's 10 rps limit: answers, latency, age of the data, upstream calls and 429s, stale-while-revalidate against the behaviour before it
+//	freshness          clients polling latest at a fixed rate within the upstream's 10 rps limit: answers, latency, age of the data, upstream calls and 429s, stale-while-revalidate against the behaviour before it; -rate-mode bucket,calendar,sliding (or all) for how the simulator counts its limit, -budget-rps and -budget-margin for the gateway's budget
 //	replicas           one load spread over 1, 2 and 3 replicas sharing limits and the cache tier in one Redis: upstream calls by endpoint; the latency the shared tier adds to a hit
 //	load               a plain load on -target, an external gateway (the real binary)
 //
@@ -41,6 +41,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"streamgate/config"
+	"streamgate/simulator"
 )
 
 func main() {
@@ -87,6 +90,9 @@ type options struct {
 	hitBulk      int
 	control      string
 	redis        string
+	rateModes    []simulator.RateMode
+	budgetRPS    float64
+	budgetMargin time.Duration
 	set          map[string]bool // flags given on the command line
 	out          io.Writer
 	profileStart func() error
@@ -97,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("streamgate-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var targets, feeds, mixText string
+	var targets, feeds, mixText, rateModes string
 	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness, replicas or load (default: load with -target, else hit)")
 	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
 	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
@@ -121,6 +127,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")
 	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
 	fs.StringVar(&o.redis, "redis", "", "replicas: URL of a Redis to use (it is flushed); default: a redis-server from PATH on a free loopback port")
+	fs.StringVar(&rateModes, "rate-mode", "bucket", "freshness: how the simulator counts its 10/s limit: bucket (burst 1, the strictest), calendar (per calendar second), sliding (in any one second), a comma-separated list of them, or all")
+	fs.DurationVar(&o.budgetMargin, "budget-margin", config.DefaultBudgetMargin, "freshness: the gateway's budget_margin on both networks (positive)")
+	fs.Float64Var(&o.budgetRPS, "budget-rps", 10, "freshness: the gateway's budget rps on both networks (the simulator allows 10/s; a higher value shows how the budget learns from 429s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -136,6 +145,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o.feeds = splitList(feeds)
 	o.out = stdout
 	var err error
+	if o.rateModes, err = parseRateModes(rateModes); err != nil {
+		return err
+	}
+	if !(o.budgetRPS > 0) {
+		return errors.New("-budget-rps must be positive")
+	}
+	if o.budgetMargin <= 0 {
+		return errors.New("-budget-margin must be positive")
+	}
 	if o.mix, err = parseMix(mixText); err != nil {
 		return err
 	}

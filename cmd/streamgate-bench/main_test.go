@@ -20,6 +20,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/ratelimit/redistest"
+	"streamgate/simulator"
 )
 
 // A short load against a server that verifies every signature with replay
@@ -198,7 +199,7 @@ func TestScenarioFreshnessSmoke(t *testing.T) {
 	o := out.String()
 	t.Log(o)
 	for _, label := range []string{"swr", "before"} {
-		m := regexp.MustCompile(label + `, 4 clients, 6 streams: asked (\d+) \(\d+/s; offered 40/s\), answered (\d+) \(\d+/s\), errors (\d+), statuses (.*); last answer`).FindStringSubmatch(o)
+		m := regexp.MustCompile(label + `, simulator counting bucket, budget 10/s, 4 clients, 6 streams: asked (\d+) \(\d+/s; offered 40/s\), answered (\d+) \(\d+/s\), errors (\d+), statuses (.*); last answer`).FindStringSubmatch(o)
 		require.NotNil(t, m, "the %s line: %s", label, o)
 		assert.NotEqual(t, "0", m[1], "%s: requests were asked", label)
 		assert.Equal(t, m[1], m[2], "%s: every request answered", label)
@@ -208,7 +209,8 @@ func TestScenarioFreshnessSmoke(t *testing.T) {
 		assert.Regexp(t, label+` latency p50 \S+, p99 \S+, max \S+`, o)
 		assert.Regexp(t, label+` age now − observationsTimestamp: p50 \S+, p99 \S+, max \S+; minus the stream's publication delay`, o)
 		assert.Regexp(t, label+` upstream during the window: 429 0 \(goal 0\); latest calls mainnet \d+, testnet 0; bulk calls mainnet \d+, testnet 0 \(\d+ stream IDs\); other calls \d+`, o)
-		assert.Regexp(t, `(?m)^`+label+` +4 +6 +\d+ +\d+ +[\d.]+% `, o, "%s: a row of the summary", label)
+		assert.Regexp(t, label+` upstream during the warm-up: 429 \d+`, o)
+		assert.Regexp(t, `(?m)^`+label+` +bucket +10 +4 +6 +\d+ +\d+ +[\d.]+% `, o, "%s: a row of the summary", label)
 	}
 	assert.Contains(t, o, "swr    latest_max_stale 3s, latest_max_wait 1s, latest_bulk_refresh true")
 	assert.Contains(t, o, "before latest_max_stale 0s, latest_max_wait 30s, latest_bulk_refresh false")
@@ -256,4 +258,24 @@ func TestScenarioReplicasSmoke(t *testing.T) {
 	assert.Contains(t, o, "lease waits ended by the wait bound: [0 0 0]")
 	assert.Regexp(t, `added by the shared tier \(Redis vs memory\): p50 \S+, p90 \S+`, o)
 	assert.Regexp(t, `shared tier lookup alone \(1\.6 KB entry, no HTTP\): p50 \S+, p90 \S+, p99 \S+`, o)
+}
+
+func TestParseRateModes(t *testing.T) {
+	all := []simulator.RateMode{simulator.RateBucket, simulator.RateCalendar, simulator.RateSliding}
+	for _, tc := range []struct {
+		in   string
+		want []simulator.RateMode
+	}{
+		{"bucket", all[:1]},
+		{"calendar,sliding", all[1:]},
+		{"all", all},
+	} {
+		got, err := parseRateModes(tc.in)
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+	for _, bad := range []string{"", "leaky", "bucket,leaky"} {
+		_, err := parseRateModes(bad)
+		assert.Error(t, err, bad)
+	}
 }

@@ -34,12 +34,18 @@ type stackConfig struct {
 	TeamConnections int
 	WSPinned        []string
 	// SimRateLimit turns the simulator's own per-key, per-endpoint,
-	// per-network rate limit on at this many requests per second (and as
-	// many of burst); 0 leaves it off.
+	// per-network rate limit on at this many requests per second, counted
+	// as SimRateMode says (the zero value: a token bucket, of SimBurst, or
+	// as many of burst as of rate when SimBurst is 0); 0 leaves it off.
 	SimRateLimit int
+	SimRateMode  simulator.RateMode
+	SimBurst     int
 	// Budget is the gateway's upstream budget on both networks; zero:
 	// 100000 calls per second per endpoint.
 	Budget config.Rate
+	// BudgetMargin is the budget_margin of both networks when set; 0
+	// keeps the default.
+	BudgetMargin time.Duration
 	// Freshness overrides the cache's latest_max_stale, latest_max_wait and
 	// latest_bulk_refresh; nil keeps the defaults.
 	Freshness *freshness
@@ -123,7 +129,10 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	simCfg := simulator.Default()
 	simCfg.RateLimit, simCfg.Burst = 0, 0
 	if sc.SimRateLimit > 0 {
-		simCfg.RateLimit, simCfg.Burst = rate.Limit(sc.SimRateLimit), sc.SimRateLimit
+		simCfg.RateLimit, simCfg.RateMode, simCfg.Burst = rate.Limit(sc.SimRateLimit), sc.SimRateMode, sc.SimRateLimit
+		if sc.SimBurst > 0 {
+			simCfg.Burst = sc.SimBurst
+		}
 	}
 	s.sim, err = simulator.New(simCfg)
 	if err != nil {
@@ -157,6 +166,9 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 		up.APIKey = simulator.OrgKeyID
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
 		up.Budget = budget
+		if sc.BudgetMargin > 0 {
+			up.BudgetMargin = sc.BudgetMargin
+		}
 		if sc.WS {
 			up.WSURL = "ws" + strings.TrimPrefix(url, "http")
 			if name == mainnet {

@@ -7,6 +7,7 @@
 //	go run ./cmd/streams-sim -mainnet 127.0.0.1:0 # pick a free port
 //	go run ./cmd/streams-sim -error-rate 0.1 -latency 50ms
 //	go run ./cmd/streams-sim -ha-origins 001,002  # HEAD / advertises two HA origins
+//	go run ./cmd/streams-sim -rate-mode calendar  # 10 requests per calendar second (default: a burst-1 bucket)
 //
 // It stops cleanly on SIGINT or SIGTERM, closing WebSocket connections with
 // status 1001.
@@ -53,7 +54,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	history := fs.Duration("history", 24*time.Hour, "how far back reports exist")
 	skew := fs.Duration("max-skew", 5*time.Second, "largest clock difference allowed in X-Authorization-Timestamp")
 	rps := fs.Float64("rate", 10, "requests per second allowed per key and endpoint (0 disables)")
-	burst := fs.Int("burst", 10, "burst of the rate limit")
+	rateMode := fs.String("rate-mode", "bucket", "how the rate limit counts: bucket (a token bucket of -rate and -burst; with burst 1 the strictest), calendar (per calendar second), sliding (in any one second)")
+	burst := fs.Int("burst", 1, "burst of the rate limit in bucket mode")
 	maxBulk := fs.Int("max-bulk", 0, "most stream IDs in one bulk request (0: no cap)")
 	haOrigins := fs.String("ha-origins", "", "comma-separated HA origins advertised by HEAD / and chosen with X-Cll-Origin, e.g. 001,002 (empty: no HA)")
 	wsMaxConns := fs.Int("ws-max-conns", simulator.DefaultWSMaxConnsPerKey, "concurrent WebSocket connections allowed per key and network (negative: no cap)")
@@ -72,6 +74,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg := simulator.Default()
 	cfg.History, cfg.MaxSkew, cfg.MaxBulkFeeds, cfg.Faults = *history, *skew, *maxBulk, f
 	cfg.RateLimit, cfg.Burst = rate.Limit(*rps), *burst
+	mode, err := simulator.ParseRateMode(*rateMode)
+	if err != nil {
+		return err
+	}
+	cfg.RateMode = mode
 	if *haOrigins != "" {
 		cfg.HAOrigins = strings.Split(*haOrigins, ",")
 	}

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"streamgate/config"
+	"streamgate/ratelimit/redistest"
+	"streamgate/simulator"
+)
+
+// The upstream budget against an independent upstream: the simulator on a
+// loopback listener, counting its limit per key and endpoint in one of its
+// modes, and real gateway processes configured with the published figure
+// and the example's burst.
+
+// budgetUpstream starts a simulator that allows limit requests per second
+// per key and endpoint, counted as mode says (a bucket: of burst 1).
+func budgetUpstream(t *testing.T, limit int, mode simulator.RateMode) (*simulator.Simulator, string) {
+	t.Helper()
+	cfg := simulator.Default()
+	cfg.RateLimit, cfg.RateMode, cfg.Burst = rate.Limit(limit), mode, 1
+	sim, err := simulator.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	srv := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	t.Cleanup(srv.Close)
+	return sim, srv.URL
+}
+
+// budgetConfig is a gateway of mainnet in front of upstream with the
+// budget of config.example.yaml, refreshing latest reports as shipped
+// (served stale while refreshed, bulk refresh on) and without an upstream
+// WebSocket; its limits in memory, or in the Redis at redisURL, which also
+// holds the cache tier shared by the replicas when there is one.
+func budgetConfig(upstream, redisURL string) string {
+	limits, shared := "{backend: memory}", "{backend: off}"
+	if redisURL != "" {
+		limits = fmt.Sprintf("{backend: redis, redis: {url: %q}}", redisURL)
+		shared = fmt.Sprintf("{backend: redis, url: %q}", redisURL)
+	}
+	return fmt.Sprintf(`server:
+  admin_listen: "127.0.0.1:0"
+log: {level: info}
+networks:
+  mainnet:
+    listen: "127.0.0.1:0"
+    upstream:
+      url: %s
+      api_key: %s
+      api_secret: %s
+      budget: {rps: 10, burst: 10}
+auth:
+  anonymous_rate: {rps: 0}
+realtime:
+  latest_from_stream: false
+cache:
+  shared: %s
+ratelimit: %s
+teams:
+  - name: demo
+    networks: [mainnet]
+    feeds: ["*"]
+    keys: [{id: %s, secret: %s}]
+`, upstream, simulator.OrgKeyID, simulator.OrgKeySecret, shared, limits, config.DemoKeyID, config.DemoKeySecret)
+}
+
+// latestTally is what a polling load saw.
+type latestTally struct {
+	mu       sync.Mutex
+	status   map[int]int
+	errors   []error
+	staleAge int // the largest Age of a STALE answer, seconds
+	stale    int
+	answers  []answer
+}
+
+// answer is one answer's arrival and status.
+type answer struct {
+	at     time.Time
+	status int
+}
+
+// within returns the statuses of the answers that arrived between from and
+// to.
+func (l *latestTally) within(from, to time.Time) map[int]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int]int{}
+	for _, a := range l.answers {
+		if !a.at.Before(from) && !a.at.After(to) {
+			out[a.status]++
+		}
+	}
+	return out
+}
+
+func (l *latestTally) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("statuses %v, errors %d, stale %d (largest Age %ds)", l.status, len(l.errors), l.stale, l.staleAge)
+}
+
+// pollLatest has workers clients ask latest of feeds at random bases, each
+// every 100 ms, until stop is closed or d has passed; each client sends at
+// most d/100ms + 1 requests.
+func pollLatest(s *signer, bases, feeds []string, workers int, d time.Duration, stop <-chan struct{}) *latestTally {
+	const every = 100 * time.Millisecond
+	tally := &latestTally{status: map[int]int{}}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			next := time.Now().Add(every * time.Duration(w) / time.Duration(workers))
+			for i := 0; i <= int(d/every); i++ {
+				if wait := time.Until(next); wait > 0 {
+					select {
+					case <-time.After(wait):
+					case <-stop:
+						return
+					}
+				}
+				if !time.Now().Before(end) {
+					return
+				}
+				next = next.Add(every)
+				url := bases[(w+i)%len(bases)] + "/api/v1/reports/latest?feedID=" + feeds[(w*7+i)%len(feeds)]
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, body, err := fetch(ctx, hc, s, url)
+				cancel()
+				tally.mu.Lock()
+				if err != nil {
+					tally.errors = append(tally.errors, err)
+				} else {
+					tally.status[resp.StatusCode]++
+					tally.answers = append(tally.answers, answer{time.Now(), resp.StatusCode})
+					if resp.StatusCode != http.StatusOK {
+						tally.errors = append(tally.errors, fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body))))
+					}
+					if resp.Header.Get("X-Cache") == "STALE" {
+						tally.stale++
+						age, _ := strconv.Atoi(resp.Header.Get("Age"))
+						tally.staleAge = max(tally.staleAge, age)
+					}
+				}
+				tally.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return tally
+}
+
+// warmLatest asks latest of every feed until each has answered 200 once:
+// afterwards every stream is held, and answered at once (fresh or stale).
+func warmLatest(t *testing.T, s *signer, base string, feeds []string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, f := range feeds {
+		require.Eventually(t, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, _, err := fetch(ctx, hc, s, base+"/api/v1/reports/latest?feedID="+f)
+			return err == nil && resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 100*time.Millisecond, "latest of %s", f)
+	}
+}
+
+// publishingFeeds returns n public mainnet streams of sim that publish
+// now (a live stream may have ended, or not have begun).
+func publishingFeeds(t *testing.T, sim *simulator.Simulator, n int) []string {
+	t.Helper()
+	hidden := map[string]bool{}
+	for _, id := range sim.Hidden(simulator.Mainnet) {
+		hidden[id] = true
+	}
+	now := time.Now().Unix()
+	var out []string
+	for _, st := range sim.Streams(simulator.Mainnet) {
+		if _, last, ok := sim.Window(simulator.Mainnet, st.FeedID); ok && !hidden[st.FeedID] && last >= now-5 && len(out) < n {
+			out = append(out, st.FeedID)
+		}
+	}
+	require.Len(t, out, n, "streams publishing now")
+	return out
+}
+
+// upstreamReportCalls is the number of latest and bulk calls the
+// simulator has answered, whatever their status.
+func upstreamReportCalls(sim *simulator.Simulator) int64 {
+	c := sim.Counters()
+	return c.ByEndpoint(simulator.Mainnet, simulator.EndpointLatest) + c.ByEndpoint(simulator.Mainnet, simulator.EndpointBulk)
+}
+
+// TestBudgetHoldsUnderEveryCounting: a gateway configured with the
+// published limit and the example's burst ({rps: 10, burst: 10}) draws no
+// upstream 429 from an upstream that counts its 10 per second as a burst-1
+// bucket, per calendar second or in a sliding second, while clients poll
+// latest of 24 streams at 120 requests per second and all get 200. The
+// bucket runs with the memory budget, the calendar one with the Redis
+// budget, the sliding one with two replicas sharing the Redis budget.
+func TestBudgetHoldsUnderEveryCounting(t *testing.T) {
+	tests := []struct {
+		mode     simulator.RateMode
+		redis    bool
+		replicas int
+	}{
+		{mode: simulator.RateBucket, replicas: 1},
+		{mode: simulator.RateCalendar, redis: true, replicas: 1},
+		{mode: simulator.RateSliding, redis: true, replicas: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			sim, upstream := budgetUpstream(t, 10, tc.mode)
+			redisURL := ""
+			if tc.redis {
+				redisURL = redistest.New(t).URL()
+			}
+			var bases []string
+			var procs []*proc
+			for range tc.replicas {
+				p := start(t, budgetConfig(upstream, redisURL), []string{"mainnet"})
+				waitReady(t, p)
+				procs = append(procs, p)
+				bases = append(bases, p.net["mainnet"])
+			}
+			s := newSigner(config.DemoKeyID, config.DemoKeySecret)
+			feeds := publishingFeeds(t, sim, 24)
+			for _, b := range bases {
+				warmLatest(t, s, b, feeds)
+			}
+			before := upstreamReportCalls(sim)
+
+			tally := pollLatest(s, bases, feeds, 12, 8*time.Second, nil)
+			t.Logf("%s: clients %s; upstream: %d latest and bulk calls during the load, %d 429s in all",
+				tc.mode, tally, upstreamReportCalls(sim)-before, sim.Counters().ByStatus(http.StatusTooManyRequests))
+
+			assert.Zero(t, sim.Counters().ByStatus(http.StatusTooManyRequests), "no upstream 429, from the start")
+			require.Empty(t, tally.errors, "every client request answered 200")
+			assert.Greater(t, tally.status[http.StatusOK], 500, "the load ran")
+			assert.Greater(t, upstreamReportCalls(sim)-before, int64(20), "the budget was spent on refreshes")
+			for i, p := range procs {
+				v, ok := sample(scrape(t, p), "streamgate_upstream_budget_adjustments_total", map[string]string{"direction": "down"})
+				assert.False(t, ok && v > 0, "replica %d never slowed its budget (%v)", i, v)
+			}
+		})
+	}
+}
+
+// TestBudgetLearnsALowerLimit: the upstream allows 5 per second (a
+// burst-1 bucket, the strictest counting), half what two replicas sharing
+// a Redis budget are configured with. The gateway draws 429s, slows, and
+// converges: its 429 count stops growing while the load goes on and the
+// upstream is still called; clients keep getting 200s, stale within
+// latest_max_stale.
+func TestBudgetLearnsALowerLimit(t *testing.T) {
+	sim, upstream := budgetUpstream(t, 5, simulator.RateBucket)
+	redisURL := redistest.New(t).URL()
+	procs := []*proc{
+		start(t, budgetConfig(upstream, redisURL), []string{"mainnet"}),
+		start(t, budgetConfig(upstream, redisURL), []string{"mainnet"}),
+	}
+	var bases []string
+	for _, p := range procs {
+		waitReady(t, p)
+		bases = append(bases, p.net["mainnet"])
+	}
+	s := newSigner(config.DemoKeyID, config.DemoKeySecret)
+	feeds := publishingFeeds(t, sim, 24)
+	for _, b := range bases {
+		warmLatest(t, s, b, feeds)
+	}
+
+	stop := make(chan struct{})
+	done := make(chan *latestTally, 1)
+	go func() { done <- pollLatest(s, bases, feeds, 12, 60*time.Second, stop) }()
+	stopped := false
+	stopLoad := func() *latestTally {
+		if !stopped {
+			close(stop)
+			stopped = true
+		}
+		return <-done
+	}
+	t.Cleanup(func() {
+		if !stopped {
+			stopLoad()
+		}
+	})
+
+	// Converged: six samples a second apart (five seconds) without a new
+	// 429 while the upstream is still called.
+	type point struct {
+		at          time.Time
+		n429, calls int64
+	}
+	var points []point
+	var window []point
+	for range 50 {
+		time.Sleep(time.Second)
+		c := sim.Counters()
+		points = append(points, point{time.Now(), c.ByStatus(http.StatusTooManyRequests), upstreamReportCalls(sim)})
+		if n := len(points); n >= 6 {
+			first, last := points[n-6], points[n-1]
+			if last.n429 == first.n429 && last.calls > first.calls {
+				window = []point{first, last}
+				break
+			}
+		}
+	}
+	tally := stopLoad()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, p := range procs {
+			p.mu.Lock()
+			for _, l := range p.raw {
+				if strings.Contains(l, "upstream budget") || strings.Contains(l, "redis") || strings.Contains(l, "Redis") {
+					t.Logf("replica %d: %s", i, l)
+				}
+			}
+			p.mu.Unlock()
+		}
+	})
+	var trace []string
+	for _, p := range points {
+		trace = append(trace, fmt.Sprintf("%d/%d", p.n429, p.calls))
+	}
+	t.Logf("upstream 429s/latest and bulk calls, a second apart: %s; clients: %s", strings.Join(trace, " "), tally)
+	require.NotNil(t, window, "the upstream's 429 count stopped growing while it was still called")
+	assert.Positive(t, points[len(points)-1].n429, "the lower limit was met: the gateway learned it from 429s")
+
+	// While it learned, clients kept getting answers: a 503 of the
+	// gateway's own at worst, never the upstream's 429.
+	all := 0
+	for _, n := range tally.status {
+		all += n
+	}
+	assert.Greater(t, tally.status[http.StatusOK], 100, "the load ran")
+	assert.Equal(t, all, tally.status[http.StatusOK]+tally.status[http.StatusServiceUnavailable], "only 200 and 503: %v", tally.status)
+	assert.GreaterOrEqual(t, float64(tally.status[http.StatusOK]), 0.95*float64(all), "most answers are reports while the budget learns")
+	const maxStaleAge = 3 // latest_ttl 500ms + latest_max_stale 3s, in the whole seconds of Age
+	assert.LessOrEqual(t, tally.staleAge, maxStaleAge, "stale answers within latest_max_stale")
+	// Once it has converged, every one is.
+	converged := tally.within(window[0].at, window[1].at)
+	t.Logf("answers while converged: %v", converged)
+	assert.Positive(t, converged[http.StatusOK])
+	assert.Equal(t, map[int]int{http.StatusOK: converged[http.StatusOK]}, converged, "every answer a report once converged")
+
+	var downs, downLogs float64
+	for i, p := range procs {
+		fams := scrape(t, p)
+		for _, name := range []string{"streamgate_upstream_budget_effective_rps", "streamgate_upstream_budget_adjustments_total"} {
+			if fam := fams[name]; fam != nil {
+				for _, m := range fam.GetMetric() {
+					t.Logf("replica %d: %s %v %v", i, name, labelsOf(m), value(m))
+				}
+			}
+		}
+		slowed := false
+		for _, ep := range []string{"latest", "bulk"} {
+			eff, ok1 := sample(fams, "streamgate_upstream_budget_effective_rps", map[string]string{"endpoint": ep})
+			rps, ok2 := sample(fams, "streamgate_upstream_budget_rps", map[string]string{"endpoint": ep})
+			if ok1 && ok2 {
+				assert.EqualValues(t, 10, rps, "replica %d: the configured rate of %s", i, ep)
+				slowed = slowed || eff < rps
+			}
+		}
+		assert.True(t, slowed, "replica %d runs a slower budget than configured", i)
+		fam := fams["streamgate_upstream_budget_adjustments_total"]
+		if fam != nil {
+			for _, m := range fam.GetMetric() {
+				if labelsOf(m)["direction"] == "down" {
+					downs += value(m)
+				}
+			}
+		}
+		downLogs += float64(countLogs(p, "upstream budget slowed"))
+	}
+	assert.Positive(t, downs, "slowdowns are counted")
+	assert.Equal(t, downs, downLogs, "one log line per slowdown, on the replica that made it")
+}
+
+// countLogs counts p's log lines whose message contains s.
+func countLogs(p *proc, s string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.lines {
+		if strings.Contains(l.str("msg"), s) {
+			n++
+		}
+	}
+	return n
+}
