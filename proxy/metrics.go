@@ -164,8 +164,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_ws_client_streams_stopped_total", Help: "Streams of open client WebSocket connections stopped by a reload that took them from the team's feeds, by network.",
 		}, []string{"network"}),
 		credRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to the gateway's own credential (answered 502), by network: the operator must fix the credential.",
-		}, []string{"network"}),
+			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to a credential the gateway signs with (answered 502), by network, credential (network: the network's upstream credential; team: a team's own upstream credential) and team (the team whose own credential it is, else empty): the operator must fix that credential.",
+		}, []string{"network", "credential", "team"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
@@ -331,9 +331,9 @@ func (m *Metrics) wsRefused(network, reason string) {
 	}
 }
 
-func (m *Metrics) credentialRefused(network string) {
+func (m *Metrics) credentialRefused(network, credential, team string) {
 	if m != nil {
-		m.credRefused.WithLabelValues(network).Inc()
+		m.credRefused.WithLabelValues(network, credential, team).Inc()
 	}
 }
 

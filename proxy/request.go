@@ -28,6 +28,22 @@ func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credent
 	return nil
 }
 
+// authErrorStream is the access log's auth_error of a request refused
+// because the team may not read one of its streams, or the stream does not
+// exist for the credential (as "network" is for a network the team may not
+// use). For a WebSocket it is the operator's only clue: the SDKs show just
+// "expected 101, got 401".
+const authErrorStream = "stream"
+
+// refuseEntitlement answers err, a refusal of entitled, and notes it in
+// the request's access line.
+func refuseEntitlement(w http.ResponseWriter, r *http.Request, err error) {
+	if err == errForbidden {
+		stateOf(r.Context()).authError = authErrorStream
+	}
+	writeError(w, err)
+}
+
 // reportQuery is a report request, validated and admitted.
 type reportQuery struct {
 	feed  string   // the stream of a one-stream request (readOneFeed)
@@ -55,7 +71,7 @@ func (n *network) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	}
 	rq.cred = n.credentialFor(p.Team.Name)
 	if err := n.entitled(r.Context(), p, rq.cred, rq.feeds...); err != nil {
-		writeError(w, err)
+		refuseEntitlement(w, r, err)
 		return rq, false
 	}
 	if n.policy().audit {
@@ -88,7 +104,7 @@ func (n *network) readOneFeed(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	}
 	rq.cred = n.credentialFor(p.Team.Name)
 	if err := n.entitled(r.Context(), p, rq.cred, rq.feed); err != nil {
-		writeError(w, err)
+		refuseEntitlement(w, r, err)
 		return rq, false
 	}
 	if n.policy().audit {

@@ -24,6 +24,18 @@ import (
 // maxUpstreamBody bounds what is read of one upstream answer.
 const maxUpstreamBody = 64 << 20
 
+// The values of the credential label of
+// streamgate_upstream_credential_refused_total: which credential the
+// upstream refused.
+const (
+	// CredentialNetwork is the network's upstream credential
+	// (networks.<name>.upstream.api_key), the organisation's.
+	CredentialNetwork = "network"
+	// CredentialTeam is a team's own upstream credential
+	// (teams[].upstream.<network>.api_key).
+	CredentialTeam = "team"
+)
+
 // credential signs upstream calls: the organisation's for a network, or a
 // team's own. A nil *credential makes an unsigned call (the anonymous catalog).
 type credential struct {
@@ -168,13 +180,19 @@ func (u *upstream) refusedCredential(endpoint string, cred *credential, status i
 	default:
 		cred.refused.Store(true)
 	}
-	u.metrics.credentialRefused(u.network)
+	kind, where, which := CredentialNetwork, "networks."+u.network+".upstream", "the upstream credential of network "+u.network
+	if cred.scope != "" {
+		kind, where, which = CredentialTeam, "the upstream: credential of team "+cred.scope+" for network "+u.network,
+			"your team's own upstream credential (team "+cred.scope+", network "+u.network+")"
+	}
+	u.metrics.credentialRefused(u.network, kind, cred.scope)
 	if u.log != nil {
-		u.log.Error("the upstream refused the gateway's credential: check the api_key and api_secret of this network (or of the team's own upstream credential)",
-			zap.String("network", u.network), zap.String("endpoint", endpoint), zap.Int("status", status), zap.String("team_credential", cred.scope))
+		u.log.Error("the upstream refused a credential the gateway signs with: check the api_key and api_secret of "+where,
+			zap.String("network", u.network), zap.String("endpoint", endpoint), zap.Int("status", status),
+			zap.String("credential", kind), zap.String("team_credential", cred.scope))
 	}
 	return &apiError{status: http.StatusBadGateway, retryAfter: 30 * time.Second,
-		msg: "the upstream refused the gateway's credential for this network (HTTP " + strconv.Itoa(status) + "); this is not your key: the gateway's operator must fix its upstream credential"}
+		msg: "the upstream refused " + which + " (HTTP " + strconv.Itoa(status) + "); this is not your streamgate key: the gateway's operator must fix that upstream credential"}
 }
 
 // waitBudget waits for a token of key's budget, but only as long as leaves

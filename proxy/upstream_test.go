@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/auth"
 	"streamgate/cache"
@@ -41,11 +45,54 @@ func TestUpstreamRefusesOurCredential(t *testing.T) {
 	for _, target := range []string{"/api/v1/feeds", "/api/v1/discovery?hidden=true", "/api/v1/reports/latest?feedID=" + btc} {
 		resp, body := demo.Get(t, env.Mainnet, target)
 		assert.Equal(t, http.StatusBadGateway, resp.StatusCode, target)
-		assert.Contains(t, string(body), "refused the gateway's credential", target)
+		assert.Contains(t, string(body), "the upstream refused the upstream credential of network mainnet", target)
+		assert.NotContains(t, string(body), "team", target)
 	}
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/listed")
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "pass-through too")
-	assert.GreaterOrEqual(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total", map[string]string{"network": "mainnet"}), 4.0)
+	assert.GreaterOrEqual(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total",
+		map[string]string{"network": "mainnet", "credential": proxy.CredentialNetwork, "team": ""}), 4.0)
+}
+
+// TestUpstreamRefusesATeamsOwnCredential: the network's credential works
+// and a team's own upstream credential is refused. The 502, the log line
+// and the metric name the team's credential, never the network's, and
+// never a secret.
+func TestUpstreamRefusesATeamsOwnCredential(t *testing.T) {
+	const ownKey, ownSecret = "0badc0de-1111-4222-8333-444455556666", "own-upstream-secret-0123456789"
+	core, logs := observer.New(zapcore.InfoLevel)
+	env := proxytest.Start(t, proxytest.Options{Logger: zap.New(core), Cold: true, Config: func(c *config.Config) {
+		c.Teams = append(c.Teams, config.Team{
+			Name: "trading", Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
+			// A key the simulator does not know: it answers 401.
+			Upstream: map[string]*config.Credentials{"mainnet": {APIKey: ownKey, APISecret: ownSecret}},
+			Keys:     []config.Key{{ID: "trading-key", Secret: "trading-secret-0123456789"}},
+		})
+	}})
+	trading := &proxytest.Client{Key: "trading-key", Secret: "trading-secret-0123456789", HTTP: http.DefaultClient}
+	resp, body := trading.Get(t, env.Mainnet, "/api/v1/feeds")
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, string(body))
+	assert.Contains(t, string(body), "your team's own upstream credential (team trading, network mainnet)")
+	assert.NotContains(t, string(body), "upstream credential of network")
+	assert.NotContains(t, string(body), ownSecret)
+
+	resp, body = proxytest.Demo().Get(t, env.Mainnet, "/api/v1/feeds")
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the network's credential still works: %s", body)
+
+	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total",
+		map[string]string{"network": "mainnet", "credential": proxy.CredentialTeam, "team": "trading"}))
+	assert.Zero(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total",
+		map[string]string{"network": "mainnet", "credential": proxy.CredentialNetwork, "team": ""}))
+
+	lines := logs.FilterMessageSnippet("the upstream refused a credential").AllUntimed()
+	require.Len(t, lines, 1)
+	f := lines[0].ContextMap()
+	assert.Equal(t, proxy.CredentialTeam, f["credential"])
+	assert.Equal(t, "trading", f["team_credential"])
+	assert.Contains(t, lines[0].Message, "team trading")
+	for _, l := range logs.AllUntimed() {
+		assert.NotContains(t, fmt.Sprint(l.Message, l.ContextMap()), ownSecret, "no secret in a log line")
+	}
 }
 
 func TestUpstream401ForAStreamPassesOn(t *testing.T) {

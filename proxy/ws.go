@@ -186,7 +186,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		// The stream is the organisation's: the streams must exist for
 		// its credential too.
 		if err := n.entitled(r.Context(), p, n.org, rq.feeds...); err != nil {
-			writeError(w, err)
+			refuseEntitlement(w, r, err)
 			return
 		}
 	}

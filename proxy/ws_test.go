@@ -12,6 +12,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/auth"
 	"streamgate/config"
@@ -255,4 +258,54 @@ func TestWSKeepAliveAndClose(t *testing.T) {
 	// A client's close gets the close handshake: Close returns nil only
 	// when the gateway answered with its own close frame.
 	assert.NoError(t, reader.Close(websocket.StatusNormalClosure, "done"))
+}
+
+// TestWSRefusalsLogTheirReason: a WebSocket refused because the team may
+// not read a stream logs auth_error "stream" in its access line, as one
+// refused for the network logs "network": the SDKs show only "expected
+// 101, got 401", so the log line is the operator's clue.
+func TestWSRefusalsLogTheirReason(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	env := proxytest.Start(t, proxytest.Options{Logger: zap.New(core)})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	research := proxytest.Research()
+	btcMain := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	// A testnet stream outside research's five.
+	var other string
+	allowed := map[string]bool{}
+	for _, f := range config.DemoRestrictedFeeds() {
+		allowed[f] = true
+	}
+	for _, s := range env.Sim.Streams(simulator.Testnet) {
+		if !allowed[s.FeedID] {
+			other = s.FeedID
+			break
+		}
+	}
+	require.NotEmpty(t, other)
+
+	cases := []struct{ base, feed, reason string }{
+		{env.Mainnet, btcMain, "network"},                        // research may not use mainnet
+		{env.Testnet, other, "stream"},                           // nor read this stream
+		{env.Testnet, "0x" + strings.Repeat("ab", 32), "stream"}, // nor one that does not exist
+	}
+	for _, c := range cases {
+		mark := len(logs.FilterMessage("request").AllUntimed())
+		_, resp, err := dialWS(ctx, research, c.base, "/api/v1/ws?feedIDs="+c.feed, "")
+		require.Error(t, err)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		var line map[string]any
+		require.Eventually(t, func() bool {
+			access := logs.FilterMessage("request").AllUntimed()
+			if len(access) <= mark {
+				return false
+			}
+			line = access[len(access)-1].ContextMap()
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "an access line for the refusal")
+		assert.Equal(t, "ws", line["endpoint"])
+		assert.EqualValues(t, 401, line["status"])
+		assert.Equal(t, c.reason, line["auth_error"], "%s on %s", c.feed, c.base)
+	}
 }

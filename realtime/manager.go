@@ -596,12 +596,16 @@ type Stats struct {
 	// grace); FeedsSubscribed those carried upstream; FeedsUncarried those
 	// over the budget (MaxConnections, FeedsPerConnection).
 	FeedsWanted, FeedsSubscribed, FeedsUncarried int
-	Subscribers                                  int
-	FramesIn, FramesOut                          int64            // read upstream; queued to subscriptions
-	Duplicates                                   int64            // dropped by the watermark
-	SlowCloses                                   int64            // subscriptions closed with ErrSlowConsumer
-	Reconnects                                   map[string]int64 // by reason: drop, stall, refused
-	LatestServed                                 int64
+	// FeedsLive are the feeds carried by at least one connection that is
+	// up now: FeedsSubscribed counts a feed laid out on a connection
+	// whatever its state, so both origins down still carry none live.
+	FeedsLive           int
+	Subscribers         int
+	FramesIn, FramesOut int64            // read upstream; queued to subscriptions
+	Duplicates          int64            // dropped by the watermark
+	SlowCloses          int64            // subscriptions closed with ErrSlowConsumer
+	Reconnects          map[string]int64 // by reason: drop, stall, refused
+	LatestServed        int64
 	// Share is the stream sharing with the other replicas; nil when the
 	// hub does not share.
 	Share *ShareStats
@@ -644,13 +648,20 @@ func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)
 	h.mu.Unlock()
+	live := map[string]struct{}{}
 	h.linkMu.Lock()
 	for l := range h.links {
 		if st := l.state.Load(); st != nil {
 			s.Connections = append(s.Connections, ConnStats{Origin: l.origin, State: *st, Feeds: len(l.feeds)})
+			if *st == stateUp {
+				for _, f := range l.feeds {
+					live[f] = struct{}{}
+				}
+			}
 		}
 	}
 	h.linkMu.Unlock()
+	s.FeedsLive = len(live)
 	slices.SortFunc(s.Connections, func(a, b ConnStats) int {
 		return strings.Compare(a.Origin+a.State, b.Origin+b.State)
 	})

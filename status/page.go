@@ -165,7 +165,7 @@ func ago(t, now time.Time) string {
 
 func answers(m map[string]int64) string {
 	var parts []string
-	for _, c := range []string{"2xx", "3xx", "4xx", "429", "5xx", "other"} {
+	for _, c := range []string{"1xx", "2xx", "3xx", "4xx", "429", "5xx", "other"} {
 		if m[c] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", c, m[c]))
 		}

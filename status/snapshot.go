@@ -11,6 +11,8 @@ import (
 // process started unless the field says otherwise; rates and ratios are
 // over the window named in the field. Nothing in it is secret.
 type Snapshot struct {
+	// Health is the headline: well, or degraded with every reason.
+	Health         Health    `json:"health"`
 	Version        string    `json:"version"`
 	SampledAt      time.Time `json:"sampled_at"`
 	SampleInterval float64   `json:"sample_interval_seconds"`
@@ -21,6 +23,47 @@ type Snapshot struct {
 	Teams          []Team    `json:"teams"`
 	// HitRatio is the cache hit ratio per sample interval, oldest first.
 	HitRatio []float64 `json:"hit_ratio_series"`
+	// FreeShare is Cache.Free.Share per sample interval, oldest first.
+	FreeShare []float64 `json:"no_upstream_call_series"`
+}
+
+// NoUpstreamCall counts the answers to cache lookups that cost no upstream
+// call, by where they came from. Share is their part of all lookups
+// (Free / Lookups).
+type NoUpstreamCall struct {
+	Lookups int64   `json:"lookups"`
+	Free    int64   `json:"answers"`
+	Share   float64 `json:"share"`
+	// Memory: a fresh entry (or a "no data yet" answer) in this replica's
+	// memory (X-Cache: HIT).
+	Memory int64 `json:"memory"`
+	// Shared: a miss in memory filled from the shared tier in Redis, an
+	// entry another replica fetched (X-Cache: MISS, no upstream call).
+	// Counted for all networks together: 0 per network.
+	Shared int64 `json:"shared"`
+	// Stream: latest answered from the WebSocket stream (X-Cache: STREAM).
+	Stream int64 `json:"stream"`
+	// Stale: a held entry past its lifetime, answered while it is
+	// refreshed (X-Cache: STALE).
+	Stale int64 `json:"stale"`
+	// Coalesced: a request that waited for another's upstream call
+	// (X-Cache: COALESCED).
+	Coalesced int64 `json:"coalesced"`
+}
+
+// noUpstreamCall computes the answers free of an upstream call from the
+// cache results by result and the fills answered by the shared tier.
+func noUpstreamCall(res map[string]float64, shared float64) NoUpstreamCall {
+	var lookups float64
+	for _, v := range res {
+		lookups += v
+	}
+	shared = math.Max(math.Min(shared, res["miss"]), 0) // a shared-tier fill is a miss in memory
+	f := NoUpstreamCall{Lookups: int64(lookups), Memory: int64(res["hit"] + res["negative"]), Shared: int64(shared),
+		Stream: int64(res["stream"]), Stale: int64(res["stale"]), Coalesced: int64(res["coalesced"])}
+	f.Free = f.Memory + f.Shared + f.Stream + f.Stale + f.Coalesced
+	f.Share = ratio(float64(f.Free), lookups)
+	return f
 }
 
 // Config is the configuration in force.
@@ -31,15 +74,17 @@ type Config struct {
 
 // Cache is the response cache (shared by every network).
 type Cache struct {
-	BytesUsed    int64   `json:"bytes_used"`
-	MaxBytes     int64   `json:"max_bytes"`
-	Lookups      int64   `json:"lookups"`
-	Hits         int64   `json:"hits"` // hit, stale and negative answers
-	HitRatio     float64 `json:"hit_ratio"`
-	StaleServed  int64   `json:"stale_served"`
-	CallsSaved   int64   `json:"upstream_calls_saved"`
-	Coalesced    int64   `json:"coalesced"`
-	WindowHitPct float64 `json:"-"`
+	BytesUsed int64   `json:"bytes_used"`
+	MaxBytes  int64   `json:"max_bytes"`
+	Lookups   int64   `json:"lookups"`
+	Hits      int64   `json:"hits"` // hit, stale and negative answers
+	HitRatio  float64 `json:"hit_ratio"`
+	// Free are the answers that cost no upstream call, with their parts.
+	Free         NoUpstreamCall `json:"no_upstream_call"`
+	StaleServed  int64          `json:"stale_served"`
+	CallsSaved   int64          `json:"upstream_calls_saved"`
+	Coalesced    int64          `json:"coalesced"`
+	WindowHitPct float64        `json:"-"`
 }
 
 // Network is one network's upstream, budget and hub.
@@ -48,11 +93,14 @@ type Network struct {
 	Requests   int64  `json:"requests"`
 	CallsSaved int64  `json:"upstream_calls_saved"`
 	// The cache's lookups for this network: hit ratio and stale answers.
-	HitRatio    float64    `json:"hit_ratio"`
-	StaleServed int64      `json:"stale_served"`
-	Upstream    Upstream   `json:"upstream"`
-	Budget      []Endpoint `json:"budget"`
-	Hub         *Hub       `json:"hub,omitempty"`
+	HitRatio    float64        `json:"hit_ratio"`
+	StaleServed int64          `json:"stale_served"`
+	Free        NoUpstreamCall `json:"no_upstream_call"` // without the shared tier's part
+	Upstream    Upstream       `json:"upstream"`
+	// WS is the upstream WebSocket side, when the network has a hub.
+	WS     *WSUpstream `json:"ws_upstream,omitempty"`
+	Budget []Endpoint  `json:"budget"`
+	Hub    *Hub        `json:"hub,omitempty"`
 	// Series per sample interval, oldest first: requests per second,
 	// upstream calls per second, and the busiest endpoint's share of its
 	// budget (0..1).
@@ -63,6 +111,9 @@ type Network struct {
 
 // Upstream is the health of a network's upstream.
 type Upstream struct {
+	// Calls are the REST calls attempted: answered (any status) or failed
+	// without an answer (timeout, transport, integrity); Failures are
+	// those not answered 2xx.
 	Calls        int64      `json:"calls"`
 	Failures     int64      `json:"failures"`
 	LastSuccess  *time.Time `json:"last_success"` // to within a sample interval
@@ -98,6 +149,7 @@ type Hub struct {
 	Connections     []HubConn        `json:"connections"`
 	FeedsWanted     int              `json:"feeds_wanted"`
 	FeedsSubscribed int              `json:"feeds_subscribed"`
+	FeedsLive       int              `json:"feeds_live"` // carried by a connection that is up
 	FeedsUncarried  int              `json:"feeds_uncarried"`
 	Subscribers     int              `json:"subscribers"`
 	Clients         int64            `json:"clients"`
@@ -127,7 +179,7 @@ type HubConn struct {
 type Team struct {
 	Name        string           `json:"name"`
 	Requests    int64            `json:"requests"`
-	Answers     map[string]int64 `json:"answers"` // by class: 2xx, 3xx, 4xx, 429, 5xx
+	Answers     map[string]int64 `json:"answers"` // by class: 1xx (WebSocket upgrades), 2xx, 3xx, 4xx, 429, 5xx
 	RateLimited int64            `json:"rate_limited"`
 	// RateLimitedShare is RateLimited / Requests.
 	RateLimitedShare float64 `json:"rate_limited_share"`
@@ -177,6 +229,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		}
 	}
 	c.HitRatio = ratio(float64(c.Hits), float64(c.Lookups))
+	c.Free = noUpstreamCall(res, cur.sum(metricSharedSaved, nil, nil))
 	snap.Cache = c
 
 	// Series, one point per interval between consecutive samples.
@@ -191,6 +244,12 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			}
 		}
 		snap.HitRatio = append(snap.HitRatio, ratio(hits, all))
+		d := map[string]float64{}
+		for r, v := range b {
+			d[r] = v - a[r]
+		}
+		shared := s.ring[i].sum(metricSharedSaved, nil, nil) - s.ring[i-1].sum(metricSharedSaved, nil, nil)
+		snap.FreeShare = append(snap.FreeShare, noUpstreamCall(d, shared).Share)
 	}
 
 	for _, n := range f.Networks {
@@ -208,9 +267,16 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			}
 		}
 		net.HitRatio, net.StaleServed = ratio(hits, lookups), int64(nres["stale"])
+		net.Free = noUpstreamCall(nres, 0)
+		// An integrity failure was answered (counted by its status) but
+		// unusable: a failure, not another call.
+		unanswered := int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool {
+			return l["reason"] != "canceled" && l["reason"] != "budget" && l["reason"] != "integrity"
+		}))
 		up := Upstream{
-			Calls:    int64(cur.sum("streamgate_upstream_requests_total", match, nil)),
-			Failures: int64(cur.sum("streamgate_upstream_requests_total", match, func(l map[string]string) bool { return !strings.HasPrefix(l["code"], "2") })) + int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool { return l["reason"] != "canceled" && l["reason"] != "budget" })),
+			Calls: int64(cur.sum("streamgate_upstream_requests_total", match, nil)) + unanswered,
+			Failures: int64(cur.sum("streamgate_upstream_requests_total", match, func(l map[string]string) bool { return !strings.HasPrefix(l["code"], "2") })) +
+				int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool { return l["reason"] != "canceled" && l["reason"] != "budget" })),
 		}
 		if e := s.last[n.Name]; e != nil {
 			if !e.success.IsZero() {
@@ -275,6 +341,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		if n.Hub != nil {
 			st := n.Hub()
 			h := &Hub{FeedsWanted: st.FeedsWanted, FeedsSubscribed: st.FeedsSubscribed, FeedsUncarried: st.FeedsUncarried,
+				FeedsLive:   st.FeedsLive,
 				Subscribers: st.Subscribers, Reconnects: st.Reconnects,
 				Clients: int64(cur.sum("streamgate_ws_clients", match, nil))}
 			for _, c := range st.Connections {
@@ -285,6 +352,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 					Received: sh.Received, Fallbacks: sh.Fallbacks}
 			}
 			net.Hub = h
+			net.WS = s.wsUpstream(n.Name, h.Connections, cur)
 		}
 		snap.Networks = append(snap.Networks, net)
 	}
@@ -322,6 +390,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		t.AdmittedToday = int64(today[name] - s.day.base[name])
 		snap.Teams = append(snap.Teams, *t)
 	}
+	snap.Health = s.health(snap, cur, minute, five)
 	return snap
 }
 

@@ -85,7 +85,9 @@ type Sampler struct {
 	ring []sample
 	day  dayBase
 	last map[string]*upstreamEvents // by network
-	snap *Snapshot
+	// wsLast is the last upstream WebSocket failure, by network.
+	wsLast map[string]upstreamEvents
+	snap   *Snapshot
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -118,7 +120,8 @@ func New(opts Options) *Sampler {
 	if opts.Facts == nil {
 		opts.Facts = func() Facts { return Facts{} }
 	}
-	s := &Sampler{opts: opts, last: map[string]*upstreamEvents{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sampler{opts: opts, last: map[string]*upstreamEvents{}, wsLast: map[string]upstreamEvents{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	s.Sample()
 	return s
 }
@@ -187,11 +190,17 @@ var families = map[string]bool{
 	"streamgate_upstream_calls_saved_total":        true,
 	"streamgate_upstream_budget_waits_total":       true,
 	"streamgate_upstream_budget_refusals_total":    true,
-	"streamgate_upstream_budget_rps":               true,
-	"streamgate_upstream_budget_effective_rps":     true,
-	"streamgate_upstream_budget_adjustments_total": true,
 	"streamgate_ratelimit_rejections_total":        true,
 	"streamgate_ws_clients":                        true,
+	"streamgate_upstream_budget_adjustments_total": true,
+	metricSharedSaved:                              true,
+	metricSharedUp:                                 true,
+	metricBreakerState:                             true,
+	metricReplayFull:                               true,
+	metricWSReconnects:                             true,
+	MetricBudgetRPS:                                true,
+	MetricBudgetEffectiveRPS:                       true,
+	MetricGapsUnfilled:                             true,
 }
 
 // Sample gathers the registry once and computes a new snapshot.
@@ -241,6 +250,7 @@ func (s *Sampler) Sample() {
 	}
 	s.rollDay(now, prev)
 	s.upstreamEvents(&smp, prev)
+	s.wsEvents(&smp, prev)
 	s.snap = s.build(facts)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"streamgate/config"
 	"streamgate/server"
@@ -24,8 +25,10 @@ func exampleFeed(sim *simulator.Simulator) string {
 	return ""
 }
 
-// printDemo prints the addresses, the demo key and a request to paste.
-func printDemo(w io.Writer, srv *server.Server) {
+// printDemo prints the addresses, every demo team's key and requests to
+// paste. The keys are those of cfg, the demo configuration: published in
+// the source, loopback only, refused by check for any real upstream.
+func printDemo(w io.Writer, srv *server.Server, cfg *config.Config) {
 	main, test, feed := srv.Addr("mainnet"), srv.Addr("testnet"), ""
 	if sim := srv.Simulator(); sim != nil {
 		feed = exampleFeed(sim)
@@ -34,14 +37,33 @@ func printDemo(w io.Writer, srv *server.Server) {
 streamgate demo: mainnet on http://%s, testnet on http://%s
 Status page on http://%s/ (metrics at /metrics).
 The upstream is the embedded simulator; nothing leaves this machine.
-
-Demo key (team "demo", every stream, both networks):
-  export STREAMGATE_KEY=%s
-  export STREAMGATE_SECRET=%s
-
-Try, in another terminal:
+`, main, test, srv.Addr("admin"))
+	for _, t := range cfg.Teams {
+		fmt.Fprintf(w, "\nTeam %q (%s; %s):\n", t.Name, teamNetworks(t), teamFeeds(t))
+		for _, k := range t.Keys {
+			for _, s := range k.Secrets() {
+				fmt.Fprintf(w, "  export STREAMGATE_KEY=%s\n  export STREAMGATE_SECRET=%s\n", k.ID, s.Reveal())
+			}
+		}
+	}
+	fmt.Fprintf(w, `
+Try, in another terminal (with the first team's key):
   curl -s 'http://%s/api/v1/discovery?asset_class=Crypto&base_asset=ETH'
   go run ./cmd/streamgate get -url http://%s '/api/v1/reports/latest?feedID=%s'
 
-`, main, test, srv.Addr("admin"), config.DemoKeyID, config.DemoKeySecret, main, main, feed)
+`, main, main, feed)
+}
+
+func teamNetworks(t config.Team) string {
+	if len(t.Networks) == 1 {
+		return t.Networks[0] + " only"
+	}
+	return strings.Join(t.Networks, " and ")
+}
+
+func teamFeeds(t config.Team) string {
+	if t.AllFeeds() {
+		return "every stream"
+	}
+	return fmt.Sprintf("%d streams", len(t.Feeds))
 }

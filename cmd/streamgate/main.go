@@ -6,7 +6,7 @@
 //	streamgate [serve] [-config FILE] [-watch]
 //	                                    run the gateway (no -config: the embedded demo);
 //	                                    SIGHUP, or with -watch a change of FILE, reloads it
-//	streamgate check -config FILE       validate a configuration, listing every problem
+//	streamgate check [-config] FILE     validate a configuration, listing every problem
 //	streamgate keygen                   print a new key id and secret
 //	streamgate get [flags] PATH         make a signed request and pretty-print the answer
 package main
@@ -50,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+	} else if len(args) > 0 && isHelp(args[0]) {
+		cmd = "help" // streamgate -h: every subcommand, not only serve's flags
 	}
 	switch cmd {
 	case "serve":
@@ -60,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keygen(stdout)
 	case "get":
 		return get(ctx, args, stdout, stderr)
-	case "help", "-h", "--help":
+	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
@@ -71,14 +73,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const usage = `streamgate: a caching gateway in front of the Data Streams API
 
 Usage:
-  streamgate [serve] [-config FILE] [-watch]
-                                      run the gateway; without -config, the embedded demo
+  streamgate serve [-config FILE] [-watch]
+                                      run the gateway (serve is the default command:
+                                      streamgate -config FILE); without -config, the embedded demo
                                       (simulated upstream, demo keys, loopback only).
                                       SIGHUP reloads teams, keys, limits and lifetimes from
                                       FILE; -watch also reloads when FILE changes.
                                       SIGTERM drains within server.shutdown_timeout.
-  streamgate check -config FILE       validate a configuration and list every problem
+  streamgate check FILE               validate a configuration and list every problem
+                                      (also: streamgate check -config FILE)
   streamgate keygen                   print a new key id and secret for a team
   streamgate get [flags] PATH         send a signed GET and pretty-print the JSON answer
                                       (streamgate get -h for its flags)
+  streamgate help                     print this text (also: streamgate -h)
 `
+
+// isHelp reports whether arg asks for help: -h, -help, --h or --help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--h", "--help":
+		return true
+	}
+	return false
+}

@@ -25,6 +25,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (default: the embedded demo configuration)")
 	watch := fs.Bool("watch", false, "also reload when the configuration file changes (checked every "+watchInterval.String()+"), as on SIGHUP")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage+"\nFlags of serve:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return usageError{code: 2}
 	}
@@ -69,7 +73,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	srv.Start()
 	if demo {
-		printDemo(stdout, srv)
+		printDemo(stdout, srv, cfg)
 	}
 
 	// reloadConfig applies the configuration file again; a configuration

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,19 +109,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	require.EqualValues(t, 5, teamOf(snap, config.ResearchTeam).RateLimited)
 
 	// The browser.
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(execPath),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1600),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelTimeout()
+	ctx := browser(t, execPath)
 
 	var (
 		mu       sync.Mutex
@@ -199,6 +188,102 @@ func TestStatusPageInABrowser(t *testing.T) {
 		assert.NotContains(t, string(page), secret)
 		assert.NotContains(t, string(js), secret)
 	}
+}
+
+// browser starts headless Chromium for the test and returns its context,
+// bounded to a minute.
+func browser(t *testing.T, execPath string) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(execPath),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1600),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancelTimeout)
+	return ctx
+}
+
+// TestStatusHeadlineInABrowser loads the status page in headless Chromium
+// in each state of its headline: all well, the upstream down, the Redis
+// breaker open. Each time the headline a person sees (its state, its
+// colour's class and every reason) is the one /status.json gives.
+func TestStatusHeadlineInABrowser(t *testing.T) {
+	execPath := chromium(t)
+	r := startStatusRig(t)
+	ctx := browser(t, execPath)
+	feed := feedIDs(t, r.p.net["mainnet"], 1)[0]
+	code, _ := r.get(reportURL("", feed, r.ts()))
+	require.Equal(t, http.StatusOK, code)
+
+	look := func(state string, want ...string) {
+		t.Helper()
+		snap := r.waitSnapshot("the state "+state, func(s status.Snapshot) bool {
+			codes := []string{}
+			for _, r := range s.Health.Reasons {
+				codes = append(codes, r.Code)
+			}
+			return s.Health.State == state && reasonCodes(codes) == reasonCodes(slices.Clone(want))
+		})
+		var (
+			shown, class, headline string
+			reasons                []string
+			shot                   []byte
+		)
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(r.p.admin+"/"),
+			chromedp.WaitVisible("#health", chromedp.ByID),
+			chromedp.AttributeValue("#health", "data-state", &shown, nil, chromedp.ByID),
+			chromedp.AttributeValue("#health", "class", &class, nil, chromedp.ByID),
+			chromedp.Text("#health", &headline, chromedp.ByID),
+			chromedp.Evaluate(`Array.from(document.querySelectorAll("#health li.reason")).map(e => e.dataset.code)`, &reasons),
+			chromedp.FullScreenshot(&shot, 90),
+		))
+		path := filepath.Join(t.TempDir(), "status-"+state+"-"+strings.Join(want, "-")+".png")
+		require.NoError(t, os.WriteFile(path, shot, 0o644))
+		t.Logf("screenshot of the status page (%s %v): %s", state, want, path)
+
+		// The page may be a sample newer than the JSON read: read it again
+		// if they differ, once the page is rendered.
+		if shown != snap.Health.State {
+			snap, _ = r.snapshot()
+		}
+		assert.Equal(t, snap.Health.State, shown)
+		assert.Contains(t, class, "health "+state)
+		if state == status.StateWell {
+			assert.True(t, strings.HasPrefix(headline, "All well"), headline)
+			assert.Empty(t, reasons)
+			return
+		}
+		assert.True(t, strings.HasPrefix(headline, "Degraded"), headline)
+		assert.Equal(t, reasonCodes(slices.Clone(want)), reasonCodes(reasons))
+		for _, r := range snap.Health.Reasons {
+			assert.Contains(t, headline, r.Text, "the reason's text is on the page")
+		}
+	}
+
+	look(status.StateWell)
+
+	r.outage(true)
+	code, _ = r.get(reportURL("", feed, r.ts()))
+	require.GreaterOrEqual(t, code, 500)
+	look(status.StateDegraded, status.ReasonUpstreamDown)
+	r.outage(false)
+	code, _ = r.get(reportURL("", feed, r.ts()))
+	require.Equal(t, http.StatusOK, code)
+	look(status.StateWell)
+
+	r.redis.Stop()
+	r.waitSnapshot("the Redis breaker open", func(s status.Snapshot) bool {
+		r.get("/api/v1/feeds")
+		return strings.Contains(fromJSON(s).Reasons, status.ReasonRedisBreaker)
+	})
+	look(status.StateDegraded, status.ReasonRedisBreaker)
 }
 
 func teamOf(s status.Snapshot, name string) status.Team {

@@ -22,12 +22,18 @@ import (
 func check(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "configuration file to check")
+	path := fs.String("config", "", "configuration file to check (or give FILE after the flags)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: streamgate check FILE    (or: streamgate check -config FILE)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return usageError{code: 2}
 	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "streamgate check: -config FILE is required")
+	switch {
+	case *path == "" && fs.NArg() == 1:
+		*path = fs.Arg(0)
+	case *path == "" || fs.NArg() > 0:
+		fmt.Fprintln(stderr, "streamgate check: one configuration file is needed: streamgate check FILE (or -config FILE)")
 		return usageError{code: 2}
 	}
 	cfg, err := config.Load(*path)
