@@ -242,7 +242,7 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		}
 		// Else one replica calls for the chunk; the others wait for its
 		// answer, kept in the shared tier for negative_ttl.
-		e, err := n.shared.Fill(ctx, flight, sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
+		e, err := n.shared.Fill(ctx, flight, n.sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
 			return n.fillChunk(ctx, st, target, cred, feeds, ts)
 		})
 		if err != nil {
