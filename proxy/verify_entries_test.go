@@ -1,0 +1,183 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/cache"
+	"streamgate/config"
+	"streamgate/don"
+	"streamgate/proxy/proxytest"
+	"streamgate/ratelimit/redistest"
+	"streamgate/simulator"
+)
+
+// waitFailures waits (bounded) until the refusals of cause at entry reach
+// n, and reports whether they did.
+func waitFailures(t *testing.T, ctx context.Context, env *proxytest.Env, entry string, cause don.Cause, mode string, n float64) bool {
+	for ctx.Err() == nil {
+		if failures(t, env, entry, cause, mode) >= n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// The stream: in enforce, forged frames are dropped (counted at entry
+// stream) and every frame a client gets verifies; in report they are
+// delivered and counted.
+func TestVerifyStream(t *testing.T) {
+	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
+		t.Run(mode, func(t *testing.T) {
+			env := proxytest.Start(t, proxytest.Options{Quiet: true,
+				Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
+				Config: func(cfg *config.Config) {
+					cfg.Networks["mainnet"].Verify.Mode = mode
+				}})
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+			conn, _, err := dialWS(ctx, proxytest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+			require.NoError(t, err)
+			defer conn.CloseNow()
+			gate := env.Server.Gate("mainnet")
+			verifies := func(f frame) bool {
+				res, ok := gate.Verify(f.Report.FeedID, f.Report.FullReport)
+				require.True(t, ok)
+				return res.OK()
+			}
+			first := readFrames(t, ctx, conn, 1)[0]
+			require.True(t, verifies(first), "the genuine stream verifies")
+
+			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeTooFew}))
+			if mode == config.VerifyEnforce {
+				require.True(t, waitFailures(t, ctx, env, don.EntryStream, don.CauseTooFewSigners, mode, 2), "forged frames refused")
+				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+				// Every frame delivered verifies, and the stream goes on
+				// with the genuine reports once the forgery stops.
+				last := first.Report.ObservationsTimestamp
+				for got := 0; got < 2; got++ {
+					f := readFrames(t, ctx, conn, 1)[0]
+					assert.True(t, verifies(f), "frame at %d verifies", f.Report.ObservationsTimestamp)
+					assert.Greater(t, f.Report.ObservationsTimestamp, last)
+					last = f.Report.ObservationsTimestamp
+				}
+				return
+			}
+			// Report: a forged frame reaches the client, counted.
+			for {
+				f := readFrames(t, ctx, conn, 1)[0]
+				if !verifies(f) {
+					break
+				}
+			}
+			assert.GreaterOrEqual(t, failures(t, env, don.EntryStream, don.CauseTooFewSigners, mode), 1.0)
+			require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+		})
+	}
+}
+
+// The shared tier: a forged entry written straight into the cache Redis
+// (a valid encoding, a report of the right stream, signatures that do not
+// verify) is refused in enforce, counted at entry shared, and the genuine
+// report fetched; in report it is served and counted.
+func TestVerifySharedTier(t *testing.T) {
+	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.New(t)
+			env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(cfg *config.Config) {
+				sharedTier(srv)(cfg)
+				cfg.Networks["mainnet"].Verify.Mode = mode
+			}})
+			c := proxytest.Demo()
+			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			ts := pastTS()
+			now := time.Now()
+
+			forged := func(forge simulator.Forgery, feed string, at int64) simulator.Report {
+				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: forge}))
+				defer env.Sim.SetFaults(simulator.Faults{})
+				r, ok := env.Sim.Report(simulator.Mainnet, feed, at)
+				require.True(t, ok)
+				return r
+			}
+			reportBody := func(r simulator.Report) []byte {
+				b, err := json.Marshal(map[string]any{"report": r})
+				require.NoError(t, err)
+				return append(b, '\n')
+			}
+			pageBody := func(rs ...simulator.Report) []byte {
+				b, err := json.Marshal(map[string]any{"reports": rs})
+				require.NoError(t, err)
+				return b
+			}
+
+			cases := []struct {
+				name, target string
+				cause        don.Cause
+				plant        func()
+			}{
+				{"report, duplicate signer", "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(ts, 10), don.CauseDuplicateSigner, func() {
+					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", eth, ts),
+						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeDuplicate, eth, ts)), Stored: now})
+				}},
+				{"latest, signer outside the set", "/api/v1/reports/latest?feedID=" + btc, don.CauseUnknownSigner, func() {
+					plant(t, srv, cache.LatestKey(simulator.Mainnet, "", btc),
+						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeOutsider, btc, now.Unix()-1)), Stored: now, Expires: now.Add(time.Minute)})
+				}},
+				{"page, corrupted signature", "/api/v1/reports/page?feedID=" + eth + "&startTimestamp=" + strconv.FormatInt(ts-100, 10) + "&limit=2", don.CauseUnknownSigner, func() {
+					plant(t, srv, cache.PageKey(simulator.Mainnet, "", eth, ts-100, 2),
+						&cache.Entry{Status: 200, Body: pageBody(forged(simulator.ForgeSignature, eth, ts-100), forged(simulator.ForgeSignature, eth, ts-99)), Stored: now})
+				}},
+				{"bulk, unknown digest", "/api/v1/reports/bulk?feedIDs=" + eth + "," + btc + "&timestamp=" + strconv.FormatInt(ts-200, 10), don.CauseUnknownDigest, func() {
+					for _, f := range []string{eth, btc} {
+						plant(t, srv, cache.ReportKey(simulator.Mainnet, "", f, ts-200),
+							&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeUnknownDigest, f, ts-200)), Stored: now})
+					}
+				}},
+				{"report, too few signers", "/api/v1/reports?feedID=" + btc + "&timestamp=" + strconv.FormatInt(ts-300, 10), don.CauseTooFewSigners, func() {
+					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", btc, ts-300),
+						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeTooFew, btc, ts-300)), Stored: now})
+				}},
+			}
+			for _, tc := range cases {
+				tc.plant()
+				before := failures(t, env, don.EntryShared, tc.cause, mode)
+				calls := env.UpstreamCalls()
+				resp, body := c.Get(t, env.Mainnet, tc.target)
+				require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", tc.name, body)
+				assert.GreaterOrEqual(t, failures(t, env, don.EntryShared, tc.cause, mode)-before, 1.0, tc.name)
+				var doc struct {
+					Report  *simulator.Report  `json:"report"`
+					Reports []simulator.Report `json:"reports"`
+				}
+				require.NoError(t, json.Unmarshal(body, &doc))
+				if doc.Report != nil {
+					doc.Reports = append(doc.Reports, *doc.Report)
+				}
+				require.NotEmpty(t, doc.Reports, tc.name)
+				for _, r := range doc.Reports {
+					res, _ := env.Server.Gate("mainnet").Verify(r.FeedID, r.FullReport)
+					assert.Equal(t, mode == config.VerifyEnforce, res.OK(), "%s: served %+v", tc.name, res)
+				}
+				if mode == config.VerifyEnforce {
+					assert.Greater(t, env.UpstreamCalls(), calls, "%s: the genuine report came from the upstream", tc.name)
+				} else {
+					assert.Equal(t, calls, env.UpstreamCalls(), "%s: served from the shared tier", tc.name)
+				}
+			}
+		})
+	}
+}
