@@ -34,6 +34,8 @@ func printDemo(w io.Writer, srv *server.Server) {
 streamgate demo: mainnet on http://%s, testnet on http://%s
 Status page on http://%s/ (metrics at /metrics).
 The upstream is the embedded simulator; nothing leaves this machine.
+Every report is verified against the simulator's DON (mode %s): its
+signatures, by %d of its %d signers (streams-sim prints that configuration).
 
 Demo key (team "demo", every stream, both networks):
   export STREAMGATE_KEY=%s
@@ -43,5 +45,5 @@ Try, in another terminal:
   curl -s 'http://%s/api/v1/discovery?asset_class=Crypto&base_asset=ETH'
   go run ./cmd/streamgate get -url http://%s '/api/v1/reports/latest?feedID=%s'
 
-`, main, test, srv.Addr("admin"), config.DemoKeyID, config.DemoKeySecret, main, main, feed)
+`, main, test, srv.Addr("admin"), srv.Gate("mainnet").Mode(), simulator.DONF+1, simulator.DONSigners, config.DemoKeyID, config.DemoKeySecret, main, main, feed)
 }
