@@ -2,6 +2,7 @@ package don
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"sync"
 	"sync/atomic"
 
@@ -62,6 +63,45 @@ type Gate struct {
 type gateState struct {
 	mode string
 	v    *Verifier
+	memo *memo
+}
+
+// memo keeps the result of each report verified where it entered, so that
+// the decoded view states it without verifying again; bounded, it is
+// emptied when full (a report then verified again by Verification, if
+// asked for). A reload starts a new one.
+type memo struct {
+	mu sync.Mutex
+	m  map[[32]byte]Result
+}
+
+// memoMax bounds the results a memo keeps (about 100 bytes each).
+const memoMax = 1 << 16
+
+func memoKey(feedID, fullReport string) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(feedID))
+	h.Write([]byte{0})
+	h.Write([]byte(fullReport))
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+func (m *memo) put(k [32]byte, r Result) {
+	m.mu.Lock()
+	if len(m.m) >= memoMax {
+		clear(m.m)
+	}
+	m.m[k] = r
+	m.mu.Unlock()
+}
+
+func (m *memo) get(k [32]byte) (Result, bool) {
+	m.mu.Lock()
+	r, ok := m.m[k]
+	m.mu.Unlock()
+	return r, ok
 }
 
 // NewGate returns the Gate of network; Set gives it its mode. m and log
@@ -74,7 +114,7 @@ func NewGate(network string, m *Metrics, log *zap.Logger) *Gate {
 		m = NewMetrics(nil)
 	}
 	g := &Gate{network: network, m: m, log: log}
-	g.state.Store(&gateState{mode: ModeOff})
+	g.Set(ModeOff, nil)
 	return g
 }
 
@@ -83,7 +123,7 @@ func (g *Gate) Set(mode string, v *Verifier) {
 	if v == nil {
 		mode = ModeOff
 	}
-	g.state.Store(&gateState{mode: mode, v: v})
+	g.state.Store(&gateState{mode: mode, v: v, memo: &memo{m: map[[32]byte]Result{}}})
 }
 
 // Mode returns the mode in force.
@@ -107,6 +147,7 @@ func (g *Gate) Check(entry, feedID, fullReport string) (Result, bool) {
 		return Result{}, true
 	}
 	res := st.v.VerifyHex(fullReport, feedID)
+	st.memo.put(memoKey(feedID, fullReport), res)
 	if res.OK() {
 		g.m.verified.WithLabelValues(g.network, entry).Inc()
 		return res, true
@@ -125,9 +166,29 @@ func (g *Gate) Check(entry, feedID, fullReport string) (Result, bool) {
 	return res, st.mode == ModeReport
 }
 
+// Verification returns what the decoded view states of a report: the
+// result recorded when it entered, or (when that record was dropped) its
+// verification now, neither counted nor logged.
+func (g *Gate) Verification(feedID, fullReport string) Verification {
+	if g == nil {
+		return Verification{Mode: ModeOff}
+	}
+	st := g.state.Load()
+	if st.mode == ModeOff {
+		return Verification{Mode: ModeOff}
+	}
+	k := memoKey(feedID, fullReport)
+	res, ok := st.memo.get(k)
+	if !ok {
+		res = st.v.VerifyHex(fullReport, feedID)
+		st.memo.put(k, res)
+	}
+	return Verification{Mode: st.mode, Result: res}
+}
+
 // Verify returns the verification of a report under the configuration in
-// force, without counting or logging it (the decoded view states it);
-// ok is false in mode off.
+// force, without counting, logging or recording it; ok is false in mode
+// off.
 func (g *Gate) Verify(feedID, fullReport string) (res Result, ok bool) {
 	if g == nil {
 		return Result{}, false

@@ -107,7 +107,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 
 	sub := n.hub.Subscribe(rq.feeds, n.ws.queue)
 	defer sub.Close()
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub))
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wantsDecoded(r)))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

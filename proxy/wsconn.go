@@ -11,6 +11,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 
+	"streamgate/don"
 	"streamgate/realtime"
 )
 
@@ -60,12 +61,13 @@ func (c *wsConn) Write(p []byte) (int, error) {
 	return c.conn.Write(p)
 }
 
-// writeBatch writes frames, each as one binary frame, in one write.
-func (c *wsConn) writeBatch(frames [][]byte) error {
+// writeBatch writes frames, each as one frame of op (binary for the
+// upstream's frames, text for the decoded view), in one write.
+func (c *wsConn) writeBatch(frames [][]byte, op ws.OpCode) error {
 	bp := wsBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	for _, f := range frames {
-		b = appendFrameHeader(b, ws.OpBinary, len(f))
+		b = appendFrameHeader(b, op, len(f))
 		b = append(b, f...)
 	}
 	_, err := c.Write(b)
@@ -159,7 +161,10 @@ var errShutdown = errors.New("the gateway is shutting down")
 // writing each batch of sub's frames in one write, pinging every ping
 // interval and closing a client that has not answered the previous ping.
 // It returns the reason for the close metric.
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription) string {
+//
+// With decoded, each frame goes out as the decoded view of its report, one
+// text frame per report, instead of the upstream's binary frame.
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, decoded bool) string {
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
 	pong := make(chan struct{}, 1)
@@ -176,7 +181,16 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				return n.endStream(c, sub, readDone)
 			}
 			frames, ok = drain(append(frames[:0], f), sub.C())
-			err := c.writeBatch(frames)
+			op := ws.OpBinary
+			if decoded {
+				op = ws.OpText
+				for i, f := range frames {
+					if d, err := don.DecodedBody(f, n.gate.Verification); err == nil {
+						frames[i] = d[:len(d)-1] // without the newline
+					}
+				}
+			}
+			err := c.writeBatch(frames, op)
 			clear(frames) // hold no frame while waiting
 			if err != nil {
 				return "write"
