@@ -130,6 +130,17 @@ func TestGet(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
 	assert.Equal(t, feed, doc.Report.FeedID)
 
+	// -decode prints the decoded fields and the verification.
+	stdout, stderr, code = runTool(t, env, "get", "-decode", "/api/v1/reports/latest?feedID="+feed)
+	require.Equal(t, 0, code, stderr)
+	assert.True(t, strings.HasPrefix(stdout, "report "+feed+"\n"), stdout)
+	assert.Regexp(t, `(?m)^  verification +verified: 2 signers of config digest 0x0009[0-9a-f]{60} \(mode enforce\)$`, stdout)
+	assert.Regexp(t, `(?m)^  schema +V3$`, stdout)
+	assert.Regexp(t, `(?m)^  price +[0-9]+ +[0-9]+\.[0-9]{18}$`, stdout)
+	for _, field := range []string{"feedId", "validFromTimestamp", "observationsTimestamp", "nativeFee", "linkFee", "expiresAt", "bid", "ask"} {
+		assert.Regexp(t, `(?m)^  `+field+` +[0-9x]`, stdout)
+	}
+
 	stdout, stderr, code = runTool(t, nil, "get", "-anonymous", "-url", p.net["testnet"], "api/v1/discovery")
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "\n  \"feeds\": [\n")
