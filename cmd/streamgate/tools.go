@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"streamgate/auth"
-	"streamgate/don"
 	"streamgate/config"
+	"streamgate/don"
 )
 
 // check validates a configuration file and lists every problem at once.
