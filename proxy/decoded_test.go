@@ -115,15 +115,23 @@ func TestDecodedView(t *testing.T) {
 		}
 	}
 	ts := pastTS()
+	type call struct{ feed, target string }
+	var calls []call
 	for schema, feed := range feeds {
 		require.NotEmpty(t, feed, schema)
-		targets := []string{
-			"/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10),
-			"/api/v1/reports/latest?feedID=" + feed,
-			"/api/v1/reports/bulk?feedIDs=" + feed + "&timestamp=" + strconv.FormatInt(ts-10, 10),
-			"/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(ts-100, 10) + "&limit=3",
-		}
-		for _, target := range targets {
+		calls = append(calls,
+			call{feed, "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)},
+			call{feed, "/api/v1/reports/bulk?feedIDs=" + feed + "&timestamp=" + strconv.FormatInt(ts-10, 10)},
+			call{feed, "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(ts-100, 10) + "&limit=3"})
+	}
+	// latest last: its refreshes, which run in the background, would be
+	// counted among the other endpoints' upstream calls.
+	for _, feed := range feeds {
+		calls = append(calls, call{feed, "/api/v1/reports/latest?feedID=" + feed})
+	}
+	{
+		for _, cl := range calls {
+			feed, target := cl.feed, cl.target
 			resp, raw := c.Get(t, env.Mainnet, target)
 			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", target, raw)
 			assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))

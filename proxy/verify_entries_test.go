@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,10 +134,6 @@ func TestVerifySharedTier(t *testing.T) {
 					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", eth, ts),
 						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeDuplicate, eth, ts)), Stored: now})
 				}},
-				{"latest, signer outside the set", "/api/v1/reports/latest?feedID=" + btc, don.CauseUnknownSigner, func() {
-					plant(t, srv, cache.LatestKey(simulator.Mainnet, "", btc),
-						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeOutsider, btc, now.Unix()-1)), Stored: now, Expires: now.Add(time.Minute)})
-				}},
 				{"page, corrupted signature", "/api/v1/reports/page?feedID=" + eth + "&startTimestamp=" + strconv.FormatInt(ts-100, 10) + "&limit=2", don.CauseUnknownSigner, func() {
 					plant(t, srv, cache.PageKey(simulator.Mainnet, "", eth, ts-100, 2),
 						&cache.Entry{Status: 200, Body: pageBody(forged(simulator.ForgeSignature, eth, ts-100), forged(simulator.ForgeSignature, eth, ts-99)), Stored: now})
@@ -150,6 +147,12 @@ func TestVerifySharedTier(t *testing.T) {
 				{"report, too few signers", "/api/v1/reports?feedID=" + btc + "&timestamp=" + strconv.FormatInt(ts-300, 10), don.CauseTooFewSigners, func() {
 					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", btc, ts-300),
 						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeTooFew, btc, ts-300)), Stored: now})
+				}},
+				// latest last: the demand it records may have the refresher call
+				// the upstream in the background, which the other cases count.
+				{"latest, signer outside the set", "/api/v1/reports/latest?feedID=" + btc, don.CauseUnknownSigner, func() {
+					plant(t, srv, cache.LatestKey(simulator.Mainnet, "", btc),
+						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeOutsider, btc, now.Unix()-1)), Stored: now, Expires: now.Add(time.Minute)})
 				}},
 			}
 			for _, tc := range cases {
@@ -174,7 +177,7 @@ func TestVerifySharedTier(t *testing.T) {
 				}
 				if mode == config.VerifyEnforce {
 					assert.Greater(t, env.UpstreamCalls(), calls, "%s: the genuine report came from the upstream", tc.name)
-				} else {
+				} else if !strings.Contains(tc.target, "/latest") { // latest: the forged report served says so
 					assert.Equal(t, calls, env.UpstreamCalls(), "%s: served from the shared tier", tc.name)
 				}
 			}

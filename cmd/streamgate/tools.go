@@ -37,6 +37,17 @@ func check(args []string, stdout, stderr io.Writer) error {
 		return usageError{code: 1}
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d networks, %d teams)\n", *path, len(cfg.Networks), len(cfg.Teams))
+	for _, name := range cfg.NetworkNames() {
+		n := cfg.Networks[name]
+		switch mode := n.VerifyMode(); {
+		case mode == config.VerifyOff:
+			fmt.Fprintf(stdout, "networks.%s: reports not verified (verify.mode off)\n", name)
+		case !n.Verify.Configured():
+			fmt.Fprintf(stdout, "networks.%s: reports verified, mode %s, against the embedded simulator's DON\n", name, mode)
+		default:
+			fmt.Fprintf(stdout, "networks.%s: reports verified, mode %s, against %d DON configurations\n", name, mode, len(n.Verify.AllDONs()))
+		}
+	}
 	return nil
 }
 

@@ -60,7 +60,7 @@ func TestCheck(t *testing.T) {
 		noStderr []string
 	}{
 		{name: "a good file", args: []string{"check", "-config", good}, code: 0,
-			stdout: []string{"ok (2 networks, 2 teams)"}},
+			stdout: []string{"ok (2 networks, 2 teams)", "networks.mainnet: reports verified, mode enforce, against the embedded simulator's DON"}},
 		{name: "every problem of a bad file at once", args: []string{"check", "-config", bad}, code: 1,
 			stderr: []string{
 				"line 2: cannot unmarshal", // shutdown_timeout: soon
