@@ -35,10 +35,21 @@ func waitFailures(t *testing.T, ctx context.Context, env *proxytest.Env, entry s
 	return false
 }
 
-// The stream: in enforce, forged frames are dropped (counted at entry
-// stream) and every frame a client gets verifies; in report they are
-// delivered and counted.
+// The stream: in enforce, each forgery's frames are dropped (counted at
+// entry stream, by cause) and every frame a client gets verifies, the
+// stream going on with the genuine reports; in report they are delivered
+// and counted.
 func TestVerifyStream(t *testing.T) {
+	forgeries := []struct {
+		forge simulator.Forgery
+		cause don.Cause
+	}{
+		{simulator.ForgeSignature, don.CauseUnknownSigner},
+		{simulator.ForgeOutsider, don.CauseUnknownSigner},
+		{simulator.ForgeTooFew, don.CauseTooFewSigners},
+		{simulator.ForgeDuplicate, don.CauseDuplicateSigner},
+		{simulator.ForgeUnknownDigest, don.CauseUnknownDigest},
+	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
 			env := proxytest.Start(t, proxytest.Options{Quiet: true,
@@ -46,45 +57,45 @@ func TestVerifyStream(t *testing.T) {
 				Config: func(cfg *config.Config) {
 					cfg.Networks["mainnet"].Verify.Mode = mode
 				}})
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 			conn, _, err := dialWS(ctx, proxytest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 			require.NoError(t, err)
 			defer conn.CloseNow()
 			gate := env.Server.Gate("mainnet")
-			verifies := func(f frame) bool {
+			check := func(f frame) don.Result {
 				res, ok := gate.Verify(f.Report.FeedID, f.Report.FullReport)
 				require.True(t, ok)
-				return res.OK()
+				return res
 			}
-			first := readFrames(t, ctx, conn, 1)[0]
-			require.True(t, verifies(first), "the genuine stream verifies")
+			last := readFrames(t, ctx, conn, 1)[0]
+			require.True(t, check(last).OK(), "the genuine stream verifies")
 
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeTooFew}))
-			if mode == config.VerifyEnforce {
-				require.True(t, waitFailures(t, ctx, env, don.EntryStream, don.CauseTooFewSigners, mode, 2), "forged frames refused")
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
-				// Every frame delivered verifies, and the stream goes on
-				// with the genuine reports once the forgery stops.
-				last := first.Report.ObservationsTimestamp
-				for got := 0; got < 2; got++ {
+			for _, fc := range forgeries {
+				before := failures(t, env, don.EntryStream, fc.cause, mode)
+				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: fc.forge}))
+				require.True(t, waitFailures(t, ctx, env, don.EntryStream, fc.cause, mode, before+1), "%s: forged frames counted", fc.forge)
+				if mode == config.VerifyEnforce {
+					require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+					// The forged frames were dropped: the next frame the
+					// client gets is genuine, and newer.
 					f := readFrames(t, ctx, conn, 1)[0]
-					assert.True(t, verifies(f), "frame at %d verifies", f.Report.ObservationsTimestamp)
-					assert.Greater(t, f.Report.ObservationsTimestamp, last)
-					last = f.Report.ObservationsTimestamp
+					assert.True(t, check(f).OK(), "%s: frame at %d verifies", fc.forge, f.Report.ObservationsTimestamp)
+					assert.Greater(t, f.Report.ObservationsTimestamp, last.Report.ObservationsTimestamp)
+					last = f
+					continue
 				}
-				return
-			}
-			// Report: a forged frame reaches the client, counted.
-			for {
-				f := readFrames(t, ctx, conn, 1)[0]
-				if !verifies(f) {
-					break
+				// Report: the forged frames reach the client, served with
+				// the cause they were counted with.
+				for {
+					f := readFrames(t, ctx, conn, 1)[0]
+					if check(f).Cause == fc.cause {
+						break
+					}
 				}
+				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
 			}
-			assert.GreaterOrEqual(t, failures(t, env, don.EntryStream, don.CauseTooFewSigners, mode), 1.0)
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
 		})
 	}
 }

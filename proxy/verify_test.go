@@ -162,3 +162,31 @@ func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
 	assert.True(t, strings.Contains(string(body), string(don.CauseMalformed)), "%s", body)
 	assert.Equal(t, 1.0, failures(t, env, don.EntryUpstream, don.CauseMalformed, config.VerifyEnforce))
 }
+
+// latest: a forged upstream answer is refused in enforce (502 naming the
+// cause, never an entry) and served in report.
+func TestVerifyRefusesForgedLatest(t *testing.T) {
+	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
+		t.Run(mode, func(t *testing.T) {
+			env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(cfg *config.Config) {
+				cfg.Networks["mainnet"].Verify.Mode = mode
+				cfg.Realtime.LatestFromStream = false // the REST path; the stream has its own test
+			}})
+			c := proxytest.Demo()
+			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeDuplicate}))
+			resp, body := c.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+eth)
+			if mode == config.VerifyEnforce {
+				assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s", body)
+				assert.Contains(t, string(body), string(don.CauseDuplicateSigner))
+			} else {
+				require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+				var doc struct{ Report simulator.Report }
+				require.NoError(t, json.Unmarshal(body, &doc))
+				res, _ := env.Server.Gate("mainnet").Verify(doc.Report.FeedID, doc.Report.FullReport)
+				assert.Equal(t, don.CauseDuplicateSigner, res.Cause)
+			}
+			assert.GreaterOrEqual(t, failures(t, env, don.EntryUpstream, don.CauseDuplicateSigner, mode), 1.0)
+		})
+	}
+}
