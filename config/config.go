@@ -18,9 +18,12 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"time"
+
+	"streamgate/don"
 )
 
 // Config is the whole configuration.
@@ -109,7 +112,92 @@ type Network struct {
 	PassThrough []string `yaml:"pass_through" json:"pass_through"`
 	// Upstream is the service this network's requests go to.
 	Upstream Upstream `yaml:"upstream" json:"upstream"`
+	// Verify is how the network checks the DON's signatures of the reports
+	// it receives. Reloaded by SIGHUP (the file too).
+	Verify Verify `yaml:"verify" json:"verify"`
 }
+
+// The verification modes.
+const (
+	// VerifyEnforce: a report that does not verify is never cached or
+	// served: the client gets 502, a stream frame is dropped.
+	VerifyEnforce = "enforce"
+	// VerifyReport: such a report is served, counted and logged.
+	VerifyReport = "report"
+	// VerifyOff: reports are not checked.
+	VerifyOff = "off"
+)
+
+// Verify is a network's report verification: the DON configurations it
+// trusts and what it does with a report that does not verify.
+type Verify struct {
+	// Mode is enforce, report or off; "" (the default) means enforce when
+	// DONs or DONsFile are given or the upstream is embedded (whose DON is
+	// the simulator's), else off: see Network.VerifyMode.
+	Mode string `yaml:"mode" json:"mode"`
+	// DONs are the DON configurations to trust, inline.
+	DONs []DON `yaml:"dons" json:"dons"`
+	// DONsFile is a YAML (or JSON) file holding a list of DON
+	// configurations, read at every load (so SIGHUP re-reads it), trusted
+	// with DONs. A relative path is relative to the configuration file.
+	DONsFile string `yaml:"dons_file" json:"dons_file"`
+
+	fileDONs []DON
+	file     fileState
+}
+
+// DON is one DON configuration, as the Verifier contract's ConfigSet event
+// states it.
+type DON struct {
+	// ConfigDigest is 0x and 64 hex digits: the first word of the context
+	// of every report the configuration signs.
+	ConfigDigest string `yaml:"config_digest" json:"config_digest"`
+	// F is the number of faulty signers tolerated: a report needs more
+	// than F signatures.
+	F int `yaml:"f" json:"f"`
+	// Signers are the signer addresses, 0x and 40 hex digits.
+	Signers []string `yaml:"signers" json:"signers"`
+}
+
+// AllDONs returns the DON configurations of v, inline and from its file.
+func (v *Verify) AllDONs() []DON { return append(append([]DON(nil), v.DONs...), v.fileDONs...) }
+
+// VerifyMode returns the verification mode in force: Verify.Mode, or its
+// default.
+func (n *Network) VerifyMode() string {
+	switch {
+	case n.Verify.Mode != "":
+		return n.Verify.Mode
+	case n.Verify.Configured() || n.Upstream.Embedded():
+		return VerifyEnforce
+	}
+	return VerifyOff
+}
+
+// Verifier returns the don.Verifier of the DON configurations of v (inline
+// and from its file), or an error for one that does not parse.
+func (v *Verify) Verifier() (*don.Verifier, error) {
+	var cs []don.Config
+	for i, d := range v.AllDONs() {
+		dg, err := don.ParseDigest(d.ConfigDigest)
+		if err != nil {
+			return nil, fmt.Errorf("DON configuration %d: %w", i, err)
+		}
+		c := don.Config{Digest: dg, F: d.F}
+		for _, s := range d.Signers {
+			a, err := don.ParseAddress(s)
+			if err != nil {
+				return nil, fmt.Errorf("DON configuration %d: %w", i, err)
+			}
+			c.Signers = append(c.Signers, a)
+		}
+		cs = append(cs, c)
+	}
+	return don.NewVerifier(cs)
+}
+
+// Configured reports whether v names any DON configuration.
+func (v *Verify) Configured() bool { return len(v.DONs) > 0 || v.DONsFile != "" }
 
 // Upstream is the Data Streams service behind a network, and how the
 // gateway calls it.

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // fileState remembers the reading of a secret file, for Validate to
@@ -53,6 +56,21 @@ func (c *Config) readSecretFiles() {
 	for _, n := range c.Networks {
 		if n != nil {
 			credentials(&n.Upstream.Credentials)
+			if v := &n.Verify; v.DONsFile != "" && !v.file.read {
+				path := v.DONsFile
+				if !filepath.IsAbs(path) && baseDir != "" {
+					path = filepath.Join(baseDir, path)
+				}
+				data, err := os.ReadFile(path)
+				if err == nil {
+					dec := yaml.NewDecoder(bytes.NewReader(data))
+					dec.KnownFields(true)
+					if err = dec.Decode(&v.fileDONs); err != nil {
+						v.fileDONs = nil
+					}
+				}
+				v.file.read, v.file.err = true, err
+			}
 		}
 	}
 	if s := &c.Server; s.AdminTokenFile != "" && s.AdminToken == "" {

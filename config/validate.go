@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"streamgate/don"
 )
 
 // Problem is one thing wrong with a configuration.
@@ -211,6 +213,7 @@ func (v *validator) networks(networks map[string]*Network) {
 			}
 		}
 		v.upstream(p+".upstream", name, &n.Upstream)
+		v.verify(p+".verify", n)
 	}
 
 	listens := make([]string, 0, len(byListen))
@@ -644,4 +647,66 @@ func without(list []string, s string) []string {
 		}
 	}
 	return out
+}
+
+func (v *validator) verify(p string, n *Network) {
+	vf := &n.Verify
+	switch n.VerifyMode() {
+	case VerifyEnforce, VerifyReport:
+		if !vf.Configured() && !n.Upstream.Embedded() {
+			v.add(p+".mode", "%s needs the DON configurations to trust: dons or dons_file (only an embedded upstream brings its own)", n.VerifyMode())
+		}
+	case VerifyOff:
+	default:
+		v.add(p+".mode", "%q is not one of enforce, report, off", vf.Mode)
+	}
+	if vf.DONsFile != "" {
+		switch {
+		case !vf.file.read:
+			v.add(p+".dons_file", "not read: Load and Parse read it, Validate does not")
+		case vf.file.err != nil:
+			v.add(p+".dons_file", "%v", vf.file.err)
+		case len(vf.fileDONs) == 0:
+			v.add(p+".dons_file", "holds no DON configuration")
+		}
+		for i, d := range vf.fileDONs {
+			v.don(fmt.Sprintf("%s.dons_file[%d]", p, i), d)
+		}
+	}
+	for i, d := range vf.DONs {
+		v.don(fmt.Sprintf("%s.dons[%d]", p, i), d)
+	}
+	if _, err := vf.Verifier(); err != nil && len(v.problems) == 0 {
+		v.add(p, "%v", err)
+	}
+	seen := map[string]bool{}
+	for _, d := range vf.AllDONs() {
+		k := strings.ToLower(d.ConfigDigest)
+		if seen[k] {
+			v.add(p, "config digest %s is given twice", d.ConfigDigest)
+		}
+		seen[k] = true
+	}
+}
+
+func (v *validator) don(p string, d DON) {
+	if _, err := don.ParseDigest(d.ConfigDigest); err != nil {
+		v.add(p+".config_digest", "%v", err)
+	}
+	if d.F < 0 {
+		v.add(p+".f", "must not be negative")
+	}
+	if len(d.Signers) <= d.F {
+		v.add(p+".signers", "%d signers cannot make more than f = %d signatures", len(d.Signers), d.F)
+	}
+	seen := map[string]bool{}
+	for i, s := range d.Signers {
+		if _, err := don.ParseAddress(s); err != nil {
+			v.add(fmt.Sprintf("%s.signers[%d]", p, i), "%v", err)
+		}
+		if seen[strings.ToLower(s)] {
+			v.add(fmt.Sprintf("%s.signers[%d]", p, i), "%s is given twice", s)
+		}
+		seen[strings.ToLower(s)] = true
+	}
 }

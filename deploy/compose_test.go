@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -161,6 +162,24 @@ func TestCompose(t *testing.T) {
 		}
 		if cfg.RateLimit.Backend != "redis" {
 			t.Errorf("%s: ratelimit.backend %q, want redis", name, cfg.RateLimit.Backend)
+		}
+		// The replicas trust the DON of the streams-sim service, exactly.
+		sim, err := simulator.New(simulator.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, netName := range []string{simulator.Mainnet, simulator.Testnet} {
+			n := cfg.Networks[netName]
+			if n.VerifyMode() != config.VerifyEnforce {
+				t.Errorf("%s: networks.%s.verify.mode %q, want enforce", name, netName, n.VerifyMode())
+			}
+			var want []config.DON
+			for _, c := range sim.DON(netName) {
+				want = append(want, config.DON{ConfigDigest: c.ConfigDigest, F: c.F, Signers: c.Signers})
+			}
+			if got := n.Verify.AllDONs(); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: networks.%s.verify.dons are not the simulator's DON:\n got %v\nwant %v", name, netName, got, want)
+			}
 		}
 		redisURLs = append(redisURLs, cfg.RateLimit.Redis.URL)
 		u, err := url.Parse(cfg.RateLimit.Redis.URL)

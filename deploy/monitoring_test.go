@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"streamgate/cache/shared"
+	"streamgate/don"
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
@@ -44,6 +45,7 @@ func registeredMetrics(t *testing.T) map[string]metric {
 		t.Fatal(err)
 	}
 	realtime.NewMetrics(rec)
+	don.NewMetrics(rec)
 	if _, err := shared.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/don"
 )
 
 // bulkParallel bounds the upstream bulk calls one request makes at once.
@@ -65,6 +66,16 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		n.metrics.saved(n.name, "bulk")
 	}
 
+	decoded := wantsDecoded(r)
+	if decoded {
+		for i, rep := range found {
+			if rep != nil {
+				if d, err := don.AppendDecodedRecord(nil, rep, n.gate.Verification); err == nil {
+					found[i] = d
+				}
+			}
+		}
+	}
 	status := http.StatusOK
 	size := 16
 	for _, rep := range found {
@@ -96,7 +107,12 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	b = append(b, '/')
 	st.setHeader(h, "X-Cache-Hits", st.text.take(strconv.AppendInt(b, int64(len(feeds)), 10)))
 	st.setHeader(h, "Cache-Control", "no-store")
-	st.setHeader(h, "Content-Type", "application/json")
+	if decoded {
+		st.setHeader(h, "Content-Type", don.DecodedMediaType)
+		st.setHeader(h, "Vary", "Accept")
+	} else {
+		st.setHeader(h, "Content-Type", "application/json")
+	}
 	w.WriteHeader(status)
 	w.Write(out)
 	*buf = out
@@ -242,7 +258,7 @@ func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []stri
 		}
 		// Else one replica calls for the chunk; the others wait for its
 		// answer, kept in the shared tier for negative_ttl.
-		e, err := n.shared.Fill(ctx, flight, sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
+		e, err := n.shared.Fill(ctx, flight, n.sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
 			return n.fillChunk(ctx, st, target, cred, feeds, ts)
 		})
 		if err != nil {

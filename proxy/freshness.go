@@ -271,7 +271,7 @@ func (rf *refresher) fetchOne(it *refreshItem) {
 		rf.finish(it, nil, latestError(err))
 		return
 	}
-	doc, body, err := n.checkReport(resp.body, "latest", it.feed)
+	doc, body, err := n.checkReport(resp.body, "latest", it.feed, true)
 	if err != nil {
 		rf.finish(it, nil, err)
 		return
@@ -310,7 +310,7 @@ func (rf *refresher) fetchBulk(items []*refreshItem) bool {
 			missing = append(missing, it)
 			continue
 		}
-		doc, body, err := n.checkReport(reportBody(raw), "bulk", it.feed)
+		doc, body, err := n.checkReport(reportBody(raw), "bulk", it.feed, false) // splitBulk verified it
 		if err != nil {
 			missing = append(missing, it)
 			continue

@@ -28,6 +28,7 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
+	"streamgate/don"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
@@ -72,6 +73,9 @@ type Deps struct {
 	// Hubs are the real-time hubs by network name; a network without one
 	// answers /api/v1/ws with 503 and latest from REST only.
 	Hubs map[string]*realtime.Hub
+	// Gates check the DON's signatures of the reports of each network
+	// where they enter (don.Gate); a network without one checks none.
+	Gates map[string]*don.Gate
 }
 
 // Upstream is an upstream's address and the organisation's credential
@@ -249,6 +253,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			auditLog:  g.auditLog,
 			now:       g.now,
 			hub:       deps.Hubs[name],
+			gate:      deps.Gates[name],
 			conns:     g.conns,
 			ws: wsSettings{
 				queue: cfg.Realtime.ClientQueue, pingInterval: cfg.Realtime.PingInterval, teamConns: cfg.Realtime.TeamConnections,

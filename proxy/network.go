@@ -11,6 +11,7 @@ import (
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/cache/shared"
+	"streamgate/don"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
@@ -33,6 +34,7 @@ type network struct {
 	rp  *httputil.ReverseProxy
 
 	hub   *realtime.Hub // nil: no stream for this network
+	gate  *don.Gate     // verifies reports where they enter; nil: none
 	fresh *refresher    // schedules latest refreshes within the budget
 	ws    wsSettings
 	conns *teamConns // the gateway's, shared by its networks

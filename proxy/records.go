@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/http"
 	"time"
 
 	"streamgate/cache"
+	"streamgate/don"
 )
 
 // The stored record formats: what the gateway checks of an upstream
@@ -26,14 +28,52 @@ func (n *network) negative(now time.Time, resp *upstreamResponse) *cache.Entry {
 
 // checkReport parses a {"report": …} body and refuses one that is not of the
 // stream asked for: such an answer is an upstream error, never a cache entry.
+// Its report is verified (verify) unless the caller already did.
 // It returns the body in the form every stored report has (see reportBody).
-func (n *network) checkReport(body []byte, endpoint, feed string) (*reportDoc, []byte, error) {
+func (n *network) checkReport(body []byte, endpoint, feed string, verify bool) (*reportDoc, []byte, error) {
 	rd, record, ok := parseReport(body, feed)
 	if !ok {
 		n.metrics.integrity(n.name, endpoint)
 		return nil, nil, errBadUpstream
 	}
+	if verify {
+		if err := n.verifyDoc(don.EntryUpstream, rd); err != nil {
+			return nil, nil, err
+		}
+	}
 	return rd, reportBody(record), nil
+}
+
+// verifyDoc checks a report's DON signatures where it enters; in mode
+// enforce a report that does not verify is an error (502), never an entry.
+func (n *network) verifyDoc(entry string, rd *reportDoc) error {
+	if res, ok := n.gate.Check(entry, rd.FeedID, rd.FullReport); !ok {
+		return unverified(res.Cause)
+	}
+	return nil
+}
+
+// verifyRaw checks the report records of an answer, each as verifyDoc.
+func (n *network) verifyRaw(entry string, records []json.RawMessage) error {
+	if n.gate.Mode() == don.ModeOff {
+		return nil
+	}
+	for _, raw := range records {
+		var rd reportDoc
+		if err := json.Unmarshal(raw, &rd); err != nil {
+			return errBadUpstream
+		}
+		if err := n.verifyDoc(entry, &rd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unverified is the error answered for a report that did not verify, one
+// per cause, so that a client sees why.
+func unverified(c don.Cause) *apiError {
+	return errorf(http.StatusBadGateway, "the upstream's report did not verify against the DON's signatures ("+string(c)+": "+c.Meaning()+"); it is not served")
 }
 
 // parseReport parses a {"report": …} body and reports whether it is a
@@ -70,13 +110,30 @@ var noReportBody = []byte(`{"error":"no report for this stream at this timestamp
 
 // splitBulk parses a bulk answer into the report record of each stream,
 // refusing an answer that holds a stream not asked for.
+// Every report of it is verified.
 func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
 	out, ok := parseBulk(body, feeds)
 	if !ok {
 		n.metrics.integrity(n.name, "bulk")
 		return nil, errBadUpstream
 	}
+	if err := n.verifyRecords(don.EntryUpstream, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// verifyRecords verifies the report records of a split bulk answer.
+func (n *network) verifyRecords(entry string, records map[string][]byte) error {
+	if n.gate.Mode() == don.ModeOff {
+		return nil
+	}
+	for _, raw := range records {
+		if err := n.verifyRaw(entry, []json.RawMessage{raw}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseBulk parses a bulk answer into the report record of each stream and

@@ -9,6 +9,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/don"
 )
 
 // pageSettle is how far in the past the last report of a page must lie for a
@@ -31,7 +32,7 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, sharedReport(feed), func(ctx context.Context) (*cache.Entry, error) {
+		return n.shared.Fill(ctx, key, n.sharedReport(feed), func(ctx context.Context) (*cache.Entry, error) {
 			resp, err := n.fetch(ctx, st, "reports", target, cred, http.StatusOK, http.StatusNotFound)
 			if err != nil {
 				return nil, err
@@ -40,7 +41,7 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 			if resp.status == http.StatusNotFound {
 				return n.negative(now, resp), nil
 			}
-			_, body, err := n.checkReport(resp.body, "reports", feed)
+			_, body, err := n.checkReport(resp.body, "reports", feed, true)
 			if err != nil {
 				return nil, err
 			}
@@ -92,7 +93,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 			if err != nil {
 				return nil, err
 			}
-			doc, body, err := n.checkReport(resp.body, "latest", feed)
+			doc, body, err := n.checkReport(resp.body, "latest", feed, true)
 			if err != nil {
 				return nil, err
 			}
@@ -201,7 +202,7 @@ func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	key := cache.PageKey(n.name, cred.scope, feed, start, limit)
 	st := stateOf(r.Context())
 	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, sharedPage(feed, start), func(ctx context.Context) (*cache.Entry, error) {
+		return n.shared.Fill(ctx, key, n.sharedPage(feed, start), func(ctx context.Context) (*cache.Entry, error) {
 			return n.fillPage(ctx, st, target, cred, feed, start, limit)
 		})
 	})
@@ -218,6 +219,9 @@ func (n *network) fillPage(ctx context.Context, st *reqState, target string, cre
 	if !ok {
 		n.metrics.integrity(n.name, "page")
 		return nil, errBadUpstream
+	}
+	if err := n.verifyRaw(don.EntryUpstream, reports); err != nil {
+		return nil, err
 	}
 	now := n.now()
 	last := int64(-1)

@@ -3,9 +3,11 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"streamgate/cache"
+	"streamgate/don"
 )
 
 // answer writes a cached or fetched entry, or the error that replaced it.
@@ -34,9 +36,40 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 		b := append(st.text.room(), "private, max-age="...)
 		st.setHeader(h, "Cache-Control", st.text.take(strconv.AppendInt(b, int64(left/time.Second), 10)))
 	}
+	if e.Status == http.StatusOK && wantsDecoded(r) {
+		if body, ok := n.decodedBody(e.Body); ok {
+			writeDecoded(w, body, e.Status)
+			return
+		}
+	}
 	st.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	w.Write(e.Body)
+}
+
+// wantsDecoded reports whether the client asked for the decoded view
+// (Accept: application/vnd.streamgate.decoded+json). The raw answers, which
+// the SDKs read, are untouched by it.
+func wantsDecoded(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return len(a) >= len(don.DecodedMediaType) && strings.Contains(a, don.DecodedMediaType)
+}
+
+// decodedBody returns the decoded view of a report answer body, made from
+// the same entry as the raw answer (never another upstream call); each
+// report's verification is the one recorded where it entered.
+func (n *network) decodedBody(body []byte) ([]byte, bool) {
+	out, err := don.DecodedBody(body, n.gate.Verification)
+	return out, err == nil
+}
+
+// writeDecoded writes a decoded view.
+func writeDecoded(w http.ResponseWriter, body []byte, status int) {
+	h := w.Header()
+	h.Set("Content-Type", don.DecodedMediaType)
+	h.Set("Vary", "Accept")
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 // answerStream answers latest from the newest report the stream delivered:
@@ -50,6 +83,12 @@ func (n *network) answerStream(w http.ResponseWriter, r *http.Request, frame []b
 	st.setHeader(h, "X-Cache", "STREAM")
 	st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), max(n.now().Unix()-observed, 0), 10)))
 	st.setHeader(h, "Cache-Control", "private, max-age=0")
+	if wantsDecoded(r) {
+		if body, ok := n.decodedBody(frame); ok {
+			writeDecoded(w, body, http.StatusOK)
+			return
+		}
+	}
 	st.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(frame)

@@ -8,6 +8,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/cache/shared"
+	"streamgate/don"
 )
 
 // The shared cache tier (cache/shared) behind the in-memory cache: every
@@ -21,10 +22,20 @@ import (
 // errStoredEntry is the error of a Check that refuses a stored entry.
 var errStoredEntry = errors.New("proxy: stored entry does not hold what its key names")
 
+// Every report read from the shared tier is verified as it enters this
+// replica (don.EntryShared): whoever can write to the cache Redis cannot
+// have a report served that the DON did not sign. In mode enforce such an
+// entry is refused (dropped and counted by the tier, and filled again from
+// the upstream); in mode report it is served and counted.
+
 // sharedReport checks a stored report at a timestamp: a report of feed.
-func sharedReport(feed string) shared.Check {
+func (n *network) sharedReport(feed string) shared.Check {
 	return func(e *cache.Entry) error {
-		if _, _, ok := parseReport(e.Body, feed); !ok {
+		rd, _, ok := parseReport(e.Body, feed)
+		if !ok {
+			return errStoredEntry
+		}
+		if n.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
 		return nil
@@ -50,7 +61,7 @@ const maxWriterAhead = time.Second
 func (n *network) sharedLatest(feed string) shared.Check {
 	return func(e *cache.Entry) error {
 		rd, _, ok := parseReport(e.Body, feed)
-		if !ok || e.Expires.IsZero() {
+		if !ok || e.Expires.IsZero() || n.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
 		e.Value = rd.ObservationsTimestamp
@@ -94,9 +105,10 @@ func timeMax(a, b time.Time) time.Time {
 }
 
 // sharedPage checks a stored page: reports of feed from start, in order.
-func sharedPage(feed string, start int64) shared.Check {
+func (n *network) sharedPage(feed string, start int64) shared.Check {
 	return func(e *cache.Entry) error {
-		if _, _, ok := parsePage(e.Body, feed, start); !ok {
+		reports, _, ok := parsePage(e.Body, feed, start)
+		if !ok || n.verifyRaw(don.EntryShared, reports) != nil {
 			return errStoredEntry
 		}
 		return nil
@@ -132,10 +144,10 @@ func (n *network) sharedCatalog(e *cache.Entry) error {
 
 // sharedBulk checks a stored bulk chunk (the upstream's answer for exactly
 // feeds) and rebuilds its split reports.
-func sharedBulk(feeds []string) shared.Check {
+func (n *network) sharedBulk(feeds []string) shared.Check {
 	return func(e *cache.Entry) error {
 		reports, ok := parseBulk(e.Body, feeds)
-		if !ok {
+		if !ok || n.verifyRecords(don.EntryShared, reports) != nil {
 			return errStoredEntry
 		}
 		e.Value = reports
@@ -156,7 +168,7 @@ func (n *network) sharedChunk(ctx context.Context, cred *credential, feeds []str
 		keys[i] = cache.ReportKey(n.name, cred.scope, f, ts)
 		byKey[keys[i]] = f
 	}
-	found := n.shared.GetMany(ctx, keys, func(key string) shared.Check { return sharedReport(byKey[key]) })
+	found := n.shared.GetMany(ctx, keys, func(key string) shared.Check { return n.sharedReport(byKey[key]) })
 	reports := make(map[string][]byte, len(feeds))
 	for i, e := range found {
 		if e == nil {

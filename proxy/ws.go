@@ -230,7 +230,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
 	wc.recheck(n.policy())
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked))
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked, wantsDecoded(r)))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

@@ -13,6 +13,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 	"golang.org/x/time/rate"
 
+	"streamgate/don"
 	"streamgate/realtime"
 )
 
@@ -71,12 +72,13 @@ func (c *wsConn) Write(p []byte) (int, error) {
 	return c.conn.Write(p)
 }
 
-// writeBatch writes frames, each as one binary frame, in one write.
-func (c *wsConn) writeBatch(frames [][]byte) error {
+// writeBatch writes frames, each as one frame of op (binary for the
+// upstream's frames, text for the decoded view), in one write.
+func (c *wsConn) writeBatch(frames [][]byte, op ws.OpCode) error {
 	bp := wsBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	for _, f := range frames {
-		b = appendFrameHeader(b, ws.OpBinary, len(f))
+		b = appendFrameHeader(b, op, len(f))
 		b = append(b, f...)
 	}
 	_, err := c.Write(b)
@@ -181,7 +183,10 @@ var errShutdown = errors.New("the gateway is shutting down")
 // A reason on revoked (a reload took the connection's right away) closes it
 // with 1008 and that reason. Frames of a stream the reload stopped
 // (Subscription.Keep) are not written.
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, revoked <-chan string) string {
+//
+// With decoded, each frame goes out as the decoded view of its report, one
+// text frame per report, instead of the upstream's binary frame.
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, revoked <-chan string, decoded bool) string {
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
 	pong := make(chan struct{}, 1)
@@ -199,9 +204,18 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			}
 			frames, ok = drain(append(frames[:0], f), sub.C())
 			frames = slices.DeleteFunc(frames, func(f []byte) bool { return !sub.Keep(f) })
+			op := ws.OpBinary
+			if decoded {
+				op = ws.OpText
+				for i, f := range frames {
+					if d, err := don.DecodedBody(f, n.gate.Verification); err == nil {
+						frames[i] = d[:len(d)-1] // without the newline
+					}
+				}
+			}
 			var err error
 			if len(frames) > 0 {
-				err = c.writeBatch(frames)
+				err = c.writeBatch(frames, op)
 			}
 			clear(frames) // hold no frame while waiting
 			if err != nil {

@@ -109,6 +109,13 @@ type Config struct {
 	// replicas of the network through Redis (see ShareConfig and the
 	// package documentation); nil: the hub holds its own.
 	Share *ShareConfig
+	// Check, if non-nil, is asked about each new report (a frame newer
+	// than its feed's watermark, from any connection or replica) before it
+	// is delivered or kept for Latest; false drops the frame, leaving the
+	// watermark where it was, so that a genuine twin of the same second
+	// (another HA origin) is still delivered. The gateway verifies the
+	// DON's signatures with it.
+	Check func(frame []byte) bool
 }
 
 // Hub holds a network's upstream WebSocket connections and fans their

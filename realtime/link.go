@@ -331,6 +331,10 @@ func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 		h.mx.duplicate()
 		return
 	}
+	if h.cfg.Check != nil && !h.cfg.Check(frame) {
+		f.mu.Unlock() // counted and logged by the checker
+		return
+	}
 	f.watermark = ts
 	f.latest.Store(&latest{frame: frame, ts: ts, sess: sess})
 	for _, s := range f.subs {

@@ -25,6 +25,7 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
+	"streamgate/don"
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
@@ -67,6 +68,7 @@ type Server struct {
 	ownLimit bool
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
+	gates    map[string]*don.Gate // report verification per network
 	status   *status.Sampler
 	version  string
 	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
@@ -139,6 +141,14 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		}
 		s.ownLimit = true
 	}
+	s.gates = map[string]*don.Gate{}
+	donMetrics := don.NewMetrics(s.reg)
+	for _, name := range cfg.NetworkNames() {
+		s.gates[name] = don.NewGate(name, donMetrics, s.log.Named("verify"))
+	}
+	if err := s.setGates(cfg); err != nil {
+		return nil, err
+	}
 	if err := s.startHubs(cfg, embedded, opts.Now); err != nil {
 		return nil, err
 	}
@@ -160,6 +170,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Now:         opts.Now,
 		Embedded:    embedded,
 		Hubs:        s.hubs,
+		Gates:       s.gates,
 	})
 	if err != nil {
 		return nil, err
@@ -263,7 +274,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
 			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
-			Share: share,
+			Share: share, Check: s.gates[name].CheckFrame,
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
@@ -347,9 +358,19 @@ func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() }
 // that the gateway refuses changes nothing. It returns the settings next
 // changes that only a restart applies; they keep their running values.
 func (s *Server) Reload(next *config.Config) (restartOnly []string, err error) {
+	states, err := s.gateStates(next)
+	if err != nil {
+		s.ReloadRefused(err)
+		return nil, err
+	}
 	if err := s.gw.Reload(next); err != nil {
 		s.ReloadRefused(err)
 		return nil, err
+	}
+	for name, st := range states {
+		if g := s.gates[name]; g != nil {
+			g.Set(st.mode, st.v)
+		}
 	}
 	running := s.cfg.Load()
 	restartOnly = config.RestartOnly(running, next)
@@ -498,3 +519,58 @@ func connsOf(l *Limits) ratelimit.Conns {
 	}
 	return l.Conns
 }
+
+// gateState is the verification of one network as a configuration states
+// it.
+type gateState struct {
+	mode string
+	v    *don.Verifier
+}
+
+// gateStates builds the verification of every network of cfg: its mode
+// and the DON configurations to trust; an embedded upstream with none
+// configured trusts the simulator's DON.
+func (s *Server) gateStates(cfg *config.Config) (map[string]gateState, error) {
+	out := map[string]gateState{}
+	for _, name := range cfg.NetworkNames() {
+		n := cfg.Networks[name]
+		mode := n.VerifyMode()
+		if mode == config.VerifyOff {
+			out[name] = gateState{mode: don.ModeOff}
+			continue
+		}
+		vf := n.Verify
+		if !vf.Configured() && n.Upstream.Embedded() && s.sim != nil {
+			for _, c := range s.sim.DON(simulator.NetworkFor(name)) {
+				vf.DONs = append(vf.DONs, config.DON{ConfigDigest: c.ConfigDigest, F: c.F, Signers: c.Signers})
+			}
+		}
+		v, err := vf.Verifier()
+		if err != nil {
+			return nil, fmt.Errorf("networks.%s.verify: %w", name, err)
+		}
+		out[name] = gateState{mode: mode, v: v}
+	}
+	return out, nil
+}
+
+// setGates puts the verification of cfg in force.
+func (s *Server) setGates(cfg *config.Config) error {
+	states, err := s.gateStates(cfg)
+	if err != nil {
+		return err
+	}
+	for name, st := range states {
+		s.gates[name].Set(st.mode, st.v)
+		if st.mode != don.ModeOff {
+			s.log.Info("reports verified against the DON's signatures", zap.String("network", name),
+				zap.String("mode", st.mode), zap.Int("don_configurations", st.v.Len()))
+		} else {
+			s.log.Info("reports not verified: no DON configuration", zap.String("network", name))
+		}
+	}
+	return nil
+}
+
+// Gate returns the report verification of a network, or nil.
+func (s *Server) Gate(network string) *don.Gate { return s.gates[network] }

@@ -58,7 +58,8 @@ func BenchmarkReportAt(b *testing.B) {
 	b.Run("Handler", func(b *testing.B) {
 		serveBench(b, s.Handler(Mainnet), benchRequest("/api/v1/reports?feedID="+eth+"&timestamp="+ts(t0.Unix()-60)), http.StatusOK)
 	})
-	// The cost of a report that is not memoised: values, ABI, hex, JSON.
+	// The cost of a report that is not memoised: values, ABI, two secp256k1
+	// signatures, hex, JSON.
 	for _, name := range []string{nameETH, "AAPL/USD-RefPrice-Equity-DS-001", nameBUIDL} {
 		st := s.networks[Mainnet].byID[findStream(b, s, Mainnet, name)]
 		b.Run("Encode/"+st.schema.String(), func(b *testing.B) {
@@ -67,7 +68,7 @@ func BenchmarkReportAt(b *testing.B) {
 			t := t0.Unix()
 			for b.Loop() {
 				t--
-				buf = st.appendReportJSON(buf[:0], t)
+				buf = st.appendReportJSON(buf[:0], t, s.networks[Mainnet].don, "")
 			}
 		})
 	}

@@ -13,7 +13,9 @@ import (
 //
 //	GET  /faults          the injected faults, as JSON
 //	PUT  /faults          replace them: {"latency":"150ms","jitter":"50ms","errorRate":0.1,"hang":0,"force429":0,
-//	                      "wsStall":false,"wsStallOrigin":"","wsRefuse":0} (absent fields are zero)
+//	                      "wsStall":false,"wsStallOrigin":"","wsRefuse":0,"forge":""} (absent fields are zero;
+//	                      forge: "signature", "outsider", "too_few", "duplicate" or "unknown_digest")
+//	GET  /don             the DON configurations of each network: {"mainnet":[{"configDigest":…,"f":1,"signers":[…]}…],…}
 //	POST /faults/ws-drop  close open WebSocket connections now (see DropWS); the optional body
 //	                      {"network":"mainnet","origin":"001","abrupt":true} selects them and the
 //	                      manner; answers {"dropped":N}
@@ -49,6 +51,15 @@ func (s *Simulator) serveControl(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		allow = "GET, PUT"
+	case "/don":
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", "GET")
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed", false)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(mustJSON(map[string][]DONConfig{Mainnet: s.DON(Mainnet), Testnet: s.DON(Testnet)}))
+		return
 	case "/faults/ws-drop":
 		if r.Method == http.MethodPost {
 			var d WSDrop

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -49,6 +50,12 @@ type Faults struct {
 	// this status (400-599), before the WebSocket handler checks anything;
 	// 429 and 503 carry Retry-After: 1.
 	WSRefuse int
+
+	// Forge falsifies every report served while it is set, over REST and
+	// the WebSocket (see Forgery): "signature", "outsider", "too_few",
+	// "duplicate" or "unknown_digest"; "" serves reports as the DON signed
+	// them.
+	Forge Forgery
 }
 
 // Validate reports every problem of f.
@@ -70,6 +77,9 @@ func (f Faults) Validate() error {
 	}
 	if f.WSRefuse != 0 && (f.WSRefuse < 400 || f.WSRefuse > 599) {
 		errs = append(errs, fmt.Errorf("simulator: fault WSRefuse must be 0 or an HTTP status in 400-599, got %d", f.WSRefuse))
+	}
+	if f.Forge != "" && !slices.Contains(forgeries, f.Forge) {
+		errs = append(errs, fmt.Errorf("simulator: fault Forge must be one of %v or empty, got %q", forgeries, f.Forge))
 	}
 	if f.WSStallOrigin != "" && !f.WSStall {
 		errs = append(errs, errors.New("simulator: fault WSStallOrigin needs WSStall"))
@@ -95,6 +105,8 @@ type faultsJSON struct {
 	WSStall       bool   `json:"wsStall"`
 	WSStallOrigin string `json:"wsStallOrigin"`
 	WSRefuse      int    `json:"wsRefuse"`
+
+	Forge Forgery `json:"forge"`
 }
 
 type jsonDuration time.Duration
@@ -126,7 +138,7 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
 		Latency: jsonDuration(f.Latency), Jitter: jsonDuration(f.Jitter),
 		ErrorRate: f.ErrorRate, Hang: f.Hang, Force429: f.Force429,
-		WSStall: f.WSStall, WSStallOrigin: f.WSStallOrigin, WSRefuse: f.WSRefuse,
+		WSStall: f.WSStall, WSStallOrigin: f.WSStallOrigin, WSRefuse: f.WSRefuse, Forge: f.Forge,
 	})
 }
 
@@ -142,7 +154,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	*f = Faults{
 		Latency: time.Duration(w.Latency), Jitter: time.Duration(w.Jitter),
 		ErrorRate: w.ErrorRate, Hang: w.Hang, Force429: w.Force429,
-		WSStall: w.WSStall, WSStallOrigin: w.WSStallOrigin, WSRefuse: w.WSRefuse,
+		WSStall: w.WSStall, WSStallOrigin: w.WSStallOrigin, WSRefuse: w.WSRefuse, Forge: w.Forge,
 	}
 	return nil
 }

@@ -221,7 +221,7 @@ func TestControlHandler(t *testing.T) {
 
 	resp, body := do(http.MethodGet, "/faults", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.JSONEq(t, `{"latency":"0s","jitter":"0s","errorRate":0,"hang":0,"force429":0,"wsStall":false,"wsStallOrigin":"","wsRefuse":0}`, string(body))
+	assert.JSONEq(t, `{"latency":"0s","jitter":"0s","errorRate":0,"hang":0,"force429":0,"wsStall":false,"wsStallOrigin":"","wsRefuse":0,"forge":""}`, string(body))
 
 	resp, body = do(http.MethodPut, "/faults", `{"latency":"2ms","jitter":1000000,"errorRate":1}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -269,11 +269,11 @@ func TestControlHandler(t *testing.T) {
 
 func TestFaultsJSONRoundTrip(t *testing.T) {
 	f := Faults{Latency: 150 * time.Millisecond, Jitter: 3 * time.Second, ErrorRate: 0.25, Hang: 0.05, Force429: 0.1,
-		WSStall: true, WSStallOrigin: "002", WSRefuse: 503}
+		WSStall: true, WSStallOrigin: "002", WSRefuse: 503, Forge: ForgeDuplicate}
 	b, err := json.Marshal(f)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"latency":"150ms","jitter":"3s","errorRate":0.25,"hang":0.05,"force429":0.1,
-		"wsStall":true,"wsStallOrigin":"002","wsRefuse":503}`, string(b))
+		"wsStall":true,"wsStallOrigin":"002","wsRefuse":503,"forge":"duplicate"}`, string(b))
 	var g Faults
 	require.NoError(t, json.Unmarshal(b, &g))
 	assert.Equal(t, f, g)

@@ -312,7 +312,7 @@ func (h *apiHandler) writeReport(w http.ResponseWriter, st *stream, ts int64) {
 	b := getBuf()
 	defer putBuf(b)
 	*b = append(*b, `{"report":`...)
-	*b = h.s.cache.appendReport(*b, h.n, st, ts)
+	*b = h.s.appendReport(*b, h.n, st, ts)
 	*b = append(*b, '}')
 	writeJSON(w, http.StatusOK, *b)
 }
@@ -374,7 +374,7 @@ func (h *apiHandler) bulk(w http.ResponseWriter, r *http.Request) {
 			*b = append(*b, ',')
 		}
 		first = false
-		*b = h.s.cache.appendReport(*b, h.n, st, ts)
+		*b = h.s.appendReport(*b, h.n, st, ts)
 	}
 	*b = append(*b, "]}"...)
 	writeJSON(w, status, *b)
@@ -418,7 +418,7 @@ func (h *apiHandler) page(w http.ResponseWriter, r *http.Request) {
 		if ts != from {
 			*b = append(*b, ',')
 		}
-		*b = h.s.cache.appendReport(*b, h.n, st, ts)
+		*b = h.s.appendReport(*b, h.n, st, ts)
 	}
 	*b = append(*b, "]}"...)
 	writeJSON(w, http.StatusOK, *b)

@@ -58,6 +58,9 @@ type Config struct {
 	Keys []Key
 	// Faults are the faults injected from the start; see SetFaults.
 	Faults Faults
+	// DONSeed is the seed the keys of the simulated DON are derived from
+	// (see DON). "" means DONSeed, the DON every simulator has by default.
+	DONSeed string
 
 	// HAOrigins turns on high-availability mode: HEAD / advertises these
 	// origins (X-Cll-Available-Origins: {001,002} for "001", "002") and an
@@ -194,6 +197,7 @@ func (k *key) mayRead(st *stream) bool {
 type network struct {
 	name    string
 	index   uint64 // part of cache keys
+	don     *don   // the keys that sign its reports
 	streams []*stream
 	byID    map[string]*stream // by lowercase "0x" ID
 
@@ -208,6 +212,9 @@ func New(cfg Config) (*Simulator, error) {
 	var errs []error
 	if cfg.History < 0 {
 		errs = append(errs, errors.New("simulator: History must not be negative"))
+	}
+	if cfg.DONSeed == "" {
+		cfg.DONSeed = DONSeed
 	}
 	if cfg.History == 0 {
 		cfg.History = 24 * time.Hour
@@ -299,7 +306,7 @@ func New(cfg Config) (*Simulator, error) {
 		return nil, errors.Join(errs...)
 	}
 	for i, name := range []string{Mainnet, Testnet} {
-		n := &network{name: name, index: uint64(i), streams: buildStreams(name),
+		n := &network{name: name, index: uint64(i), streams: buildStreams(name), don: newDON(cfg.DONSeed, name),
 			byID: map[string]*stream{}, limiters: map[limiterKey]counter{}}
 		for _, st := range n.streams {
 			n.byID[st.idHex] = st
@@ -393,7 +400,7 @@ func (s *Simulator) Report(network, feedID string, ts int64) (r Report, ok bool)
 	if st == nil {
 		return Report{}, false
 	}
-	if err := json.Unmarshal(s.cache.appendReport(nil, n, st, ts), &r); err != nil {
+	if err := json.Unmarshal(s.appendReport(nil, n, st, ts), &r); err != nil {
 		panic("simulator: report does not decode: " + err.Error()) // a bug of appendReportJSON
 	}
 	return r, true
@@ -428,6 +435,15 @@ type cachedReport struct {
 	json     []byte
 }
 
+// appendReport appends the JSON record of st at ts to dst: from the
+// cache, unless the Forge fault is set.
+func (s *Simulator) appendReport(dst []byte, n *network, st *stream, ts int64) []byte {
+	if forge := s.faults.Load().Forge; forge != "" {
+		return st.appendReportJSON(dst, ts, n.don, forge)
+	}
+	return s.cache.appendReport(dst, n, st, ts)
+}
+
 // appendReport appends the JSON record of st at ts to dst.
 func (c *reportCache) appendReport(dst []byte, n *network, st *stream, ts int64) []byte {
 	idx := uint64(st.idx)
@@ -435,7 +451,7 @@ func (c *reportCache) appendReport(dst []byte, n *network, st *stream, ts int64)
 	if e := slot.Load(); e != nil && e.ts == ts && e.idx == idx && e.net == n.index {
 		return append(dst, e.json...)
 	}
-	js := st.appendReportJSON(make([]byte, 0, 2*maxFullReport+256), ts)
+	js := st.appendReportJSON(make([]byte, 0, 2*maxFullReport+256), ts, n.don, "")
 	slot.Store(&cachedReport{net: n.index, idx: idx, ts: ts, json: js})
 	return append(dst, js...)
 }

@@ -1,7 +1,6 @@
 package simulator
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"math"
@@ -57,9 +56,7 @@ func newModel(network string, d def, id [32]byte) model {
 		m.period[i] = periodOf[i] * (0.8 + 0.4*u)
 		m.phase[i] = 2 * math.Pi * unit(m.seed, uint64(2*i+1), 0)
 	}
-	digest := sha256.Sum256([]byte("streamgate-simulator/config/" + network + "/" + d.schema.String()))
-	digest[0], digest[1] = 0x00, 0x09 // the prefix of an EVM config digest
-	m.digest = digest
+	m.digest = configDigest(network, d.schema)
 
 	m.spreadBps = 2
 	m.volume = 50 + 950*unit(m.seed, 20, 0)
@@ -155,8 +152,6 @@ type reportValues struct {
 	lastSeenNs      uint64
 	marketStatus    uint32
 	context         [3][32]byte
-	rs, ss          [2][32]byte
-	vs              [32]byte
 }
 
 // expiry is how long after its observation a report may be verified.
@@ -185,11 +180,6 @@ func (st *stream) values(ts int64) reportValues {
 	v.context[0] = m.digest
 	binary.BigEndian.PutUint64(v.context[1][24:], uint64(ts)<<8|rnd(m.seed, 50, ts)&0xff)
 	fillRandom(v.context[2][:], m.seed, 51, ts)
-	for i := range v.rs {
-		fillRandom(v.rs[i][:], m.seed, 52+uint64(i), ts)
-		fillRandom(v.ss[i][:], m.seed, 54+uint64(i), ts)
-		v.vs[i] = byte(rnd(m.seed, 56+uint64(i), ts) & 1)
-	}
 	return v
 }
 
@@ -200,7 +190,7 @@ func fillRandom(b []byte, seed, salt uint64, ts int64) {
 }
 
 // maxFullReport is the size of the largest fullReport (V11).
-const maxFullReport = (7 + 1 + 14 + 3 + 3) * word
+const maxFullReport = (7 + 1 + 14 + 1 + DONSigners + 1 + DONSigners) * word
 
 // blob writes the reportBlob of v into b, which has the schema's length.
 func (v *reportValues) blob(b []byte) {
@@ -230,13 +220,15 @@ func (v *reportValues) blob(b []byte) {
 	}
 }
 
-// appendReportJSON appends the JSON report record of st at ts to dst.
-func (st *stream) appendReportJSON(dst []byte, ts int64) []byte {
+// appendReportJSON appends the JSON report record of st at ts to dst,
+// signed by d (falsified as forge says, "" for none).
+func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) []byte {
 	v := st.values(ts)
 	var blob [14 * word]byte
 	n := v.schema.blobWords() * word
 	v.blob(blob[:n])
-	full := FullReport{ReportContext: v.context, ReportBlob: blob[:n], RawRs: v.rs[:], RawSs: v.ss[:], RawVs: v.vs}
+	full := FullReport{ReportContext: v.context, ReportBlob: blob[:n]}
+	d.sign(&full, ts, forge)
 	var buf [maxFullReport]byte
 	enc := full.AppendEncode(buf[:0])
 

@@ -425,7 +425,7 @@ func (wc *wsConn) send() error {
 				return nil
 			}
 			*b = append((*b)[:0], `{"report":`...)
-			*b = s.cache.appendReport(*b, wc.n, st, ts)
+			*b = s.appendReport(*b, wc.n, st, ts)
 			*b = append(*b, '}')
 			if err := wc.conn.Write(ctx, websocket.MessageBinary, *b); err != nil {
 				return err

@@ -37,7 +37,9 @@ func printDemo(w io.Writer, srv *server.Server, cfg *config.Config) {
 streamgate demo: mainnet on http://%s, testnet on http://%s
 Status page on http://%s/ (metrics at /metrics).
 The upstream is the embedded simulator; nothing leaves this machine.
-`, main, test, srv.Addr("admin"))
+Every report is verified against the simulator's DON (mode %s): its
+signatures, by %d of its %d signers (streams-sim prints that configuration).
+`, main, test, srv.Addr("admin"), srv.Gate("mainnet").Mode(), simulator.DONF+1, simulator.DONSigners)
 	for _, t := range cfg.Teams {
 		fmt.Fprintf(w, "\nTeam %q (%s; %s):\n", t.Name, teamNetworks(t), teamFeeds(t))
 		for _, k := range t.Keys {

@@ -75,6 +75,7 @@ type testConfig struct {
 	budget   string // default {rps: 8, burst: 5}, under the simulator's 10/s
 	tinyRate string // a line of the tiny team; default its rate, {rps: 0.01, burst: 1}
 	extra    string
+	verify   string // networks.mainnet.verify as a flow mapping; default none
 }
 
 func (c testConfig) String() string {
@@ -88,6 +89,10 @@ func (c testConfig) String() string {
 	if tinyRate == "" {
 		tinyRate = "rate: {rps: 0.01, burst: 1}"
 	}
+	verifyLine := ""
+	if c.verify != "" {
+		verifyLine = "    verify: " + c.verify + "\n"
+	}
 	return fmt.Sprintf(`server:
   admin_listen: "127.0.0.1:0"
   shutdown_timeout: %s
@@ -95,7 +100,7 @@ networks:
   mainnet:
     listen: "127.0.0.1:0"
     upstream: {url: embedded, budget: %s}
-  testnet:
+%s  testnet:
     listen: "127.0.0.1:0"
     upstream: {url: embedded, budget: {rps: 8, burst: 5}}
 auth:
@@ -110,7 +115,7 @@ teams:
     feeds: ["*"]
     %s
     keys: [{id: %s, secret: %s}]
-%s`, shutdown, budget, config.DemoKeyID, config.DemoKeySecret, tinyRate, tinyKeyID, tinyKeySecret, c.extra)
+%s`, shutdown, budget, verifyLine, config.DemoKeyID, config.DemoKeySecret, tinyRate, tinyKeyID, tinyKeySecret, c.extra)
 }
 
 // lateTeam is a team that the first configuration lacks.
@@ -163,8 +168,18 @@ type proc struct {
 // waiting until the admin listener and every network in networks serve.
 func start(t testing.TB, cfg string, networks []string, args ...string) *proc {
 	t.Helper()
+	return startFiles(t, cfg, nil, networks, args...)
+}
+
+// startFiles is start with more files (name → content) written beside the
+// configuration first.
+func startFiles(t testing.TB, cfg string, files map[string]string, networks []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cfgPath: filepath.Join(t.TempDir(), "streamgate.yaml"), changed: make(chan struct{}),
 		exited: make(chan struct{}), net: map[string]string{}}
+	for name, content := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p.cfgPath), name), []byte(content), 0o600))
+	}
 	p.writeConfig(cfg)
 	p.cmd = exec.Command(binary, append([]string{"-config", p.cfgPath}, args...)...)
 	stderr, err := p.cmd.StderrPipe()

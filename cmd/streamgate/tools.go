@@ -16,6 +16,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/don"
 )
 
 // check validates a configuration file and lists every problem at once.
@@ -42,6 +43,17 @@ func check(args []string, stdout, stderr io.Writer) error {
 		return usageError{code: 1}
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d networks, %d teams)\n", *path, len(cfg.Networks), len(cfg.Teams))
+	for _, name := range cfg.NetworkNames() {
+		n := cfg.Networks[name]
+		switch mode := n.VerifyMode(); {
+		case mode == config.VerifyOff:
+			fmt.Fprintf(stdout, "networks.%s: reports not verified (verify.mode off)\n", name)
+		case !n.Verify.Configured():
+			fmt.Fprintf(stdout, "networks.%s: reports verified, mode %s, against the embedded simulator's DON\n", name, mode)
+		default:
+			fmt.Fprintf(stdout, "networks.%s: reports verified, mode %s, against %d DON configurations\n", name, mode, len(n.Verify.AllDONs()))
+		}
+	}
 	return nil
 }
 
@@ -65,6 +77,8 @@ func keygen(stdout io.Writer) error {
 
 // get sends one signed GET request and pretty-prints the JSON answer. The
 // key and secret come from flags or STREAMGATE_KEY and STREAMGATE_SECRET.
+// With -decode it asks for the decoded view and prints each report's
+// decoded fields and verification.
 func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -73,6 +87,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	secret := fs.String("secret", "", "key secret (env STREAMGATE_SECRET; prefer the variable: flags show in ps)")
 	anonymous := fs.Bool("anonymous", false, "send no authentication headers (the catalog allows it)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	decode := fs.Bool("decode", false, "ask for the decoded view (Accept: "+don.DecodedMediaType+") and print each report's fields and verification")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: streamgate get [flags] PATH    e.g. '/api/v1/reports/latest?feedID=0x…'")
 		fs.PrintDefaults()
@@ -104,6 +119,9 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		auth.Sign(req, *key, []byte(*secret), time.Now())
 	}
+	if *decode {
+		req.Header.Set("Accept", don.DecodedMediaType)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -120,7 +138,9 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var pretty bytes.Buffer
-	if json.Indent(&pretty, body, "", "  ") == nil {
+	if *decode && resp.Header.Get("Content-Type") == don.DecodedMediaType && printDecoded(stdout, body) == nil {
+		// printed
+	} else if json.Indent(&pretty, body, "", "  ") == nil {
 		pretty.WriteByte('\n')
 		stdout.Write(pretty.Bytes())
 	} else {
@@ -137,4 +157,91 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// printDecoded prints the reports of a decoded view, one block each: the
+// stream and schema, the verification, then every decoded field in schema
+// order, with its decimal form where it has one.
+func printDecoded(w io.Writer, body []byte) error {
+	var doc struct {
+		Report  json.RawMessage   `json:"report"`
+		Reports []json.RawMessage `json:"reports"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return err
+	}
+	recs := doc.Reports
+	if len(doc.Report) > 0 {
+		recs = append(recs, doc.Report)
+	}
+	for i, raw := range recs {
+		var rec struct {
+			FeedID       string            `json:"feedID"`
+			Decoded      json.RawMessage   `json:"decoded"`
+			Decimal      map[string]string `json:"decimal"`
+			DecodeError  string            `json:"decodeError"`
+			Verification struct {
+				Mode         string `json:"mode"`
+				Verified     bool   `json:"verified"`
+				Signers      int    `json:"signers"`
+				ConfigDigest string `json:"configDigest"`
+				Cause        string `json:"cause"`
+				Meaning      string `json:"meaning"`
+			} `json:"verification"`
+		}
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "report %s\n", rec.FeedID)
+		v := rec.Verification
+		switch {
+		case v.Mode == don.ModeOff:
+			fmt.Fprintf(w, "  %-22s not checked (verification off)\n", "verification")
+		case v.Verified:
+			fmt.Fprintf(w, "  %-22s verified: %d signers of config digest %s (mode %s)\n", "verification", v.Signers, v.ConfigDigest, v.Mode)
+		default:
+			fmt.Fprintf(w, "  %-22s NOT VERIFIED: %s: %s (mode %s)\n", "verification", v.Cause, v.Meaning, v.Mode)
+		}
+		if rec.DecodeError != "" {
+			fmt.Fprintf(w, "  %-22s %s\n", "decode error", rec.DecodeError)
+			continue
+		}
+		fields, err := orderedStrings(rec.Decoded)
+		if err != nil {
+			return err
+		}
+		for _, f := range fields {
+			if d, ok := rec.Decimal[f[0]]; ok {
+				fmt.Fprintf(w, "  %-22s %-28s %s\n", f[0], f[1], d)
+			} else {
+				fmt.Fprintf(w, "  %-22s %s\n", f[0], f[1])
+			}
+		}
+	}
+	return nil
+}
+
+// orderedStrings returns the members of a JSON object of strings in their
+// order.
+func orderedStrings(raw json.RawMessage) ([][2]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("decoded: not an object")
+	}
+	var out [][2]string
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var v string
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, [2]string{k.(string), v})
+	}
+	return out, nil
 }

@@ -60,7 +60,7 @@ func TestCheck(t *testing.T) {
 		noStderr []string
 	}{
 		{name: "a good file", args: []string{"check", "-config", good}, code: 0,
-			stdout: []string{"ok (2 networks, 2 teams)"}},
+			stdout: []string{"ok (2 networks, 2 teams)", "networks.mainnet: reports verified, mode enforce, against the embedded simulator's DON"}},
 		{name: "every problem of a bad file at once", args: []string{"check", "-config", bad}, code: 1,
 			stderr: []string{
 				"line 2: cannot unmarshal", // shutdown_timeout: soon
@@ -134,6 +134,17 @@ func TestGet(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
 	assert.Equal(t, feed, doc.Report.FeedID)
+
+	// -decode prints the decoded fields and the verification.
+	stdout, stderr, code = runTool(t, env, "get", "-decode", "/api/v1/reports/latest?feedID="+feed)
+	require.Equal(t, 0, code, stderr)
+	assert.True(t, strings.HasPrefix(stdout, "report "+feed+"\n"), stdout)
+	assert.Regexp(t, `(?m)^  verification +verified: 2 signers of config digest 0x0009[0-9a-f]{60} \(mode enforce\)$`, stdout)
+	assert.Regexp(t, `(?m)^  schema +V3$`, stdout)
+	assert.Regexp(t, `(?m)^  price +[0-9]+ +[0-9]+\.[0-9]{18}$`, stdout)
+	for _, field := range []string{"feedId", "validFromTimestamp", "observationsTimestamp", "nativeFee", "linkFee", "expiresAt", "bid", "ask"} {
+		assert.Regexp(t, `(?m)^  `+field+` +[0-9x]`, stdout)
+	}
 
 	stdout, stderr, code = runTool(t, nil, "get", "-anonymous", "-url", p.net["testnet"], "api/v1/discovery")
 	assert.Equal(t, 0, code, stderr)

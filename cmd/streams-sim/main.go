@@ -184,6 +184,9 @@ try:
 `, mainnet, strings.TrimPrefix(mainnet, "http://"), testnet, strings.TrimPrefix(testnet, "http://"), control, wsLimit, ha,
 		simulator.OrgKeyID, simulator.OrgKeySecret, simulator.RestrictedKeyID, simulator.RestrictedKeySecret,
 		mainnet, simulator.OrgKeyID, simulator.OrgKeySecret, feed, auth.EmptyBodyHash, mainnet, control, control)
+	fmt.Fprintf(out, "\nEvery report is signed by %d of the %d signers of the simulated DON (f = %d).\n"+
+		"A gateway in front of it trusts this DON configuration (also GET %s/don):\n\n%s",
+		simulator.DONF+1, simulator.DONSigners, simulator.DONF, control, sim.DONYAML())
 	fmt.Fprintf(out, "\n%d mainnet and %d testnet streams; Ctrl-C stops.\n",
 		len(sim.Streams(simulator.Mainnet)), len(sim.Streams(simulator.Testnet)))
 }

@@ -35,7 +35,8 @@ type Options struct {
 	// then ignored): replicas of a test share it. The Env does not close it.
 	Simulator *simulator.Simulator
 	// Config changes the gateway's configuration (config.Default() with
-	// upstreams pointed at the simulator and the demo team unlimited).
+	// upstreams pointed at the simulator, its DON trusted in mode enforce,
+	// and the demo team unlimited).
 	Config func(*config.Config)
 	// Logger receives the gateway's logs (and access log) instead of t.Log.
 	Logger *zap.Logger
@@ -110,6 +111,7 @@ func Start(t testing.TB, opts Options) *Env {
 		up.APISecret = config.Secret(simulator.OrgKeySecret)
 		up.Budget = config.Rate{RPS: 1000, Burst: 1000}
 		up.WSURL = "ws" + strings.TrimPrefix(url, "http")
+		n.Verify = config.Verify{Mode: config.VerifyEnforce, DONs: SimulatorDONs(sim, name)}
 	}
 	cfg.Teams[0].Rate = config.Rate{}
 	if opts.Config != nil {
@@ -218,4 +220,14 @@ func (e *Env) UpstreamCalls() int64 {
 	return e.Sim.Counters().Sum(func(c simulator.Count) bool {
 		return c.Endpoint != simulator.EndpointWS && c.Endpoint != simulator.EndpointRoot
 	})
+}
+
+// SimulatorDONs returns the DON configurations of sim on network, as the
+// gateway's configuration takes them.
+func SimulatorDONs(sim *simulator.Simulator, network string) []config.DON {
+	var out []config.DON
+	for _, c := range sim.DON(simulator.NetworkFor(network)) {
+		out = append(out, config.DON{ConfigDigest: c.ConfigDigest, F: c.F, Signers: c.Signers})
+	}
+	return out
 }

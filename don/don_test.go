@@ -1,0 +1,241 @@
+package don_test
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"streamgate/don"
+	"streamgate/simulator"
+)
+
+// realReport is the real V3 testnet report of testdata (published in the
+// Data Streams documentation).
+type realReport struct {
+	FeedID     string `json:"feedID"`
+	FullReport string `json:"fullReport"`
+	Decoded    struct {
+		FeedID                string `json:"feedId"`
+		ValidFromTimestamp    int64  `json:"validFromTimestamp"`
+		ObservationsTimestamp int64  `json:"observationsTimestamp"`
+		NativeFee             string `json:"nativeFee"`
+		LinkFee               string `json:"linkFee"`
+		ExpiresAt             int64  `json:"expiresAt"`
+		Price                 string `json:"price"`
+		Bid                   string `json:"bid"`
+		Ask                   string `json:"ask"`
+	} `json:"decoded"`
+}
+
+func loadReal(t testing.TB) realReport {
+	b, err := os.ReadFile("testdata/real-v3-report.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r realReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func unhex(t testing.TB, s string) []byte {
+	b, err := hex.DecodeString(strings.TrimPrefix(s, "0x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The real report passes the scheme's mechanics: its envelope decodes, and
+// every signature recovers, to distinct addresses.
+func TestRealReportMechanics(t *testing.T) {
+	r := loadReal(t)
+	env, err := don.DecodeEnvelope(unhex(t, r.FullReport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(env.RawRs) != 2 || len(env.RawSs) != 2 {
+		t.Fatalf("%d r and %d s, want 2 of each", len(env.RawRs), len(env.RawSs))
+	}
+	addrs, err := don.Recover(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addrs[0] == addrs[1] || addrs[0] == (common.Address{}) {
+		t.Fatalf("signers %v are not distinct", addrs)
+	}
+	t.Logf("signers of the real report: %s, %s (config digest 0x%x)", addrs[0].Hex(), addrs[1].Hex(), env.ReportContext[0])
+
+	// Trusting exactly those two with f = 1 verifies it; f = 2 does not,
+	// nor does a set without one of them.
+	v, err := don.NewVerifier([]don.Config{{Digest: env.ReportContext[0], F: 1, Signers: addrs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := v.VerifyHex(r.FullReport, r.FeedID); !res.OK() || res.Signers != 2 {
+		t.Fatalf("real report with its own signers: %+v", res)
+	}
+	other := common.HexToAddress("0x00000000000000000000000000000000000000aa")
+	v2, _ := don.NewVerifier([]don.Config{{Digest: env.ReportContext[0], F: 2, Signers: append(addrs, other)}})
+	if res := v2.VerifyHex(r.FullReport, r.FeedID); res.Cause != don.CauseTooFewSigners {
+		t.Fatalf("f = 2: %+v, want too_few_signers", res)
+	}
+	v3, _ := don.NewVerifier([]don.Config{{Digest: env.ReportContext[0], F: 0, Signers: []common.Address{addrs[0]}}})
+	if res := v3.VerifyHex(r.FullReport, r.FeedID); res.Cause != don.CauseUnknownSigner {
+		t.Fatalf("one signer outside the set: %+v, want unknown_signer", res)
+	}
+}
+
+// simDON returns a simulator and a Verifier of its mainnet DON.
+func simDON(t testing.TB, at time.Time) (*simulator.Simulator, *don.Verifier) {
+	sim, err := simulator.New(simulator.Config{Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := don.NewVerifier(FromSimulator(t, sim.DON(simulator.Mainnet)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, v
+}
+
+// FromSimulator converts the simulator's DON configurations.
+func FromSimulator(t testing.TB, cs []simulator.DONConfig) []don.Config {
+	var out []don.Config
+	for _, c := range cs {
+		d, err := don.ParseDigest(c.ConfigDigest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := don.Config{Digest: d, F: c.F}
+		for _, s := range c.Signers {
+			a, err := don.ParseAddress(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dc.Signers = append(dc.Signers, a)
+		}
+		out = append(out, dc)
+	}
+	return out
+}
+
+const (
+	feedV3 = "0x00030a92e5497ef511ec2966ed19b6b2403c92c21209047af66946bece4e6d28" // ETH/USD of the simulator
+)
+
+// someFeeds returns a stream of each schema of the simulator's mainnet.
+func someFeeds(t testing.TB, sim *simulator.Simulator) map[string]string {
+	out := map[string]string{}
+	for _, s := range sim.Streams(simulator.Mainnet) {
+		if _, ok := out[s.SchemaVersion]; !ok && s.Status == "live" {
+			out[s.SchemaVersion] = s.FeedID
+		}
+	}
+	if len(out) != 3 {
+		t.Fatalf("streams of schemas %v, want V3, V7 and V11", out)
+	}
+	return out
+}
+
+// Every report of the simulated DON verifies, over every schema and many
+// seconds (each signer pair in turn); each forgery is refused with its
+// own cause.
+func TestSimulatorDON(t *testing.T) {
+	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
+	sim, v := simDON(t, at)
+	for schema, feed := range someFeeds(t, sim) {
+		for ts := at.Unix() - 8; ts < at.Unix(); ts++ {
+			r, ok := sim.Report(simulator.Mainnet, feed, ts)
+			if !ok {
+				t.Fatalf("%s: no report", schema)
+			}
+			if res := v.VerifyHex(r.FullReport, r.FeedID); !res.OK() || res.Signers != simulator.DONF+1 {
+				t.Fatalf("%s at %d: %+v (%s)", schema, ts, res, res.Cause.Meaning())
+			}
+		}
+		// The record's feedID must be the report's.
+		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		if res := v.VerifyHex(r.FullReport, feedV3[:65]+"0"); res.Cause != don.CauseMalformed {
+			t.Fatalf("%s under another feedID: %+v", schema, res)
+		}
+	}
+	want := map[simulator.Forgery]don.Cause{
+		simulator.ForgeSignature:     don.CauseUnknownSigner,
+		simulator.ForgeOutsider:      don.CauseUnknownSigner,
+		simulator.ForgeTooFew:        don.CauseTooFewSigners,
+		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
+		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
+	}
+	feeds := someFeeds(t, sim)
+	for forge, cause := range want {
+		if err := sim.SetFaults(simulator.Faults{Forge: forge}); err != nil {
+			t.Fatal(err)
+		}
+		for schema, feed := range feeds {
+			r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-3)
+			if res := v.VerifyHex(r.FullReport, r.FeedID); res.Cause != cause {
+				t.Errorf("forge %s, %s: %+v, want %s", forge, schema, res, cause)
+			}
+		}
+	}
+	if err := sim.SetFaults(simulator.Faults{Forge: "nonsense"}); err == nil {
+		t.Error("an unknown forgery was accepted")
+	}
+}
+
+// Another simulator seed is another DON: its reports are refused as signed
+// by strangers.
+func TestOtherDONRefused(t *testing.T) {
+	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
+	_, v := simDON(t, at)
+	other, err := simulator.New(simulator.Config{Now: func() time.Time { return at }, DONSeed: "another"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := other.Report(simulator.Mainnet, feedV3, at.Unix()-1)
+	if res := v.VerifyHex(r.FullReport, r.FeedID); res.Cause != don.CauseUnknownSigner {
+		t.Fatalf("a report of another DON: %+v", res)
+	}
+}
+
+func TestVerifierRefusesBadConfigs(t *testing.T) {
+	a := common.HexToAddress("0x01")
+	b := common.HexToAddress("0x02")
+	for name, cs := range map[string][]don.Config{
+		"too few signers":  {{F: 1, Signers: []common.Address{a}}},
+		"duplicate signer": {{F: 1, Signers: []common.Address{a, a, b}}},
+		"duplicate digest": {{F: 0, Signers: []common.Address{a}}, {F: 0, Signers: []common.Address{b}}},
+		"negative f":       {{F: -1, Signers: []common.Address{a}}},
+	} {
+		if _, err := don.NewVerifier(cs); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := don.ParseAddress("0x52908400098527886E0F7030069857D2E4169EE7"); err != nil {
+		t.Errorf("a valid EIP-55 address: %v", err)
+	}
+	if _, err := don.ParseAddress("0x52908400098527886E0F7030069857D2E4169Ee7"); err == nil {
+		t.Error("a wrong EIP-55 checksum was accepted")
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
+	sim, v := simDON(b, at)
+	r, _ := sim.Report(simulator.Mainnet, feedV3, at.Unix()-1)
+	b.Run("V3/2-signatures", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if res := v.VerifyHex(r.FullReport, r.FeedID); !res.OK() {
+				b.Fatal(res)
+			}
+		}
+	})
+}

@@ -1,0 +1,234 @@
+package don
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"strconv"
+)
+
+// The decoded view: a report record as the upstream sent it, its fields
+// untouched (fullReport included), with three more members:
+//
+//	"decoded":      every field of the report's schema, in schema order:
+//	                feedId as 0x and hex, every integer as a decimal string
+//	                (V11 adds marketStatusName);
+//	"decimal":      the 18-decimal values (prices, volumes, fees) as decimal
+//	                strings with the point placed: "4204.150104000000000000";
+//	"verification": the DON verification of the report under the
+//	                configuration in force: {"mode", "verified", "signers",
+//	                "configDigest"} and, when it did not verify, "cause" and
+//	                "meaning".
+
+// DecodedMediaType is the media type a client asks for (Accept) to get the
+// decoded view.
+const DecodedMediaType = "application/vnd.streamgate.decoded+json"
+
+// Verification is what the decoded view states of a report's signatures.
+type Verification struct {
+	Mode   string // enforce, report or off
+	Result Result // meaningless in mode off
+}
+
+// decimalFields are the fields with 18 decimals.
+var decimalFields = map[string]bool{
+	"nativeFee": true, "linkFee": true,
+	"price": true, "bid": true, "ask": true, "exchangeRate": true, "mid": true,
+	"bidVolume": true, "askVolume": true, "lastTradedPrice": true,
+}
+
+// MarketStatusName names a V11 market status.
+func MarketStatusName(s uint32) string {
+	switch s {
+	case 0:
+		return "unknown"
+	case 1:
+		return "pre-market"
+	case 2:
+		return "regular"
+	case 3:
+		return "post-market"
+	case 4:
+		return "overnight"
+	case 5:
+		return "closed"
+	}
+	return "status-" + strconv.FormatUint(uint64(s), 10)
+}
+
+// DecodeFullReport decodes a fullReport given as 0x and hex: its envelope
+// and its blob's fields.
+func DecodeFullReport(fullReport string) (Schema, []Field, error) {
+	b, ok := hexBytes(fullReport)
+	if !ok {
+		return 0, nil, fmt.Errorf("%w: fullReport is not 0x and hex", ErrMalformed)
+	}
+	env, err := DecodeEnvelope(b)
+	if err != nil {
+		return 0, nil, err
+	}
+	return DecodeBlob(env.ReportBlob)
+}
+
+// AppendFields appends the "decoded" and "decimal" objects of fields (as
+// `"decoded":{…},"decimal":{…}`) to dst.
+func AppendFields(dst []byte, schema Schema, fields []Field) []byte {
+	dst = append(dst, `"decoded":{"schema":"`...)
+	dst = append(dst, schema.String()...)
+	dst = append(dst, '"')
+	var status *uint32
+	for _, f := range fields {
+		dst = append(dst, `,"`...)
+		dst = append(dst, f.Name...)
+		dst = append(dst, `":"`...)
+		switch v := f.Value.(type) {
+		case [32]byte:
+			dst = append(dst, "0x"...)
+			dst = hex.AppendEncode(dst, v[:])
+		case uint32:
+			dst = strconv.AppendUint(dst, uint64(v), 10)
+			if f.Name == "marketStatus" {
+				status = &v
+			}
+		case uint64:
+			dst = strconv.AppendUint(dst, v, 10)
+		case *big.Int:
+			dst = v.Append(dst, 10)
+		}
+		dst = append(dst, '"')
+	}
+	if status != nil {
+		dst = append(dst, `,"marketStatusName":"`...)
+		dst = append(dst, MarketStatusName(*status)...)
+		dst = append(dst, '"')
+	}
+	dst = append(dst, `},"decimal":{`...)
+	first := true
+	for _, f := range fields {
+		v, ok := f.Value.(*big.Int)
+		if !ok || !decimalFields[f.Name] {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, '"')
+		dst = append(dst, f.Name...)
+		dst = append(dst, `":"`...)
+		dst = AppendDecimal(dst, v, 18)
+		dst = append(dst, '"')
+	}
+	return append(dst, '}')
+}
+
+// AppendDecimal appends v·10⁻ᵈ with all d decimals: "-0.000000000000000001".
+func AppendDecimal(dst []byte, v *big.Int, d int) []byte {
+	if v.Sign() < 0 {
+		dst = append(dst, '-')
+	}
+	digits := new(big.Int).Abs(v).Text(10)
+	if len(digits) <= d {
+		digits = string(bytes.Repeat([]byte{'0'}, d-len(digits)+1)) + digits
+	}
+	dst = append(dst, digits[:len(digits)-d]...)
+	if d > 0 {
+		dst = append(dst, '.')
+		dst = append(dst, digits[len(digits)-d:]...)
+	}
+	return dst
+}
+
+// AppendVerification appends `"verification":{…}`.
+func AppendVerification(dst []byte, v Verification) []byte {
+	dst = append(dst, `"verification":{"mode":"`...)
+	dst = append(dst, v.Mode...)
+	dst = append(dst, `","verified":`...)
+	if v.Mode == ModeOff {
+		return append(dst, `false}`...)
+	}
+	dst = strconv.AppendBool(dst, v.Result.OK())
+	dst = append(dst, `,"signers":`...)
+	dst = strconv.AppendInt(dst, int64(v.Result.Signers), 10)
+	dst = append(dst, `,"configDigest":"`...)
+	dst = append(dst, hexDigest(v.Result.Digest)...)
+	dst = append(dst, '"')
+	if !v.Result.OK() {
+		dst = append(dst, `,"cause":"`...)
+		dst = append(dst, v.Result.Cause...)
+		dst = append(dst, `","meaning":`...)
+		m, _ := json.Marshal(v.Result.Cause.Meaning())
+		dst = append(dst, m...)
+	}
+	return append(dst, '}')
+}
+
+// record is what the view reads of a report record.
+type record struct {
+	FeedID     string `json:"feedID"`
+	FullReport string `json:"fullReport"`
+}
+
+// AppendDecodedRecord appends the decoded view of a report record (a JSON
+// object as the upstream sent it) to dst: the record's members unchanged,
+// then "decoded", "decimal" and "verification" (verify gives the latter
+// for the record's feedID and fullReport). A fullReport that does not
+// decode gets "decodeError" instead of "decoded" and "decimal".
+func AppendDecodedRecord(dst, rec []byte, verify func(feedID, fullReport string) Verification) ([]byte, error) {
+	var r record
+	trimmed := bytes.TrimSpace(rec)
+	if err := json.Unmarshal(trimmed, &r); err != nil || len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
+		return dst, fmt.Errorf("%w: a report record is not a JSON object", ErrMalformed)
+	}
+	dst = append(dst, trimmed[:len(trimmed)-1]...)
+	if len(bytes.TrimSpace(trimmed[1:len(trimmed)-1])) > 0 {
+		dst = append(dst, ',')
+	}
+	schema, fields, err := DecodeFullReport(r.FullReport)
+	if err != nil {
+		dst = append(dst, `"decodeError":`...)
+		m, _ := json.Marshal(err.Error())
+		dst = append(dst, m...)
+	} else {
+		dst = AppendFields(dst, schema, fields)
+	}
+	dst = append(dst, ',')
+	dst = AppendVerification(dst, verify(r.FeedID, r.FullReport))
+	return append(dst, '}'), nil
+}
+
+// DecodedBody returns the decoded view of an answer body of the API:
+// {"report":{…}} or {"reports":[…]}, each record decoded.
+func DecodedBody(body []byte, verify func(feedID, fullReport string) Verification) ([]byte, error) {
+	var doc struct {
+		Report  json.RawMessage   `json:"report"`
+		Reports []json.RawMessage `json:"reports"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	out := make([]byte, 0, 2*len(body)+512)
+	var err error
+	switch {
+	case len(doc.Report) > 0:
+		out = append(out, `{"report":`...)
+		if out, err = AppendDecodedRecord(out, doc.Report, verify); err != nil {
+			return nil, err
+		}
+		out = append(out, '}')
+	default:
+		out = append(out, `{"reports":[`...)
+		for i, rec := range doc.Reports {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			if out, err = AppendDecodedRecord(out, rec, verify); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, "]}"...)
+	}
+	return append(out, '\n'), nil
+}
