@@ -442,21 +442,27 @@ func (h *Hub) release(s *Subscription) {
 	h.mx.subscribers.Add(-1)
 	now := time.Now()
 	for _, id := range s.feeds {
-		f := h.wants[id]
-		if f == nil {
-			continue
-		}
-		f.mu.Lock()
-		if i := slices.Index(f.subs, s); i >= 0 {
-			last := len(f.subs) - 1
-			f.subs[i] = f.subs[last]
-			f.subs[last] = nil
-			f.subs = f.subs[:last]
-		}
-		f.mu.Unlock()
-		if f.refs--; f.refs == 0 {
-			f.idleSince = now
-		}
+		h.unwant(s, id, now)
+	}
+}
+
+// unwant removes s from feed id's subscribers; a feed nobody wants any more
+// starts its grace at now. h.mu is held.
+func (h *Hub) unwant(s *Subscription, id string, now time.Time) {
+	f := h.wants[id]
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	if i := slices.Index(f.subs, s); i >= 0 {
+		last := len(f.subs) - 1
+		f.subs[i] = f.subs[last]
+		f.subs[last] = nil
+		f.subs = f.subs[:last]
+	}
+	f.mu.Unlock()
+	if f.refs--; f.refs == 0 {
+		f.idleSince = now
 	}
 }
 

@@ -130,21 +130,7 @@ func (s *Subscription) Drop(feeds ...string) int {
 	if _, ok := s.h.subs[s]; ok {
 		now := time.Now()
 		for id := range drop {
-			f := s.h.wants[id]
-			if f == nil {
-				continue
-			}
-			f.mu.Lock()
-			if i := slices.Index(f.subs, s); i >= 0 {
-				last := len(f.subs) - 1
-				f.subs[i] = f.subs[last]
-				f.subs[last] = nil
-				f.subs = f.subs[:last]
-			}
-			f.mu.Unlock()
-			if f.refs--; f.refs == 0 {
-				f.idleSince = now
-			}
+			s.h.unwant(s, id, now)
 		}
 	}
 	s.feeds = kept

@@ -183,17 +183,7 @@ func (smp *sample) value(name string, match map[string]string) (float64, bool) {
 	found := false
 	var t float64
 	for _, p := range smp.points {
-		if p.name != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if p.labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if p.matches(name, match) {
 			found = true
 			t += p.value
 		}

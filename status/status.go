@@ -359,21 +359,24 @@ func (smp *sample) sum(name string, match map[string]string, keep func(map[strin
 func (smp *sample) by(name, label string, match map[string]string) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range smp.points {
-		if p.name != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if p.labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if p.matches(name, match) {
 			out[p.labels[label]] += p.value
 		}
 	}
 	return out
+}
+
+// matches reports whether p is a point of name with every label of match.
+func (p *point) matches(name string, match map[string]string) bool {
+	if p.name != name {
+		return false
+	}
+	for k, v := range match {
+		if p.labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // quantile estimates the q-quantile from cumulative bucket deltas, by
