@@ -13,6 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/proxy/proxytest"
+	"streamgate/ratelimit/redistest"
 	"streamgate/simulator"
 )
 
@@ -54,4 +55,61 @@ func TestWSBudgetFullIsRefused(t *testing.T) {
 	require.NoError(t, err, "streams already carried are admitted")
 	defer again.CloseNow()
 	readFrames(t, ctx, again, 1)
+}
+
+// TestWSSharedBudgetFullIsRefused: with the upstream connections shared by
+// two replicas through Redis, the budget is that of the union of their
+// clients' streams: once replica A's clients fill it, a client of replica
+// B asking for a stream it cannot carry is refused before the upgrade
+// (503 with a JSON error and Retry-After, counted) instead of getting a
+// connection that never carries a frame; a client of B asking for a stream
+// already carried is still accepted and gets its reports.
+func TestWSSharedBudgetFullIsRefused(t *testing.T) {
+	rs := redistest.New(t)
+	simCfg := simulator.Default()
+	simCfg.RateLimit = 0
+	sim, err := simulator.New(simCfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	envs := sharedReplicas(t, rs, sim, 2, func(c *config.Config) {
+		up := &c.Networks["mainnet"].Upstream
+		up.WSMaxConnections = 1
+		up.WSFeedsPerConnection = 2
+	})
+	a, b := envs[0], envs[1]
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	demo := proxytest.Demo()
+	btc := a.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	eth := a.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	link := a.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
+
+	first, _, err := dialWS(ctx, demo, a.Mainnet, "/api/v1/ws?feedIDs="+btc+","+eth, "")
+	require.NoError(t, err)
+	defer first.CloseNow()
+	readFrames(t, ctx, first, 2) // both streams carried: the budget is full
+	const deadline = 30 * time.Second
+	require.Eventually(t, func() bool {
+		st := b.Server.Hub("mainnet").Stats().Share
+		return st != nil && st.Sharing && st.Union == 2 && st.UnionCapacity == 2
+	}, deadline, 20*time.Millisecond, "replica B has read A's streams from Redis")
+
+	_, resp, err := dialWS(ctx, demo, b.Mainnet, "/api/v1/ws?feedIDs="+link, "")
+	require.Error(t, err, "a stream the shared budget cannot carry")
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	body, _ := io.ReadAll(resp.Body)
+	var doc struct{ Error, Message string }
+	require.NoError(t, json.Unmarshal(body, &doc), string(body))
+	assert.Contains(t, doc.Message, "ws_max_connections")
+	assert.Equal(t, 1.0, counterValue(t, b, "streamgate_ws_client_refusals_total", "mainnet", "upstream_budget"))
+	assert.Zero(t, b.Server.Hub("mainnet").Stats().FeedsWanted, "nothing subscribed on B for the refused client")
+
+	again, _, err := dialWS(ctx, demo, b.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+	require.NoError(t, err, "streams already carried are admitted")
+	defer again.CloseNow()
+	for _, f := range readFrames(t, ctx, again, 2) {
+		assert.Equal(t, eth, f.Report.FeedID)
+	}
 }

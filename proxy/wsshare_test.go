@@ -72,8 +72,9 @@ func (w *wsClient) alive() bool {
 }
 
 // sharedReplicas starts n gateways on one simulator whose limits, and
-// upstream WebSocket connections, are shared through rs.
-func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator, n int) []*proxytest.Env {
+// upstream WebSocket connections, are shared through rs; more changes
+// their configuration further.
+func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator, n int, more ...func(*config.Config)) []*proxytest.Env {
 	t.Helper()
 	envs := make([]*proxytest.Env, n)
 	for i := range envs {
@@ -82,6 +83,9 @@ func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator
 			c.RateLimit.Backend = config.BackendRedis
 			c.RateLimit.Redis.URL = rs.URL()
 			c.Realtime.ShareLease = 900 * time.Millisecond
+			for _, f := range more {
+				f(c)
+			}
 		}})
 	}
 	return envs

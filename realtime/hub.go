@@ -381,12 +381,25 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // not carried now and the wanted set, with the feeds not yet wanted, is
 // over what Config.MaxConnections and Config.FeedsPerConnection carry, so
 // that the consumer is told rather than left without frames. A sharing
-// hub (whose feeds other replicas may carry) and a hub that has not yet
-// connected admit every consumer.
+// hub counts every replica's wants instead: it refuses when some feed is
+// neither carried by the layout of the union its last tick read nor by a
+// connection of its own, and the union, with this hub's wants not yet in
+// it and the feeds nobody wants yet, is over what the layout can carry
+// (MaxConnections / origins × FeedsPerConnection). While sharing is down
+// (Redis), the hub checks its own wants as an unshared hub does. A hub
+// that has not yet connected, or not yet read the union, admits every
+// consumer. No Redis call: the figures are those of the last reconcile
+// and tick.
 func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
+	if h.sh != nil && h.sh.shared.Load() {
+		if !h.roomShared(feeds, h.sh.room.Load()) {
+			return nil, ErrNoRoom
+		}
+		return h.Subscribe(feeds, queue), nil
+	}
 	capacity := h.capacity.Load()
 	carried := h.carried.Load()
-	if capacity == 0 || carried == nil || (h.sh != nil && h.sh.shared.Load()) {
+	if capacity == 0 || carried == nil {
 		return h.Subscribe(feeds, queue), nil
 	}
 	h.mu.Lock()
@@ -407,6 +420,51 @@ func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) 
 	// A consumer admitted between the check and Subscribe may take the
 	// last room; the window is a few instructions wide.
 	return h.Subscribe(feeds, queue), nil
+}
+
+// roomShared reports whether the union u of a sharing hub's last tick has
+// room for feeds (see SubscribeWithin); nil u or capacity 0: room. Another
+// replica's consumer admitted since that tick may take the last room: the
+// window is a tick wide.
+func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {
+	if u == nil || u.capacity == 0 {
+		return true
+	}
+	var own map[string]bool
+	if c := h.carried.Load(); c != nil {
+		own = *c
+	}
+	all := true
+	for _, id := range feeds {
+		if !u.feeds[id] && !own[id] {
+			all = false
+			break
+		}
+	}
+	if all {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	size := len(u.feeds)
+	for _, id := range feeds {
+		if _, in := u.feeds[id]; !in && h.wants[id] == nil {
+			size++
+		}
+	}
+	if size > u.capacity {
+		return false
+	}
+	// This hub's wants the tick has not published yet (a consumer just
+	// admitted here) count too.
+	for id := range h.wants {
+		if _, in := u.feeds[id]; !in {
+			if size++; size > u.capacity {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // want returns the new feed entry of id. Called with h.mu held; the caller

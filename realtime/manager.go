@@ -622,6 +622,10 @@ type ShareStats struct {
 	Held                int
 	Published, Received int64 // frames through Redis
 	Fallbacks           int64
+	// Union is how many feeds every replica wants together, as the last
+	// tick read them, and UnionCapacity how many its layout can carry
+	// (SubscribeWithin refuses beyond); both 0 while not sharing.
+	Union, UnionCapacity int
 }
 
 // ConnStats is one upstream connection.
@@ -644,6 +648,9 @@ func (h *Hub) Stats() Stats {
 	if h.sh != nil {
 		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
 			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load()}
+		if u := h.sh.room.Load(); u != nil {
+			s.Share.Union, s.Share.UnionCapacity = len(u.feeds), u.capacity
+		}
 	}
 	h.mu.Lock()
 	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)

@@ -128,6 +128,16 @@ type sharer struct {
 
 	shared atomic.Bool  // mirrors ok, for Stats
 	holds  atomic.Int64 // len(held), for Stats
+	// room is the union of the last successful tick, for SubscribeWithin;
+	// nil while not sharing.
+	room atomic.Pointer[unionRoom]
+}
+
+// unionRoom is the union of every replica's wants as the last successful
+// tick read it, and how many feeds its layout can carry.
+type unionRoom struct {
+	feeds    map[string]bool // every feed of the union: true if its layout carries it
+	capacity int             // maxChunks × FeedsPerConnection
 }
 
 // remoteChunk is what a replica has heard from another chunk's holder.
@@ -360,6 +370,7 @@ func (s *sharer) step(local []string, maxChunks int) {
 			h.mx.chunkRole(tag(s.layout.n, i), "")
 		}
 		s.held, s.layout = map[string]bool{}, layout{}
+		s.room.Store(nil)
 		h.log.Warn("stream sharing unavailable: this replica holds its own upstream connections", zap.Error(err))
 	case err == nil && (!s.ok || first):
 		s.ok = true
@@ -390,6 +401,11 @@ func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) er
 		maxChunks = h.maxChunks()
 	}
 	lay := newLayout(union, maxChunks, h.cfg.FeedsPerConnection)
+	room := &unionRoom{feeds: make(map[string]bool, len(union)), capacity: maxChunks * h.cfg.FeedsPerConnection}
+	for _, f := range union {
+		_, placed := lay.slot[f]
+		room.feeds[f] = placed
+	}
 
 	// Leases: the chunks of the layout, and every other index this
 	// replica may hold from an earlier layout, to let it go.
@@ -445,6 +461,7 @@ func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) er
 		}
 	}
 	s.held, s.layout = held, lay
+	s.room.Store(room)
 	h.over.Store(int64(lay.over))
 	return nil
 }

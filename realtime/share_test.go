@@ -452,3 +452,41 @@ func TestShareHighAvailability(t *testing.T) {
 		}
 	}
 }
+
+// Sharing hubs refuse a consumer by the union of every replica's wants:
+// one replica's subscriptions fill the layout, and another refuses a feed
+// it cannot carry (ErrNoRoom, nothing subscribed) but admits one carried;
+// a feed just admitted, not yet in the union, counts too.
+func TestShareSubscribeWithin(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	fs := e.crypto(t, 4)
+	hubs := make([]*Hub, 2)
+	for i := range hubs {
+		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.MaxConnections, cfg.FeedsPerConnection = 1, 3
+			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+		})
+	}
+	e.run(t, 20*time.Millisecond)
+	col := collect(t, hubs[0].Subscribe(fs[:2], 0))
+	require.Eventually(t, func() bool {
+		st := hubs[1].Stats().Share
+		return st.Sharing && st.Union == 2 && st.UnionCapacity == 3 && col.count(fs[0]) > 0
+	}, wait, 10*time.Millisecond)
+
+	sub, err := hubs[1].SubscribeWithin(fs[2:3], 0)
+	require.NoError(t, err, "room for one more in the union")
+	defer sub.Close()
+	_, err = hubs[1].SubscribeWithin(fs[3:4], 0)
+	require.ErrorIs(t, err, ErrNoRoom, "the feed just admitted counts, whether or not a tick has published it")
+	assert.Equal(t, 1, hubs[1].Stats().Subscribers, "nothing subscribed for the refused consumer")
+	carried, err := hubs[1].SubscribeWithin(fs[:1], 0)
+	require.NoError(t, err, "a feed the union carries is admitted")
+	defer carried.Close()
+	got := collect(t, carried)
+	require.Eventually(t, func() bool { return got.count(fs[0]) > 0 }, wait, 10*time.Millisecond)
+}
