@@ -41,15 +41,7 @@ func TestWSBudgetFullIsRefused(t *testing.T) {
 	readFrames(t, ctx, first, 2) // both streams carried: the budget is full
 
 	_, resp, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+link, "")
-	require.Error(t, err, "a stream the budget cannot carry")
-	require.NotNil(t, resp)
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
-	body, _ := io.ReadAll(resp.Body)
-	var doc struct{ Error, Message string }
-	require.NoError(t, json.Unmarshal(body, &doc), string(body))
-	assert.Contains(t, doc.Message, "ws_max_connections")
-	assert.Equal(t, 1.0, counterValue(t, env, "streamgate_ws_client_refusals_total", "mainnet", "upstream_budget"))
+	assertBudgetRefusal(t, env, resp, err, "a stream the budget cannot carry")
 
 	again, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 	require.NoError(t, err, "streams already carried are admitted")
@@ -95,15 +87,7 @@ func TestWSSharedBudgetFullIsRefused(t *testing.T) {
 	}, deadline, 20*time.Millisecond, "replica B has read A's streams from Redis")
 
 	_, resp, err := dialWS(ctx, demo, b.Mainnet, "/api/v1/ws?feedIDs="+link, "")
-	require.Error(t, err, "a stream the shared budget cannot carry")
-	require.NotNil(t, resp)
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
-	body, _ := io.ReadAll(resp.Body)
-	var doc struct{ Error, Message string }
-	require.NoError(t, json.Unmarshal(body, &doc), string(body))
-	assert.Contains(t, doc.Message, "ws_max_connections")
-	assert.Equal(t, 1.0, counterValue(t, b, "streamgate_ws_client_refusals_total", "mainnet", "upstream_budget"))
+	assertBudgetRefusal(t, b, resp, err, "a stream the shared budget cannot carry")
 	assert.Zero(t, b.Server.Hub("mainnet").Stats().FeedsWanted, "nothing subscribed on B for the refused client")
 
 	again, _, err := dialWS(ctx, demo, b.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
@@ -112,4 +96,20 @@ func TestWSSharedBudgetFullIsRefused(t *testing.T) {
 	for _, f := range readFrames(t, ctx, again, 2) {
 		assert.Equal(t, eth, f.Report.FeedID)
 	}
+}
+
+// assertBudgetRefusal checks the answer to an upgrade refused for want of
+// upstream connection budget: an error, 503 with Retry-After and a JSON
+// message naming ws_max_connections, and the refusal counted once on env.
+func assertBudgetRefusal(t *testing.T, env *proxytest.Env, resp *http.Response, err error, what string) {
+	t.Helper()
+	require.Error(t, err, what)
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	body, _ := io.ReadAll(resp.Body)
+	var doc struct{ Error, Message string }
+	require.NoError(t, json.Unmarshal(body, &doc), string(body))
+	assert.Contains(t, doc.Message, "ws_max_connections")
+	assert.Equal(t, 1.0, counterValue(t, env, "streamgate_ws_client_refusals_total", "mainnet", "upstream_budget"))
 }
