@@ -51,8 +51,7 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 // (Accept: application/vnd.streamgate.decoded+json). The raw answers, which
 // the SDKs read, are untouched by it.
 func wantsDecoded(r *http.Request) bool {
-	a := r.Header.Get("Accept")
-	return len(a) >= len(don.DecodedMediaType) && strings.Contains(a, don.DecodedMediaType)
+	return strings.Contains(r.Header.Get("Accept"), don.DecodedMediaType)
 }
 
 // decodedBody returns the decoded view of a report answer body, made from
