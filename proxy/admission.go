@@ -88,11 +88,7 @@ func (n *network) authenticate(next http.Handler) http.Handler {
 		// The verifier's clock is the network's (Gateway's now).
 		res, err := pol.verifier.CheckAt(pol.keys, r, st.clock(n.now))
 		if errors.Is(err, auth.ErrBadSignature) && st.route.name == "ws" {
-			// Some clients sign the upgrade as /api/v1/ws? and the raw
-			// query, whatever target they send.
-			alt := *r
-			alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
-			res, err = pol.verifier.Check(pol.keys, &alt)
+			res, err = pol.verifier.Check(pol.keys, wsAltTarget(r))
 		}
 		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
 			// Only a verified signature's skew is a sample: anyone can
@@ -284,4 +280,13 @@ func (n *network) record(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// wsAltTarget returns r as signed by the clients that sign a WebSocket
+// upgrade as /api/v1/ws? and the raw query, whatever target they send:
+// the second form authentication accepts for the ws route.
+func wsAltTarget(r *http.Request) *http.Request {
+	alt := *r
+	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
+	return &alt
 }

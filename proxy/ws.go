@@ -100,12 +100,7 @@ const (
 // p's secrets, in either form authenticate accepts (the target sent, or
 // /api/v1/ws? and the raw query).
 func stillSigns(p *auth.Principal, r *http.Request) bool {
-	if p.StillSigns(r) {
-		return true
-	}
-	alt := *r
-	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
-	return p.StillSigns(&alt)
+	return p.StillSigns(r) || p.StillSigns(wsAltTarget(r))
 }
 
 // recheck applies a reload to the connection: a team or key gone, moved,
