@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -46,7 +46,7 @@ func TestSDK(t *testing.T) {
 	install(ctx, t, npm)
 	installed := time.Since(start)
 
-	env := proxytest.Start(t, proxytest.Options{})
+	env := servertest.Start(t, servertest.Options{})
 	summary := filepath.Join(t.TempDir(), "requests.json")
 	vars := sdkEnv(t, env, time.Now().Unix()-600)
 	vars = append(vars, "COMPAT_SUMMARY="+summary)
@@ -131,7 +131,7 @@ func run(ctx context.Context, t *testing.T, cmd *exec.Cmd, vars []string) error 
 
 // sdkEnv returns the environment of sdk.test.mjs: the gateway, the keys,
 // and streams of each schema with a report at ts on both networks.
-func sdkEnv(t *testing.T, env *proxytest.Env, ts int64) []string {
+func sdkEnv(t *testing.T, env *servertest.Env, ts int64) []string {
 	t.Helper()
 	vars := []string{
 		"STREAMGATE_MAINNET_URL=" + env.Mainnet,
@@ -192,7 +192,7 @@ func sdkEnv(t *testing.T, env *proxytest.Env, ts int64) []string {
 
 // lagOf returns the publication delay of a stream: how far its newest
 // report is behind the clock, read within one second.
-func lagOf(env *proxytest.Env, network, feedID string) int64 {
+func lagOf(env *servertest.Env, network, feedID string) int64 {
 	for {
 		before := time.Now().Unix()
 		_, last, _ := env.Sim.Window(network, feedID)
@@ -214,7 +214,7 @@ type sdkRequest struct {
 // call was signed with the organisation's key (a client's own credentials
 // never go upstream) and that the cache spared the upstream the SDK's
 // repeated reads.
-func checkUpstream(t *testing.T, env *proxytest.Env, summary string) {
+func checkUpstream(t *testing.T, env *servertest.Env, summary string) {
 	t.Helper()
 	raw, err := os.ReadFile(summary)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"streamgate/don"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -27,8 +27,8 @@ func TestSDKDecodedView(t *testing.T) {
 	defer cancel()
 	install(ctx, t, npm)
 
-	env := proxytest.Start(t, proxytest.Options{Quiet: true})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Quiet: true})
+	c := servertest.Demo()
 	perSchema := map[string]int{}
 	var records []json.RawMessage
 	start := time.Now().Add(-time.Hour).Unix()

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -46,7 +46,7 @@ func TestSDKStream(t *testing.T) {
 	defer cancel()
 	install(ctx, t, npm)
 
-	env := proxytest.Start(t, proxytest.Options{})
+	env := servertest.Start(t, servertest.Options{})
 	summary := filepath.Join(t.TempDir(), "stream.json")
 	vars := []string{
 		"STREAMGATE_MAINNET_URL=" + env.Mainnet,
@@ -73,7 +73,7 @@ func TestSDKStream(t *testing.T) {
 
 // streamFeeds returns a V3, a V7 and a V11 live stream of network, and one
 // that publishes late when there is one: each publishes every second.
-func streamFeeds(t *testing.T, env *proxytest.Env, network string) []string {
+func streamFeeds(t *testing.T, env *servertest.Env, network string) []string {
 	t.Helper()
 	hidden := env.Sim.Hidden(network)
 	var out []string
@@ -107,7 +107,7 @@ func streamFeeds(t *testing.T, env *proxytest.Env, network string) []string {
 // controlServer serves POST /drop?network=…: the simulator closes its open
 // WebSocket connections of the network (the gateway's upstream ones) at
 // once, and answers how many.
-func controlServer(t *testing.T, env *proxytest.Env) string {
+func controlServer(t *testing.T, env *servertest.Env) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		network := r.URL.Query().Get("network")
@@ -127,7 +127,7 @@ func controlServer(t *testing.T, env *proxytest.Env) string {
 // watchOpen samples the simulator's open WebSocket connections per network
 // every 10 ms until the returned function is called, which returns the
 // most seen at once.
-func watchOpen(env *proxytest.Env) func() map[string]int64 {
+func watchOpen(env *servertest.Env) func() map[string]int64 {
 	var mu sync.Mutex
 	peak := map[string]int64{}
 	done := make(chan struct{})
@@ -162,7 +162,7 @@ func watchOpen(env *proxytest.Env) func() map[string]int64 {
 // checkStreamUpstream checks the simulator's side of the streams: at most
 // maxUpstreamPerNetwork connections at once per network, fewer than the
 // SDK's streams, none signed with a client's key.
-func checkStreamUpstream(t *testing.T, env *proxytest.Env, summary string, peak map[string]int64) {
+func checkStreamUpstream(t *testing.T, env *servertest.Env, summary string, peak map[string]int64) {
 	t.Helper()
 	raw, err := os.ReadFile(summary)
 	if err != nil {

@@ -19,14 +19,14 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
 func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
 	rec := &recorder{}
 	core, logs := observer.New(zapcore.InfoLevel)
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Upstream: rec.wrap,
 		Config: func(c *config.Config) {
 			c.Log.Audit = true
@@ -34,7 +34,7 @@ func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
 		},
 		Logger: zap.New(core),
 	})
-	demo, research := proxytest.Demo(), proxytest.Research()
+	demo, research := servertest.Demo(), servertest.Research()
 	permitted := simulator.RestrictedStreams()[0]
 	other := env.FeedID(t, simulator.Testnet, "BTC", "USD", "V3")
 	require.NotContains(t, simulator.RestrictedStreams(), other)
@@ -51,7 +51,7 @@ func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		c      *proxytest.Client
+		c      *servertest.Client
 		method string
 		target string
 		extra  string
@@ -109,7 +109,7 @@ func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
 }
 
 func TestDeclaredBodyNeverSent(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
+	env := servertest.Start(t, servertest.Options{})
 	u, err := url.Parse(env.Mainnet)
 	require.NoError(t, err)
 	for _, req := range []string{
@@ -137,7 +137,7 @@ func TestDeclaredBodyNeverSent(t *testing.T) {
 }
 
 func TestSkewOnlyFromVerifiedSignatures(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
+	env := servertest.Start(t, servertest.Options{})
 	count := func() uint64 {
 		mfs, err := env.Registry.Gather()
 		require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestSkewOnlyFromVerifiedSignatures(t *testing.T) {
 		return 0
 	}
 	old := func() time.Time { return time.Now().Add(-time.Hour) }
-	for _, c := range []*proxytest.Client{
+	for _, c := range []*servertest.Client{
 		{Key: config.DemoKeyID, Secret: "wrong-secret-0123456789", HTTP: http.DefaultClient, Now: old},
 		{Key: "no-such-key", Secret: "wrong-secret-0123456789", HTTP: http.DefaultClient, Now: old},
 	} {
@@ -157,7 +157,7 @@ func TestSkewOnlyFromVerifiedSignatures(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	}
 	assert.Zero(t, count(), "unverified timestamps are not samples")
-	stale := proxytest.Demo()
+	stale := servertest.Demo()
 	stale.Now = old
 	resp, _ := stale.Get(t, env.Mainnet, "/api/v1/feeds")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
@@ -165,10 +165,10 @@ func TestSkewOnlyFromVerifiedSignatures(t *testing.T) {
 }
 
 func TestAnonymousCatalogBounded(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Auth.AnonymousRate = config.Rate{RPS: 0.001, Burst: 5}
 	}})
-	anon := &proxytest.Client{HTTP: http.DefaultClient}
+	anon := &servertest.Client{HTTP: http.DefaultClient}
 	statuses := map[int]int{}
 	var limited *http.Response
 	for range 8 {
@@ -182,22 +182,22 @@ func TestAnonymousCatalogBounded(t *testing.T) {
 	require.NotNil(t, limited)
 	assert.NotEmpty(t, limited.Header.Get("Retry-After"))
 	// A signed request is the team's business, not the address's.
-	resp, _ := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/discovery?asset_class=Crypto")
+	resp, _ := servertest.Demo().Get(t, env.Mainnet, "/api/v1/discovery?asset_class=Crypto")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 
 	long := "/api/v1/discovery?base_asset=" + strings.Repeat("ETH,", 2000)
-	resp, body := proxytest.Demo().Get(t, env.Mainnet, long)
+	resp, body := servertest.Demo().Get(t, env.Mainnet, long)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, string(body), "4096 bytes")
 	many := "/api/v1/discovery?base_asset=" + strings.Repeat("A,B,", 40)
-	resp, body = proxytest.Demo().Get(t, env.Mainnet, many)
+	resp, body = servertest.Demo().Get(t, env.Mainnet, many)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, string(body), "at most 64 list items")
 }
 
 func TestReplayRecordAcrossAuthReload(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 }})
-	req, err := proxytest.Demo().Request(t.Context(), env.Mainnet, "/api/v1/feeds")
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 }})
+	req, err := servertest.Demo().Request(t.Context(), env.Mainnet, "/api/v1/feeds")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, do(t, req))
 	require.Equal(t, http.StatusUnauthorized, do(t, req), "a replay")
@@ -216,7 +216,7 @@ func TestReplayRecordAcrossAuthReload(t *testing.T) {
 }
 
 func TestReplayRecordsOnlyAdmitted(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
 		c.Team(config.ResearchTeam).Rate = config.Rate{RPS: 0.001, Burst: 3}
 		c.Team(config.ResearchTeam).DailyQuota = 0
 		c.Auth.ReplayMaxEntries = 1000
@@ -224,7 +224,7 @@ func TestReplayRecordsOnlyAdmitted(t *testing.T) {
 	entries := func() float64 {
 		return metricValue(t, env.Registry, "streamgate_replay_record_entries", map[string]string{})
 	}
-	research := proxytest.Research()
+	research := servertest.Research()
 	statuses := map[int]int{}
 	for i := range 300 {
 		// A distinct target per request: a distinct signature.
@@ -237,7 +237,7 @@ func TestReplayRecordsOnlyAdmitted(t *testing.T) {
 	// The demo team, unlimited, has the record but the research team's
 	// share: what its rate can fill (auth.ReplayNeed: 0.001/s over 20 s,
 	// rounded up, plus its burst of 3, plus one), 5 entries.
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	statuses = map[int]int{}
 	var full *http.Response
 	for i := range 1000 {

@@ -19,7 +19,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -68,14 +68,14 @@ func (rec *recorder) matching(prefix string) []string {
 
 func TestCatalogFetchedOncePerView(t *testing.T) {
 	clock := newFakeClock()
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: noReplay})
-	demo, research := proxytest.Demo(), proxytest.Research()
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: noReplay})
+	demo, research := servertest.Demo(), servertest.Research()
 	demo.Now, research.Now = clock.Now, clock.Now
-	anon := &proxytest.Client{HTTP: http.DefaultClient}
+	anon := &servertest.Client{HTTP: http.DefaultClient}
 
 	queries := []string{"", "?asset_class=Crypto", "?status=live&base_asset=btc,ETH", "?created_after=2023-01-01", "?feed_type=nope"}
 	for _, q := range queries {
-		for _, c := range []*proxytest.Client{demo, anon} {
+		for _, c := range []*servertest.Client{demo, anon} {
 			resp, body := c.Get(t, env.Mainnet, "/api/v1/discovery"+q)
 			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		}
@@ -119,8 +119,8 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 
 func TestCatalogStaleIfError(t *testing.T) {
 	clock := newFakeClock()
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: noReplay, Quiet: true})
-	demo := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: noReplay, Quiet: true})
+	demo := servertest.Demo()
 	demo.Now = clock.Now
 	resp, body := demo.Get(t, env.Mainnet, "/api/v1/discovery?asset_class=Forex")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -140,11 +140,11 @@ func TestCatalogStaleIfError(t *testing.T) {
 }
 
 func TestLatestCoalesced(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Sim:    func(c *simulator.Config) { c.Faults = simulator.Faults{Latency: 150 * time.Millisecond} },
 		Config: func(c *config.Config) { c.Cache.LatestTTL = time.Minute; noReplay(c) },
 	})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	feed := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/discovery?hidden=true") // catalog loaded first
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -183,11 +183,11 @@ func TestLatestCoalesced(t *testing.T) {
 
 func TestLatestExpires(t *testing.T) {
 	clock := newFakeClock()
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: func(c *config.Config) {
 		noReplay(c)
 		c.Realtime.LatestFromStream = false // the cache alone: polling does not subscribe the stream
 	}})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	demo.Now = clock.Now
 	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	get := func() string {
@@ -218,11 +218,11 @@ func TestLatestExpires(t *testing.T) {
 }
 
 func TestWaiterGivingUpDoesNotCancelTheFill(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Sim:   func(c *simulator.Config) { c.Faults = simulator.Faults{Latency: 300 * time.Millisecond} },
 		Quiet: true,
 	})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/discovery?hidden=true")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
@@ -245,13 +245,13 @@ func TestWaiterGivingUpDoesNotCancelTheFill(t *testing.T) {
 
 func TestBulkFanOut(t *testing.T) {
 	rec := &recorder{}
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Upstream: rec.wrap,
 		Config: func(c *config.Config) {
 			c.Networks["mainnet"].Upstream.MaxBulk = 2
 		},
 	})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	var feeds []string
 	for _, s := range env.Sim.Streams(simulator.Mainnet) {
 		if s.AssetClass == "Crypto" && s.Status == "live" && s.DecommissionedAt == nil && len(feeds) < 9 {
@@ -306,8 +306,8 @@ func pastTSFrom(s string) int64 {
 }
 
 func TestPageCaching(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	demo := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	demo := servertest.Demo()
 	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	_, last, ok := env.Sim.Window(simulator.Mainnet, feed)
 	require.True(t, ok)
@@ -332,8 +332,8 @@ func TestPageCaching(t *testing.T) {
 
 func TestNegativeEntries(t *testing.T) {
 	clock := newFakeClock()
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: noReplay})
-	demo := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: noReplay})
+	demo := servertest.Demo()
 	demo.Now = clock.Now
 	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(time.Now().Unix()+3600, 10)
@@ -384,8 +384,8 @@ func (b *bufferedWriter) Write(p []byte) (int, error) {
 }
 
 func TestIntegrity(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Upstream: lying, Quiet: true})
-	demo := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Upstream: lying, Quiet: true})
+	demo := servertest.Demo()
 	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	ts := strconv.FormatInt(pastTS(), 10)
 	for _, target := range []string{
@@ -409,7 +409,7 @@ func TestIntegrity(t *testing.T) {
 
 // counterValue returns the value of one series of a counter vector, its
 // label values given in the label names' alphabetical order.
-func counterValue(t *testing.T, env *proxytest.Env, name string, labels ...string) float64 {
+func counterValue(t *testing.T, env *servertest.Env, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := env.Registry.Gather()
 	require.NoError(t, err)
@@ -437,13 +437,13 @@ func counterValue(t *testing.T, env *proxytest.Env, name string, labels ...strin
 func TestCatalogDifferential(t *testing.T) {
 	// Identical random queries may be signed in the same millisecond; the
 	// anonymous queries come faster than the per-address limit allows.
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = false
 		c.Auth.AnonymousRate = config.Rate{}
 	}})
-	demo := proxytest.Demo()
-	org := &proxytest.Client{Key: simulator.OrgKeyID, Secret: simulator.OrgKeySecret, HTTP: http.DefaultClient}
-	anon := &proxytest.Client{HTTP: http.DefaultClient}
+	demo := servertest.Demo()
+	org := &servertest.Client{Key: simulator.OrgKeyID, Secret: simulator.OrgKeySecret, HTTP: http.DefaultClient}
+	anon := &servertest.Client{HTTP: http.DefaultClient}
 	values := map[string][]string{}
 	for _, net := range []string{simulator.Mainnet, simulator.Testnet} {
 		for _, s := range env.Sim.Streams(net) {
@@ -512,7 +512,7 @@ func TestCatalogDifferential(t *testing.T) {
 	for i := range rounds {
 		target := "/api/v1/discovery?" + query()
 		net := []struct{ gw, up string }{{env.Mainnet, env.UpMainnet}, {env.Testnet, env.UpTestnet}}[i%2]
-		for _, pair := range []struct{ via, direct *proxytest.Client }{{demo, org}, {anon, anon}} {
+		for _, pair := range []struct{ via, direct *servertest.Client }{{demo, org}, {anon, anon}} {
 			wantResp, want := pair.direct.Get(t, net.up, target)
 			gotResp, got := pair.via.Get(t, net.gw, target)
 			require.Equal(t, wantResp.StatusCode, gotResp.StatusCode, "%s: %s", target, got)
@@ -539,6 +539,6 @@ func TestCatalogDifferential(t *testing.T) {
 	t.Logf("%d random queries on both networks, as anonymous and signed callers", rounds)
 }
 
-func discoveryCalls(env *proxytest.Env) int64 {
+func discoveryCalls(env *servertest.Env) int64 {
 	return env.Sim.Counters().Sum(func(c simulator.Count) bool { return c.Endpoint == simulator.EndpointDiscovery })
 }

@@ -19,7 +19,7 @@ import (
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/don"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -41,7 +41,7 @@ type decodedRecord struct {
 }
 
 // getDecoded sends a signed GET asking for the decoded view.
-func getDecoded(t *testing.T, c *proxytest.Client, base, target string) (*http.Response, []byte) {
+func getDecoded(t *testing.T, c *servertest.Client, base, target string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := c.Request(context.Background(), base, target)
 	require.NoError(t, err)
@@ -102,8 +102,8 @@ func checkDecoded(t *testing.T, r decodedRecord) {
 // record; made from the same cache entries as the raw answer (no second
 // upstream call), which stays byte for byte what it was.
 func TestDecodedView(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Quiet: true})
+	c := servertest.Demo()
 	feeds := map[string]string{
 		"V3":  env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3"),
 		"V7":  "",
@@ -183,17 +183,17 @@ func TestDecodedView(t *testing.T) {
 
 	// Entitlements as for the raw answer: the research team may not read
 	// mainnet.
-	resp, body := getDecoded(t, proxytest.Research(), env.Mainnet, "/api/v1/reports/latest?feedID="+feeds["V3"])
+	resp, body := getDecoded(t, servertest.Research(), env.Mainnet, "/api/v1/reports/latest?feedID="+feeds["V3"])
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", body)
 }
 
 // In mode report, a forged report is served in the decoded view with the
 // cause of its refusal.
 func TestDecodedViewStatesRefusal(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(cfg *config.Config) {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(cfg *config.Config) {
 		cfg.Networks["mainnet"].Verify.Mode = config.VerifyReport
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeOutsider}))
 	resp, body := getDecoded(t, c, env.Mainnet, "/api/v1/reports?feedID="+eth+"&timestamp="+strconv.FormatInt(pastTS(), 10))
@@ -209,11 +209,11 @@ func TestDecodedViewStatesRefusal(t *testing.T) {
 // The stream's decoded view: opted in at the upgrade (Accept), one text
 // frame per report, decoded and verified.
 func TestDecodedStream(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Quiet: true, Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	target := "/api/v1/ws?feedIDs=" + eth
 	req, err := http.NewRequest(http.MethodGet, env.Mainnet+target, nil)
 	require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -23,7 +23,7 @@ import (
 // and the data served stays a few seconds old. The bounds are generous on
 // purpose (a busy machine must not flake it); BENCHMARKS.md has the figures.
 func TestFreshnessWithinBudget(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Quiet: true,
 		Sim:   func(c *simulator.Config) { c.RateLimit, c.Burst = 10, 10 },
 		Config: func(c *config.Config) {
@@ -48,7 +48,7 @@ func TestFreshnessWithinBudget(t *testing.T) {
 		statuses = map[int]int{}
 		ages     []int64
 	)
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	var wg sync.WaitGroup
 	for i := range clients {
 		wg.Go(func() {

@@ -14,7 +14,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -25,16 +25,16 @@ import (
 //
 // The requests are signed once, before the loop, and sent again and
 // again. For that the benchmark gateway runs with replay protection off
-// and a max skew of one hour; everything else is the proxytest
+// and a max skew of one hour; everything else is the servertest
 // configuration (the demo team, unlimited). Latest reports live for an
 // hour and are not taken from the upstream's stream, so that every latest
 // request is a cache hit.
 
 // benchGateway starts a gateway for the benchmarks and returns it with the
 // mainnet handler.
-func benchGateway(b *testing.B) (*proxytest.Env, http.Handler) {
+func benchGateway(b *testing.B) (*servertest.Env, http.Handler) {
 	b.Helper()
-	env := proxytest.Start(b, proxytest.Options{Quiet: true, Config: func(c *config.Config) {
+	env := servertest.Start(b, servertest.Options{Quiet: true, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = false
 		c.Auth.MaxSkew = time.Hour
 		c.Cache.LatestTTL = time.Hour
@@ -52,7 +52,7 @@ func benchRequest(target string) *http.Request {
 
 // benchServe serves a fresh signed request for target until it answers
 // want with X-Cache HIT (the cache's writes are asynchronous).
-func benchServe(b *testing.B, env *proxytest.Env, h http.Handler, target string, want int) {
+func benchServe(b *testing.B, env *servertest.Env, h http.Handler, target string, want int) {
 	b.Helper()
 	for range 50 {
 		rec := httptest.NewRecorder()
@@ -66,7 +66,7 @@ func benchServe(b *testing.B, env *proxytest.Env, h http.Handler, target string,
 }
 
 // benchFeeds returns n public live mainnet streams with a full history.
-func benchFeeds(b testing.TB, env *proxytest.Env, n int) []string {
+func benchFeeds(b testing.TB, env *servertest.Env, n int) []string {
 	b.Helper()
 	hidden := map[string]bool{}
 	for _, id := range env.Sim.Hidden(simulator.Mainnet) {
@@ -215,7 +215,7 @@ func BenchmarkGatewayLatestHitAllOn(b *testing.B) {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = config.ISO8601TimeEncoder
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
-	env := proxytest.Start(b, proxytest.Options{Logger: log, Config: func(c *config.Config) {
+	env := servertest.Start(b, servertest.Options{Logger: log, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = true
 		c.Auth.MaxSkew = time.Hour
 		c.Cache.LatestTTL = time.Hour

@@ -13,7 +13,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -45,8 +45,8 @@ func pastTS() int64 { return time.Now().Add(-time.Hour).Unix() }
 // TestEveryEndpoint calls each endpoint of the API on both networks through
 // the gateway and checks the answer is the simulator's, in the API's shapes.
 func TestEveryEndpoint(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	c := servertest.Demo()
 	for _, net := range []struct{ name, base string }{{simulator.Mainnet, env.Mainnet}, {simulator.Testnet, env.Testnet}} {
 		t.Run(net.name, func(t *testing.T) {
 			btc := env.FeedID(t, net.name, "BTC", "USD", "V3")
@@ -117,7 +117,7 @@ func TestEveryEndpoint(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		// A key in rotation: both secrets verify.
 		c.Teams[0].Keys = append(c.Teams[0].Keys, config.Key{ID: "rotating", SecretList: []config.Secret{"new-secret-0123456789", "old-secret-0123456789"}})
 		c.Auth.ReplayGrace = 0 // every repeat is a replay (the grace is tested in auth)
@@ -191,7 +191,7 @@ func TestAuthentication(t *testing.T) {
 	})
 
 	t.Run("anonymous", func(t *testing.T) {
-		anon := &proxytest.Client{HTTP: http.DefaultClient}
+		anon := &servertest.Client{HTTP: http.DefaultClient}
 		resp, _ := anon.Get(t, env.Mainnet, "/api/v1/discovery")
 		assert.Equal(t, http.StatusOK, resp.StatusCode, "the catalog is open")
 		resp, _ = anon.Get(t, env.Mainnet, target)
@@ -202,16 +202,16 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestAnonymousCatalogOff(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) { c.Auth.AnonymousCatalog = false }})
-	resp, _ := (&proxytest.Client{HTTP: http.DefaultClient}).Get(t, env.Mainnet, "/api/v1/discovery")
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) { c.Auth.AnonymousCatalog = false }})
+	resp, _ := (&servertest.Client{HTTP: http.DefaultClient}).Get(t, env.Mainnet, "/api/v1/discovery")
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Zero(t, env.UpstreamCalls())
 }
 
 func TestEntitlements(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	research := proxytest.Research()
-	demo := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	research := servertest.Research()
+	demo := servertest.Demo()
 	allowed := simulator.RestrictedStreams()[0]
 	other := ""
 	restricted := map[string]bool{}
@@ -230,7 +230,7 @@ func TestEntitlements(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		client *proxytest.Client
+		client *servertest.Client
 		base   string
 		target string
 		status int
@@ -296,7 +296,7 @@ func TestEntitlements(t *testing.T) {
 			assert.False(t, plain[h], "hidden stream listed without hidden=true")
 			assert.True(t, withHidden[h], "hidden stream missing with hidden=true")
 		}
-		anon := &proxytest.Client{HTTP: http.DefaultClient}
+		anon := &servertest.Client{HTTP: http.DefaultClient}
 		resp, body := anon.Get(t, env.Testnet, "/api/v1/discovery?hidden=true")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		for _, h := range hidden {
@@ -309,8 +309,8 @@ func TestEntitlements(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	tests := []struct {
 		name, target string
@@ -367,8 +367,8 @@ func TestValidation(t *testing.T) {
 // TestCredentialsStayApart checks that the client's own credentials never go
 // upstream and the organisation's never come back.
 func TestCredentialsStayApart(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	for _, target := range []string{
 		"/api/v1/discovery", "/api/v1/feeds", "/api/v1/reports/latest?feedID=" + btc,
@@ -392,7 +392,7 @@ func TestCredentialsStayApart(t *testing.T) {
 }
 
 func TestPassThrough(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Sim: func(c *simulator.Config) { c.HAOrigins = []string{"001", "002"} }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.HAOrigins = []string{"001", "002"} }})
 	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
 	require.NoError(t, err)
 	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
@@ -407,19 +407,19 @@ func TestPassThrough(t *testing.T) {
 	// A WebSocket is never passed through: the gateway answers a plain GET
 	// of /api/v1/ws itself (ws_test.go has the stream).
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	resp2, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
+	resp2, body := servertest.Demo().Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
 	assert.Equal(t, http.StatusUpgradeRequired, resp2.StatusCode, string(body))
 	assert.Zero(t, env.Sim.Counters().WSTotal("").Accepted+env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointWS))
 }
 
 func TestUpstreamFailures(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		for _, n := range c.Networks {
 			n.Upstream.Retries = 2
 			n.Upstream.Timeout = 300 * time.Millisecond
 		}
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	// Load the catalog before faults start.
 	resp, _ := c.Get(t, env.Mainnet, "/api/v1/discovery?hidden=true")
@@ -463,8 +463,8 @@ func TestUpstreamFailures(t *testing.T) {
 }
 
 func TestBulkPartial(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	c := servertest.Demo()
 	// A crypto stream publishes at once; a NAV stream some seconds late.
 	fast := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	var slow string
@@ -487,7 +487,7 @@ func TestBulkPartial(t *testing.T) {
 }
 
 func TestOwnUpstreamCredentials(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Teams = append(c.Teams, config.Team{
 			Name: "isolated", Networks: []string{"mainnet"}, Feeds: simulator.RestrictedStreams(),
 			Upstream: map[string]*config.Credentials{"mainnet": {APIKey: simulator.RestrictedKeyID, APISecret: simulator.RestrictedKeySecret}},
@@ -497,13 +497,13 @@ func TestOwnUpstreamCredentials(t *testing.T) {
 	feed := simulator.RestrictedStreams()[0]
 	ts := strconv.FormatInt(pastTS(), 10)
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + ts
-	isolated := &proxytest.Client{Key: "isolated-key", Secret: "isolated-secret-0123456789", HTTP: http.DefaultClient}
+	isolated := &servertest.Client{Key: "isolated-key", Secret: "isolated-secret-0123456789", HTTP: http.DefaultClient}
 
 	resp, body := isolated.Get(t, env.Mainnet, target)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	assert.Positive(t, env.Sim.Counters().ByKey(simulator.RestrictedKeyID), "signed with the team's own credential")
 
-	resp, _ = proxytest.Demo().Get(t, env.Mainnet, target)
+	resp, _ = servertest.Demo().Get(t, env.Mainnet, target)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "MISS", resp.Header.Get("X-Cache"), "what one team fetched with its own credential is not served to another")
 

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 )
 
-func rawGet(t *testing.T, base string, c *proxytest.Client, method, target string, extra string) (*http.Response, []byte) {
+func rawGet(t *testing.T, base string, c *servertest.Client, method, target string, extra string) (*http.Response, []byte) {
 	t.Helper()
 	u, err := url.Parse(base)
 	require.NoError(t, err)
@@ -47,7 +47,7 @@ func rawGet(t *testing.T, base string, c *proxytest.Client, method, target strin
 	return resp, body
 }
 
-func sign(req *http.Request, c *proxytest.Client, target string) {
+func sign(req *http.Request, c *servertest.Client, target string) {
 	// auth.Sign signs req.URL.RequestURI(); an opaque URL keeps the target
 	// exactly as given.
 	req.URL = &url.URL{Scheme: "http", Host: req.URL.Host, Opaque: target}

@@ -14,7 +14,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 )
 
 // A latest hit with the team's rate and daily quota, the metrics and the
@@ -30,7 +30,7 @@ func TestLatestHitAllocations(t *testing.T) {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = config.ISO8601TimeEncoder
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
-	env := proxytest.Start(t, proxytest.Options{Logger: log, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Logger: log, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = false
 		c.Auth.MaxSkew = time.Hour
 		c.Cache.LatestTTL = time.Hour

@@ -18,14 +18,14 @@ import (
 
 	"streamgate/config"
 	"streamgate/proxy"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
 // TestSharedListener routes two networks on one address by Host name.
 func TestSharedListener(t *testing.T) {
 	shared := freeAddr(t)
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Networks["mainnet"].Listen = shared
 		c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
 		c.Networks["testnet"].Listen = shared
@@ -38,7 +38,7 @@ func TestSharedListener(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	for host, want := range map[string]string{"mainnet.streams.internal": "mainnet", "TESTNET.streams.internal:7000": "testnet"} {
-		req, err := proxytest.Demo().Request(t.Context(), srv.URL, "/api/v1/discovery?asset_class=Crypto")
+		req, err := servertest.Demo().Request(t.Context(), srv.URL, "/api/v1/discovery?asset_class=Crypto")
 		require.NoError(t, err)
 		req.Host = host
 		resp, err := http.DefaultClient.Do(req)
@@ -53,7 +53,7 @@ func TestSharedListener(t *testing.T) {
 		require.NotEmpty(t, disc.Feeds)
 		assert.Equal(t, want, disc.Feeds[0].NetworkType, "Host %s", host)
 	}
-	req, _ := proxytest.Demo().Request(t.Context(), srv.URL, "/api/v1/discovery")
+	req, _ := servertest.Demo().Request(t.Context(), srv.URL, "/api/v1/discovery")
 	req.Host = "elsewhere.internal"
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -64,15 +64,15 @@ func TestSharedListener(t *testing.T) {
 // TestLogs checks the access and audit lines, and that no secret is logged.
 func TestLogs(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Config: func(c *config.Config) { c.Log.Audit = true },
 		Logger: zap.New(core),
 	})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	bad := &proxytest.Client{Key: config.DemoKeyID, Secret: "a-wrong-secret-0123456789", HTTP: http.DefaultClient}
+	bad := &servertest.Client{Key: config.DemoKeyID, Secret: "a-wrong-secret-0123456789", HTTP: http.DefaultClient}
 	resp, _ = bad.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 
@@ -105,12 +105,12 @@ func TestLogs(t *testing.T) {
 // TestReload swaps keys and lifetimes while serving; a signature used
 // before a reload is still a replay after it.
 func TestReload(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 }})
-	newKey := &proxytest.Client{Key: "added-key", Secret: "added-secret-0123456789", HTTP: http.DefaultClient}
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) { c.Auth.ReplayGrace = 0 }})
+	newKey := &servertest.Client{Key: "added-key", Secret: "added-secret-0123456789", HTTP: http.DefaultClient}
 	resp, _ := newKey.Get(t, env.Mainnet, "/api/v1/feeds")
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "unknown before the reload")
 
-	req, err := proxytest.Demo().Request(t.Context(), env.Mainnet, "/api/v1/feeds")
+	req, err := servertest.Demo().Request(t.Context(), env.Mainnet, "/api/v1/feeds")
 	require.NoError(t, err)
 	resp, err = http.DefaultClient.Do(req.Clone(req.Context()))
 	require.NoError(t, err)
@@ -137,7 +137,7 @@ func TestReload(t *testing.T) {
 }
 
 func TestListenersOnFreePorts(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Networks["mainnet"].Listen = "127.0.0.1:0"
 		c.Networks["testnet"].Listen = "127.0.0.1:0"
 	}})
@@ -149,7 +149,7 @@ func TestListenersOnFreePorts(t *testing.T) {
 
 func TestUnknownHostObserved(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Config: func(c *config.Config) {
 			shared := freeAddr(t)
 			c.Networks["mainnet"].Listen = shared

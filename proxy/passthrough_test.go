@@ -11,12 +11,12 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 )
 
 func TestPassThroughTimeout(t *testing.T) {
 	gaveUp := make(chan struct{}, 1)
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Config: func(c *config.Config) {
 			c.Networks["mainnet"].Upstream.Timeout = 200 * time.Millisecond
 			c.Networks["mainnet"].PassThrough = []string{"/api/v1/listed"}
@@ -55,7 +55,7 @@ func TestPassThroughTimeout(t *testing.T) {
 // calls does: the next forwarded request does not reach the upstream.
 func TestPassThrough429(t *testing.T) {
 	var calls atomic.Int32
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Config: func(c *config.Config) {
 			c.Networks["mainnet"].PassThrough = []string{"/api/v1/listed"}
 		},

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -103,7 +103,7 @@ func retryAfter(t testing.TB, resp *http.Response) int {
 	return s
 }
 
-func reportsCalls(env *proxytest.Env) int64 {
+func reportsCalls(env *servertest.Env) int64 {
 	return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport)
 }
 
@@ -112,7 +112,7 @@ func reportTarget(feed string, base int64, i int) string {
 	return "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(base-int64(i), 10)
 }
 
-func rejections(t testing.TB, env *proxytest.Env, team, limit string) float64 {
+func rejections(t testing.TB, env *servertest.Env, team, limit string) float64 {
 	t.Helper()
 	return metricValue(t, env.Registry, "streamgate_ratelimit_rejections_total", map[string]string{"team": team, "limit": limit})
 }
@@ -123,11 +123,11 @@ func rejections(t testing.TB, env *proxytest.Env, team, limit string) float64 {
 func TestQuotaTeamBurst(t *testing.T) {
 	const burst = 5
 	clock := newQuotaClock(time.Now())
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: func(c *config.Config) {
 		noReplayCheck(c)
 		c.Team(config.DemoTeam).Rate = config.Rate{RPS: 1, Burst: burst}
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	c.Now = clock.Now
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
@@ -166,16 +166,16 @@ func TestQuotaTeamBurst(t *testing.T) {
 func TestQuotaKeyRate(t *testing.T) {
 	const otherKey, otherSecret = "demo-second-key", "demo-second-secret-0123456789"
 	clock := newQuotaClock(time.Now())
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: func(c *config.Config) {
 		noReplayCheck(c)
 		team := c.Team(config.DemoTeam)
 		team.Rate = config.Rate{RPS: 1, Burst: 6}
 		team.Keys[0].Rate = config.Rate{RPS: 1, Burst: 2}
 		team.Keys = append(team.Keys, config.Key{ID: otherKey, Secret: otherSecret})
 	}})
-	limited := proxytest.Demo()
+	limited := servertest.Demo()
 	limited.Now = clock.Now
-	other := &proxytest.Client{Key: otherKey, Secret: otherSecret, HTTP: http.DefaultClient, Now: clock.Now}
+	other := &servertest.Client{Key: otherKey, Secret: otherSecret, HTTP: http.DefaultClient, Now: clock.Now}
 
 	for i := range 2 {
 		resp, body := limited.Get(t, env.Mainnet, "/api/v1/feeds")
@@ -213,13 +213,13 @@ func TestQuotaDaily(t *testing.T) {
 	// One hour before midnight UTC.
 	start := time.Now().UTC().Truncate(24 * time.Hour).Add(23 * time.Hour)
 	clock := newQuotaClock(start)
-	env := proxytest.Start(t, proxytest.Options{Now: clock.Now, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: func(c *config.Config) {
 		noReplayCheck(c)
 		c.Team(config.DemoTeam).DailyQuota = quota
 	}, Sim: func(s *simulator.Config) {
 		s.MaxSkew = 48 * time.Hour // the upstream calls are signed at the fake clock
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	c.Now = clock.Now
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
@@ -261,7 +261,7 @@ func budgetConfig(rps float64) func(*config.Config) {
 	}
 }
 
-func budgetRefusals(t testing.TB, env *proxytest.Env, endpoint string) float64 {
+func budgetRefusals(t testing.TB, env *servertest.Env, endpoint string) float64 {
 	t.Helper()
 	return metricValue(t, env.Registry, "streamgate_upstream_budget_refusals_total", map[string]string{"network": "mainnet", "endpoint": endpoint})
 }
@@ -270,8 +270,8 @@ func budgetRefusals(t testing.TB, env *proxytest.Env, endpoint string) float64 {
 // miss that cannot get a token within the fill's deadline is 503 with
 // Retry-After and no upstream call.
 func TestBudgetCacheHitsAndExhaustion(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: budgetConfig(0.01)}) // a token per 100 s
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Config: budgetConfig(0.01)}) // a token per 100 s
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
@@ -318,8 +318,8 @@ func TestBudgetCacheHitsAndExhaustion(t *testing.T) {
 // it; the wait is bounded by the fill's own deadline, and its answer is
 // cached for the next caller.
 func TestBudgetWaitOutlivesClient(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: budgetConfig(2)}) // next token within 0.5 s, well within the wait's 1 s
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Config: budgetConfig(2)}) // next token within 0.5 s, well within the wait's 1 s
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
@@ -350,8 +350,8 @@ func TestBudgetWaitOutlivesClient(t *testing.T) {
 func TestBudgetWaitLeavesAttemptTime(t *testing.T) {
 	// Fill deadline 0.3 s + 1 s; a token every 1.25 s: within the deadline,
 	// but not with 0.3 s left after it.
-	env := proxytest.Start(t, proxytest.Options{Config: budgetConfig(0.8)})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Config: budgetConfig(0.8)})
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
@@ -390,13 +390,13 @@ func (w *retryAfterWriter) WriteHeader(code int) {
 // Retry-After: the next call within the pause does not reach the upstream;
 // other endpoints go on.
 func TestBudgetUpstream429Pause(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Upstream: retryAfter60, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Upstream: retryAfter60, Config: func(c *config.Config) {
 		noReplayCheck(c)
 		up := &c.Networks["mainnet"].Upstream
 		up.Timeout = 300 * time.Millisecond
 		up.Retries = 0
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 	resp, _ := c.Get(t, env.Mainnet, "/api/v1/feeds") // the catalog, before the faults

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 )
 
 // TestReadyNeedsItsOwnUpstream: a replica whose upstream is unreachable
@@ -21,9 +21,9 @@ import (
 // answered.
 func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	srv := redistest.New(t)
-	writer := proxytest.Start(t, proxytest.Options{Quiet: true, Config: sharedTier(srv)})
+	writer := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
 	require.True(t, writer.Server.Ready())
-	resp, _ := proxytest.Demo().Get(t, writer.Mainnet, "/api/v1/feeds") // the view it answers from, in the tier
+	resp, _ := servertest.Demo().Get(t, writer.Mainnet, "/api/v1/feeds") // the view it answers from, in the tier
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	// An address nothing listens on: every call to it fails.
@@ -31,7 +31,7 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	require.NoError(t, err)
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	reader := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Simulator: writer.Sim, Config: func(c *config.Config) {
+	reader := servertest.Start(t, servertest.Options{Quiet: true, Cold: true, Simulator: writer.Sim, Config: func(c *config.Config) {
 		sharedTier(srv)(c)
 		c.Server.AdminListen = "127.0.0.1:0"
 		for _, n := range c.Networks {
@@ -48,7 +48,7 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	}
 	// The catalog is there, from the tier.
 	require.Eventually(t, func() bool {
-		resp, _ := proxytest.Demo().Get(t, reader.Mainnet, "/api/v1/feeds")
+		resp, _ := servertest.Demo().Get(t, reader.Mainnet, "/api/v1/feeds")
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "the catalog from the shared tier")
 	// The warm-up had the same view at hand; its upstream never answers.

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 )
 
 // TestReplayAcrossReplicas sends a request to one gateway and the same
@@ -18,8 +18,8 @@ func TestReplayAcrossReplicas(t *testing.T) {
 	url := redistest.Start(t)
 	// Two gateways configured to share Redis, as replicas are: the replay
 	// record goes through it with the limits.
-	replica := func() *proxytest.Env {
-		return proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	replica := func() *servertest.Env {
+		return servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 			c.Auth.ReplayGrace = 0
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = url
@@ -37,12 +37,12 @@ func TestReplayAcrossReplicas(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	req, err := proxytest.Demo().Request(t.Context(), a.Mainnet, "/api/v1/feeds")
+	req, err := servertest.Demo().Request(t.Context(), a.Mainnet, "/api/v1/feeds")
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, send(a.Mainnet, req))
 	assert.Equal(t, http.StatusUnauthorized, send(b.Mainnet, req), "accepted by one replica, a replay at another")
 
-	fresh, err := proxytest.Demo().Request(t.Context(), b.Mainnet, "/api/v1/feeds")
+	fresh, err := servertest.Demo().Request(t.Context(), b.Mainnet, "/api/v1/feeds")
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, send(b.Mainnet, fresh), "a request signed afresh passes")
 }

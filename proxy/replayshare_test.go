@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 )
 
 // TestReplayRecordShareOfATeam: a team without a rate that sends signed
@@ -28,13 +28,13 @@ func TestReplayRecordShareOfATeam(t *testing.T) {
 				Keys: []config.Key{{ID: name + "-key", Secret: secret}}})
 		}
 	}
-	run := func(t *testing.T, env *proxytest.Env) {
+	run := func(t *testing.T, env *servertest.Env) {
 		// Every request signed at its own millisecond: unique signatures.
 		var tick atomic.Int64
 		base := time.Now()
 		clock := func() time.Time { return base.Add(time.Duration(tick.Add(1)) * time.Millisecond) }
-		flood := &proxytest.Client{Key: "flood-key", Secret: secret, HTTP: http.DefaultClient, Now: clock}
-		quiet := &proxytest.Client{Key: "quiet-key", Secret: secret, HTTP: http.DefaultClient, Now: clock}
+		flood := &servertest.Client{Key: "flood-key", Secret: secret, HTTP: http.DefaultClient, Now: clock}
+		quiet := &servertest.Client{Key: "quiet-key", Secret: secret, HTTP: http.DefaultClient, Now: clock}
 		var refused atomic.Bool
 		var sent atomic.Int64
 		var wg sync.WaitGroup
@@ -61,11 +61,11 @@ func TestReplayRecordShareOfATeam(t *testing.T) {
 		}
 	}
 	t.Run("memory", func(t *testing.T) {
-		run(t, proxytest.Start(t, proxytest.Options{Quiet: true, Config: teams}))
+		run(t, servertest.Start(t, servertest.Options{Quiet: true, Config: teams}))
 	})
 	t.Run("redis", func(t *testing.T) {
 		url := redistest.Start(t)
-		run(t, proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(c *config.Config) {
+		run(t, servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
 			teams(c)
 			c.RateLimit.Backend = config.BackendRedis
 			c.RateLimit.Redis.URL = url

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/internal/redistest"
 	"streamgate/ratelimit"
-	"streamgate/ratelimit/redistest"
 	"streamgate/server"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -43,7 +43,7 @@ const (
 
 // replica is one gateway whose limits live in the shared Redis.
 type replica struct {
-	env *proxytest.Env
+	env *servertest.Env
 	reg *prometheus.Registry // the ratelimit metrics
 }
 
@@ -85,7 +85,7 @@ func startReplicas(t *testing.T, srv *redistest.Server, n int, mode ratelimit.Fa
 			limits.Budgets[name], err = ratelimit.NewRedisBudget(client, opts("budget", name))
 			require.NoError(t, err)
 		}
-		env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: replicaConfig, Upstream: retryAfter60, Limits: limits})
+		env := servertest.Start(t, servertest.Options{Quiet: true, Config: replicaConfig, Upstream: retryAfter60, Limits: limits})
 		out[i] = &replica{env: env, reg: reg}
 	}
 	return out
@@ -122,7 +122,7 @@ func replicaHTTP(t *testing.T) *http.Client {
 
 // status sends a signed GET and returns the answer's status, or 0 and the
 // error.
-func status(c *proxytest.Client, base, target string) (int, error) {
+func status(c *servertest.Client, base, target string) (int, error) {
 	req, err := c.Request(context.Background(), base, target)
 	if err != nil {
 		return 0, err
@@ -139,7 +139,7 @@ func status(c *proxytest.Client, base, target string) (int, error) {
 // drive runs workers goroutines per replica, each sending requests made by
 // target until d has passed, and returns how many got each status and the
 // time from the first request to the end of the last.
-func drive(t *testing.T, reps []*replica, c *proxytest.Client, workers int, d time.Duration, target func() string) (map[int]int, time.Duration) {
+func drive(t *testing.T, reps []*replica, c *servertest.Client, workers int, d time.Duration, target func() string) (map[int]int, time.Duration) {
 	t.Helper()
 	const maxPerWorker = 2000 // a bound on the load, whatever the speed
 	var (
@@ -196,10 +196,10 @@ func TestReplicasShareRedis(t *testing.T) {
 	srv := redistest.New(t)
 	reps := startReplicas(t, srv, 3, ratelimit.FailOpen)
 	hc := replicaHTTP(t)
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	demo.HTTP = hc
-	batch := &proxytest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
-	research := proxytest.Research()
+	batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
+	research := servertest.Research()
 	research.HTTP = hc
 
 	t.Run("team rate", func(t *testing.T) {
@@ -239,7 +239,7 @@ func TestReplicasShareRedis(t *testing.T) {
 	})
 
 	t.Run("daily quota", func(t *testing.T) {
-		daily := &proxytest.Client{Key: dailyKey, Secret: dailySecret, HTTP: hc}
+		daily := &servertest.Client{Key: dailyKey, Secret: dailySecret, HTTP: hc}
 		counts, _ := drive(t, reps, daily, 3, 500*time.Millisecond, func() string { return "/api/v1/feeds" })
 		require.Equal(t, counts[http.StatusOK]+counts[http.StatusTooManyRequests], sum(counts), "only 200 and 429: %v", counts)
 		require.Greater(t, counts[http.StatusTooManyRequests], 0, "driven with more than the quota")
@@ -319,9 +319,9 @@ func TestReplicasFailClosed(t *testing.T) {
 	srv := redistest.New(t)
 	r := startReplicas(t, srv, 1, ratelimit.FailClosed)[0]
 	hc := replicaHTTP(t)
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	demo.HTTP = hc
-	batch := &proxytest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
+	batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
 	btc := r.env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 

@@ -15,8 +15,8 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -48,9 +48,9 @@ func plant(t *testing.T, srv *redistest.Server, key string, e *cache.Entry) {
 // answers without calling its upstream; each has a simulator of its own.
 func TestSharedTierBetweenGateways(t *testing.T) {
 	srv := redistest.New(t)
-	a := proxytest.Start(t, proxytest.Options{Quiet: true, Config: sharedTier(srv)})
-	b := proxytest.Start(t, proxytest.Options{Quiet: true, Config: sharedTier(srv)})
-	c := proxytest.Demo()
+	a := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
+	b := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
+	c := servertest.Demo()
 	feed := a.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	ts := time.Now().Add(-time.Hour).Unix()
 	for _, target := range []string{
@@ -75,8 +75,8 @@ func TestSharedTierBetweenGateways(t *testing.T) {
 // gateway asks its upstream instead.
 func TestSharedTierChecksEntries(t *testing.T) {
 	srv := redistest.New(t)
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: sharedTier(srv)})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
+	c := servertest.Demo()
 	feed := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	other := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	ts := time.Now().Add(-time.Hour).Unix()

@@ -13,8 +13,8 @@ import (
 
 	"streamgate/cache"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -25,11 +25,11 @@ import (
 // lifetimes and by the report's observation time, and fetches afresh.
 func TestSharedTierBoundsTheWritersTimes(t *testing.T) {
 	srv := redistest.New(t)
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
 		sharedTier(srv)(c)
 		c.Realtime.LatestFromStream = false
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	now := time.Now()
 	maxAge := func(resp *http.Response) int {
 		v, ok := strings.CutPrefix(resp.Header.Get("Cache-Control"), "private, max-age=")
@@ -84,7 +84,7 @@ func TestSharedTierBoundsTheWritersTimes(t *testing.T) {
 			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 			require.Greater(t, maxAge(resp), 10, "%s: the writer's lifetime", target)
 		}
-		reader := proxytest.Start(t, proxytest.Options{Quiet: true, Simulator: env.Sim, Config: func(c *config.Config) {
+		reader := servertest.Start(t, servertest.Options{Quiet: true, Simulator: env.Sim, Config: func(c *config.Config) {
 			sharedTier(srv)(c)
 			c.Cache.CatalogTTL = 10 * time.Second
 		}})

@@ -20,7 +20,7 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/proxy"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -37,10 +37,10 @@ func refusing(_ string, h http.Handler) http.Handler {
 }
 
 func TestUpstreamRefusesOurCredential(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Upstream: refusing, Quiet: true, Cold: true, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Upstream: refusing, Quiet: true, Cold: true, Config: func(c *config.Config) {
 		c.Networks["mainnet"].PassThrough = []string{"/api/v1/listed"}
 	}})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	for _, target := range []string{"/api/v1/feeds", "/api/v1/discovery?hidden=true", "/api/v1/reports/latest?feedID=" + btc} {
 		resp, body := demo.Get(t, env.Mainnet, target)
@@ -61,7 +61,7 @@ func TestUpstreamRefusesOurCredential(t *testing.T) {
 func TestUpstreamRefusesATeamsOwnCredential(t *testing.T) {
 	const ownKey, ownSecret = "0badc0de-1111-4222-8333-444455556666", "own-upstream-secret-0123456789"
 	core, logs := observer.New(zapcore.InfoLevel)
-	env := proxytest.Start(t, proxytest.Options{Logger: zap.New(core), Cold: true, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Logger: zap.New(core), Cold: true, Config: func(c *config.Config) {
 		c.Teams = append(c.Teams, config.Team{
 			Name: "trading", Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
 			// A key the simulator does not know: it answers 401.
@@ -69,14 +69,14 @@ func TestUpstreamRefusesATeamsOwnCredential(t *testing.T) {
 			Keys:     []config.Key{{ID: "trading-key", Secret: "trading-secret-0123456789"}},
 		})
 	}})
-	trading := &proxytest.Client{Key: "trading-key", Secret: "trading-secret-0123456789", HTTP: http.DefaultClient}
+	trading := &servertest.Client{Key: "trading-key", Secret: "trading-secret-0123456789", HTTP: http.DefaultClient}
 	resp, body := trading.Get(t, env.Mainnet, "/api/v1/feeds")
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode, string(body))
 	assert.Contains(t, string(body), "your team's own upstream credential (team trading, network mainnet)")
 	assert.NotContains(t, string(body), "upstream credential of network")
 	assert.NotContains(t, string(body), ownSecret)
 
-	resp, body = proxytest.Demo().Get(t, env.Mainnet, "/api/v1/feeds")
+	resp, body = servertest.Demo().Get(t, env.Mainnet, "/api/v1/feeds")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "the network's credential still works: %s", body)
 
 	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total",
@@ -96,7 +96,7 @@ func TestUpstreamRefusesATeamsOwnCredential(t *testing.T) {
 }
 
 func TestUpstream401ForAStreamPassesOn(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/api/v1/discovery" {
 				http.Error(w, `{"error":"down"}`, http.StatusInternalServerError)
@@ -105,14 +105,14 @@ func TestUpstream401ForAStreamPassesOn(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}})
-	resp, body := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID=0x"+strings.Repeat("ab", 32))
+	resp, body := servertest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID=0x"+strings.Repeat("ab", 32))
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, string(body))
 	assert.Zero(t, metricValue(t, env.Registry, "streamgate_upstream_credential_refused_total", map[string]string{"network": "mainnet"}))
 }
 
 func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
 	var fail, calls atomic.Int32 // answers left to fail with 500; report calls
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Upstream: func(_ string, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/api/v1/reports" {
 				calls.Add(1)
@@ -124,7 +124,7 @@ func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}})
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/feeds?hidden=true") // the catalog first
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -160,7 +160,7 @@ func TestBudgetWithoutDeps(t *testing.T) {
 	gw, err := proxy.New(cfg, proxy.Deps{Cache: store})
 	require.NoError(t, err)
 	base := newServer(t, gw.Handler("mainnet"))
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	var btc string
 	for _, s := range sim.Streams(simulator.Mainnet) {
 		if s.BaseAsset == "BTC" && s.QuoteAsset == "USD" && s.SchemaVersion == "V3" {
@@ -180,7 +180,7 @@ func TestWarmUpRetries(t *testing.T) {
 	var down atomic.Bool
 	var refused atomic.Int32
 	down.Store(true)
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Cold: true, Upstream: func(_ string, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if down.Load() {
 				refused.Add(1)

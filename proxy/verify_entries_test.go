@@ -15,14 +15,14 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/don"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
 // waitFailures waits (bounded) until the refusals of cause at entry reach
 // n, and reports whether they did.
-func waitFailures(t *testing.T, ctx context.Context, env *proxytest.Env, entry string, cause don.Cause, mode string, n float64) bool {
+func waitFailures(t *testing.T, ctx context.Context, env *servertest.Env, entry string, cause don.Cause, mode string, n float64) bool {
 	for ctx.Err() == nil {
 		if failures(t, env, entry, cause, mode) >= n {
 			return true
@@ -52,7 +52,7 @@ func TestVerifyStream(t *testing.T) {
 	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
-			env := proxytest.Start(t, proxytest.Options{Quiet: true,
+			env := servertest.Start(t, servertest.Options{Quiet: true,
 				Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
 				Config: func(cfg *config.Config) {
 					cfg.Networks["mainnet"].Verify.Mode = mode
@@ -60,7 +60,7 @@ func TestVerifyStream(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			conn, _, err := dialWS(ctx, proxytest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+			conn, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 			require.NoError(t, err)
 			defer conn.CloseNow()
 			gate := env.Server.Gate("mainnet")
@@ -108,11 +108,11 @@ func TestVerifySharedTier(t *testing.T) {
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.New(t)
-			env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(cfg *config.Config) {
+			env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(cfg *config.Config) {
 				sharedTier(srv)(cfg)
 				cfg.Networks["mainnet"].Verify.Mode = mode
 			}})
-			c := proxytest.Demo()
+			c := servertest.Demo()
 			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 			ts := pastTS()

@@ -13,7 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/don"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -22,15 +22,15 @@ const (
 	failedMetric   = "streamgate_report_verification_failures_total"
 )
 
-func failures(t testing.TB, env *proxytest.Env, entry string, cause don.Cause, mode string) float64 {
+func failures(t testing.TB, env *servertest.Env, entry string, cause don.Cause, mode string) float64 {
 	return metricValue(t, env.Registry, failedMetric, map[string]string{"network": "mainnet", "entry": entry, "cause": string(cause), "mode": mode})
 }
 
 // The demo (the simulator as a DON, mode enforce) verifies every report
 // where it enters, over every REST endpoint, and refuses none.
 func TestVerifiedDemo(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
-	c := proxytest.Demo()
+	env := servertest.Start(t, servertest.Options{})
+	c := servertest.Demo()
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	ts := strconv.FormatInt(pastTS(), 10)
@@ -63,10 +63,10 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
-			env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(cfg *config.Config) {
+			env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(cfg *config.Config) {
 				cfg.Networks["mainnet"].Verify.Mode = mode
 			}})
-			c := proxytest.Demo()
+			c := servertest.Demo()
 			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 			base := pastTS()
@@ -130,7 +130,7 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 // A report whose record names another stream than its fullReport is
 // refused as malformed.
 func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Quiet: true, Upstream: func(network string, h http.Handler) http.Handler {
+	env := servertest.Start(t, servertest.Options{Quiet: true, Upstream: func(network string, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/api/v1/reports" {
 				h.ServeHTTP(w, r)
@@ -155,7 +155,7 @@ func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
 			json.NewEncoder(w).Encode(doc)
 		})
 	}})
-	c := proxytest.Demo()
+	c := servertest.Demo()
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	resp, body := c.Get(t, env.Mainnet, "/api/v1/reports?feedID="+eth+"&timestamp="+strconv.FormatInt(pastTS(), 10))
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s", body)
@@ -168,11 +168,11 @@ func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
 func TestVerifyRefusesForgedLatest(t *testing.T) {
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
-			env := proxytest.Start(t, proxytest.Options{Quiet: true, Config: func(cfg *config.Config) {
+			env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(cfg *config.Config) {
 				cfg.Networks["mainnet"].Verify.Mode = mode
 				cfg.Realtime.LatestFromStream = false // the REST path; the stream has its own test
 			}})
-			c := proxytest.Demo()
+			c := servertest.Demo()
 			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeDuplicate}))
 			resp, body := c.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+eth)

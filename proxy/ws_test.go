@@ -18,7 +18,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -33,7 +33,7 @@ type frame struct {
 
 // dialWS opens a WebSocket to the gateway at base (http://…) for target,
 // signed by c over signedTarget (the target itself when empty).
-func dialWS(ctx context.Context, c *proxytest.Client, base, target, signedTarget string) (*websocket.Conn, *http.Response, error) {
+func dialWS(ctx context.Context, c *servertest.Client, base, target, signedTarget string) (*websocket.Conn, *http.Response, error) {
 	if signedTarget == "" {
 		signedTarget = target
 	}
@@ -66,16 +66,16 @@ func readFrames(t *testing.T, ctx context.Context, conn *websocket.Conn, n int) 
 	return out
 }
 
-func wsOpen(env *proxytest.Env) int64 { return env.Sim.Counters().WSTotal("").Open }
+func wsOpen(env *servertest.Env) int64 { return env.Sim.Counters().WSTotal("").Open }
 
 // TestWSThroughTheGateway: many clients share the gateway's few upstream
 // connections; each gets exactly its own streams, in order, once; both
 // signed forms are accepted; refused clients cost the upstream nothing.
 func TestWSThroughTheGateway(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	demo, research := proxytest.Demo(), proxytest.Research()
+	demo, research := servertest.Demo(), servertest.Research()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 
@@ -86,7 +86,7 @@ func TestWSThroughTheGateway(t *testing.T) {
 	_, resp, err = dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc+",0x"+strings.Repeat("ab", 32), "")
 	require.Error(t, err)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "one unknown stream refuses the connection")
-	wrong := &proxytest.Client{Key: config.DemoKeyID, Secret: "wrong-secret-0123456789"}
+	wrong := &servertest.Client{Key: config.DemoKeyID, Secret: "wrong-secret-0123456789"}
 	_, resp, err = dialWS(ctx, wrong, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 	require.Error(t, err)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
@@ -157,13 +157,13 @@ func TestWSThroughTheGateway(t *testing.T) {
 // TestWSLimitsAndErrors: the team's connection limit, a plain GET, and a
 // network without an upstream WebSocket.
 func TestWSLimitsAndErrors(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Realtime.TeamConnections = 2
 		c.Networks["testnet"].Upstream.WSURL = ""
 	}})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	for range 2 {
 		c, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
@@ -188,13 +188,13 @@ func TestWSLimitsAndErrors(t *testing.T) {
 // that does not answer (1008) while a reading client stays; a client's
 // ping is answered; a client's close is answered with the close handshake.
 func TestWSKeepAliveAndClose(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{
+	env := servertest.Start(t, servertest.Options{
 		Sim:    func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond },
 		Config: func(c *config.Config) { c.Realtime.PingInterval = 100 * time.Millisecond },
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 
 	reader, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
@@ -266,10 +266,10 @@ func TestWSKeepAliveAndClose(t *testing.T) {
 // 101, got 401", so the log line is the operator's clue.
 func TestWSRefusalsLogTheirReason(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	env := proxytest.Start(t, proxytest.Options{Logger: zap.New(core)})
+	env := servertest.Start(t, servertest.Options{Logger: zap.New(core)})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	research := proxytest.Research()
+	research := servertest.Research()
 	btcMain := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	// A testnet stream outside research's five.
 	var other string

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -23,14 +23,14 @@ import (
 // connection that never carries a frame; a client of streams already
 // carried is still accepted.
 func TestWSBudgetFullIsRefused(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		up := &c.Networks["mainnet"].Upstream
 		up.WSMaxConnections = 1
 		up.WSFeedsPerConnection = 2
 	}})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	link := env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
@@ -71,7 +71,7 @@ func TestWSSharedBudgetFullIsRefused(t *testing.T) {
 	a, b := envs[0], envs[1]
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := a.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := a.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	link := a.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
@@ -101,7 +101,7 @@ func TestWSSharedBudgetFullIsRefused(t *testing.T) {
 // assertBudgetRefusal checks the answer to an upgrade refused for want of
 // upstream connection budget: an error, 503 with Retry-After and a JSON
 // message naming ws_max_connections, and the refusal counted once on env.
-func assertBudgetRefusal(t *testing.T, env *proxytest.Env, resp *http.Response, err error, what string) {
+func assertBudgetRefusal(t *testing.T, env *servertest.Env, resp *http.Response, err error, what string) {
 	t.Helper()
 	require.Error(t, err, what)
 	require.NotNil(t, resp)

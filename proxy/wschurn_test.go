@@ -16,8 +16,8 @@ import (
 
 	"streamgate/catalog"
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -78,8 +78,8 @@ func (c *gaugeConn) Close() error {
 // replica falls back to its own connections).
 func TestWSChurnKeepsTheUpstreamCap(t *testing.T) {
 	const maxConns, origins = 4, 2
-	start := func(t *testing.T, g *wsGauge, cfg func(*config.Config)) *proxytest.Env {
-		return proxytest.Start(t, proxytest.Options{
+	start := func(t *testing.T, g *wsGauge, cfg func(*config.Config)) *servertest.Env {
+		return servertest.Start(t, servertest.Options{
 			Quiet: true,
 			Sim: func(c *simulator.Config) {
 				c.HAOrigins = []string{"001", "002"}
@@ -119,7 +119,7 @@ func TestWSChurnKeepsTheUpstreamCap(t *testing.T) {
 	})
 }
 
-func churn(t *testing.T, env *proxytest.Env, g *wsGauge, limit int64) {
+func churn(t *testing.T, env *servertest.Env, g *wsGauge, limit int64) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	var streams []catalog.Stream // those publishing now
@@ -135,7 +135,7 @@ func churn(t *testing.T, env *proxytest.Env, g *wsGauge, limit int64) {
 	for i := range readers {
 		time.Sleep(30 * time.Millisecond) // 40 clients within about 1.2 s
 		wg.Go(func() {
-			c, _, err := dialWS(ctx, proxytest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+streams[i].FeedID, "")
+			c, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+streams[i].FeedID, "")
 			if !assert.NoError(t, err, "client %d", i) {
 				return
 			}
@@ -165,7 +165,7 @@ func churn(t *testing.T, env *proxytest.Env, g *wsGauge, limit int64) {
 	for _, s := range streams[:60] {
 		polls.Go(func() {
 			for range 3 {
-				resp, _ := proxytest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+s.FeedID)
+				resp, _ := servertest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+s.FeedID)
 				assert.NotEqual(t, http.StatusInternalServerError, resp.StatusCode)
 			}
 		})

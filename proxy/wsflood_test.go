@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -17,11 +17,11 @@ import (
 // client that keeps sending them faster is closed (1008, the reason
 // named) instead of being answered without end.
 func TestWSClientPingFlood(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{})
+	env := servertest.Start(t, servertest.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	c, _, err := dialWS(ctx, proxytest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+	c, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 	require.NoError(t, err)
 	defer c.CloseNow()
 	r := readInBackground(ctx, c)

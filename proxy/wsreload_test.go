@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -82,7 +82,7 @@ func TestWSReloadReachesOpenConnections(t *testing.T) {
 	sim, err := simulator.New(func() simulator.Config { c := simulator.Default(); c.RateLimit = 0; return c }())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	probe := &proxytest.Env{Sim: sim}
+	probe := &servertest.Env{Sim: sim}
 	btc := probe.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := probe.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	teams := func(opsFeeds []string, opsKeys []string, desk bool) []config.Team {
@@ -97,12 +97,12 @@ func TestWSReloadReachesOpenConnections(t *testing.T) {
 		}
 		return out
 	}
-	env := proxytest.Start(t, proxytest.Options{Simulator: sim, Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Simulator: sim, Config: func(c *config.Config) {
 		c.Teams = append(c.Teams, teams([]string{btc, eth}, []string{k1, k2}, true)...)
 	}})
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	client := func(key string) *proxytest.Client { return &proxytest.Client{Key: key, Secret: secret} }
+	client := func(key string) *servertest.Client { return &servertest.Client{Key: key, Secret: secret} }
 	dial := func(key, feeds string) *wsReader {
 		c, _, err := dialWS(ctx, client(key), env.Mainnet, "/api/v1/ws?feedIDs="+feeds, "")
 		require.NoError(t, err, key)
@@ -112,7 +112,7 @@ func TestWSReloadReachesOpenConnections(t *testing.T) {
 	a := dial(k1, btc+","+eth)
 	b := dial(k2, btc)
 	d := dial(k3, btc)
-	dc, _, err := dialWS(ctx, proxytest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+	dc, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { dc.CloseNow() })
 	other := readInBackground(ctx, dc)

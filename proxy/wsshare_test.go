@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -74,11 +74,11 @@ func (w *wsClient) alive() bool {
 // sharedReplicas starts n gateways on one simulator whose limits, and
 // upstream WebSocket connections, are shared through rs; more changes
 // their configuration further.
-func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator, n int, more ...func(*config.Config)) []*proxytest.Env {
+func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator, n int, more ...func(*config.Config)) []*servertest.Env {
 	t.Helper()
-	envs := make([]*proxytest.Env, n)
+	envs := make([]*servertest.Env, n)
 	for i := range envs {
-		envs[i] = proxytest.Start(t, proxytest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
+		envs[i] = servertest.Start(t, servertest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
 			noReplayCheck(c)
 			c.RateLimit.Backend = config.BackendRedis
 			c.RateLimit.Redis.URL = rs.URL()
@@ -93,7 +93,7 @@ func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator
 
 // holderOf returns the index of the one replica that holds mainnet's
 // chunk, or -1.
-func holderOf(envs []*proxytest.Env, skip int) int {
+func holderOf(envs []*servertest.Env, skip int) int {
 	found := -1
 	for i, e := range envs {
 		if i == skip {
@@ -129,7 +129,7 @@ func TestWSSharedByReplicas(t *testing.T) {
 	envs := sharedReplicas(t, rs, sim, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := envs[0].FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	feeds := []string{btc, eth}

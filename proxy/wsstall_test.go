@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -20,13 +20,13 @@ import (
 // only while its report is no older than REST would answer it stale
 // (a second, latest_ttl and latest_max_stale); then from REST.
 func TestLatestFromAStalledStream(t *testing.T) {
-	env := proxytest.Start(t, proxytest.Options{Config: func(c *config.Config) {
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Cache.LatestTTL = 500 * time.Millisecond
 		c.Cache.LatestMaxStale = time.Second
 	}})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	demo := proxytest.Demo()
+	demo := servertest.Demo()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	c, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 	require.NoError(t, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/proxy/proxytest"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
+	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
@@ -25,9 +25,9 @@ func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
 	sim, err := simulator.New(func() simulator.Config { c := simulator.Default(); c.RateLimit = 0; return c }())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	envs := make([]*proxytest.Env, 3)
+	envs := make([]*servertest.Env, 3)
 	for i := range envs {
-		envs[i] = proxytest.Start(t, proxytest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
+		envs[i] = servertest.Start(t, servertest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
 			noReplayCheck(c)
 			c.RateLimit.Backend = config.BackendRedis
 			c.RateLimit.Redis.URL = url
@@ -41,7 +41,7 @@ func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
 	var open []*websocket.Conn
 	refused := 0
 	for i := range 3 * limit {
-		c, resp, err := dialWS(ctx, proxytest.Demo(), envs[i%3].Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+		c, resp, err := dialWS(ctx, servertest.Demo(), envs[i%3].Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 		if err != nil {
 			require.NotNil(t, resp, "%v", err)
 			assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
@@ -56,7 +56,7 @@ func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
 
 	require.NoError(t, open[0].Close(websocket.StatusNormalClosure, "done"))
 	require.Eventually(t, func() bool {
-		c, _, err := dialWS(ctx, proxytest.Demo(), envs[2].Mainnet, "/api/v1/ws?feedIDs="+btc, "")
+		c, _, err := dialWS(ctx, servertest.Demo(), envs[2].Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 		if err != nil {
 			return false
 		}

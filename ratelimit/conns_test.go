@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 )
 
 // TestRedisConns: two replicas share a key's limit; a release frees its

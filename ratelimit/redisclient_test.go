@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 )
 
 // testCommandTimeout keeps the tests short; the default is 100ms.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"streamgate/internal/redistest"
 	"streamgate/ratelimit"
-	"streamgate/ratelimit/redistest"
 )
 
 // BenchmarkShareReplicas measures what the upstream sees and what the

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/internal/redistest"
 	"streamgate/ratelimit"
-	"streamgate/ratelimit/redistest"
 	"streamgate/simulator"
 )
 

@@ -18,8 +18,8 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/internal/redistest"
 	"streamgate/ratelimit"
-	"streamgate/ratelimit/redistest"
 )
 
 // gathered returns the value of the metric name whose labels include

@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/cache"
+	"streamgate/internal/redistest"
 	"streamgate/ratelimit"
-	"streamgate/ratelimit/redistest"
 )
 
 // replica is one Tier with a Redis client of its own, as one gateway process

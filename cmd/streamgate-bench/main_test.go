@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
 

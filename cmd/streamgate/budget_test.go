@@ -16,7 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"streamgate/config"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
 

@@ -21,7 +21,7 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
 

@@ -22,7 +22,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 	"streamgate/simulator"
 	"streamgate/status"
 )

@@ -1,9 +1,9 @@
-// Package proxytest runs a whole gateway in-process for tests and
+// Package servertest runs a whole gateway in-process for tests and
 // benchmarks, built by server.New exactly as the binary builds it: the
 // simulator as its upstream (on httptest listeners, so that a test can
 // record or alter what the upstream sees) and the gateway's networks on
 // free loopback ports, configured like the demo.
-package proxytest
+package servertest
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func Start(t testing.TB, opts Options) *Env {
 		}
 		var err error
 		if sim, err = simulator.New(simCfg); err != nil {
-			t.Fatalf("proxytest: simulator: %v", err)
+			t.Fatalf("servertest: simulator: %v", err)
 		}
 		t.Cleanup(func() { sim.Close() })
 	}
@@ -128,7 +128,7 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	srv, err := server.New(cfg, server.Options{Logger: log, Now: opts.Now, Limits: opts.Limits})
 	if err != nil {
-		t.Fatalf("proxytest: gateway: %v", err)
+		t.Fatalf("servertest: gateway: %v", err)
 	}
 	srv.Start()
 	t.Cleanup(func() { srv.Close() })
@@ -185,16 +185,16 @@ func (c *Client) Get(t testing.TB, base, target string) (*http.Response, []byte)
 	t.Helper()
 	req, err := c.Request(context.Background(), base, target)
 	if err != nil {
-		t.Fatalf("proxytest: %v", err)
+		t.Fatalf("servertest: %v", err)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		t.Fatalf("proxytest: GET %s: %v", target, err)
+		t.Fatalf("servertest: GET %s: %v", target, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("proxytest: reading %s: %v", target, err)
+		t.Fatalf("servertest: reading %s: %v", target, err)
 	}
 	return resp, body
 }
@@ -208,7 +208,7 @@ func (e *Env) FeedID(t testing.TB, network, base, quote, schema string) string {
 			return s.FeedID
 		}
 	}
-	t.Fatalf("proxytest: no %s %s/%s stream on %s", schema, base, quote, network)
+	t.Fatalf("servertest: no %s %s/%s stream on %s", schema, base, quote, network)
 	return ""
 }
 
