@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/server"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
@@ -212,9 +212,7 @@ func (w *hitWriter) reset() { clear(w.h); w.code, w.n = 0, 0 }
 // the default JSON format at info (to io.Discard). Requests are signed in
 // batches with the timer stopped; the writer allocates nothing of its own.
 func BenchmarkGatewayLatestHitAllOn(b *testing.B) {
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = config.ISO8601TimeEncoder
-	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	log := server.NewLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON}, zapcore.AddSync(io.Discard))
 	env := servertest.Start(b, servertest.Options{Logger: log, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = true
 		c.Auth.MaxSkew = time.Hour

@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/server"
 	"streamgate/server/servertest"
 )
 
@@ -27,9 +27,7 @@ func TestLatestHitAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items at random: allocation counts vary")
 	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = config.ISO8601TimeEncoder
-	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	log := server.NewLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON}, zapcore.AddSync(io.Discard))
 	env := servertest.Start(t, servertest.Options{Logger: log, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = false
 		c.Auth.MaxSkew = time.Hour

@@ -303,9 +303,9 @@ func (s *stack) Close() {
 	}
 }
 
-// benchLogger is the logger of cmd/streamgate (JSON, ISO 8601 times) at
-// level, writing to io.Discard: the access log's encoding is measured, the
-// terminal is not. "off" is no logger at all.
+// benchLogger is the logger of cmd/streamgate (server.NewLogger: JSON,
+// ISO 8601 times) at level, writing to io.Discard: the access log's
+// encoding is measured, the terminal is not. "off" is no logger at all.
 func benchLogger(level string) (*zap.Logger, error) {
 	if level == "off" {
 		return zap.NewNop(), nil
@@ -314,8 +314,8 @@ func benchLogger(level string) (*zap.Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-log: %w", err)
 	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = config.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), lvl)
-	return zap.New(core), nil
+	if l := config.LogLevel(lvl.String()); l.ZapLevel() == lvl {
+		return server.NewLogger(config.Log{Level: l, Format: config.LogFormatJSON}, zapcore.AddSync(io.Discard)), nil
+	}
+	return nil, fmt.Errorf("-log: %q is not one of debug, info, warn, error, off", level)
 }

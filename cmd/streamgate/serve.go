@@ -58,7 +58,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageError{code: 1}
 		}
 	}
-	log, access, stopAccess := newLoggers(cfg.Log, stderr)
+	log, access, stopAccess := server.NewLoggers(cfg.Log, stderr)
 	defer stopAccess()
 	defer log.Sync()
 
