@@ -1,10 +1,12 @@
 // Package server assembles a whole streamgate from a configuration: the
-// embedded upstream when the configuration asks for one, the cache, the
-// limits (in memory or Redis), the metrics, the gateway, and its listeners
-// with the admin endpoints. It owns everything it starts: New builds and
-// binds, Start serves, Reload applies a new configuration, Shutdown drains
-// and releases. The binary, the load tool and the tests all build their
-// gateway with it, so what is tested and measured is what ships.
+// embedded upstream when the configuration asks for one (in builds that
+// carry it, embedded.go), the cache, the limits (in memory or Redis), the
+// metrics, the gateway, and its listeners with the admin endpoints; and
+// the loggers the binary passes it (logs.go). It owns everything it
+// starts: New builds and binds, Start serves, Reload applies a new
+// configuration, Shutdown drains and releases. The binary, the load tool
+// and the tests all build their gateway with it, so what is tested and
+// measured is what ships.
 package server
 
 import (
@@ -29,7 +31,6 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
-	"streamgate/simulator"
 	"streamgate/status"
 )
 
@@ -60,7 +61,7 @@ type Server struct {
 	log      *zap.Logger
 	reg      *prometheus.Registry
 	cfg      atomic.Pointer[config.Config] // in force
-	sim      *simulator.Simulator          // the embedded upstream, or nil
+	emb      embedded                      // the embedded upstream, or nil
 	store    *cache.Store
 	shared   *shared.Tier  // nil: off
 	sharedRC *redis.Client // the shared tier's client, nil when off
@@ -104,6 +105,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
+	}
+	if err := CheckBuild(cfg); err != nil {
+		return nil, err
 	}
 	s.cfg.Store(cfg)
 	defer func() {
@@ -213,9 +217,41 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	return s, nil
 }
 
-// startEmbedded starts the simulator for the networks whose upstream is
-// "embedded", each on a loopback port of its own, and returns where the
-// gateway finds them.
+// embedded is the upstream of the networks whose upstream.url is
+// "embedded": the simulator (embedded.go), left out of builds with the tag
+// nosimulator (embedded_none.go).
+type embedded interface {
+	handler(network string) http.Handler
+	credentials() (key, secret string)
+	dons(network string) []config.DON // the DON configurations it signs with
+	close()
+}
+
+// errNoEmbedded is CheckBuild's problem in a build without the simulator.
+var errNoEmbedded = errors.New("this build leaves out the embedded upstream (built with -tags nosimulator): give the upstream's URL")
+
+// CheckBuild returns what of cfg this build cannot run, or nil: a network
+// whose upstream is "embedded", in a build without the embedded upstream
+// (EmbeddedUpstream false). New refuses such a configuration; check
+// reports it.
+func CheckBuild(cfg *config.Config) error { return checkBuild(cfg, EmbeddedUpstream) }
+
+func checkBuild(cfg *config.Config, embeddable bool) error {
+	if embeddable {
+		return nil
+	}
+	var errs []error
+	for _, name := range cfg.NetworkNames() {
+		if cfg.Networks[name].Upstream.Embedded() {
+			errs = append(errs, fmt.Errorf("networks.%s.upstream.url: %q: %w", name, config.EmbeddedURL, errNoEmbedded))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startEmbedded starts the embedded upstream for the networks whose
+// upstream is "embedded", each on a loopback port of its own, and returns
+// where the gateway finds them.
 func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, error) {
 	var names []string
 	for _, name := range cfg.NetworkNames() {
@@ -226,20 +262,21 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 	if len(names) == 0 {
 		return nil, nil
 	}
-	sim, err := simulator.New(simulator.Default())
+	emb, err := newEmbedded()
 	if err != nil {
-		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
+		return nil, err
 	}
-	s.sim = sim
+	s.emb = emb
+	key, secret := emb.credentials()
 	out := map[string]proxy.Upstream{}
 	for _, name := range names {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
-		srv := &http.Server{Handler: sim.Handler(simulator.NetworkFor(name)), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: emb.handler(name), ReadHeaderTimeout: 10 * time.Second}
 		s.upstreams = append(s.upstreams, &served{ln: ln, srv: srv})
-		out[name] = proxy.Upstream{URL: "http://" + ln.Addr().String(), APIKey: simulator.OrgKeyID, Secret: []byte(simulator.OrgKeySecret)}
+		out[name] = proxy.Upstream{URL: "http://" + ln.Addr().String(), APIKey: key, Secret: []byte(secret)}
 	}
 	return out, nil
 }
@@ -306,7 +343,7 @@ func (s *Server) Start() {
 		go s.admin.srv.Serve(s.admin.ln)
 		s.log.Info("admin listening", zap.String("addr", s.addrs["admin"]))
 	}
-	if s.sim != nil {
+	if s.emb != nil {
 		s.log.Info("embedded upstream started")
 	}
 	cfg := s.cfg.Load()
@@ -339,13 +376,11 @@ func (s *Server) Run(ctx context.Context) error {
 // ("admin") is bound to, or "".
 func (s *Server) Addr(name string) string { return s.addrs[name] }
 
-// Gateway, Cache, Registry and Simulator give access to the parts, for the
-// tools and tests that look inside. Simulator is nil without an embedded
-// upstream.
-func (s *Server) Gateway() *proxy.Gateway         { return s.gw }
-func (s *Server) Cache() *cache.Store             { return s.store }
-func (s *Server) Registry() *prometheus.Registry  { return s.reg }
-func (s *Server) Simulator() *simulator.Simulator { return s.sim }
+// Gateway, Cache and Registry give access to the parts, for the tools and
+// tests that look inside (and Simulator, in builds that carry it).
+func (s *Server) Gateway() *proxy.Gateway        { return s.gw }
+func (s *Server) Cache() *cache.Store            { return s.store }
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Hub returns the real-time hub of network, or nil.
 func (s *Server) Hub(network string) *realtime.Hub { return s.hubs[network] }
@@ -490,8 +525,8 @@ func (s *Server) release() {
 	if s.limits != nil && s.ownLimit {
 		s.limits.Close()
 	}
-	if s.sim != nil {
-		s.sim.Close()
+	if s.emb != nil {
+		s.emb.close()
 	}
 }
 
@@ -540,10 +575,8 @@ func (s *Server) gateStates(cfg *config.Config) (map[string]gateState, error) {
 			continue
 		}
 		vf := n.Verify
-		if !vf.Configured() && n.Upstream.Embedded() && s.sim != nil {
-			for _, c := range s.sim.DON(simulator.NetworkFor(name)) {
-				vf.DONs = append(vf.DONs, config.DON{ConfigDigest: c.ConfigDigest, F: c.F, Signers: c.Signers})
-			}
+		if !vf.Configured() && n.Upstream.Embedded() && s.emb != nil {
+			vf.DONs = append(vf.DONs, s.emb.dons(name)...)
 		}
 		v, err := vf.Verifier()
 		if err != nil {

@@ -1,3 +1,5 @@
+//go:build !nosimulator
+
 package main
 
 import (
@@ -9,6 +11,14 @@ import (
 	"streamgate/server"
 	"streamgate/simulator"
 )
+
+// demoSetup returns the demo's configuration (config.Default: the embedded
+// upstream, demo keys, loopback) and the banner to print once its server
+// has started. Builds with the tag nosimulator have no demo (nodemo.go).
+func demoSetup() (*config.Config, func(io.Writer, *server.Server), error) {
+	cfg := config.Default()
+	return cfg, func(w io.Writer, srv *server.Server) { printDemo(w, srv, cfg) }, nil
+}
 
 // exampleFeed picks a live ETH/USD crypto stream of the simulator's mainnet
 // for the demo's example request.

@@ -48,9 +48,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg     *config.Config
 		err     error
 		fileSum [sha256.Size]byte // of the configuration file last loaded
+		banner  func(io.Writer, *server.Server)
 	)
 	if demo {
-		cfg = config.Default()
+		if cfg, banner, err = demoSetup(); err != nil {
+			fmt.Fprintf(stderr, "streamgate: %v\n", err)
+			return usageError{code: 2}
+		}
 	} else {
 		fileSum, _ = sumFile(*path)
 		if cfg, err = config.Load(*path); err != nil {
@@ -72,8 +76,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv.Start()
-	if demo {
-		printDemo(stdout, srv, cfg)
+	if banner != nil {
+		banner(stdout, srv)
 	}
 
 	// reloadConfig applies the configuration file again; a configuration

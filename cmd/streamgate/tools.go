@@ -17,6 +17,7 @@ import (
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/don"
+	"streamgate/server"
 )
 
 // check validates a configuration file and lists every problem at once.
@@ -38,6 +39,9 @@ func check(args []string, stdout, stderr io.Writer) error {
 		return usageError{code: 2}
 	}
 	cfg, err := config.Load(*path)
+	if err == nil {
+		err = server.CheckBuild(cfg) // what this binary cannot run
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return usageError{code: 1}
