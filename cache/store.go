@@ -196,6 +196,11 @@ func (s *Store) Wait() {
 	s.closeMu.RUnlock()
 }
 
+// MetricBytes is the name of the gauge of Bytes, registered by the
+// assembly (server) and read by the status page, both from here: a rename
+// breaks the build, not the page.
+const MetricBytes = "streamgate_cache_bytes"
+
 // Bytes returns the total cost of the entries held, in bytes: what the
 // eviction policy has admitted minus what it has evicted, expired or
 // replaced. It stays within MaxBytes, except that replacing an entry with a

@@ -91,38 +91,52 @@ func (c *children[K, V]) get(k K, make func() V) V {
 	return next
 }
 
+// Names of the metrics NewMetrics registers that the status page reads
+// (status takes them from here: a rename breaks its build, not the page).
+const (
+	MetricRequests            = "streamgate_requests_total"             // counter; network, endpoint, code, team
+	MetricCacheResults        = "streamgate_cache_results_total"        // counter; network, kind, result
+	MetricUpstreamRequests    = "streamgate_upstream_requests_total"    // counter; network, endpoint, code
+	MetricUpstreamDuration    = "streamgate_upstream_duration_seconds"  // histogram; network, endpoint
+	MetricUpstreamErrors      = "streamgate_upstream_errors_total"      // counter; network, endpoint, reason
+	MetricCallsSaved          = "streamgate_upstream_calls_saved_total" // counter; network, kind
+	MetricRateLimitRejections = "streamgate_ratelimit_rejections_total" // counter; team, limit
+	MetricWSClients           = "streamgate_ws_clients"                 // gauge; network
+	MetricReplayFull          = "streamgate_replay_record_full_total"   // counter
+)
+
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_requests_total", Help: "Requests answered, by network, endpoint, status code and team.",
+			Name: MetricRequests, Help: "Requests answered, by network, endpoint, status code and team.",
 		}, []string{"network", "endpoint", "code", "team"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "streamgate_request_duration_seconds", Help: "Time to answer a request, by network and endpoint.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"network", "endpoint"}),
 		cacheResults: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_cache_results_total", Help: "Cache lookups by network, kind (catalog, report, latest, page, bulk) and result (hit, miss, stale, coalesced, negative, stream).",
+			Name: MetricCacheResults, Help: "Cache lookups by network, kind (catalog, report, latest, page, bulk) and result (hit, miss, stale, coalesced, negative, stream).",
 		}, []string{"network", "kind", "result"}),
 		upstreamCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_requests_total", Help: "Upstream calls that got an answer, by network, endpoint and status code.",
+			Name: MetricUpstreamRequests, Help: "Upstream calls that got an answer, by network, endpoint and status code.",
 		}, []string{"network", "endpoint", "code"}),
 		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "streamgate_upstream_duration_seconds", Help: "Upstream call latency, by network and endpoint.",
+			Name: MetricUpstreamDuration, Help: "Upstream call latency, by network and endpoint.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"network", "endpoint"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_errors_total", Help: "Upstream calls that got no usable answer, by network, endpoint and reason (timeout, transport, canceled, budget, integrity).",
+			Name: MetricUpstreamErrors, Help: "Upstream calls that got no usable answer, by network, endpoint and reason (timeout, transport, canceled, budget, integrity).",
 		}, []string{"network", "endpoint", "reason"}),
 		upstreamSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_calls_saved_total", Help: "Upstream calls not made thanks to the cache or coalescing, by network and kind.",
+			Name: MetricCallsSaved, Help: "Upstream calls not made thanks to the cache or coalescing, by network and kind.",
 		}, []string{"network", "kind"}),
 		coalescedWaiters: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "streamgate_coalesced_waiters", Help: "Requests served by one upstream fill.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ratelimit_rejections_total", Help: "Requests refused by a quota, by team and limit (team, key, daily).",
+			Name: MetricRateLimitRejections, Help: "Requests refused by a quota, by team and limit (team, key, daily).",
 		}, []string{"team", "limit"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_auth_failures_total", Help: "Failed authentications, by network and reason.",
@@ -152,7 +166,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10},
 		}, []string{"network"}),
 		wsClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "streamgate_ws_clients", Help: "Client WebSocket connections open, by network.",
+			Name: MetricWSClients, Help: "Client WebSocket connections open, by network.",
 		}, []string{"network"}),
 		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
@@ -179,7 +193,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				Name: "streamgate_replay_record_bytes", Help: "Approximate memory held by this replica's replay record.",
 			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.Bytes) })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "streamgate_replay_record_full_total", Help: "Requests refused (503) because the replay record was full.",
+				Name: MetricReplayFull, Help: "Requests refused (503) because the replay record was full.",
 			}, m.replayStat(func(s auth.ReplayStats) float64 { return float64(s.FullRefusals) })),
 		)
 	}

@@ -38,6 +38,17 @@ const (
 	ResultError   = "error" // ErrUnavailable, ErrInvalidLimit, a cancelled context
 )
 
+// Names of the metrics NewMetrics registers that the status page reads
+// (status takes them from here: a rename breaks its build, not the page).
+const (
+	MetricBudgetWaits        = "streamgate_upstream_budget_waits_total"       // counter; network, endpoint
+	MetricBudgetRefusals     = "streamgate_upstream_budget_refusals_total"    // counter; network, endpoint
+	MetricBudgetRPS          = "streamgate_upstream_budget_rps"               // gauge; network, endpoint: as configured
+	MetricBudgetEffectiveRPS = "streamgate_upstream_budget_effective_rps"     // gauge; network, endpoint: in force
+	MetricBudgetAdjustments  = "streamgate_upstream_budget_adjustments_total" // counter; network, endpoint, direction
+	MetricBreakerState       = "streamgate_redis_breaker_state"               // gauge: 0 closed, 1 half-open, 2 open
+)
+
 // NewMetrics creates the collectors and registers them with reg:
 //
 //	streamgate_ratelimit_decisions_total{limiter,result}
@@ -62,11 +73,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Rate limit and quota decisions, by limiter and result (allowed, refused, error).",
 		}, []string{"limiter", "result"}),
 		budgetWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_budget_waits_total",
+			Name: MetricBudgetWaits,
 			Help: "Upstream calls that had to wait for the upstream budget.",
 		}, []string{"network", "endpoint"}),
 		budgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_budget_refusals_total",
+			Name: MetricBudgetRefusals,
 			Help: "Upstream calls refused because the budget had no token within their deadline.",
 		}, []string{"network", "endpoint"}),
 		budgetWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -75,15 +86,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"network"}),
 		budgetRPS: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "streamgate_upstream_budget_rps",
+			Name: MetricBudgetRPS,
 			Help: "The configured upstream budget: calls per second allowed per endpoint.",
 		}, []string{"network", "endpoint"}),
 		budgetEff: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "streamgate_upstream_budget_effective_rps",
+			Name: MetricBudgetEffectiveRPS,
 			Help: "The upstream budget in force: the configured rate, or less after upstream 429s (it halves after one, then recovers step by step).",
 		}, []string{"network", "endpoint"}),
 		budgetAdjusts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_upstream_budget_adjustments_total",
+			Name: MetricBudgetAdjustments,
 			Help: "Changes of the upstream budget in force, by direction (down: after an upstream 429; up: a step of recovery).",
 		}, []string{"network", "endpoint", "direction"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -95,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Requests decided without Redis, by fail mode (open: by local limits; closed: refused).",
 		}, []string{"mode"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "streamgate_redis_breaker_state",
+			Name: MetricBreakerState,
 			Help: "State of the Redis circuit breaker: 0 closed (calls go to Redis), 1 half-open (one probe goes), 2 open (calls fail at once and the limits fall back).",
 		}),
 		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -50,6 +50,11 @@ type Metrics struct {
 	sharePubFailed *prometheus.CounterVec
 }
 
+// MetricReconnects is the name of the counter of upstream WebSocket
+// reconnects (labels network, reason) that the status page reads (status
+// takes it from here: a rename breaks its build, not the page).
+const MetricReconnects = "streamgate_ws_reconnects_total"
+
 // NewMetrics creates the metrics and registers them with reg (nil: not
 // registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -70,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Report frames dropped as not newer than the feed's watermark."}, []string{"network"}),
 		slowCloses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_slow_consumer_closes_total",
 			Help: "Subscriptions closed because their queue overflowed."}, []string{"network"}),
-		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_reconnects_total",
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReconnects,
 			Help: "Upstream WebSocket reconnects, by reason (drop, stall, refused)."}, []string{"network", "reason"}),
 		latestServed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_latest_served_total",
 			Help: "Latest reports answered from the stream."}, []string{"network"}),

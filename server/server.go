@@ -131,7 +131,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "streamgate_cache_bytes", Help: "Bytes held by the response cache.",
+		Name: cache.MetricBytes, Help: "Bytes held by the response cache.",
 	}, func() float64 { return float64(s.store.Bytes()) }))
 
 	if s.shared, s.sharedRC, err = newShared(cfg, s.reg, s.log.Named("cache"), opts.Now); err != nil {

@@ -5,33 +5,32 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"streamgate/cache/shared"
+	"streamgate/proxy"
+	"streamgate/ratelimit"
+	"streamgate/realtime"
 )
 
-// Metric names the sampler reads that other packages may not register
-// (yet): each is read when present and ignored when absent.
+// Metric names of the budget, exported for the tests that register them
+// (the sampler takes every name it reads from the package that registers
+// the metric: a rename breaks the build, not the page).
 const (
 	// MetricBudgetRPS is the upstream budget per endpoint as configured
 	// (gauge; labels network, endpoint).
-	MetricBudgetRPS = "streamgate_upstream_budget_rps"
+	MetricBudgetRPS = ratelimit.MetricBudgetRPS
 	// MetricBudgetEffectiveRPS is the upstream budget per endpoint in
 	// force (gauge; labels network, endpoint): below MetricBudgetRPS while
 	// the gateway adapts to an upstream that pushes back.
-	MetricBudgetEffectiveRPS = "streamgate_upstream_budget_effective_rps"
-	// MetricGapsUnfilled counts gaps of a stream (reports the upstream
-	// connections missed) that could not be filled (counter; label
-	// network).
-	MetricGapsUnfilled = "streamgate_ws_gaps_unfilled_total"
+	MetricBudgetEffectiveRPS = ratelimit.MetricBudgetEffectiveRPS
 )
 
-// Metric names of the other packages that the headline reads.
-const (
-	metricBreakerState   = "streamgate_redis_breaker_state"
-	metricSharedUp       = "streamgate_cache_shared_up"
-	metricSharedSaved    = "streamgate_cache_shared_fills_saved_total"
-	metricReplayFull     = "streamgate_replay_record_full_total"
-	metricWSReconnects   = "streamgate_ws_reconnects_total"
-	metricBudgetRefusals = "streamgate_upstream_budget_refusals_total"
-)
+// MetricGapsUnfilled counts gaps of a stream (reports the upstream
+// connections missed) that could not be filled (counter; label network).
+// No package registers it yet; the sampler reads it when present and
+// ignores it when absent. The part that registers it should own the name
+// and this one refer to it.
+const MetricGapsUnfilled = "streamgate_ws_gaps_unfilled_total"
 
 // The headline's states.
 const (
@@ -111,7 +110,7 @@ func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample) Health {
 			}
 		}
 		for _, e := range n.Budget {
-			refused := since(metricBudgetRefusals, map[string]string{"network": n.Name, "endpoint": e.Endpoint}, minute)
+			refused := since(ratelimit.MetricBudgetRefusals, map[string]string{"network": n.Name, "endpoint": e.Endpoint}, minute)
 			if e.Use >= budgetSaturatedUse || refused > 0 {
 				add(ReasonBudgetSaturated, n.Name, "network %s: the upstream budget of %s is saturated (%.0f %% used over the last minute, %.0f calls refused)",
 					n.Name, e.Endpoint, e.Use*100, refused)
@@ -134,17 +133,17 @@ func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample) Health {
 			add(ReasonGapUnfilled, n.Name, "network %s: %.0f gaps of the stream were not filled in the last %s", n.Name, g, recent)
 		}
 	}
-	if v, ok := cur.value(metricBreakerState, nil); ok && v != 0 {
+	if v, ok := cur.value(ratelimit.MetricBreakerState, nil); ok && v != 0 {
 		state := "open"
 		if v == 1 {
 			state = "half-open"
 		}
 		add(ReasonRedisBreaker, "", "Redis breaker %s: the limits and the replay record fall back to ratelimit.redis.fail_mode", state)
 	}
-	if v, ok := cur.value(metricSharedUp, nil); ok && v == 0 {
+	if v, ok := cur.value(shared.MetricUp, nil); ok && v == 0 {
 		add(ReasonSharedCache, "", "the shared cache tier (Redis) does not answer: each replica caches alone")
 	}
-	if f := since(metricReplayFull, nil, five); f > 0 {
+	if f := since(proxy.MetricReplayFull, nil, five); f > 0 {
 		add(ReasonReplayFull, "", "the replay record was full: %.0f requests got 503 in the last %s (auth.replay_max_entries)", f, recent)
 	}
 	h := Health{State: StateWell, Reasons: rs}
@@ -197,13 +196,13 @@ func (smp *sample) value(name string, match map[string]string) (float64, bool) {
 func (s *Sampler) wsEvents(cur, prev *sample) {
 	delta := map[[2]string]float64{}
 	for _, p := range cur.points {
-		if p.name == metricWSReconnects {
+		if p.name == realtime.MetricReconnects {
 			delta[[2]string{p.labels["network"], p.labels["reason"]}] += p.value
 		}
 	}
 	if prev != nil {
 		for _, p := range prev.points {
-			if p.name == metricWSReconnects {
+			if p.name == realtime.MetricReconnects {
 				delta[[2]string{p.labels["network"], p.labels["reason"]}] -= p.value
 			}
 		}
@@ -231,7 +230,7 @@ func (s *Sampler) wsEvents(cur, prev *sample) {
 // wsUpstream is a network's upstream WebSocket side, from its hub's
 // connections and the reconnect counters.
 func (s *Sampler) wsUpstream(network string, conns []HubConn, cur *sample) *WSUpstream {
-	ws := &WSUpstream{Failures: int64(cur.sum(metricWSReconnects, map[string]string{"network": network}, nil))}
+	ws := &WSUpstream{Failures: int64(cur.sum(realtime.MetricReconnects, map[string]string{"network": network}, nil))}
 	byOrigin := map[string]*OriginConns{}
 	var order []string
 	for _, c := range conns {

@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/cache/shared"
+	"streamgate/proxy"
+	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
 
@@ -36,9 +39,9 @@ func TestHealthWellThenEachReason(t *testing.T) {
 	f := newFixture()
 	hub := &realtime.Stats{FeedsWanted: 3, FeedsSubscribed: 3, FeedsLive: 3, Reconnects: map[string]int64{},
 		Connections: []realtime.ConnStats{{Origin: "001", State: "up", Feeds: 3}, {Origin: "002", State: "up", Feeds: 3}}}
-	breaker := prometheus.NewGauge(prometheus.GaugeOpts{Name: metricBreakerState})
-	replayFull := prometheus.NewCounter(prometheus.CounterOpts{Name: metricReplayFull})
-	reconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricWSReconnects}, []string{"network", "reason"})
+	breaker := prometheus.NewGauge(prometheus.GaugeOpts{Name: ratelimit.MetricBreakerState})
+	replayFull := prometheus.NewCounter(prometheus.CounterOpts{Name: proxy.MetricReplayFull})
+	reconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: realtime.MetricReconnects}, []string{"network", "reason"})
 	f.reg.MustRegister(breaker, replayFull, reconnects)
 	s := f.hubSampler(hub)
 	f.now = f.now.Add(10 * time.Second)
@@ -162,7 +165,7 @@ func TestHealthGapUnfilled(t *testing.T) {
 // old hit ratio left the stream out.
 func TestNoUpstreamCallShare(t *testing.T) {
 	f := newFixture()
-	saved := prometheus.NewCounter(prometheus.CounterOpts{Name: metricSharedSaved})
+	saved := prometheus.NewCounter(prometheus.CounterOpts{Name: shared.MetricFillsSaved})
 	f.reg.MustRegister(saved)
 	s := f.sampler(90)
 	f.now = f.now.Add(10 * time.Second)

@@ -5,6 +5,11 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"streamgate/cache"
+	"streamgate/cache/shared"
+	"streamgate/proxy"
+	"streamgate/ratelimit"
 )
 
 // Snapshot is what the page and /status.json show. Counts are since the
@@ -218,10 +223,10 @@ func (s *Sampler) build(f Facts) *Snapshot {
 	minute, five := back(time.Minute), back(latencyWindow)
 
 	// Cache.
-	res := cur.by("streamgate_cache_results_total", "result", nil)
-	c := Cache{MaxBytes: f.MaxBytes, BytesUsed: int64(cur.sum("streamgate_cache_bytes", nil, nil)),
+	res := cur.by(proxy.MetricCacheResults, "result", nil)
+	c := Cache{MaxBytes: f.MaxBytes, BytesUsed: int64(cur.sum(cache.MetricBytes, nil, nil)),
 		StaleServed: int64(res["stale"]), Coalesced: int64(res["coalesced"]),
-		CallsSaved: int64(cur.sum("streamgate_upstream_calls_saved_total", nil, nil))}
+		CallsSaved: int64(cur.sum(proxy.MetricCallsSaved, nil, nil))}
 	for r, v := range res {
 		c.Lookups += int64(v)
 		if isHit(r) {
@@ -229,12 +234,12 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		}
 	}
 	c.HitRatio = ratio(float64(c.Hits), float64(c.Lookups))
-	c.Free = noUpstreamCall(res, cur.sum(metricSharedSaved, nil, nil))
+	c.Free = noUpstreamCall(res, cur.sum(shared.MetricFillsSaved, nil, nil))
 	snap.Cache = c
 
 	// Series, one point per interval between consecutive samples.
 	for i := 1; i < len(s.ring); i++ {
-		a, b := s.ring[i-1].by("streamgate_cache_results_total", "result", nil), s.ring[i].by("streamgate_cache_results_total", "result", nil)
+		a, b := s.ring[i-1].by(proxy.MetricCacheResults, "result", nil), s.ring[i].by(proxy.MetricCacheResults, "result", nil)
 		var hits, all float64
 		for r, v := range b {
 			d := v - a[r]
@@ -248,17 +253,17 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		for r, v := range b {
 			d[r] = v - a[r]
 		}
-		shared := s.ring[i].sum(metricSharedSaved, nil, nil) - s.ring[i-1].sum(metricSharedSaved, nil, nil)
+		shared := s.ring[i].sum(shared.MetricFillsSaved, nil, nil) - s.ring[i-1].sum(shared.MetricFillsSaved, nil, nil)
 		snap.FreeShare = append(snap.FreeShare, noUpstreamCall(d, shared).Share)
 	}
 
 	for _, n := range f.Networks {
 		match := map[string]string{"network": n.Name}
 		net := Network{Name: n.Name,
-			Requests:   int64(cur.sum("streamgate_requests_total", match, nil)),
-			CallsSaved: int64(cur.sum("streamgate_upstream_calls_saved_total", match, nil)),
+			Requests:   int64(cur.sum(proxy.MetricRequests, match, nil)),
+			CallsSaved: int64(cur.sum(proxy.MetricCallsSaved, match, nil)),
 		}
-		nres := cur.by("streamgate_cache_results_total", "result", match)
+		nres := cur.by(proxy.MetricCacheResults, "result", match)
 		var hits, lookups float64
 		for r, v := range nres {
 			lookups += v
@@ -270,13 +275,13 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		net.Free = noUpstreamCall(nres, 0)
 		// An integrity failure was answered (counted by its status) but
 		// unusable: a failure, not another call.
-		unanswered := int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool {
+		unanswered := int64(cur.sum(proxy.MetricUpstreamErrors, match, func(l map[string]string) bool {
 			return l["reason"] != "canceled" && l["reason"] != "budget" && l["reason"] != "integrity"
 		}))
 		up := Upstream{
-			Calls: int64(cur.sum("streamgate_upstream_requests_total", match, nil)) + unanswered,
-			Failures: int64(cur.sum("streamgate_upstream_requests_total", match, func(l map[string]string) bool { return !strings.HasPrefix(l["code"], "2") })) +
-				int64(cur.sum("streamgate_upstream_errors_total", match, func(l map[string]string) bool { return l["reason"] != "canceled" && l["reason"] != "budget" })),
+			Calls: int64(cur.sum(proxy.MetricUpstreamRequests, match, nil)) + unanswered,
+			Failures: int64(cur.sum(proxy.MetricUpstreamRequests, match, func(l map[string]string) bool { return !strings.HasPrefix(l["code"], "2") })) +
+				int64(cur.sum(proxy.MetricUpstreamErrors, match, func(l map[string]string) bool { return l["reason"] != "canceled" && l["reason"] != "budget" })),
 		}
 		if e := s.last[n.Name]; e != nil {
 			if !e.success.IsZero() {
@@ -294,15 +299,15 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		}
 		net.Upstream = up
 
-		calls := cur.by("streamgate_upstream_requests_total", "endpoint", match)
-		callsBefore := minute.by("streamgate_upstream_requests_total", "endpoint", match)
-		pauses := cur.by("streamgate_upstream_requests_total", "endpoint", map[string]string{"network": n.Name, "code": "429"})
-		waits := cur.by("streamgate_upstream_budget_waits_total", "endpoint", match)
-		refusals := cur.by("streamgate_upstream_budget_refusals_total", "endpoint", match)
-		rps := cur.by("streamgate_upstream_budget_rps", "endpoint", match)
-		eff := cur.by("streamgate_upstream_budget_effective_rps", "endpoint", match)
-		downs := cur.by("streamgate_upstream_budget_adjustments_total", "endpoint", map[string]string{"network": n.Name, "direction": "down"})
-		ups := cur.by("streamgate_upstream_budget_adjustments_total", "endpoint", map[string]string{"network": n.Name, "direction": "up"})
+		calls := cur.by(proxy.MetricUpstreamRequests, "endpoint", match)
+		callsBefore := minute.by(proxy.MetricUpstreamRequests, "endpoint", match)
+		pauses := cur.by(proxy.MetricUpstreamRequests, "endpoint", map[string]string{"network": n.Name, "code": "429"})
+		waits := cur.by(ratelimit.MetricBudgetWaits, "endpoint", match)
+		refusals := cur.by(ratelimit.MetricBudgetRefusals, "endpoint", match)
+		rps := cur.by(ratelimit.MetricBudgetRPS, "endpoint", match)
+		eff := cur.by(ratelimit.MetricBudgetEffectiveRPS, "endpoint", match)
+		downs := cur.by(ratelimit.MetricBudgetAdjustments, "endpoint", map[string]string{"network": n.Name, "direction": "down"})
+		ups := cur.by(ratelimit.MetricBudgetAdjustments, "endpoint", map[string]string{"network": n.Name, "direction": "up"})
 		eps := map[string]bool{}
 		for _, m := range []map[string]float64{calls, waits, refusals, rps} {
 			for e := range m {
@@ -326,11 +331,11 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			if dt <= 0 {
 				dt = 1
 			}
-			net.RequestRate = append(net.RequestRate, (b.sum("streamgate_requests_total", match, nil)-a.sum("streamgate_requests_total", match, nil))/dt)
-			net.UpstreamRate = append(net.UpstreamRate, (b.sum("streamgate_upstream_requests_total", match, nil)-a.sum("streamgate_upstream_requests_total", match, nil))/dt)
+			net.RequestRate = append(net.RequestRate, (b.sum(proxy.MetricRequests, match, nil)-a.sum(proxy.MetricRequests, match, nil))/dt)
+			net.UpstreamRate = append(net.UpstreamRate, (b.sum(proxy.MetricUpstreamRequests, match, nil)-a.sum(proxy.MetricUpstreamRequests, match, nil))/dt)
 			var use float64
 			if n.BudgetRPS > 0 {
-				ca, cb := a.by("streamgate_upstream_requests_total", "endpoint", match), b.by("streamgate_upstream_requests_total", "endpoint", match)
+				ca, cb := a.by(proxy.MetricUpstreamRequests, "endpoint", match), b.by(proxy.MetricUpstreamRequests, "endpoint", match)
 				for e, v := range cb {
 					use = math.Max(use, (v-ca[e])/dt/n.BudgetRPS)
 				}
@@ -343,7 +348,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			h := &Hub{FeedsWanted: st.FeedsWanted, FeedsSubscribed: st.FeedsSubscribed, FeedsUncarried: st.FeedsUncarried,
 				FeedsLive:   st.FeedsLive,
 				Subscribers: st.Subscribers, Reconnects: st.Reconnects,
-				Clients: int64(cur.sum("streamgate_ws_clients", match, nil))}
+				Clients: int64(cur.sum(proxy.MetricWSClients, match, nil))}
 			for _, c := range st.Connections {
 				h.Connections = append(h.Connections, HubConn{Origin: c.Origin, State: c.State, Feeds: c.Feeds})
 			}
@@ -376,11 +381,11 @@ func (s *Sampler) build(f Facts) *Snapshot {
 	}
 	for _, p := range cur.points {
 		switch p.name {
-		case "streamgate_requests_total":
+		case proxy.MetricRequests:
 			t := team(p.labels["team"])
 			t.Requests += int64(p.value)
 			t.Answers[class(p.labels["code"])] += int64(p.value)
-		case "streamgate_ratelimit_rejections_total":
+		case proxy.MetricRateLimitRejections:
 			team(p.labels["team"]).RateLimited += int64(p.value)
 		}
 	}

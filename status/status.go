@@ -22,6 +22,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"streamgate/cache"
+	"streamgate/cache/shared"
+	"streamgate/proxy"
+	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
 
@@ -181,26 +185,26 @@ type sample struct {
 
 // families are the metric families the sampler keeps.
 var families = map[string]bool{
-	"streamgate_requests_total":                    true,
-	"streamgate_cache_results_total":               true,
-	"streamgate_cache_bytes":                       true,
-	"streamgate_upstream_requests_total":           true,
-	"streamgate_upstream_errors_total":             true,
-	"streamgate_upstream_duration_seconds":         true,
-	"streamgate_upstream_calls_saved_total":        true,
-	"streamgate_upstream_budget_waits_total":       true,
-	"streamgate_upstream_budget_refusals_total":    true,
-	"streamgate_ratelimit_rejections_total":        true,
-	"streamgate_ws_clients":                        true,
-	"streamgate_upstream_budget_adjustments_total": true,
-	metricSharedSaved:                              true,
-	metricSharedUp:                                 true,
-	metricBreakerState:                             true,
-	metricReplayFull:                               true,
-	metricWSReconnects:                             true,
-	MetricBudgetRPS:                                true,
-	MetricBudgetEffectiveRPS:                       true,
-	MetricGapsUnfilled:                             true,
+	proxy.MetricRequests:              true,
+	proxy.MetricCacheResults:          true,
+	cache.MetricBytes:                 true,
+	proxy.MetricUpstreamRequests:      true,
+	proxy.MetricUpstreamErrors:        true,
+	proxy.MetricUpstreamDuration:      true,
+	proxy.MetricCallsSaved:            true,
+	ratelimit.MetricBudgetWaits:       true,
+	ratelimit.MetricBudgetRefusals:    true,
+	proxy.MetricRateLimitRejections:   true,
+	proxy.MetricWSClients:             true,
+	ratelimit.MetricBudgetAdjustments: true,
+	shared.MetricFillsSaved:           true,
+	shared.MetricUp:                   true,
+	ratelimit.MetricBreakerState:      true,
+	proxy.MetricReplayFull:            true,
+	realtime.MetricReconnects:         true,
+	MetricBudgetRPS:                   true,
+	MetricBudgetEffectiveRPS:          true,
+	MetricGapsUnfilled:                true,
 }
 
 // Sample gathers the registry once and computes a new snapshot.
@@ -273,7 +277,7 @@ func (s *Sampler) rollDay(now time.Time, prev *sample) {
 func admittedByTeam(smp sample) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range smp.points {
-		if p.name == "streamgate_requests_total" && p.labels["code"] != "429" {
+		if p.name == proxy.MetricRequests && p.labels["code"] != "429" {
 			out[p.labels["team"]] += p.value
 		}
 	}
@@ -289,14 +293,14 @@ func (s *Sampler) upstreamEvents(cur, prev *sample) {
 	add := func(smp *sample, sign float64) {
 		for _, p := range smp.points {
 			switch p.name {
-			case "streamgate_upstream_requests_total":
+			case proxy.MetricUpstreamRequests:
 				code := p.labels["code"]
 				if strings.HasPrefix(code, "2") {
 					ok[p.labels["network"]] += sign * p.value
 				} else {
 					bad[key{p.labels["network"], "http_" + code}] += sign * p.value
 				}
-			case "streamgate_upstream_errors_total":
+			case proxy.MetricUpstreamErrors:
 				if r := p.labels["reason"]; r != "canceled" && r != "budget" {
 					bad[key{p.labels["network"], r}] += sign * p.value
 				}
@@ -417,7 +421,7 @@ func latency(from, to *sample, network string) (p50, p99 float64) {
 			continue
 		}
 		for _, p := range smp.s.points {
-			if p.name != "streamgate_upstream_duration_seconds_bucket" || p.labels["network"] != network {
+			if p.name != proxy.MetricUpstreamDuration+"_bucket" || p.labels["network"] != network {
 				continue
 			}
 			le, err := strconv.ParseFloat(p.labels["le"], 64)
@@ -435,9 +439,9 @@ func latency(from, to *sample, network string) (p50, p99 float64) {
 	if len(bs) == 0 || !math.IsInf(bs[len(bs)-1].le, 1) {
 		// The +Inf bucket is implicit in client_golang: its count is _count.
 		var n float64
-		n = to.sum("streamgate_upstream_duration_seconds_count", map[string]string{"network": network}, nil)
+		n = to.sum(proxy.MetricUpstreamDuration+"_count", map[string]string{"network": network}, nil)
 		if from != nil {
-			n -= from.sum("streamgate_upstream_duration_seconds_count", map[string]string{"network": network}, nil)
+			n -= from.sum(proxy.MetricUpstreamDuration+"_count", map[string]string{"network": network}, nil)
 		}
 		bs = append(bs, b{math.Inf(1), n})
 	}

@@ -31,6 +31,13 @@ const (
 	WaitError    = "error"    // Redis failed while waiting; this replica filled
 )
 
+// Names of the metrics NewMetrics registers that the status page reads
+// (status takes them from here: a rename breaks its build, not the page).
+const (
+	MetricFillsSaved = "streamgate_cache_shared_fills_saved_total" // counter
+	MetricUp         = "streamgate_cache_shared_up"                // gauge: 1 up, 0 down
+)
+
 // NewMetrics creates the collectors and registers them with reg:
 //
 //	streamgate_cache_shared_lookups_total{result}      hit, miss, error, corrupt
@@ -54,11 +61,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Misses that found another replica filling the key and waited, by outcome: value (its entry arrived), takeover (its lease ended without one; this replica filled), timeout, error.",
 		}, []string{"outcome"}),
 		saved: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "streamgate_cache_shared_fills_saved_total",
+			Name: MetricFillsSaved,
 			Help: "Fills answered from the shared cache tier (an entry another replica fetched) instead of the upstream.",
 		}),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "streamgate_cache_shared_up",
+			Name: MetricUp,
 			Help: "1 while the shared cache tier answers, 0 while each replica falls back to its memory and the upstream.",
 		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
