@@ -202,7 +202,8 @@ func (v *Verify) Configured() bool { return len(v.DONs) > 0 || v.DONsFile != "" 
 // Upstream is the Data Streams service behind a network, and how the
 // gateway calls it.
 type Upstream struct {
-	// URL is "embedded", which starts the built-in simulator, or the
+	// URL is "embedded", which starts the built-in simulator (a build with
+	// the tag nosimulator has none and refuses it: server.CheckBuild), or the
 	// absolute http(s) URL of the service, without path, query or user
 	// information (e.g. https://api.dataengine.chain.link). Default
 	// "embedded" for the networks named mainnet and testnet; required for

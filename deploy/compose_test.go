@@ -163,6 +163,11 @@ func TestCompose(t *testing.T) {
 		if cfg.RateLimit.Backend != "redis" {
 			t.Errorf("%s: ratelimit.backend %q, want redis", name, cfg.RateLimit.Backend)
 		}
+		for _, netName := range cfg.NetworkNames() {
+			if cfg.Networks[netName].Upstream.Embedded() {
+				t.Errorf("%s: networks.%s.upstream.url is embedded, which the image (-tags nosimulator) refuses", name, netName)
+			}
+		}
 		// The replicas trust the DON of the streams-sim service, exactly.
 		sim, err := simulator.New(simulator.Default())
 		if err != nil {

@@ -569,6 +569,9 @@ func checkGatewayConfig(t *testing.T, m *manifests, gw *appsv1.Deployment, ctr *
 	}
 	for _, name := range cfg.NetworkNames() {
 		n := cfg.Networks[name]
+		if n.Upstream.Embedded() {
+			t.Errorf("networks.%s.upstream.url is embedded, which the image (-tags nosimulator) refuses", name)
+		}
 		p, ok := namedPort(ctr, name)
 		if !ok || int(p) != listenPort(t, n.Listen) {
 			t.Errorf("networks.%s.listen %q has no container port named %s", name, n.Listen, name)
