@@ -303,9 +303,10 @@ func (s *stack) Close() {
 	}
 }
 
-// benchLogger is the logger of cmd/streamgate (server.NewLogger: JSON,
-// ISO 8601 times) at level, writing to io.Discard: the access log's
-// encoding is measured, the terminal is not. "off" is no logger at all.
+// benchLogger is a logger with the encoding of cmd/streamgate's
+// (server.NewLogger: JSON, ISO 8601 times) at level, writing to
+// io.Discard unbuffered: the access log's encoding is measured, the
+// terminal is not. "off" is no logger at all.
 func benchLogger(level string) (*zap.Logger, error) {
 	if level == "off" {
 		return zap.NewNop(), nil
