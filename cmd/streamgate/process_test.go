@@ -201,6 +201,13 @@ func startFiles(t testing.TB, cfg string, files map[string]string, networks []st
 		}
 		if t.Failed() {
 			t.Logf("streamgate log (last lines):\n%s", strings.Join(p.raw[max(0, len(p.raw)-60):], "\n"))
+			var notable []string // what the access log's lines would bury
+			for _, line := range p.raw {
+				if !strings.Contains(line, `"msg":"request"`) {
+					notable = append(notable, line)
+				}
+			}
+			t.Logf("streamgate log, all but the access log (last lines):\n%s", strings.Join(notable[max(0, len(notable)-40):], "\n"))
 		}
 	})
 
