@@ -29,7 +29,8 @@ var ErrClosed = errors.New("cache: store closed")
 // Config configures a Store. Only MaxBytes is required.
 type Config struct {
 	// MaxBytes bounds the total cost of the entries held, in bytes; the cost
-	// of an entry is len(key)+len(Body)+ValueCost+EntryOverhead. Must be
+	// of an entry is len(key)+len(Body)+EntryOverhead plus what its
+	// parsed value holds (Kind.Cost). Must be
 	// positive.
 	MaxBytes int64
 	// Clock returns the current time, which decides whether an entry is
@@ -47,6 +48,9 @@ type Config struct {
 	// a miss nobody shared, 0 for a background refresh nobody waited for.
 	// It is called from the fill's goroutine and must not block.
 	OnFlightDone func(key string, waiters int)
+	// Shared, if non-nil, is the tier behind memory that LoadFrom asks
+	// before a Source's fill (cache/shared's Tier).
+	Shared Tier
 }
 
 // Store is a byte-bounded cache of entries with coalesced fills. It is safe
@@ -59,6 +63,7 @@ type Store struct {
 	log          *zap.Logger
 	fillTimeout  time.Duration
 	onFlightDone func(key string, waiters int)
+	tier         Tier // nil: no shared tier
 
 	// closeMu excludes ristretto's Close from every other use of rc:
 	// ristretto does not allow them to overlap.
@@ -91,6 +96,7 @@ func New(cfg Config) (*Store, error) {
 		log:          cfg.Logger,
 		fillTimeout:  cfg.FillTimeout,
 		onFlightDone: cfg.OnFlightDone,
+		tier:         cfg.Shared,
 		flights:      make(map[string]*flight),
 	}
 	if s.now == nil {
@@ -126,7 +132,7 @@ func numCounters(maxBytes int64) int64 {
 
 // cost is what an entry counts against MaxBytes.
 func cost(key string, e *Entry) int64 {
-	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead + max(e.ValueCost, 0)
+	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead + max(e.valueCost, 0)
 }
 
 // Get returns the entry stored under key and its state now. A Missing state

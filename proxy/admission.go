@@ -231,12 +231,12 @@ func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
 		if a.d.Limit != a.policy.limit { // not the limit the policy was made for
 			pols[k] = a.d.PolicyValue(a.name)
 		}
-		states[k] = st.text.take(a.d.AppendRateLimit(st.text.room(), a.name))
+		states[k] = st.room.text.take(a.d.AppendRateLimit(st.room.text.room(), a.name))
 		k++
 	}
 	if k > 0 {
-		st.setHeader(h, canonRateLimitPolicy, pols[:k]...)
-		st.setHeader(h, canonRateLimit, states[:k]...)
+		st.room.setHeader(h, canonRateLimitPolicy, pols[:k]...)
+		st.room.setHeader(h, canonRateLimit, states[:k]...)
 	}
 }
 

@@ -102,16 +102,16 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	st := stateOf(ctx)
 	st.cache = outcome
 	h := w.Header()
-	st.setHeader(h, "X-Cache", outcome)
-	b := strconv.AppendInt(st.text.room(), int64(hits), 10)
+	st.room.setHeader(h, "X-Cache", outcome)
+	b := strconv.AppendInt(st.room.text.room(), int64(hits), 10)
 	b = append(b, '/')
-	st.setHeader(h, "X-Cache-Hits", st.text.take(strconv.AppendInt(b, int64(len(feeds)), 10)))
-	st.setHeader(h, "Cache-Control", "no-store")
+	st.room.setHeader(h, "X-Cache-Hits", st.room.text.take(strconv.AppendInt(b, int64(len(feeds)), 10)))
+	st.room.setHeader(h, "Cache-Control", "no-store")
 	if decoded {
-		st.setHeader(h, "Content-Type", don.DecodedMediaType)
-		st.setHeader(h, "Vary", "Accept")
+		st.room.setHeader(h, "Content-Type", don.DecodedMediaType)
+		st.room.setHeader(h, "Vary", "Accept")
 	} else {
-		st.setHeader(h, "Content-Type", "application/json")
+		st.room.setHeader(h, "Content-Type", "application/json")
 	}
 	w.WriteHeader(status)
 	w.Write(out)
@@ -215,6 +215,7 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 	nChunks := (len(feeds) + chunk - 1) / chunk
 	results := make([]result, nChunks)
 	sem := make(chan struct{}, bulkParallel)
+	calls := stateOf(ctx).counter() // made here: the chunks run at once
 	var wg sync.WaitGroup
 	for c := range nChunks {
 		part := feeds[c*chunk : min((c+1)*chunk, len(feeds))]
@@ -222,7 +223,7 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			reports, outcome, err := n.fetchChunk(ctx, cred, part, ts)
+			reports, outcome, err := n.fetchChunk(ctx, calls, cred, part, ts)
 			results[c] = result{reports, outcome, err}
 		}()
 	}
@@ -243,48 +244,44 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 	return all, label, nil
 }
 
-func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
+func (n *network) fetchChunk(ctx context.Context, calls *callCount, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
 	tsText := strconv.FormatInt(ts, 10)
 	ids := strings.Join(feeds, ",")
 	target := "/api/v1/reports/bulk?feedIDs=" + ids + "&timestamp=" + tsText
 	// The flight key names the exact chunk: identical chunks asked at once
 	// become one upstream call. The entry itself is never stored.
 	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
-	st := stateOf(ctx)
-	e, outcome, err := n.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
-		// Every report of the chunk stored by another replica: no call.
-		if e := n.sharedChunk(ctx, cred, feeds, ts); e != nil {
-			return e, nil
-		}
-		// Else one replica calls for the chunk; the others wait for its
-		// answer, kept in the shared tier for negative_ttl.
-		e, err := n.shared.Fill(ctx, flight, n.sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
-			return n.fillChunk(ctx, st, target, cred, feeds, ts)
-		})
-		if err != nil {
-			return nil, err
-		}
-		if !e.NoStore { // never kept in memory: the reports are, each under its key
-			e = &cache.Entry{Status: e.Status, Body: e.Body, Stored: e.Stored, NoStore: true, Value: e.Value}
-		}
-		return e, nil
-	})
+	// One replica calls for the chunk; the others wait for its answer,
+	// kept in the shared tier for negative_ttl, never in memory (the
+	// reports are, each under its key).
+	e, outcome, err := n.cache.LoadFrom(ctx, flight, cache.Source{Check: n.sharedBulk(feeds), NotInMemory: true,
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			// Every report of the chunk stored by another replica: no call.
+			if e := n.sharedChunk(ctx, cred, feeds, ts); e != nil {
+				return e, nil
+			}
+			return n.fillChunk(ctx, calls, target, cred, feeds, ts)
+		}})
 	if err != nil {
 		return nil, outcome, err
 	}
-	reports, ok := e.Value.(map[string][]byte)
+	reports, ok := bulkKind.Value(e)
 	if !ok {
 		return nil, outcome, errBadUpstream // every bulk fill sets its reports
 	}
 	return reports, outcome, nil
 }
 
+// bulkKind is the kind of a bulk chunk's flight: its value is the chunk's
+// reports split by stream, handed to every waiter.
+var bulkKind cache.Kind[map[string][]byte]
+
 // fillChunk calls the upstream for one bulk chunk and stores each report
 // (in memory, and in the shared tier for the other replicas). The entry
 // carries the split reports for every waiter; it lives for negative_ttl, in
 // the shared tier only.
-func (n *network) fillChunk(ctx context.Context, st *reqState, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, st, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
+func (n *network) fillChunk(ctx context.Context, calls *callCount, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
+	resp, err := n.fetch(ctx, calls, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		return nil, err
 	}
@@ -304,6 +301,6 @@ func (n *network) fillChunk(ctx context.Context, st *reqState, target string, cr
 	}
 	n.shareReports(ctx, cred, ts, reports, now)
 	// The reports, split once, go to every waiter with the entry.
-	return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),
-		NoStore: n.shared == nil || negTTL <= 0, Value: reports}, nil
+	return bulkKind.With(&cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),
+		NoStore: n.shared == nil || negTTL <= 0}, reports), nil
 }

@@ -67,16 +67,15 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 	if view == viewHidden {
 		target += "?hidden=true"
 	}
-	st := stateOf(ctx)
-	e, outcome, err := n.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedCatalog, func(ctx context.Context) (*cache.Entry, error) {
-			return n.fillView(ctx, st, target, cred, pol)
-		})
-	})
+	calls := stateOf(ctx).counter()
+	e, outcome, err := n.cache.LoadFrom(ctx, key, cache.Source{Check: n.sharedCatalog,
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			return n.fillView(ctx, calls, target, cred, pol)
+		}})
 	if err != nil {
 		return nil, outcome, err
 	}
-	pv, ok := e.Value.(*parsedView)
+	pv, ok := viewKind.Value(e)
 	if !ok {
 		return nil, outcome, errBadUpstream // every catalog fill sets its view
 	}
@@ -87,8 +86,8 @@ func (n *network) view(ctx context.Context, view catalogView, cred *credential) 
 }
 
 // fillView fetches a catalog view and parses it.
-func (n *network) fillView(ctx context.Context, st *reqState, target string, cred *credential, pol *policy) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, st, "discovery", target, cred, http.StatusOK)
+func (n *network) fillView(ctx context.Context, calls *callCount, target string, cred *credential, pol *policy) (*cache.Entry, error) {
+	resp, err := n.fetch(ctx, calls, "discovery", target, cred, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -104,9 +103,8 @@ func (n *network) fillView(ctx context.Context, st *reqState, target string, cre
 	}
 	// Refresh in the background from 80 % of the lifetime on, so that a
 	// busy catalog never expires in front of a client.
-	e := &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
-		Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale),
-		Value: pv, ValueCost: pv.cost(len(resp.body))}
+	e := viewKind.With(&cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
+		Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale)}, pv)
 	pv.entry, pv.expires = e, now.Add(ttl)
 	return e, nil
 }
@@ -118,12 +116,12 @@ func (n *network) catalogHeld(cred *credential) bool {
 	return state != cache.Missing
 }
 
-// cost estimates the memory a parsed view holds besides the body it was
-// parsed from: each stream's JSON copied once more as raw, its decoded
-// fields, and its ID in the set.
-func (pv *parsedView) cost(bodyLen int) int64 {
-	return int64(2*bodyLen + 256*len(pv.streams))
-}
+// viewKind is the kind of a catalog entry: its value is the view parsed.
+// A view costs, besides the body it was parsed from, each stream's JSON
+// copied once more as raw, its decoded fields, and its ID in the set.
+var viewKind = cache.Kind[*parsedView]{Cost: func(pv *parsedView, e *cache.Entry) int64 {
+	return int64(2*len(e.Body) + 256*len(pv.streams))
+}}
 
 func parseView(body []byte) (*parsedView, error) {
 	var doc struct {

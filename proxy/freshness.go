@@ -265,7 +265,7 @@ func (rf *refresher) requeue(items []*refreshItem, noBulk bool) {
 
 func (rf *refresher) fetchOne(it *refreshItem) {
 	n := rf.n
-	resp, err := n.fetch(rf.ctx, &reqState{}, "latest", "/api/v1/reports/latest?feedID="+it.feed, n.org, http.StatusOK)
+	resp, err := n.fetch(rf.ctx, nil, "latest", "/api/v1/reports/latest?feedID="+it.feed, n.org, http.StatusOK)
 	if err != nil {
 		n.metrics.refresh(n.name, "latest", refreshResult(err))
 		rf.finish(it, nil, latestError(err))
@@ -290,7 +290,7 @@ func (rf *refresher) fetchBulk(items []*refreshItem) bool {
 	}
 	ts := time.Now().Add(-bulkLag).Unix()
 	target := "/api/v1/reports/bulk?feedIDs=" + strings.Join(feeds, ",") + "&timestamp=" + strconv.FormatInt(ts, 10)
-	resp, err := n.fetch(rf.ctx, &reqState{}, "bulk", target, n.org, http.StatusOK, http.StatusPartialContent)
+	resp, err := n.fetch(rf.ctx, nil, "bulk", target, n.org, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		// The bulk budget or the bulk call failed: the single worker
 		// takes them.

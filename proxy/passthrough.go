@@ -89,7 +89,7 @@ func (n *network) passThrough(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		writeError(w, err)
 		return
 	}
-	stateOf(r.Context()).upstreamCall()
+	stateOf(r.Context()).counter().add()
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	ps := &passState{cred: cred, endpoint: endpoint, start: time.Now(), timer: time.AfterFunc(n.up.timeout, func() { cancel(errPassTimeout) })}

@@ -30,10 +30,10 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		return
 	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
-	st := stateOf(r.Context())
-	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedReport(feed), func(ctx context.Context) (*cache.Entry, error) {
-			resp, err := n.fetch(ctx, st, "reports", target, cred, http.StatusOK, http.StatusNotFound)
+	calls := stateOf(r.Context()).counter()
+	e, outcome, err := n.cache.LoadFrom(r.Context(), key, cache.Source{Check: n.sharedReport(feed),
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			resp, err := n.fetch(ctx, calls, "reports", target, cred, http.StatusOK, http.StatusNotFound)
 			if err != nil {
 				return nil, err
 			}
@@ -46,8 +46,7 @@ func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Pr
 				return nil, err
 			}
 			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
-		})
-	})
+		}})
 	n.answer(w, r, "report", outcome, e, err)
 }
 
@@ -77,19 +76,19 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		n.hub.Want(feed) // polled often, it gets streamed
 	}
 	key := n.latestKey(cred, feed)
-	if e, state := n.cache.Get(key); state == cache.Fresh {
+	e, state := n.cache.Get(key)
+	if state == cache.Fresh {
 		// As Load answers a fresh entry, without making its fill.
-		if obs, ok := e.Value.(int64); ok {
+		if obs, ok := latestKind.Value(e); ok {
 			n.metrics.latestAge(n.name, stateOf(r.Context()).clock(n.now).Unix()-obs)
 		}
 		n.answer(w, r, "latest", cache.Hit, e, nil)
 		return
 	}
-	st := stateOf(r.Context())
-	// Each fill goes through the shared tier first (shared.go).
-	fill := func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
-			resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
+	calls := stateOf(r.Context()).counter()
+	src := cache.Source{Check: n.sharedLatest(feed),
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			resp, err := n.fetch(ctx, calls, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
 			if err != nil {
 				return nil, err
 			}
@@ -98,28 +97,26 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 				return nil, err
 			}
 			return n.latestEntry(cred, feed, doc, body), nil
-		})
-	}
+		}}
 	ctx := r.Context()
 	scheduled := n.fresh != nil && cred == n.org
 	if scheduled {
-		team := p.Team.Name
-		fill = func(ctx context.Context) (*cache.Entry, error) {
-			_, state := n.cache.Get(key)
-			grace := time.Duration(0)
-			if state != cache.Missing {
-				grace = n.fresh.grace() // a stale entry is answered meanwhile
-			}
-			return n.shared.FillAfter(ctx, key, n.sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
-				st.upstreamCall()
-				return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
-			})
+		// The refresher makes the call within the budget; a stale entry
+		// is answered meanwhile, and its refresh leaves the leading
+		// replica its grace first (shared.go).
+		team, waited := p.Team.Name, state == cache.Missing
+		if !waited {
+			src.Grace = n.fresh.grace()
+		}
+		src.Fill = func(ctx context.Context) (*cache.Entry, error) {
+			calls.add()
+			return n.fresh.refresh(ctx, feed, team, waited)
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pol.latestMaxWait)
 		defer cancel()
 	}
-	e, outcome, err := n.cache.Load(ctx, key, fill)
+	e, outcome, err := n.cache.LoadFrom(ctx, key, src)
 	if scheduled && outcome != cache.Hit {
 		// Demand for a refresh that is pending (hits cost the queue
 		// nothing: they take no lock).
@@ -130,7 +127,7 @@ func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		err = errLatestWait
 	}
 	if err == nil {
-		if obs, ok := e.Value.(int64); ok {
+		if obs, ok := latestKind.Value(e); ok {
 			n.metrics.latestAge(n.name, n.now().Unix()-obs)
 		}
 	}
@@ -163,17 +160,21 @@ func (n *network) latestKey(cred *credential, feed string) string {
 var errLatestWait = &apiError{status: http.StatusServiceUnavailable, retryAfter: time.Second,
 	msg: "no report of this stream yet within the upstream's rate budget: retry after the time in Retry-After"}
 
+// latestKind is the kind of a latest entry: its value is its report's
+// observationsTimestamp.
+var latestKind cache.Kind[int64]
+
 // latestEntry is the latest entry of a report just fetched, fresh for
-// latest_ttl and served stale for latest_max_stale after; its Value is the
-// report's observationsTimestamp. The report is also stored as the report
+// latest_ttl and served stale for latest_max_stale after; its value is the
+// report's observationsTimestamp (latestKind). The report is also stored as the report
 // at its own timestamp.
 func (n *network) latestEntry(cred *credential, feed string, doc *reportDoc, body []byte) *cache.Entry {
 	pol := n.policy()
 	now := n.now()
 	n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, doc.ObservationsTimestamp),
 		&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
-	e := &cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(pol.latestTTL),
-		NoStore: pol.latestTTL <= 0, Value: doc.ObservationsTimestamp}
+	e := latestKind.With(&cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(pol.latestTTL),
+		NoStore: pol.latestTTL <= 0}, doc.ObservationsTimestamp)
 	if pol.latestMaxStale > 0 {
 		e.StaleUntil = e.Expires.Add(pol.latestMaxStale)
 	}
@@ -200,18 +201,17 @@ func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		target += "&limit=" + strconv.Itoa(limit)
 	}
 	key := cache.PageKey(n.name, cred.scope, feed, start, limit)
-	st := stateOf(r.Context())
-	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedPage(feed, start), func(ctx context.Context) (*cache.Entry, error) {
-			return n.fillPage(ctx, st, target, cred, feed, start, limit)
-		})
-	})
+	calls := stateOf(r.Context()).counter()
+	e, outcome, err := n.cache.LoadFrom(r.Context(), key, cache.Source{Check: n.sharedPage(feed, start),
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			return n.fillPage(ctx, calls, target, cred, feed, start, limit)
+		}})
 	n.answer(w, r, "page", outcome, e, err)
 }
 
 // fillPage fetches a page; the entry is kept only when the page is complete.
-func (n *network) fillPage(ctx context.Context, st *reqState, target string, cred *credential, feed string, start int64, limit int) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, st, "page", target, cred, http.StatusOK)
+func (n *network) fillPage(ctx context.Context, calls *callCount, target string, cred *credential, feed string, start int64, limit int) (*cache.Entry, error) {
+	resp, err := n.fetch(ctx, calls, "page", target, cred, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}

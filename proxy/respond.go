@@ -28,13 +28,13 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 	n.markCache(st, h, kind, outcome, e, now)
 	switch {
 	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():
-		st.setHeader(h, "Cache-Control", "no-store")
+		st.room.setHeader(h, "Cache-Control", "no-store")
 	case e.Expires.IsZero():
-		st.setHeader(h, "Cache-Control", "private, max-age=86400, immutable")
+		st.room.setHeader(h, "Cache-Control", "private, max-age=86400, immutable")
 	default:
 		left := max(e.Expires.Sub(now), 0)
-		b := append(st.text.room(), "private, max-age="...)
-		st.setHeader(h, "Cache-Control", st.text.take(strconv.AppendInt(b, int64(left/time.Second), 10)))
+		b := append(st.room.text.room(), "private, max-age="...)
+		st.room.setHeader(h, "Cache-Control", st.room.text.take(strconv.AppendInt(b, int64(left/time.Second), 10)))
 	}
 	if e.Status == http.StatusOK && wantsDecoded(r) {
 		if body, ok := n.decodedBody(e.Body); ok {
@@ -42,7 +42,7 @@ func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, ou
 			return
 		}
 	}
-	st.setHeader(h, "Content-Type", "application/json")
+	st.room.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	w.Write(e.Body)
 }
@@ -79,16 +79,16 @@ func (n *network) answerStream(w http.ResponseWriter, r *http.Request, frame []b
 	st := stateOf(r.Context())
 	st.cache = "STREAM"
 	h := w.Header()
-	st.setHeader(h, "X-Cache", "STREAM")
-	st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), max(n.now().Unix()-observed, 0), 10)))
-	st.setHeader(h, "Cache-Control", "private, max-age=0")
+	st.room.setHeader(h, "X-Cache", "STREAM")
+	st.room.setHeader(h, "Age", st.room.text.take(strconv.AppendInt(st.room.text.room(), max(n.now().Unix()-observed, 0), 10)))
+	st.room.setHeader(h, "Cache-Control", "private, max-age=0")
 	if wantsDecoded(r) {
 		if body, ok := n.decodedBody(frame); ok {
 			writeDecoded(w, body, http.StatusOK)
 			return
 		}
 	}
-	st.setHeader(h, "Content-Type", "application/json")
+	st.room.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(frame)
 	w.Write(newline)
@@ -109,10 +109,10 @@ func (n *network) markCache(st *reqState, h http.Header, kind string, outcome ca
 		n.metrics.saved(n.name, kind)
 	}
 	st.cache = label
-	st.setHeader(h, "X-Cache", label)
+	st.room.setHeader(h, "X-Cache", label)
 	if e != nil && !e.Stored.IsZero() {
 		age := int64(max(now.Sub(e.Stored), 0) / time.Second)
-		st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), age, 10)))
+		st.room.setHeader(h, "Age", st.room.text.take(strconv.AppendInt(st.room.text.room(), age, 10)))
 	}
 }
 

@@ -64,7 +64,7 @@ func (n *network) sharedLatest(feed string) shared.Check {
 		if !ok || e.Expires.IsZero() || n.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
-		e.Value = rd.ObservationsTimestamp
+		latestKind.With(e, rd.ObservationsTimestamp)
 		pol, now := n.policy(), n.now()
 		observed := time.Unix(rd.ObservationsTimestamp, 0)
 		stored := e.Stored
@@ -135,7 +135,7 @@ func (n *network) sharedCatalog(e *cache.Entry) error {
 	e.Stored = stored
 	e.Expires = timeMin(e.Expires, stored.Add(life*8/10))
 	e.StaleUntil = timeMin(e.StaleUntil, stored.Add(life+catalogStale))
-	e.Value, e.ValueCost = pv, pv.cost(len(e.Body))
+	viewKind.With(e, pv)
 	// The fill refreshes from 80 % of the advertised lifetime on: the
 	// lifetime ends a quarter of that after Expires.
 	pv.entry, pv.expires = e, e.Expires.Add(e.Expires.Sub(e.Stored)/4)
@@ -150,7 +150,7 @@ func (n *network) sharedBulk(feeds []string) shared.Check {
 		if !ok || n.verifyRecords(don.EntryShared, reports) != nil {
 			return errStoredEntry
 		}
-		e.Value = reports
+		bulkKind.With(e, reports)
 		return nil
 	}
 }
@@ -179,7 +179,7 @@ func (n *network) sharedChunk(ctx context.Context, cred *credential, feeds []str
 	for i, e := range found {
 		n.cache.Set(keys[i], e)
 	}
-	return &cache.Entry{Status: http.StatusOK, Stored: n.now(), NoStore: true, Value: reports}
+	return bulkKind.With(&cache.Entry{Status: http.StatusOK, Stored: n.now(), NoStore: true}, reports)
 }
 
 // shareReports writes reports at ts (records by stream) to the shared tier,

@@ -144,8 +144,8 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 // closure: the fill's own context is detached from the request), calls the
 // upstream, and turns an answer whose status is not one of ok into the
 // error that passes it on to every waiter, uncached.
-func (n *network) fetch(ctx context.Context, st *reqState, endpoint, target string, cred *credential, ok ...int) (*upstreamResponse, error) {
-	st.upstreamCall()
+func (n *network) fetch(ctx context.Context, calls *callCount, endpoint, target string, cred *credential, ok ...int) (*upstreamResponse, error) {
+	calls.add()
 	resp, err := n.up.get(ctx, endpoint, target, cred)
 	if err != nil {
 		return nil, err
