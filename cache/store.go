@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -64,6 +65,7 @@ type Store struct {
 	fillTimeout  time.Duration
 	onFlightDone func(key string, waiters int)
 	tier         Tier // nil: no shared tier
+	reserved     atomic.Int64 // bytes held outside the entries (Reserve)
 
 	// closeMu excludes ristretto's Close from every other use of rc:
 	// ristretto does not allow them to overlap.
@@ -171,7 +173,7 @@ func (s *Store) set(key string, e *Entry) bool {
 		return false
 	}
 	c := cost(key, e)
-	if c > s.maxBytes {
+	if c > s.maxBytes-s.reserved.Load() {
 		return false
 	}
 	// Entries are also given a ristretto TTL, so that memory held by dead
@@ -202,14 +204,26 @@ func (s *Store) Wait() {
 	s.closeMu.RUnlock()
 }
 
-// Bytes returns the total cost of the entries held, in bytes: what the
-// eviction policy has admitted minus what it has evicted, expired or
-// replaced. It stays within MaxBytes, except that replacing an entry with a
-// larger one is admitted without eviction until the next new entry is added.
+// Bytes returns the total cost of the entries held, in bytes, and of what
+// Reserve counted: what the eviction policy has admitted minus what it has
+// evicted, expired or replaced. It stays within MaxBytes, except that
+// replacing an entry with a larger one is admitted without eviction until
+// the next new entry is added.
 func (s *Store) Bytes() int64 {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
-	return s.rc.MaxCost() - s.rc.RemainingCost()
+	return s.rc.MaxCost() - s.rc.RemainingCost() + s.reserved.Load()
+}
+
+// Reserve counts n more bytes held for the cache outside its entries (the
+// keys a caller keeps made, say) against MaxBytes: the entries may hold
+// that much less from then on, and the next new entries evict to make up
+// for it. A negative n gives bytes back.
+func (s *Store) Reserve(n int64) {
+	r := s.reserved.Add(n)
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	s.rc.UpdateMaxCost(max(s.maxBytes-r, 1))
 }
 
 // Close stops new fills, waits for the running ones (foreground fills and

@@ -10,19 +10,26 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/don"
 )
 
 // bulkParallel bounds the upstream bulk calls one request makes at once.
 const bulkParallel = 4
 
-// serveBulk answers GET /api/v1/reports/bulk by fan-out: every stream is
+// bulkSource answers GET /api/v1/reports/bulk by fan-out: every stream is
 // looked up in the per-stream report cache (shared with /reports); only the
 // missing ones go upstream, in as few bulk calls as max_bulk allows; the
 // answers fill the per-stream entries. The response is 206 when any stream
 // has no report at the timestamp.
-func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readBulkQuery(w, r, p)
+type bulkSource struct {
+	sourceDeps
+	shared  *shared.Tier // for the chunk's reports stored by other replicas; nil: off
+	maxBulk int
+}
+
+func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	rq, ok := s.readQuery(w, r, p)
 	if !ok {
 		return
 	}
@@ -32,7 +39,7 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	var missing []string
 	hits, negative := 0, 0
 	for i, f := range feeds {
-		e, state := n.cache.Get(cache.ReportKey(n.name, cred.scope, f, ts))
+		e, state := s.store.Get(cache.ReportKey(s.network, cred.scope, f, ts))
 		switch {
 		case state != cache.Fresh:
 			missing = append(missing, f)
@@ -43,13 +50,13 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 			negative++
 		}
 	}
-	n.metrics.cacheResultN(n.name, "bulk", "hit", hits)
-	n.metrics.cacheResultN(n.name, "bulk", "negative", negative)
+	s.metrics.cacheResultN(s.network, "bulk", "hit", hits)
+	s.metrics.cacheResultN(s.network, "bulk", "negative", negative)
 	hits += negative
 
 	outcome := "HIT"
 	if len(missing) > 0 {
-		fetched, label, err := n.fetchBulk(ctx, cred, missing, ts)
+		fetched, label, err := s.fetch(ctx, cred, missing, ts)
 		if err != nil {
 			stateOf(ctx).cache = "MISS"
 			writeError(w, err)
@@ -63,14 +70,14 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		}
 	}
 	if hits > 0 {
-		n.metrics.saved(n.name, "bulk")
+		s.metrics.saved(s.network, "bulk")
 	}
 
 	decoded := wantsDecoded(r)
 	if decoded {
 		for i, rep := range found {
 			if rep != nil {
-				if d, err := don.AppendDecodedRecord(nil, rep, n.gate.Verification); err == nil {
+				if d, err := don.AppendDecodedRecord(nil, rep, s.ans.gate.Verification); err == nil {
 					found[i] = d
 				}
 			}
@@ -141,16 +148,16 @@ func bulkBuffer(size int) *[]byte {
 	return &b
 }
 
-// readBulkQuery reads the streams and timestamp of a bulk request as
+// readQuery reads the streams and timestamp of a bulk request as
 // readQuery does. A query of exactly feedIDs and timestamp, the IDs
 // separated by ',' or "%2C" and nothing else escaped, is read without
 // url.ParseQuery; any other goes through it.
-func (n *network) readBulkQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal) (reportQuery, bool) {
+func (s *bulkSource) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal) (reportQuery, bool) {
 	ids, ts, ok := plainBulkQuery(r.URL.RawQuery)
 	if !ok {
-		return n.readQuery(w, r, p, "bulk", parseBulkQuery)
+		return s.reads.query(w, r, p, "bulk", parseBulkQuery)
 	}
-	return n.readQuery(w, r, p, "bulk", func(_ url.Values, rq *reportQuery) (err error) {
+	return s.reads.query(w, r, p, "bulk", func(_ url.Values, rq *reportQuery) (err error) {
 		if rq.feeds, err = checkFeedIDs(ids); err != nil {
 			return err
 		}
@@ -202,11 +209,11 @@ func parseBulkQuery(q url.Values, rq *reportQuery) (err error) {
 	return err
 }
 
-// fetchBulk asks the upstream for the reports of feeds at ts, in chunks of
+// fetch asks the upstream for the reports of feeds at ts, in chunks of
 // max_bulk made concurrently, and returns the report record of each stream
 // that had one. Identical chunks asked by concurrent requests share one call.
-func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, error) {
-	chunk := max(n.maxBulk, 1)
+func (s *bulkSource) fetch(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, error) {
+	chunk := max(s.maxBulk, 1)
 	type result struct {
 		reports map[string][]byte
 		outcome cache.Outcome
@@ -223,7 +230,7 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			reports, outcome, err := n.fetchChunk(ctx, calls, cred, part, ts)
+			reports, outcome, err := s.fetchChunk(ctx, calls, cred, part, ts)
 			results[c] = result{reports, outcome, err}
 		}()
 	}
@@ -244,23 +251,23 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 	return all, label, nil
 }
 
-func (n *network) fetchChunk(ctx context.Context, calls *callCount, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
+func (s *bulkSource) fetchChunk(ctx context.Context, calls *callCount, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
 	tsText := strconv.FormatInt(ts, 10)
 	ids := strings.Join(feeds, ",")
 	target := "/api/v1/reports/bulk?feedIDs=" + ids + "&timestamp=" + tsText
 	// The flight key names the exact chunk: identical chunks asked at once
 	// become one upstream call. The entry itself is never stored.
-	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
+	flight := cache.BulkKey(s.network, cred.scope, ts, feeds)
 	// One replica calls for the chunk; the others wait for its answer,
 	// kept in the shared tier for negative_ttl, never in memory (the
 	// reports are, each under its key).
-	e, outcome, err := n.cache.LoadFrom(ctx, flight, cache.Source{Check: n.sharedBulk(feeds), NotInMemory: true,
+	e, outcome, err := s.store.LoadFrom(ctx, flight, cache.Source{Check: s.records.storedBulk(feeds), NotInMemory: true,
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			// Every report of the chunk stored by another replica: no call.
-			if e := n.sharedChunk(ctx, cred, feeds, ts); e != nil {
+			if e := s.sharedChunk(ctx, cred, feeds, ts); e != nil {
 				return e, nil
 			}
-			return n.fillChunk(ctx, calls, target, cred, feeds, ts)
+			return s.fillChunk(ctx, calls, target, cred, feeds, ts)
 		}})
 	if err != nil {
 		return nil, outcome, err
@@ -280,27 +287,27 @@ var bulkKind cache.Kind[map[string][]byte]
 // (in memory, and in the shared tier for the other replicas). The entry
 // carries the split reports for every waiter; it lives for negative_ttl, in
 // the shared tier only.
-func (n *network) fillChunk(ctx context.Context, calls *callCount, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, calls, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
+func (s *bulkSource) fillChunk(ctx context.Context, calls *callCount, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
+	resp, err := s.up.fetch(ctx, calls, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		return nil, err
 	}
-	reports, err := n.splitBulk(resp.body, feeds)
+	reports, err := s.records.splitBulk(resp.body, feeds)
 	if err != nil {
 		return nil, err
 	}
-	now := n.now()
-	negTTL := n.policy().negativeTTL
+	now := s.now()
+	negTTL := s.pol.Load().negativeTTL
 	for _, f := range feeds {
-		key := cache.ReportKey(n.name, cred.scope, f, ts)
+		key := cache.ReportKey(s.network, cred.scope, f, ts)
 		if rep, ok := reports[f]; ok {
-			n.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
+			s.store.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
 		} else if negTTL > 0 {
-			n.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
+			s.store.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
 		}
 	}
-	n.shareReports(ctx, cred, ts, reports, now)
+	s.shareReports(ctx, cred, ts, reports, now)
 	// The reports, split once, go to every waiter with the entry.
 	return bulkKind.With(&cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),
-		NoStore: n.shared == nil || negTTL <= 0}, reports), nil
+		NoStore: s.shared == nil || negTTL <= 0}, reports), nil
 }

@@ -4,19 +4,68 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
 
 	"streamgate/auth"
 )
 
+// readCheck is the check every read of a network's reports goes through
+// before its source looks at the cache: the query read and validated, the
+// credential the team's calls are signed with, the entitlement (the team's
+// list and the credential's catalog), and the audit line.
+type readCheck struct {
+	network  string
+	org      *credential
+	catalog  *catalogViews
+	pol      *atomic.Pointer[policy]
+	auditLog *zap.Logger
+	now      func() time.Time
+}
+
+// credentialFor returns the credential that team's calls on the network
+// are signed with: its own, if configured, else the organisation's.
+func (c *readCheck) credentialFor(team string) *credential {
+	return credentialFor(c.pol.Load(), c.network, c.org, team)
+}
+
+// credentialFor returns the credential that team's calls on network are
+// signed with under pol: its own, if configured, else org.
+func credentialFor(pol *policy, network string, org *credential, team string) *credential {
+	if tp := pol.teams[team]; tp != nil {
+		if cred := tp.creds[network]; cred != nil {
+			return cred
+		}
+	}
+	return org
+}
+
+// audit writes the audit trail of a read, when enabled: which team and key
+// read which streams on which network.
+func (c *readCheck) audit(r *http.Request, p *auth.Principal, endpoint string, feeds ...string) {
+	if !c.pol.Load().audit {
+		return
+	}
+	c.auditLog.Info("read",
+		zap.String("request_id", stateOf(r.Context()).id),
+		zap.String("network", c.network),
+		zap.String("team", p.Team.Name),
+		zap.String("key_id", p.KeyID),
+		zap.String("endpoint", endpoint),
+		zap.Strings("feeds", feeds))
+}
+
 // entitled refuses, before any upstream call, a stream the team may not read
 // or that the credential's catalog does not hold.
-func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...string) error {
+func (c *readCheck) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...string) error {
 	for _, id := range feedIDs {
 		if !p.Team.MayRead(id) {
 			return errForbidden
 		}
 	}
-	ids := n.knownStreams(ctx, cred)
+	ids := c.catalog.known(ctx, cred, stateOf(ctx).clock(c.now))
 	if ids == nil {
 		return nil
 	}
@@ -46,19 +95,19 @@ func refuseEntitlement(w http.ResponseWriter, r *http.Request, err error) {
 
 // reportQuery is a report request, validated and admitted.
 type reportQuery struct {
-	feed  string   // the stream of a one-stream request (readOneFeed)
-	feeds []string // one, but for bulk; nil from readOneFeed
+	feed  string   // the stream of a one-stream request (readCheck.one)
+	feeds []string // one, but for bulk; nil from readCheck.one
 	ts    int64    // timestamp, or startTimestamp of a page
 	limit int      // page size; 0 when absent
 	cred  *credential
 }
 
-// readQuery validates a report request with parse, checks the team may read
+// query validates a report request with parse, checks the team may read
 // its streams and that they exist, and writes the audit line. On failure it
 // answers the client and reports false: nothing has reached the upstream.
-// The query is r.URL.Query(), unless values are given (readBulkQuery gives
+// The query is r.URL.Query(), unless values are given (bulk gives
 // noValues, having read the query itself).
-func (n *network) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string,
+func (c *readCheck) query(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string,
 	parse func(url.Values, *reportQuery) error, values ...url.Values) (reportQuery, bool) {
 	var rq reportQuery
 	q := noValues
@@ -69,25 +118,25 @@ func (n *network) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		writeError(w, err)
 		return rq, false
 	}
-	rq.cred = n.credentialFor(p.Team.Name)
-	if err := n.entitled(r.Context(), p, rq.cred, rq.feeds...); err != nil {
+	rq.cred = c.credentialFor(p.Team.Name)
+	if err := c.entitled(r.Context(), p, rq.cred, rq.feeds...); err != nil {
 		refuseEntitlement(w, r, err)
 		return rq, false
 	}
-	if n.policy().audit {
-		n.audit(r, p, endpoint, rq.feeds...)
+	if c.pol.Load().audit {
+		c.audit(r, p, endpoint, rq.feeds...)
 	}
 	return rq, true
 }
 
-// readOneFeed is readQuery for a request of one stream: feedID and, when
+// one is query for a request of one stream: feedID and, when
 // ts is not empty, the timestamp parameter named ts. A plain query (see
 // readPlainQuery) is read without allocating; any other goes through
-// readQuery. It sets rq.feed.
-func (n *network) readOneFeed(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint, ts string) (reportQuery, bool) {
+// query. It sets rq.feed.
+func (c *readCheck) one(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint, ts string) (reportQuery, bool) {
 	var q plainQuery
 	if !readPlainQuery(r.URL.RawQuery, &q) {
-		rq, ok := n.readQuery(w, r, p, endpoint, oneFeedParsers[ts])
+		rq, ok := c.query(w, r, p, endpoint, oneFeedParsers[ts])
 		if ok {
 			rq.feed = rq.feeds[0]
 		}
@@ -102,13 +151,13 @@ func (n *network) readOneFeed(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		writeError(w, err)
 		return rq, false
 	}
-	rq.cred = n.credentialFor(p.Team.Name)
-	if err := n.entitled(r.Context(), p, rq.cred, rq.feed); err != nil {
+	rq.cred = c.credentialFor(p.Team.Name)
+	if err := c.entitled(r.Context(), p, rq.cred, rq.feed); err != nil {
 		refuseEntitlement(w, r, err)
 		return rq, false
 	}
-	if n.policy().audit {
-		n.audit(r, p, endpoint, rq.feed)
+	if c.pol.Load().audit {
+		c.audit(r, p, endpoint, rq.feed)
 	}
 	return rq, true
 }
