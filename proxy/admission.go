@@ -235,9 +235,9 @@ var (
 )
 
 // rateLimitHeaders writes the RateLimit fields of the admitted decisions
-// as ratelimit.SetHeaders would, one member each, in order: the policies
-// from those made with the policy, the state rendered into the request's
-// own storage.
+// as ratelimit.SetHeaders would, one member each, in order, rendered by
+// the same Decision.Members: the policies from those made with the
+// policy, the state into the request's own room.
 func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
 	if len(h[canonRateLimitPolicy]) > 0 || len(h[canonRateLimit]) > 0 {
 		for _, a := range made { // members already there: add to them
@@ -248,14 +248,11 @@ func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
 	var pols, states [3]string
 	k := 0
 	for _, a := range made {
-		if a.d.Limit.Rate <= 0 { // SetHeaders advertises no unlimited decision
+		pol, state, ok := a.d.Members(a.name, a.policy.limit, a.policy.header, st.room.text.room())
+		if !ok { // SetHeaders advertises no unlimited decision
 			continue
 		}
-		pols[k] = a.policy.header
-		if a.d.Limit != a.policy.limit { // not the limit the policy was made for
-			pols[k] = a.d.PolicyValue(a.name)
-		}
-		states[k] = st.room.text.take(a.d.AppendRateLimit(st.room.text.room(), a.name))
+		pols[k], states[k] = pol, st.room.text.take(state)
 		k++
 	}
 	if k > 0 {
@@ -264,7 +261,7 @@ func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
 	}
 }
 
-// admitAnonymous applies auth.anonymous_rate to an unsigned request, per
+// anonymous applies auth.anonymous_rate to an unsigned request, per
 // client address (the connection's: a forwarded-for header is the client's
 // word and not trusted).
 func (a admission) anonymous(ctx context.Context, w http.ResponseWriter, r *http.Request, pol *policy) error {

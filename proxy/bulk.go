@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +28,7 @@ type bulkSource struct {
 }
 
 func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := s.readQuery(w, r, p)
+	rq, ok := s.reads.read(w, r, p, "bulk", shapeBulk)
 	if !ok {
 		return
 	}
@@ -146,67 +145,6 @@ func bulkBuffer(size int) *[]byte {
 	}
 	b := make([]byte, 0, size)
 	return &b
-}
-
-// readQuery reads the streams and timestamp of a bulk request as
-// readQuery does. A query of exactly feedIDs and timestamp, the IDs
-// separated by ',' or "%2C" and nothing else escaped, is read without
-// url.ParseQuery; any other goes through it.
-func (s *bulkSource) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal) (reportQuery, bool) {
-	ids, ts, ok := plainBulkQuery(r.URL.RawQuery)
-	if !ok {
-		return s.reads.query(w, r, p, "bulk", parseBulkQuery)
-	}
-	return s.reads.query(w, r, p, "bulk", func(_ url.Values, rq *reportQuery) (err error) {
-		if rq.feeds, err = checkFeedIDs(ids); err != nil {
-			return err
-		}
-		rq.ts, err = checkTimestamp("timestamp", ts)
-		return err
-	}, noValues)
-}
-
-// plainBulkQuery splits raw, a bulk request's query, into the values of
-// feedIDs (with "%2C" read as ',') and timestamp, when raw is exactly
-// those two parameters with nothing else escaped. The value of feedIDs is
-// a substring of raw unless it held "%2C".
-func plainBulkQuery(raw string) (ids, ts string, ok bool) {
-	first, second, ok := strings.Cut(raw, "&")
-	if !ok {
-		return "", "", false
-	}
-	for _, part := range [2]string{first, second} {
-		k, v, ok := strings.Cut(part, "=")
-		switch {
-		case !ok || strings.ContainsAny(v, "+;&"):
-			return "", "", false
-		case k == "feedIDs" && ids == "":
-			ids = v
-		case k == "timestamp" && ts == "":
-			ts = v
-		default:
-			return "", "", false
-		}
-	}
-	if strings.IndexByte(ts, '%') >= 0 || ids == "" {
-		return "", "", false
-	}
-	if esc := strings.Count(ids, "%"); esc > 0 {
-		if esc != strings.Count(ids, "%2C")+strings.Count(ids, "%2c") {
-			return "", "", false // another escape: url.ParseQuery decides
-		}
-		ids = strings.ReplaceAll(strings.ReplaceAll(ids, "%2C", ","), "%2c", ",")
-	}
-	return ids, ts, true
-}
-
-// parseBulkQuery is the parser of a bulk query.
-func parseBulkQuery(q url.Values, rq *reportQuery) (err error) {
-	if rq.feeds, err = parseFeedIDs(q); err != nil {
-		return err
-	}
-	rq.ts, err = parseTimestamp(q, "timestamp")
-	return err
 }
 
 // fetch asks the upstream for the reports of feeds at ts, in chunks of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -83,12 +82,7 @@ func (n *network) serveRoute(w http.ResponseWriter, r *http.Request) {
 // with: its own, if configured, else the organisation's.
 func (n *network) credentialFor(team string) *credential { return n.reads.credentialFor(team) }
 
-// readQuery and entitled are the read check's, for the WebSocket endpoint.
-func (n *network) readQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string,
-	parse func(url.Values, *reportQuery) error) (reportQuery, bool) {
-	return n.reads.query(w, r, p, endpoint, parse)
-}
-
+// entitled is the read check's, for the WebSocket endpoint.
 func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...string) error {
 	return n.reads.entitled(ctx, p, cred, feedIDs...)
 }

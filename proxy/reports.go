@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -39,7 +38,7 @@ type sourceDeps struct {
 type reportSource struct{ sourceDeps }
 
 func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := s.reads.one(w, r, p, "reports", "timestamp")
+	rq, ok := s.reads.read(w, r, p, "reports", shapeReport)
 	if !ok {
 		return
 	}
@@ -85,7 +84,7 @@ type latestSource struct {
 }
 
 func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := s.reads.one(w, r, p, "latest", "")
+	rq, ok := s.reads.read(w, r, p, "latest", shapeLatest)
 	if !ok {
 		return
 	}
@@ -239,18 +238,11 @@ func (l *latestEntries) entry(cred *credential, feed string, doc *reportDoc, bod
 type pageSource struct{ sourceDeps }
 
 func (s *pageSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := s.reads.query(w, r, p, "page", func(q url.Values, rq *reportQuery) error {
-		if err := oneFeed("startTimestamp")(q, rq); err != nil {
-			return err
-		}
-		var err error
-		rq.limit, err = parseLimit(q)
-		return err
-	})
+	rq, ok := s.reads.read(w, r, p, "page", shapePage)
 	if !ok {
 		return
 	}
-	feed, start, limit, cred := rq.feeds[0], rq.ts, rq.limit, rq.cred
+	feed, start, limit, cred := rq.feed, rq.ts, rq.limit, rq.cred
 	target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(start, 10)
 	if limit > 0 {
 		target += "&limit=" + strconv.Itoa(limit)

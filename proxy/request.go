@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -95,93 +94,79 @@ func refuseEntitlement(w http.ResponseWriter, r *http.Request, err error) {
 
 // reportQuery is a report request, validated and admitted.
 type reportQuery struct {
-	feed  string   // the stream of a one-stream request (readCheck.one)
-	feeds []string // one, but for bulk; nil from readCheck.one
+	feed  string   // the stream of a one-stream request
+	feeds []string // the streams of a bulk or WebSocket request
 	ts    int64    // timestamp, or startTimestamp of a page
 	limit int      // page size; 0 when absent
 	cred  *credential
 }
 
-// query validates a report request with parse, checks the team may read
-// its streams and that they exist, and writes the audit line. On failure it
-// answers the client and reports false: nothing has reached the upstream.
-// The query is r.URL.Query(), unless values are given (bulk gives
-// noValues, having read the query itself).
-func (c *readCheck) query(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string,
-	parse func(url.Values, *reportQuery) error, values ...url.Values) (reportQuery, bool) {
-	var rq reportQuery
-	q := noValues
-	if len(values) == 0 {
-		q = r.URL.Query()
-	}
-	if err := parse(q, &rq); err != nil {
-		writeError(w, err)
-		return rq, false
-	}
-	rq.cred = c.credentialFor(p.Team.Name)
-	if err := c.entitled(r.Context(), p, rq.cred, rq.feeds...); err != nil {
-		refuseEntitlement(w, r, err)
-		return rq, false
-	}
-	if c.pol.Load().audit {
-		c.audit(r, p, endpoint, rq.feeds...)
-	}
-	return rq, true
-}
+// queryShape is what a report endpoint reads of its query.
+type queryShape int
 
-// one is query for a request of one stream: feedID and, when
-// ts is not empty, the timestamp parameter named ts. A plain query (see
-// readPlainQuery) is read without allocating; any other goes through
-// query. It sets rq.feed.
-func (c *readCheck) one(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint, ts string) (reportQuery, bool) {
-	var q plainQuery
-	if !readPlainQuery(r.URL.RawQuery, &q) {
-		rq, ok := c.query(w, r, p, endpoint, oneFeedParsers[ts])
-		if ok {
-			rq.feed = rq.feeds[0]
-		}
-		return rq, ok
-	}
-	var rq reportQuery
-	var err error
-	if rq.feed, err = checkFeedID("feedID", q.get("feedID")); err == nil && ts != "" {
-		rq.ts, err = checkTimestamp(ts, q.get(ts))
-	}
-	if err != nil {
-		writeError(w, err)
-		return rq, false
-	}
-	rq.cred = c.credentialFor(p.Team.Name)
-	if err := c.entitled(r.Context(), p, rq.cred, rq.feed); err != nil {
-		refuseEntitlement(w, r, err)
-		return rq, false
-	}
-	if c.pol.Load().audit {
-		c.audit(r, p, endpoint, rq.feed)
-	}
-	return rq, true
-}
+const (
+	shapeLatest  queryShape = iota // feedID
+	shapeReport                    // feedID, timestamp
+	shapePage                      // feedID, startTimestamp, limit (optional)
+	shapeBulk                      // feedIDs, timestamp
+	shapeStreams                   // feedIDs (the WebSocket's)
+)
 
-// noValues is the query a parser that reads the query itself is given.
-var noValues = url.Values{}
-
-// oneFeedParsers are the parsers of oneFeed that readOneFeed uses, made
-// once.
-var oneFeedParsers = map[string]func(url.Values, *reportQuery) error{
-	"": oneFeed(""), "timestamp": oneFeed("timestamp"),
-}
-
-// oneFeed reads feedID, and then the timestamp parameter named ts, if any.
-func oneFeed(ts string) func(url.Values, *reportQuery) error {
-	return func(q url.Values, rq *reportQuery) error {
-		feed, err := parseFeedID(q, "feedID")
-		if err != nil {
+// read reads and validates the parameters of shape from q into rq.
+func (sh queryShape) read(q *query, rq *reportQuery) (err error) {
+	switch sh {
+	case shapeBulk, shapeStreams:
+		if rq.feeds, err = q.feedIDs(); err != nil || sh == shapeStreams {
 			return err
 		}
-		rq.feeds = []string{feed}
-		if ts != "" {
-			rq.ts, err = parseTimestamp(q, ts)
-		}
+		rq.ts, err = q.timestamp("timestamp")
 		return err
 	}
+	if rq.feed, err = q.feedID("feedID"); err != nil {
+		return err
+	}
+	switch sh {
+	case shapeReport:
+		rq.ts, err = q.timestamp("timestamp")
+	case shapePage:
+		if rq.ts, err = q.timestamp("startTimestamp"); err == nil {
+			rq.limit, err = q.limit()
+		}
+	}
+	return err
+}
+
+// read reads a report request's query (scanQuery: in place when plain),
+// validates it as shape says, checks the team may read its streams and
+// that they exist, and writes the audit line. On failure it answers the
+// client and reports false: nothing has reached the upstream.
+func (c *readCheck) read(w http.ResponseWriter, r *http.Request, p *auth.Principal, endpoint string, shape queryShape) (reportQuery, bool) {
+	var (
+		q  query
+		rq reportQuery
+	)
+	scanQuery(r.URL.RawQuery, &q)
+	if err := shape.read(&q, &rq); err != nil {
+		writeError(w, err)
+		return rq, false
+	}
+	rq.cred = c.credentialFor(p.Team.Name)
+	var err error
+	if rq.feeds != nil {
+		err = c.entitled(r.Context(), p, rq.cred, rq.feeds...)
+	} else {
+		err = c.entitled(r.Context(), p, rq.cred, rq.feed)
+	}
+	if err != nil {
+		refuseEntitlement(w, r, err)
+		return rq, false
+	}
+	if c.pol.Load().audit {
+		if rq.feeds != nil {
+			c.audit(r, p, endpoint, rq.feeds...)
+		} else {
+			c.audit(r, p, endpoint, rq.feed)
+		}
+	}
+	return rq, true
 }
