@@ -64,7 +64,7 @@ type Store struct {
 	log          *zap.Logger
 	fillTimeout  time.Duration
 	onFlightDone func(key string, waiters int)
-	tier         Tier // nil: no shared tier
+	tier         Tier         // nil: no shared tier
 	reserved     atomic.Int64 // bytes held outside the entries (Reserve)
 
 	// closeMu excludes ristretto's Close from every other use of rc:
