@@ -140,6 +140,17 @@ func cost(key string, e *Entry) int64 {
 // Get returns the entry stored under key and its state now. A Missing state
 // comes with a nil entry. The entry must not be modified.
 func (s *Store) Get(key string) (*Entry, State) {
+	return s.get(key, time.Time{})
+}
+
+// GetAt is Get at now, a reading of the Store's clock the caller already
+// made (a request's one reading), so that a hit reads no clock of its own.
+func (s *Store) GetAt(key string, now time.Time) (*Entry, State) {
+	return s.get(key, now)
+}
+
+// get is Get at now, or at the clock's time when now is zero.
+func (s *Store) get(key string, now time.Time) (*Entry, State) {
 	s.closeMu.RLock()
 	e, ok := s.rc.Get(key)
 	s.closeMu.RUnlock()
@@ -149,7 +160,10 @@ func (s *Store) Get(key string) (*Entry, State) {
 	if e.Expires.IsZero() {
 		return e, Fresh
 	}
-	st := e.state(s.now())
+	if now.IsZero() {
+		now = s.now()
+	}
+	st := e.state(now)
 	if st == Missing {
 		return nil, Missing
 	}

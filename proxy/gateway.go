@@ -61,7 +61,8 @@ type Deps struct {
 	AccessLog *zap.Logger
 	// Metrics records metrics. If nil, nothing is recorded.
 	Metrics *Metrics
-	// Now is the clock. If nil, time.Now.
+	// Now is the clock. If nil, time.Now. It must be Cache's Clock too: a
+	// latest hit is looked up at the request's one reading of it.
 	Now func() time.Time
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".

@@ -103,11 +103,12 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		s.hub.Want(feed) // polled often, it gets streamed
 	}
 	key := s.entries.key(cred, feed)
-	e, state := s.store.Get(key)
+	now := stateOf(r.Context()).clock(s.now) // the request's one reading (the Store's clock too)
+	e, state := s.store.GetAt(key, now)
 	if state == cache.Fresh {
 		// As Load answers a fresh entry, without making its fill.
 		if obs, ok := latestKind.Value(e); ok {
-			s.metrics.latestAge(s.network, stateOf(r.Context()).clock(s.now).Unix()-obs)
+			s.metrics.latestAge(s.network, now.Unix()-obs)
 		}
 		s.ans.answer(w, r, "latest", cache.Hit, e, nil)
 		return

@@ -30,9 +30,11 @@ func (a *answerer) answer(w http.ResponseWriter, r *http.Request, kind string, o
 	}
 	st := stateOf(r.Context())
 	h := w.Header()
-	now := a.now()
+	var now time.Time
 	if outcome == cache.Hit {
-		now = st.clock(a.now) // on a miss, the clock after the fill
+		now = st.clock(a.now) // the request's one reading
+	} else {
+		now = a.now() // the clock after the fill
 	}
 	a.markCache(st, h, kind, outcome, e, now)
 	switch {
