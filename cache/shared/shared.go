@@ -3,9 +3,10 @@
 // fetched from the upstream, every replica reads, and many concurrent misses
 // for one key across replicas cause one upstream fill.
 //
-// A Tier sits in the fill of a cache.Store: the Store's Load answers hits
-// from memory as before, and only its fill (a miss, or the refresh of a
-// stale entry) calls Tier.Fill, which
+// A Tier is the shared tier of a cache.Store (cache.Config.Shared): the
+// Store's LoadFrom answers hits from memory, and only its flight (a miss,
+// or the refresh of a stale entry) calls Tier.FillAfter with the key's
+// Check and the caller's fill, which
 //
 //  1. reads the key in Redis and returns a valid fresh entry found there;
 //  2. else takes a lease on the key (SET NX with an expiry) and runs the
