@@ -90,20 +90,20 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	feed, cred := rq.feed, rq.cred
 	pol := s.pol.Load()
+	now := stateOf(r.Context()).clock(s.now) // the request's one reading (the Store's clock too)
 	if s.hub != nil && pol.latestFromStream && cred == s.org {
 		// No older than a report REST would answer stale: observed a
 		// second before its fetch, fresh for latest_ttl, stale for
 		// latest_max_stale. Older, the stream has gone silent: REST.
-		oldest := s.now().Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
+		oldest := now.Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
 		if frame, obs, ok := s.hub.LatestSince(feed, oldest); ok {
-			s.metrics.latestAge(s.network, s.now().Unix()-obs)
+			s.metrics.latestAge(s.network, now.Unix()-obs)
 			s.ans.answerStream(w, r, frame, obs)
 			return
 		}
 		s.hub.Want(feed) // polled often, it gets streamed
 	}
 	key := s.entries.key(cred, feed)
-	now := stateOf(r.Context()).clock(s.now) // the request's one reading (the Store's clock too)
 	e, state := s.store.GetAt(key, now)
 	if state == cache.Fresh {
 		// As Load answers a fresh entry, without making its fill.

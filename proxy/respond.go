@@ -90,7 +90,7 @@ func (a *answerer) answerStream(w http.ResponseWriter, r *http.Request, frame []
 	st.cache = "STREAM"
 	h := w.Header()
 	st.room.setHeader(h, "X-Cache", "STREAM")
-	st.room.setInt(h, "Age", "", max(a.now().Unix()-observed, 0))
+	st.room.setInt(h, "Age", "", max(st.clock(a.now).Unix()-observed, 0))
 	st.room.setHeader(h, "Cache-Control", "private, max-age=0")
 	if wantsDecoded(r) {
 		if body, ok := a.decodedBody(frame); ok {
