@@ -85,7 +85,7 @@ func (c *catalogViews) view(ctx context.Context, view catalogView, cred *credent
 		target += "?hidden=true"
 	}
 	calls := stateOf(ctx).counter()
-	e, outcome, err := c.store.LoadFrom(ctx, key, cache.Source{Check: c.check,
+	e, outcome, err := c.store.LoadFrom(fillContext(ctx), key, cache.Source{Check: c.check,
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			return c.fill(ctx, calls, target, cred, pol)
 		}})

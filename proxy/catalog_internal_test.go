@@ -73,3 +73,39 @@ func TestLatestKeysCountAgainstMaxBytes(t *testing.T) {
 	assert.Equal(t, cache.LatestKey("mainnet", "team-a", feedV3), l.key(team, feedV3))
 	assert.Equal(t, latestKeyCost(feedV3, k), store.Bytes())
 }
+
+// TestFillContextHoldsNoRequestState: a fill started for a request runs
+// on a context that does not reach the request's reqState (and so keeps
+// none of its storage alive), while the request's cancellation still ends
+// its wait.
+func TestFillContextHoldsNoRequestState(t *testing.T) {
+	store, err := cache.New(cache.Config{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	parent, cancel := context.WithCancel(context.Background())
+	st := &reqState{}
+	st.ctx = stateCtx{Context: parent, st: st}
+	reqCtx := context.Context(&st.ctx)
+	require.Same(t, st, stateOf(reqCtx))
+
+	seen := make(chan any, 1)
+	release := make(chan struct{})
+	go func() {
+		_, _, _ = store.Load(fillContext(reqCtx), "k", func(ctx context.Context) (*cache.Entry, error) {
+			seen <- ctx.Value(stateKey{})
+			<-release
+			return &cache.Entry{Status: http.StatusOK}, nil
+		})
+	}()
+	assert.Nil(t, <-seen, "the fill's context reaches the request's state")
+
+	// The request's cancellation still ends its wait.
+	waited := make(chan error, 1)
+	go func() {
+		_, _, err := store.Load(fillContext(reqCtx), "k", nil)
+		waited <- err
+	}()
+	cancel()
+	assert.ErrorIs(t, <-waited, context.Canceled)
+	close(release)
+}

@@ -109,6 +109,19 @@ func (c *stateCtx) Value(key any) any {
 
 type stateKey struct{}
 
+// fillContext is the context a request's cache loads are made with: the
+// request's own (its cancellation and deadline, net/http's values) without
+// its reqState. The Store runs a fill on a context detached from the
+// callers' that keeps their values, so a fill that outlives its request
+// keeps none of the request's storage alive; it is given what it needs
+// (its callCount) instead.
+func fillContext(ctx context.Context) context.Context {
+	if c, ok := ctx.(*stateCtx); ok {
+		return c.Context
+	}
+	return ctx
+}
+
 func stateOf(ctx context.Context) *reqState {
 	if c, ok := ctx.(*stateCtx); ok {
 		return c.st

@@ -50,7 +50,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	calls := stateOf(r.Context()).counter()
-	e, outcome, err := s.store.LoadFrom(r.Context(), key, cache.Source{Check: s.records.storedReport(feed),
+	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedReport(feed),
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			resp, err := s.up.fetch(ctx, calls, "reports", target, cred, http.StatusOK, http.StatusNotFound)
 			if err != nil {
@@ -126,7 +126,7 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 			}
 			return s.entries.entry(cred, feed, doc, body), nil
 		}}
-	ctx := r.Context()
+	ctx := fillContext(r.Context())
 	scheduled := s.fresh != nil && cred == s.org
 	if scheduled {
 		// The refresher makes the call within the budget; a stale entry
@@ -250,7 +250,7 @@ func (s *pageSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	}
 	key := cache.PageKey(s.network, cred.scope, feed, start, limit)
 	calls := stateOf(r.Context()).counter()
-	e, outcome, err := s.store.LoadFrom(r.Context(), key, cache.Source{Check: s.records.storedPage(feed, start),
+	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedPage(feed, start),
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			return s.fill(ctx, calls, target, cred, feed, start, limit)
 		}})
