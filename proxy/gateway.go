@@ -285,7 +285,6 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		name:    name,
 		listen:  nc.Listen,
 		hosts:   nc.Hosts,
-		maxBulk: nc.Upstream.MaxBulk,
 		up:      client,
 		org:     org,
 		reads:   reads,

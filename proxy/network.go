@@ -30,10 +30,9 @@ import (
 //   - the WebSocket endpoint (ws.go) and pass-through (passthrough.go),
 //     which use the network's fields directly.
 type network struct {
-	name    string
-	listen  string
-	hosts   []string
-	maxBulk int
+	name   string
+	listen string
+	hosts  []string
 
 	up  *upstream
 	org *credential
