@@ -219,7 +219,9 @@ func (c *catalogViews) serveDiscovery(w http.ResponseWriter, r *http.Request, p 
 // serveFeeds answers the older list GET /api/v1/feeds: the IDs of the
 // team's streams, hidden ones only with hidden=true.
 func (c *catalogViews) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	hidden, err := catalog.ParseHidden(r.URL.Query().Get("hidden"))
+	var q query
+	scanQuery(r.URL.RawQuery, &q)
+	hidden, err := catalog.ParseHidden(q.get("hidden"))
 	if err != nil {
 		writeCatalogError(w, http.StatusBadRequest, err.Error())
 		return
