@@ -22,13 +22,13 @@ type Entry struct {
 	// stale-while-revalidate and stale-if-error). It is ignored when Expires
 	// is zero; a value not after Expires means no stale serving at all.
 	StaleUntil time.Time
-	// Value, if non-nil, is a parsed form of Body kept with it (a catalog
+	// value, if non-nil, is a parsed form of Body kept with it (a catalog
 	// view indexed for filtering), so that it is parsed once per fill and
-	// dropped with the entry. Readers must treat it as immutable.
-	Value any
-	// ValueCost is what Value holds in memory, in bytes, counted against
-	// the store's MaxBytes with the body.
-	ValueCost int64
+	// dropped with the entry; it is set and read through its Kind, and
+	// readers treat it as immutable. valueCost is what it holds in memory,
+	// in bytes, counted against the store's MaxBytes with the body.
+	value     any
+	valueCost int64
 	// NoStore marks a fill result that answers the callers waiting for that
 	// fill but is not cached (for example an upstream answer that must not
 	// be reused). Set ignores such entries.

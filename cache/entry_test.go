@@ -65,3 +65,28 @@ func TestStrings(t *testing.T) {
 	assert.Equal(t, []string{"hit", "miss", "coalesced", "stale", "stale_error", "unknown"},
 		[]string{Hit.String(), Miss.String(), Coalesced.String(), StaleHit.String(), StaleError.String(), Outcome(9).String()})
 }
+
+// TestKind: an entry's value is reached through its kind only, and its
+// cost counts against MaxBytes with the entry.
+func TestKind(t *testing.T) {
+	type view struct{ n int }
+	views := Kind[*view]{Cost: func(v *view, e *Entry) int64 { return int64(v.n + len(e.Body)) }}
+	var stamps Kind[int64]
+
+	e := views.With(&Entry{Body: []byte("abc")}, &view{n: 100})
+	v, ok := views.Value(e)
+	assert.True(t, ok)
+	assert.Equal(t, 100, v.n)
+	_, ok = stamps.Value(e)
+	assert.False(t, ok, "another kind's value is not this kind's")
+	assert.Equal(t, int64(1+3+EntryOverhead+103), cost("k", e), "key, body, overhead and the value's cost")
+
+	s := newTestStore(t, newFakeClock(), nil)
+	s.Set("k", e)
+	s.Wait()
+	assert.Equal(t, int64(1+3+103+EntryOverhead), s.Bytes())
+
+	ts, ok := stamps.Value(stamps.With(&Entry{}, 1718885772))
+	assert.True(t, ok)
+	assert.Equal(t, int64(1718885772), ts)
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -29,7 +30,8 @@ var ErrClosed = errors.New("cache: store closed")
 // Config configures a Store. Only MaxBytes is required.
 type Config struct {
 	// MaxBytes bounds the total cost of the entries held, in bytes; the cost
-	// of an entry is len(key)+len(Body)+ValueCost+EntryOverhead. Must be
+	// of an entry is len(key)+len(Body)+EntryOverhead plus what its
+	// parsed value holds (Kind.Cost). Must be
 	// positive.
 	MaxBytes int64
 	// Clock returns the current time, which decides whether an entry is
@@ -47,6 +49,9 @@ type Config struct {
 	// a miss nobody shared, 0 for a background refresh nobody waited for.
 	// It is called from the fill's goroutine and must not block.
 	OnFlightDone func(key string, waiters int)
+	// Shared, if non-nil, is the tier behind memory that LoadFrom asks
+	// before a Source's fill (cache/shared's Tier).
+	Shared Tier
 }
 
 // Store is a byte-bounded cache of entries with coalesced fills. It is safe
@@ -59,6 +64,8 @@ type Store struct {
 	log          *zap.Logger
 	fillTimeout  time.Duration
 	onFlightDone func(key string, waiters int)
+	tier         Tier         // nil: no shared tier
+	reserved     atomic.Int64 // bytes held outside the entries (Reserve)
 
 	// closeMu excludes ristretto's Close from every other use of rc:
 	// ristretto does not allow them to overlap.
@@ -91,6 +98,7 @@ func New(cfg Config) (*Store, error) {
 		log:          cfg.Logger,
 		fillTimeout:  cfg.FillTimeout,
 		onFlightDone: cfg.OnFlightDone,
+		tier:         cfg.Shared,
 		flights:      make(map[string]*flight),
 	}
 	if s.now == nil {
@@ -126,12 +134,23 @@ func numCounters(maxBytes int64) int64 {
 
 // cost is what an entry counts against MaxBytes.
 func cost(key string, e *Entry) int64 {
-	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead + max(e.ValueCost, 0)
+	return int64(len(key)) + int64(len(e.Body)) + EntryOverhead + max(e.valueCost, 0)
 }
 
 // Get returns the entry stored under key and its state now. A Missing state
 // comes with a nil entry. The entry must not be modified.
 func (s *Store) Get(key string) (*Entry, State) {
+	return s.get(key, time.Time{})
+}
+
+// GetAt is Get at now, a reading of the Store's clock the caller already
+// made (a request's one reading), so that a hit reads no clock of its own.
+func (s *Store) GetAt(key string, now time.Time) (*Entry, State) {
+	return s.get(key, now)
+}
+
+// get is Get at now, or at the clock's time when now is zero.
+func (s *Store) get(key string, now time.Time) (*Entry, State) {
 	s.closeMu.RLock()
 	e, ok := s.rc.Get(key)
 	s.closeMu.RUnlock()
@@ -141,7 +160,10 @@ func (s *Store) Get(key string) (*Entry, State) {
 	if e.Expires.IsZero() {
 		return e, Fresh
 	}
-	st := e.state(s.now())
+	if now.IsZero() {
+		now = s.now()
+	}
+	st := e.state(now)
 	if st == Missing {
 		return nil, Missing
 	}
@@ -165,7 +187,7 @@ func (s *Store) set(key string, e *Entry) bool {
 		return false
 	}
 	c := cost(key, e)
-	if c > s.maxBytes {
+	if c > s.maxBytes-s.reserved.Load() {
 		return false
 	}
 	// Entries are also given a ristretto TTL, so that memory held by dead
@@ -201,14 +223,26 @@ func (s *Store) Wait() {
 // breaks the build, not the page.
 const MetricBytes = "streamgate_cache_bytes"
 
-// Bytes returns the total cost of the entries held, in bytes: what the
-// eviction policy has admitted minus what it has evicted, expired or
-// replaced. It stays within MaxBytes, except that replacing an entry with a
-// larger one is admitted without eviction until the next new entry is added.
+// Bytes returns the total cost of the entries held, in bytes, and of what
+// Reserve counted: what the eviction policy has admitted minus what it has
+// evicted, expired or replaced. It stays within MaxBytes, except that
+// replacing an entry with a larger one is admitted without eviction until
+// the next new entry is added.
 func (s *Store) Bytes() int64 {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
-	return s.rc.MaxCost() - s.rc.RemainingCost()
+	return s.rc.MaxCost() - s.rc.RemainingCost() + s.reserved.Load()
+}
+
+// Reserve counts n more bytes held for the cache outside its entries (the
+// keys a caller keeps made, say) against MaxBytes: the entries may hold
+// that much less from then on, and the next new entries evict to make up
+// for it. A negative n gives bytes back.
+func (s *Store) Reserve(n int64) {
+	r := s.reserved.Add(n)
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	s.rc.UpdateMaxCost(max(s.maxBytes-r, 1))
 }
 
 // Close stops new fills, waits for the running ones (foreground fills and

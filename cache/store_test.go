@@ -256,3 +256,29 @@ func BenchmarkGetHit(b *testing.B) {
 		}
 	})
 }
+
+// TestReserve: bytes held outside the entries count against MaxBytes: the
+// entries make room for them.
+func TestReserve(t *testing.T) {
+	s := newTestStore(t, newFakeClock(), func(c *Config) { c.MaxBytes = 64 << 10 })
+	for i := range 48 {
+		s.Set(strconv.Itoa(i), &Entry{Body: make([]byte, 1024-EntryOverhead-2)})
+	}
+	s.Wait()
+	full := s.Bytes()
+	require.Greater(t, full, int64(40<<10))
+
+	s.Reserve(32 << 10)
+	for i := range 48 {
+		s.Set("n"+strconv.Itoa(i), &Entry{Body: make([]byte, 1024-EntryOverhead-3)})
+	}
+	s.Wait()
+	assert.LessOrEqual(t, s.Bytes(), int64(64<<10), "entries and the reservation within MaxBytes")
+	assert.GreaterOrEqual(t, s.Bytes(), int64(32<<10), "the reservation is counted")
+
+	// An entry larger than what is left for entries is not stored.
+	s.Set("big", &Entry{Body: make([]byte, 40<<10)})
+	s.Wait()
+	_, state := s.Get("big")
+	assert.Equal(t, Missing, state)
+}

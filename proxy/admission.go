@@ -5,21 +5,30 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"streamgate/auth"
 	"streamgate/ratelimit"
 )
 
-// The middlewares of a network's chain (see network.chain), each a
-// func(next http.Handler) http.Handler. What one learns for the next
-// travels in the request's reqState.
+// The middlewares of a network's chain (see network.chain): each a value
+// built with what it needs, whose wrap returns the step in front of next.
+// What one learns for the next travels in the request's reqState.
+
+// requestCheck is the first step after observe: the route table and the
+// target's shape.
+type requestCheck struct {
+	// passPaths are the paths under /api/v1/ the operator listed for
+	// pass-through; every other unknown path is 404.
+	passPaths map[string]bool
+}
 
 // checkRequest matches the route and refuses, before anything else, a
 // target that could mean another path upstream, an unknown path (404,
 // unless listed for pass-through), a method the route does not answer
 // (405 with Allow) and a declared body (400: the API takes none).
-func (n *network) checkRequest(next http.Handler) http.Handler {
+func (c requestCheck) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkTarget(r); err != nil {
 			refuseBody(w, r)
@@ -31,7 +40,7 @@ func (n *network) checkRequest(next http.Handler) http.Handler {
 		if rt == nil {
 			rt = routeByPath[r.URL.Path]
 		}
-		if rt == nil && n.passPaths[r.URL.Path] {
+		if rt == nil && c.passPaths[r.URL.Path] {
 			rt = passThroughRoute
 		}
 		if rt == nil {
@@ -75,29 +84,36 @@ func anonymous(st *reqState, pol *policy, r *http.Request) bool {
 	return st.route.anonymous && pol.anonymousCatalog && !auth.HasCredentials(r.Header)
 }
 
-// authenticate verifies the signature and its timestamp, looks the
+// authenticator verifies the signature and its timestamp, looks the
 // signature up in the replay record (without recording it yet), and checks
 // the key's team may use this network.
-func (n *network) authenticate(next http.Handler) http.Handler {
+type authenticator struct {
+	network string
+	pol     *atomic.Pointer[policy] // its verifier and key store
+	metrics *Metrics
+	now     func() time.Time // the verifier's clock is the network's
+}
+
+func (a authenticator) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, pol := stateOf(r.Context()), n.policy()
+		st, pol := stateOf(r.Context()), a.pol.Load()
 		if anonymous(st, pol, r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		// The verifier's clock is the network's (Gateway's now).
-		res, err := pol.verifier.CheckAt(pol.keys, r, st.clock(n.now))
+		res, err := pol.verifier.CheckAt(pol.keys, r, st.clock(a.now))
 		if errors.Is(err, auth.ErrBadSignature) && st.route.name == "ws" {
 			res, err = pol.verifier.Check(pol.keys, wsAltTarget(r))
 		}
 		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
 			// Only a verified signature's skew is a sample: anyone can
 			// send an arbitrary timestamp with a wrong signature.
-			n.metrics.skew(res.Skew)
+			a.metrics.skew(res.Skew)
 		}
 		if err == nil {
 			st.team, st.keyID = res.Principal.Team.Name, res.Principal.KeyID
-			if !res.Principal.Team.UsesNetwork(n.name) {
+			if !res.Principal.Team.UsesNetwork(a.network) {
 				err = errNetwork
 			}
 		}
@@ -106,7 +122,7 @@ func (n *network) authenticate(next http.Handler) http.Handler {
 			if err == errNetwork {
 				st.authError = "network"
 			}
-			n.metrics.authFailure(n.name, st.authError)
+			a.metrics.authFailure(a.network, st.authError)
 			writeError(w, err)
 			return
 		}
@@ -115,20 +131,28 @@ func (n *network) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// admit applies the quotas: for a signed request the key's rate, the
+// admission applies the quotas: for a signed request the key's rate, the
 // team's rate and the team's daily quota, in that order (a key refused by
 // its own, tighter limit takes nothing from its team's rate, so that it
 // cannot starve the team's other keys); for an unsigned one the rate of its
 // client address. Refusals are 429 with Retry-After; every decision's state
 // is reported in the RateLimit headers.
-func (n *network) admit(next http.Handler) http.Handler {
+type admission struct {
+	limiter ratelimit.Limiter
+	quota   ratelimit.Quota
+	pol     *atomic.Pointer[policy]
+	metrics *Metrics
+	now     func() time.Time
+}
+
+func (a admission) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, pol := stateOf(r.Context()), n.policy()
+		st, pol := stateOf(r.Context()), a.pol.Load()
 		var err error
 		if st.principal == nil {
-			err = n.admitAnonymous(r.Context(), w, r, pol)
+			err = a.anonymous(r.Context(), w, r, pol)
 		} else {
-			err = n.admitTeam(r.Context(), w, pol, st.principal)
+			err = a.team(r.Context(), w, pol, st.principal)
 		}
 		if err != nil {
 			writeError(w, err)
@@ -138,7 +162,7 @@ func (n *network) admit(next http.Handler) http.Handler {
 	})
 }
 
-func (n *network) admitTeam(ctx context.Context, w http.ResponseWriter, pol *policy, p *auth.Principal) error {
+func (a admission) team(ctx context.Context, w http.ResponseWriter, pol *policy, p *auth.Principal) error {
 	tp := pol.teams[p.Team.Name]
 	if tp == nil {
 		return nil
@@ -154,14 +178,14 @@ func (n *network) admitTeam(ctx context.Context, w http.ResponseWriter, pol *pol
 			a.d.SetHeaders(h, a.name)
 		}
 		d.SetHeaders(h, limit)
-		n.metrics.limited(p.Team.Name, limit)
+		a.metrics.limited(p.Team.Name, limit)
 		return &apiError{status: http.StatusTooManyRequests, msg: msg, retryAfter: d.RetryAfter}
 	}
 	check := func(limit string, lp *limitPolicy) error {
 		if lp.limit.Unlimited() {
 			return nil
 		}
-		d, err := n.limiter.Allow(ctx, lp.key, lp.limit)
+		d, err := a.limiter.Allow(ctx, lp.key, lp.limit)
 		if err != nil {
 			return err
 		}
@@ -181,7 +205,7 @@ func (n *network) admitTeam(ctx context.Context, w http.ResponseWriter, pol *pol
 		return err
 	}
 	if tp.daily > 0 {
-		d, err := n.quota.Take(ctx, tp.quota.key, tp.daily, stateOf(ctx).clock(n.now))
+		d, err := a.quota.Take(ctx, tp.quota.key, tp.daily, stateOf(ctx).clock(a.now))
 		if err != nil {
 			return err
 		}
@@ -211,9 +235,9 @@ var (
 )
 
 // rateLimitHeaders writes the RateLimit fields of the admitted decisions
-// as ratelimit.SetHeaders would, one member each, in order: the policies
-// from those made with the policy, the state rendered into the request's
-// own storage.
+// as ratelimit.SetHeaders would, one member each, in order, rendered by
+// the same Decision.Members: the policies from those made with the
+// policy, the state into the request's own room.
 func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
 	if len(h[canonRateLimitPolicy]) > 0 || len(h[canonRateLimit]) > 0 {
 		for _, a := range made { // members already there: add to them
@@ -224,26 +248,23 @@ func (st *reqState) rateLimitHeaders(h http.Header, made []admitted) {
 	var pols, states [3]string
 	k := 0
 	for _, a := range made {
-		if a.d.Limit.Rate <= 0 { // SetHeaders advertises no unlimited decision
+		pol, state, ok := a.d.Members(a.name, a.policy.limit, a.policy.header, st.room.text.room())
+		if !ok { // SetHeaders advertises no unlimited decision
 			continue
 		}
-		pols[k] = a.policy.header
-		if a.d.Limit != a.policy.limit { // not the limit the policy was made for
-			pols[k] = a.d.PolicyValue(a.name)
-		}
-		states[k] = st.text.take(a.d.AppendRateLimit(st.text.room(), a.name))
+		pols[k], states[k] = pol, st.room.text.take(state)
 		k++
 	}
 	if k > 0 {
-		st.setHeader(h, canonRateLimitPolicy, pols[:k]...)
-		st.setHeader(h, canonRateLimit, states[:k]...)
+		st.room.setHeader(h, canonRateLimitPolicy, pols[:k]...)
+		st.room.setHeader(h, canonRateLimit, states[:k]...)
 	}
 }
 
-// admitAnonymous applies auth.anonymous_rate to an unsigned request, per
+// anonymous applies auth.anonymous_rate to an unsigned request, per
 // client address (the connection's: a forwarded-for header is the client's
 // word and not trusted).
-func (n *network) admitAnonymous(ctx context.Context, w http.ResponseWriter, r *http.Request, pol *policy) error {
+func (a admission) anonymous(ctx context.Context, w http.ResponseWriter, r *http.Request, pol *policy) error {
 	if pol.anonymousRate.Unlimited() {
 		return nil
 	}
@@ -251,29 +272,35 @@ func (n *network) admitAnonymous(ctx context.Context, w http.ResponseWriter, r *
 	if err != nil {
 		ip = r.RemoteAddr
 	}
-	d, err := n.limiter.Allow(ctx, "anon:"+ip, pol.anonymousRate)
+	d, err := a.limiter.Allow(ctx, "anon:"+ip, pol.anonymousRate)
 	if err != nil {
 		return err
 	}
 	d.SetHeaders(w.Header(), "address")
 	if !d.Allowed {
-		n.metrics.limited("anonymous", "address")
+		a.metrics.limited("anonymous", "address")
 		return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for unsigned catalog requests from this address: slow down, or sign the request", retryAfter: d.RetryAfter}
 	}
 	return nil
 }
 
-// record enters the signature of an admitted request in the replay record
+// recorder enters the signature of an admitted request in the replay record
 // (and the replicas' shared one): a request refused earlier costs the
 // record nothing. Of identical requests admitted at once, those past the
 // replay grace are refused here.
-func (n *network) record(next http.Handler) http.Handler {
+type recorder struct {
+	network string
+	pol     *atomic.Pointer[policy]
+	metrics *Metrics
+}
+
+func (rc recorder) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := stateOf(r.Context())
 		if st.principal != nil {
-			if err := n.policy().verifier.Record(r.Context(), st.verified); err != nil {
+			if err := rc.pol.Load().verifier.Record(r.Context(), st.verified); err != nil {
 				st.authError = auth.Reason(err)
-				n.metrics.authFailure(n.name, st.authError)
+				rc.metrics.authFailure(rc.network, st.authError)
 				writeError(w, err)
 				return
 			}

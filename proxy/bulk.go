@@ -3,26 +3,32 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/don"
 )
 
 // bulkParallel bounds the upstream bulk calls one request makes at once.
 const bulkParallel = 4
 
-// serveBulk answers GET /api/v1/reports/bulk by fan-out: every stream is
+// bulkSource answers GET /api/v1/reports/bulk by fan-out: every stream is
 // looked up in the per-stream report cache (shared with /reports); only the
 // missing ones go upstream, in as few bulk calls as max_bulk allows; the
 // answers fill the per-stream entries. The response is 206 when any stream
 // has no report at the timestamp.
-func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readBulkQuery(w, r, p)
+type bulkSource struct {
+	sourceDeps
+	shared  *shared.Tier // for the chunk's reports stored by other replicas; nil: off
+	maxBulk int
+}
+
+func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	rq, ok := s.reads.read(w, r, p, "bulk", shapeBulk)
 	if !ok {
 		return
 	}
@@ -32,7 +38,7 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	var missing []string
 	hits, negative := 0, 0
 	for i, f := range feeds {
-		e, state := n.cache.Get(cache.ReportKey(n.name, cred.scope, f, ts))
+		e, state := s.store.Get(cache.ReportKey(s.network, cred.scope, f, ts))
 		switch {
 		case state != cache.Fresh:
 			missing = append(missing, f)
@@ -43,13 +49,13 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 			negative++
 		}
 	}
-	n.metrics.cacheResultN(n.name, "bulk", "hit", hits)
-	n.metrics.cacheResultN(n.name, "bulk", "negative", negative)
+	s.metrics.cacheResultN(s.network, "bulk", "hit", hits)
+	s.metrics.cacheResultN(s.network, "bulk", "negative", negative)
 	hits += negative
 
 	outcome := "HIT"
 	if len(missing) > 0 {
-		fetched, label, err := n.fetchBulk(ctx, cred, missing, ts)
+		fetched, label, err := s.fetch(ctx, cred, missing, ts)
 		if err != nil {
 			stateOf(ctx).cache = "MISS"
 			writeError(w, err)
@@ -63,14 +69,14 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		}
 	}
 	if hits > 0 {
-		n.metrics.saved(n.name, "bulk")
+		s.metrics.saved(s.network, "bulk")
 	}
 
 	decoded := wantsDecoded(r)
 	if decoded {
 		for i, rep := range found {
 			if rep != nil {
-				if d, err := don.AppendDecodedRecord(nil, rep, n.gate.Verification); err == nil {
+				if d, err := don.AppendDecodedRecord(nil, rep, s.ans.gate.Verification); err == nil {
 					found[i] = d
 				}
 			}
@@ -102,16 +108,16 @@ func (n *network) serveBulk(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	st := stateOf(ctx)
 	st.cache = outcome
 	h := w.Header()
-	st.setHeader(h, "X-Cache", outcome)
-	b := strconv.AppendInt(st.text.room(), int64(hits), 10)
+	st.room.setHeader(h, "X-Cache", outcome)
+	b := strconv.AppendInt(st.room.text.room(), int64(hits), 10)
 	b = append(b, '/')
-	st.setHeader(h, "X-Cache-Hits", st.text.take(strconv.AppendInt(b, int64(len(feeds)), 10)))
-	st.setHeader(h, "Cache-Control", "no-store")
+	st.room.setHeader(h, "X-Cache-Hits", st.room.text.take(strconv.AppendInt(b, int64(len(feeds)), 10)))
+	st.room.setHeader(h, "Cache-Control", "no-store")
 	if decoded {
-		st.setHeader(h, "Content-Type", don.DecodedMediaType)
-		st.setHeader(h, "Vary", "Accept")
+		st.room.setHeader(h, "Content-Type", don.DecodedMediaType)
+		st.room.setHeader(h, "Vary", "Accept")
 	} else {
-		st.setHeader(h, "Content-Type", "application/json")
+		st.room.setHeader(h, "Content-Type", "application/json")
 	}
 	w.WriteHeader(status)
 	w.Write(out)
@@ -141,72 +147,11 @@ func bulkBuffer(size int) *[]byte {
 	return &b
 }
 
-// readBulkQuery reads the streams and timestamp of a bulk request as
-// readQuery does. A query of exactly feedIDs and timestamp, the IDs
-// separated by ',' or "%2C" and nothing else escaped, is read without
-// url.ParseQuery; any other goes through it.
-func (n *network) readBulkQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal) (reportQuery, bool) {
-	ids, ts, ok := plainBulkQuery(r.URL.RawQuery)
-	if !ok {
-		return n.readQuery(w, r, p, "bulk", parseBulkQuery)
-	}
-	return n.readQuery(w, r, p, "bulk", func(_ url.Values, rq *reportQuery) (err error) {
-		if rq.feeds, err = checkFeedIDs(ids); err != nil {
-			return err
-		}
-		rq.ts, err = checkTimestamp("timestamp", ts)
-		return err
-	}, noValues)
-}
-
-// plainBulkQuery splits raw, a bulk request's query, into the values of
-// feedIDs (with "%2C" read as ',') and timestamp, when raw is exactly
-// those two parameters with nothing else escaped. The value of feedIDs is
-// a substring of raw unless it held "%2C".
-func plainBulkQuery(raw string) (ids, ts string, ok bool) {
-	first, second, ok := strings.Cut(raw, "&")
-	if !ok {
-		return "", "", false
-	}
-	for _, part := range [2]string{first, second} {
-		k, v, ok := strings.Cut(part, "=")
-		switch {
-		case !ok || strings.ContainsAny(v, "+;&"):
-			return "", "", false
-		case k == "feedIDs" && ids == "":
-			ids = v
-		case k == "timestamp" && ts == "":
-			ts = v
-		default:
-			return "", "", false
-		}
-	}
-	if strings.IndexByte(ts, '%') >= 0 || ids == "" {
-		return "", "", false
-	}
-	if esc := strings.Count(ids, "%"); esc > 0 {
-		if esc != strings.Count(ids, "%2C")+strings.Count(ids, "%2c") {
-			return "", "", false // another escape: url.ParseQuery decides
-		}
-		ids = strings.ReplaceAll(strings.ReplaceAll(ids, "%2C", ","), "%2c", ",")
-	}
-	return ids, ts, true
-}
-
-// parseBulkQuery is the parser of a bulk query.
-func parseBulkQuery(q url.Values, rq *reportQuery) (err error) {
-	if rq.feeds, err = parseFeedIDs(q); err != nil {
-		return err
-	}
-	rq.ts, err = parseTimestamp(q, "timestamp")
-	return err
-}
-
-// fetchBulk asks the upstream for the reports of feeds at ts, in chunks of
+// fetch asks the upstream for the reports of feeds at ts, in chunks of
 // max_bulk made concurrently, and returns the report record of each stream
 // that had one. Identical chunks asked by concurrent requests share one call.
-func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, error) {
-	chunk := max(n.maxBulk, 1)
+func (s *bulkSource) fetch(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, error) {
+	chunk := max(s.maxBulk, 1)
 	type result struct {
 		reports map[string][]byte
 		outcome cache.Outcome
@@ -215,6 +160,7 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 	nChunks := (len(feeds) + chunk - 1) / chunk
 	results := make([]result, nChunks)
 	sem := make(chan struct{}, bulkParallel)
+	calls := stateOf(ctx).counter() // made here: the chunks run at once
 	var wg sync.WaitGroup
 	for c := range nChunks {
 		part := feeds[c*chunk : min((c+1)*chunk, len(feeds))]
@@ -222,7 +168,7 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			reports, outcome, err := n.fetchChunk(ctx, cred, part, ts)
+			reports, outcome, err := s.fetchChunk(ctx, calls, cred, part, ts)
 			results[c] = result{reports, outcome, err}
 		}()
 	}
@@ -243,67 +189,63 @@ func (n *network) fetchBulk(ctx context.Context, cred *credential, feeds []strin
 	return all, label, nil
 }
 
-func (n *network) fetchChunk(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
+func (s *bulkSource) fetchChunk(ctx context.Context, calls *callCount, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
 	tsText := strconv.FormatInt(ts, 10)
 	ids := strings.Join(feeds, ",")
 	target := "/api/v1/reports/bulk?feedIDs=" + ids + "&timestamp=" + tsText
 	// The flight key names the exact chunk: identical chunks asked at once
 	// become one upstream call. The entry itself is never stored.
-	flight := cache.BulkKey(n.name, cred.scope, ts, feeds)
-	st := stateOf(ctx)
-	e, outcome, err := n.cache.Load(ctx, flight, func(ctx context.Context) (*cache.Entry, error) {
-		// Every report of the chunk stored by another replica: no call.
-		if e := n.sharedChunk(ctx, cred, feeds, ts); e != nil {
-			return e, nil
-		}
-		// Else one replica calls for the chunk; the others wait for its
-		// answer, kept in the shared tier for negative_ttl.
-		e, err := n.shared.Fill(ctx, flight, n.sharedBulk(feeds), func(ctx context.Context) (*cache.Entry, error) {
-			return n.fillChunk(ctx, st, target, cred, feeds, ts)
-		})
-		if err != nil {
-			return nil, err
-		}
-		if !e.NoStore { // never kept in memory: the reports are, each under its key
-			e = &cache.Entry{Status: e.Status, Body: e.Body, Stored: e.Stored, NoStore: true, Value: e.Value}
-		}
-		return e, nil
-	})
+	flight := cache.BulkKey(s.network, cred.scope, ts, feeds)
+	// One replica calls for the chunk; the others wait for its answer,
+	// kept in the shared tier for negative_ttl, never in memory (the
+	// reports are, each under its key).
+	e, outcome, err := s.store.LoadFrom(fillContext(ctx), flight, cache.Source{Check: s.records.storedBulk(feeds), NotInMemory: true,
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			// Every report of the chunk stored by another replica: no call.
+			if e := s.sharedChunk(ctx, cred, feeds, ts); e != nil {
+				return e, nil
+			}
+			return s.fillChunk(ctx, calls, target, cred, feeds, ts)
+		}})
 	if err != nil {
 		return nil, outcome, err
 	}
-	reports, ok := e.Value.(map[string][]byte)
+	reports, ok := bulkKind.Value(e)
 	if !ok {
 		return nil, outcome, errBadUpstream // every bulk fill sets its reports
 	}
 	return reports, outcome, nil
 }
 
+// bulkKind is the kind of a bulk chunk's flight: its value is the chunk's
+// reports split by stream, handed to every waiter.
+var bulkKind cache.Kind[map[string][]byte]
+
 // fillChunk calls the upstream for one bulk chunk and stores each report
 // (in memory, and in the shared tier for the other replicas). The entry
 // carries the split reports for every waiter; it lives for negative_ttl, in
 // the shared tier only.
-func (n *network) fillChunk(ctx context.Context, st *reqState, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, st, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
+func (s *bulkSource) fillChunk(ctx context.Context, calls *callCount, target string, cred *credential, feeds []string, ts int64) (*cache.Entry, error) {
+	resp, err := s.up.fetch(ctx, calls, "bulk", target, cred, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		return nil, err
 	}
-	reports, err := n.splitBulk(resp.body, feeds)
+	reports, err := s.records.splitBulk(resp.body, feeds)
 	if err != nil {
 		return nil, err
 	}
-	now := n.now()
-	negTTL := n.policy().negativeTTL
+	now := s.now()
+	negTTL := s.pol.Load().negativeTTL
 	for _, f := range feeds {
-		key := cache.ReportKey(n.name, cred.scope, f, ts)
+		key := cache.ReportKey(s.network, cred.scope, f, ts)
 		if rep, ok := reports[f]; ok {
-			n.cache.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
+			s.store.Set(key, &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
 		} else if negTTL > 0 {
-			n.cache.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
+			s.store.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
 		}
 	}
-	n.shareReports(ctx, cred, ts, reports, now)
+	s.shareReports(ctx, cred, ts, reports, now)
 	// The reports, split once, go to every waiter with the entry.
-	return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),
-		NoStore: n.shared == nil || negTTL <= 0, Value: reports}, nil
+	return bulkKind.With(&cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),
+		NoStore: s.shared == nil || negTTL <= 0}, reports), nil
 }

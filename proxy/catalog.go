@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"streamgate/auth"
 	"streamgate/cache"
@@ -40,55 +41,73 @@ type parsedView struct {
 	ids     map[string]struct{}
 }
 
-// catalogs keeps the organisation's hidden view of one network at hand.
-type catalogs struct {
+// catalogViews owns the catalog views of one network: it fetches each
+// view (per credential scope) through the cache, parses it once, checks a
+// view read from the shared tier, and keeps the organisation's hidden view
+// at hand for the entitlement of every report request.
+type catalogViews struct {
+	network string
+	store   *cache.Store
+	up      *upstream
+	org     *credential
+	pol     *atomic.Pointer[policy]
+	metrics *Metrics
+	ans     *answerer
+	now     func() time.Time
+
 	// orgHidden is the organisation's hidden view, which every report
 	// request consults for the streams that exist; while it is fresh it is
-	// used without a cache lookup.
-	orgHidden atomic.Pointer[parsedView]
+	// used without a cache lookup. It is weak: the cache entry holds the
+	// view (and its cost is counted there), so a view evicted for space is
+	// not kept alive here.
+	orgHidden atomic.Pointer[weak.Pointer[parsedView]]
 }
 
 // view returns the parsed catalog view for cred (nil for anonymous), from
-// the cache or the upstream.
-func (n *network) view(ctx context.Context, view catalogView, cred *credential) (*parsedView, cache.Outcome, error) {
-	hot := view == viewHidden && cred == n.org
+// the cache or the upstream. now is the request's clock reading.
+func (c *catalogViews) view(ctx context.Context, view catalogView, cred *credential, now time.Time) (*parsedView, cache.Outcome, error) {
+	hot := view == viewHidden && cred == c.org
 	if hot {
-		if pv := n.cat.orgHidden.Load(); pv != nil && stateOf(ctx).clock(n.now).Before(pv.entry.Expires) {
-			return pv, cache.Hit, nil
+		if wp := c.orgHidden.Load(); wp != nil {
+			if pv := wp.Value(); pv != nil && now.Before(pv.entry.Expires) {
+				return pv, cache.Hit, nil
+			}
 		}
 	}
-	pol := n.policy()
+	pol := c.pol.Load()
 	scope := ""
 	if cred != nil {
 		scope = cred.scope
 	}
-	key := cache.CatalogKey(n.name, scope, string(view))
+	key := cache.CatalogKey(c.network, scope, string(view))
 	target := "/api/v1/discovery"
 	if view == viewHidden {
 		target += "?hidden=true"
 	}
-	st := stateOf(ctx)
-	e, outcome, err := n.cache.Load(ctx, key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedCatalog, func(ctx context.Context) (*cache.Entry, error) {
-			return n.fillView(ctx, st, target, cred, pol)
-		})
-	})
+	calls := stateOf(ctx).counter()
+	e, outcome, err := c.store.LoadFrom(fillContext(ctx), key, cache.Source{Check: c.check,
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			return c.fill(ctx, calls, target, cred, pol)
+		}})
 	if err != nil {
 		return nil, outcome, err
 	}
-	pv, ok := e.Value.(*parsedView)
+	pv, ok := viewKind.Value(e)
 	if !ok {
 		return nil, outcome, errBadUpstream // every catalog fill sets its view
 	}
 	if hot {
-		n.cat.orgHidden.Store(pv)
+		if wp := c.orgHidden.Load(); wp == nil || wp.Value() != pv {
+			w := weak.Make(pv)
+			c.orgHidden.Store(&w)
+		}
 	}
 	return pv, outcome, nil
 }
 
-// fillView fetches a catalog view and parses it.
-func (n *network) fillView(ctx context.Context, st *reqState, target string, cred *credential, pol *policy) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, st, "discovery", target, cred, http.StatusOK)
+// fill fetches a catalog view and parses it.
+func (c *catalogViews) fill(ctx context.Context, calls *callCount, target string, cred *credential, pol *policy) (*cache.Entry, error) {
+	resp, err := c.up.fetch(ctx, calls, "discovery", target, cred, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -96,34 +115,40 @@ func (n *network) fillView(ctx context.Context, st *reqState, target string, cre
 	if resp.maxAge > 0 && resp.maxAge < ttl {
 		ttl = resp.maxAge
 	}
-	now := n.now()
+	now := c.now()
 	pv, err := parseView(resp.body)
 	if err != nil {
-		n.metrics.integrity(n.name, "discovery")
+		c.metrics.integrity(c.network, "discovery")
 		return nil, errBadUpstream
 	}
 	// Refresh in the background from 80 % of the lifetime on, so that a
 	// busy catalog never expires in front of a client.
-	e := &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
-		Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale),
-		Value: pv, ValueCost: pv.cost(len(resp.body))}
+	e := viewKind.With(&cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now,
+		Expires: now.Add(ttl * 8 / 10), StaleUntil: now.Add(ttl + catalogStale)}, pv)
 	pv.entry, pv.expires = e, now.Add(ttl)
 	return e, nil
 }
 
-// catalogHeld reports whether cred's hidden view (the one report requests
-// are checked against) is in the cache, fresh or stale.
-func (n *network) catalogHeld(cred *credential) bool {
-	_, state := n.cache.Get(cache.CatalogKey(n.name, cred.scope, string(viewHidden)))
-	return state != cache.Missing
+// known returns the set of the streams cred reaches, from its hidden
+// catalog view (for the organisation's credential, the view held at hand
+// while fresh). When the catalog cannot be had, it returns nil: every
+// stream counts as known, and the upstream then decides, at the cost of
+// one call, rather than every report being refused while the catalog is
+// down.
+func (c *catalogViews) known(ctx context.Context, cred *credential, now time.Time) map[string]struct{} {
+	pv, _, err := c.view(ctx, viewHidden, cred, now)
+	if err != nil {
+		return nil
+	}
+	return pv.ids
 }
 
-// cost estimates the memory a parsed view holds besides the body it was
-// parsed from: each stream's JSON copied once more as raw, its decoded
-// fields, and its ID in the set.
-func (pv *parsedView) cost(bodyLen int) int64 {
-	return int64(2*bodyLen + 256*len(pv.streams))
-}
+// viewKind is the kind of a catalog entry: its value is the view parsed.
+// A view costs, besides the body it was parsed from, each stream's JSON
+// copied once more as raw, its decoded fields, and its ID in the set.
+var viewKind = cache.Kind[*parsedView]{Cost: func(pv *parsedView, e *cache.Entry) int64 {
+	return int64(2*len(e.Body) + 256*len(pv.streams))
+}}
 
 func parseView(body []byte) (*parsedView, error) {
 	var doc struct {
@@ -148,23 +173,9 @@ func parseView(body []byte) (*parsedView, error) {
 	return pv, nil
 }
 
-// knownStreams returns the set of the streams cred reaches, from its
-// hidden catalog view (for the organisation's credential, the view held at
-// hand while fresh). When the catalog cannot be had, it returns nil: every
-// stream counts as known, and the upstream then decides, at the cost of
-// one call, rather than every report being refused while the catalog is
-// down.
-func (n *network) knownStreams(ctx context.Context, cred *credential) map[string]struct{} {
-	pv, _, err := n.view(ctx, viewHidden, cred)
-	if err != nil {
-		return nil
-	}
-	return pv.ids
-}
-
 // serveDiscovery answers GET /api/v1/discovery from a cached view, filtered
 // locally, restricted to the team's streams.
-func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+func (c *catalogViews) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	if len(r.URL.RawQuery) > catalog.MaxQueryBytes {
 		writeCatalogError(w, http.StatusBadRequest, "query too long: a discovery query has at most "+strconv.Itoa(catalog.MaxQueryBytes)+" bytes")
 		return
@@ -176,17 +187,17 @@ func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth
 	}
 	view, cred := viewAnonymous, (*credential)(nil)
 	if p != nil {
-		view, cred = viewSigned, n.credentialFor(p.Team.Name)
+		view, cred = viewSigned, credentialFor(c.pol.Load(), c.network, c.org, p.Team.Name)
 		if f.Hidden {
 			view = viewHidden
 		}
 	}
-	pv, outcome, err := n.view(r.Context(), view, cred)
+	pv, outcome, err := c.view(r.Context(), view, cred, stateOf(r.Context()).clock(c.now))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	n.markCatalog(w, r, outcome, pv)
+	c.markCatalog(w, r, outcome, pv)
 	out := make([]byte, 0, len(pv.entry.Body))
 	out = append(out, `{"feeds":[`...)
 	first := true
@@ -202,13 +213,15 @@ func (n *network) serveDiscovery(w http.ResponseWriter, r *http.Request, p *auth
 		out = append(out, pv.raw[i]...)
 	}
 	out = append(out, "]}\n"...)
-	n.writeCatalog(w, pv, out, p == nil)
+	c.writeCatalog(w, pv, out, p == nil)
 }
 
 // serveFeeds answers the older list GET /api/v1/feeds: the IDs of the
 // team's streams, hidden ones only with hidden=true.
-func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	hidden, err := catalog.ParseHidden(r.URL.Query().Get("hidden"))
+func (c *catalogViews) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	var q query
+	scanQuery(r.URL.RawQuery, &q)
+	hidden, err := catalog.ParseHidden(q.get("hidden"))
 	if err != nil {
 		writeCatalogError(w, http.StatusBadRequest, err.Error())
 		return
@@ -217,12 +230,12 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	if hidden {
 		view = viewHidden
 	}
-	pv, outcome, err := n.view(r.Context(), view, n.credentialFor(p.Team.Name))
+	pv, outcome, err := c.view(r.Context(), view, credentialFor(c.pol.Load(), c.network, c.org, p.Team.Name), stateOf(r.Context()).clock(c.now))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	n.markCatalog(w, r, outcome, pv)
+	c.markCatalog(w, r, outcome, pv)
 	out := make([]byte, 0, 80*len(pv.streams)+16)
 	out = append(out, `{"feeds":[`...)
 	first := true
@@ -240,22 +253,22 @@ func (n *network) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		out = append(out, `"}`...)
 	}
 	out = append(out, "]}\n"...)
-	n.writeCatalog(w, pv, out, false)
+	c.writeCatalog(w, pv, out, false)
 }
 
 // markCatalog labels a catalog answer. A view being refreshed in the
 // background while still inside its advertised lifetime is a HIT for the
 // client; past its lifetime it is STALE, with a Warning saying whether the
 // refresh failed (stale-if-error) or is under way.
-func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome cache.Outcome, pv *parsedView) {
+func (c *catalogViews) markCatalog(w http.ResponseWriter, r *http.Request, outcome cache.Outcome, pv *parsedView) {
 	stale := outcome == cache.StaleHit || outcome == cache.StaleError
-	if stale && n.now().Before(pv.expires) {
+	if stale && c.now().Before(pv.expires) {
 		outcome, stale = cache.Hit, false
 	}
-	n.markCache(stateOf(r.Context()), w.Header(), "catalog", outcome, pv.entry, n.now())
+	c.ans.markCache(stateOf(r.Context()), w.Header(), "catalog", outcome, pv.entry, c.now())
 	if stale {
 		warning := `110 - "Response is Stale"`
-		if outcome == cache.StaleError || n.now().After(pv.expires.Add(time.Minute)) {
+		if outcome == cache.StaleError || c.now().After(pv.expires.Add(time.Minute)) {
 			warning = `111 - "Revalidation Failed"`
 		}
 		w.Header().Set("Warning", warning)
@@ -266,8 +279,8 @@ func (n *network) markCatalog(w http.ResponseWriter, r *http.Request, outcome ca
 // same for everyone and may be kept by a shared cache in front; a team's
 // answer (its streams, hidden ones included) is private. Both vary with the
 // authentication: the same URL signed or not gets another answer.
-func (n *network) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte, public bool) {
-	left := max(pv.expires.Sub(n.now()), 0)
+func (c *catalogViews) writeCatalog(w http.ResponseWriter, pv *parsedView, body []byte, public bool) {
+	left := max(pv.expires.Sub(c.now()), 0)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	scope := "private, max-age="

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"streamgate/cache"
+	"streamgate/cache/shared"
 	"streamgate/ratelimit"
 )
 
@@ -40,7 +41,7 @@ const bulkLag = time.Second
 // credential only: a team with its own upstream credential refreshes on
 // its own, as before).
 type refresher struct {
-	n      *network
+	refreshDeps
 	bulk   bool
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -54,6 +55,24 @@ type refresher struct {
 	// leader is set while this replica leads the network's refreshes
 	// among the replicas sharing the cache tier (shared.go).
 	leader atomic.Bool
+}
+
+// refreshDeps is what a refresher is given: the network's upstream and
+// organisation credential, the checks and the latest entries it makes,
+// the shared tier (for the streams another replica refreshed, and the
+// lead), the policy in force and the metrics.
+type refreshDeps struct {
+	network string
+	org     *credential
+	maxBulk int
+	up      *upstream
+	records *checker
+	entries *latestEntries
+	store   *cache.Store
+	shared  *shared.Tier // nil: off
+	pol     *atomic.Pointer[policy]
+	metrics *Metrics
+	now     func() time.Time
 }
 
 // refreshItem is one stream waiting for its refresh.
@@ -70,16 +89,16 @@ type refreshItem struct {
 	err      error
 }
 
-func newRefresher(n *network, bulk bool) *refresher {
+func newRefresher(deps refreshDeps, bulk bool) *refresher {
 	ctx, cancel := context.WithCancel(context.Background())
-	rf := &refresher{n: n, bulk: bulk, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), pending: map[string]*refreshItem{}}
+	rf := &refresher{refreshDeps: deps, bulk: bulk, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), pending: map[string]*refreshItem{}}
 	rf.wg.Add(1)
 	go rf.work(false)
 	if bulk {
 		rf.wg.Add(1)
 		go rf.work(true)
 	}
-	if n.shared != nil {
+	if rf.shared != nil {
 		rf.wg.Add(1)
 		go rf.lead()
 	}
@@ -213,7 +232,7 @@ func (rf *refresher) pick(bulk bool) []*refreshItem {
 	}
 	want := 1
 	if bulk {
-		want = max(rf.n.maxBulk, 1)
+		want = max(rf.maxBulk, 1)
 	}
 	var out []*refreshItem
 	for round := 0; len(out) < want; round++ {
@@ -242,7 +261,7 @@ func (rf *refresher) finish(it *refreshItem, e *cache.Entry, err error) {
 	delete(rf.pending, it.feed)
 	rf.mu.Unlock()
 	it.entry, it.err = e, err
-	rf.n.metrics.refreshWait(rf.n.name, time.Since(it.enqueued))
+	rf.metrics.refreshWait(rf.network, time.Since(it.enqueued))
 	close(it.done)
 }
 
@@ -264,41 +283,39 @@ func (rf *refresher) requeue(items []*refreshItem, noBulk bool) {
 }
 
 func (rf *refresher) fetchOne(it *refreshItem) {
-	n := rf.n
-	resp, err := n.fetch(rf.ctx, &reqState{}, "latest", "/api/v1/reports/latest?feedID="+it.feed, n.org, http.StatusOK)
+	resp, err := rf.up.fetch(rf.ctx, nil, "latest", "/api/v1/reports/latest?feedID="+it.feed, rf.org, http.StatusOK)
 	if err != nil {
-		n.metrics.refresh(n.name, "latest", refreshResult(err))
+		rf.metrics.refresh(rf.network, "latest", refreshResult(err))
 		rf.finish(it, nil, latestError(err))
 		return
 	}
-	doc, body, err := n.checkReport(resp.body, "latest", it.feed, true)
+	doc, body, err := rf.records.checkReport(resp.body, "latest", it.feed, true)
 	if err != nil {
 		rf.finish(it, nil, err)
 		return
 	}
-	n.metrics.refresh(n.name, "latest", "ok")
-	rf.finish(it, n.latestEntry(n.org, it.feed, doc, body), nil)
+	rf.metrics.refresh(rf.network, "latest", "ok")
+	rf.finish(it, rf.entries.entry(rf.org, it.feed, doc, body), nil)
 }
 
 // fetchBulk refreshes items with one bulk call; it reports false when the
 // call failed and every item went back to the queue.
 func (rf *refresher) fetchBulk(items []*refreshItem) bool {
-	n := rf.n
 	feeds := make([]string, len(items))
 	for i, it := range items {
 		feeds[i] = it.feed
 	}
 	ts := time.Now().Add(-bulkLag).Unix()
 	target := "/api/v1/reports/bulk?feedIDs=" + strings.Join(feeds, ",") + "&timestamp=" + strconv.FormatInt(ts, 10)
-	resp, err := n.fetch(rf.ctx, &reqState{}, "bulk", target, n.org, http.StatusOK, http.StatusPartialContent)
+	resp, err := rf.up.fetch(rf.ctx, nil, "bulk", target, rf.org, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		// The bulk budget or the bulk call failed: the single worker
 		// takes them.
-		n.metrics.refresh(n.name, "bulk", refreshResult(err))
+		rf.metrics.refresh(rf.network, "bulk", refreshResult(err))
 		rf.requeue(items, false)
 		return false
 	}
-	reports, err := n.splitBulk(resp.body, feeds)
+	reports, err := rf.records.splitBulk(resp.body, feeds)
 	if err != nil {
 		rf.requeue(items, false)
 		return false
@@ -310,18 +327,18 @@ func (rf *refresher) fetchBulk(items []*refreshItem) bool {
 			missing = append(missing, it)
 			continue
 		}
-		doc, body, err := n.checkReport(reportBody(raw), "bulk", it.feed, false) // splitBulk verified it
+		doc, body, err := rf.records.checkReport(reportBody(raw), "bulk", it.feed, false) // splitBulk verified it
 		if err != nil {
 			missing = append(missing, it)
 			continue
 		}
 		// The report at that second is also stored as such.
-		n.cache.Set(cache.ReportKey(n.name, "", it.feed, doc.ObservationsTimestamp), &cache.Entry{Status: http.StatusOK, Body: body, Stored: n.now()})
-		n.metrics.refresh(n.name, "bulk", "ok")
-		rf.finish(it, n.latestEntry(n.org, it.feed, doc, body), nil)
+		rf.store.Set(cache.ReportKey(rf.network, "", it.feed, doc.ObservationsTimestamp), &cache.Entry{Status: http.StatusOK, Body: body, Stored: rf.now()})
+		rf.metrics.refresh(rf.network, "bulk", "ok")
+		rf.finish(it, rf.entries.entry(rf.org, it.feed, doc, body), nil)
 	}
 	if len(missing) > 0 {
-		n.metrics.refresh(n.name, "bulk", "not_published")
+		rf.metrics.refresh(rf.network, "bulk", "not_published")
 		rf.requeue(missing, true)
 	}
 	return true

@@ -9,7 +9,7 @@ import (
 // another team's stream: picks go round robin over the teams, and within a
 // team a stream someone waits on goes first, then the most asked-for.
 func TestRefresherPickIsFair(t *testing.T) {
-	rf := &refresher{n: &network{maxBulk: 100}, pending: map[string]*refreshItem{}}
+	rf := &refresher{refreshDeps: refreshDeps{maxBulk: 100}, pending: map[string]*refreshItem{}}
 	add := func(feed, team string, asks int, waited bool) {
 		rf.pending[feed] = &refreshItem{feed: feed, enqueued: time.Now(), asks: asks, waited: waited,
 			teams: map[string]int{team: asks + 1}, done: make(chan struct{})}

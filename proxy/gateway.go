@@ -61,7 +61,8 @@ type Deps struct {
 	AccessLog *zap.Logger
 	// Metrics records metrics. If nil, nothing is recorded.
 	Metrics *Metrics
-	// Now is the clock. If nil, time.Now.
+	// Now is the clock. If nil, time.Now. It must be Cache's Clock too: a
+	// latest hit is looked up at the request's one reading of it.
 	Now func() time.Time
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".
@@ -237,31 +238,6 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			continue
 		}
 		base.Path, base.RawPath = strings.TrimRight(base.Path, "/"), ""
-		n := &network{
-			name:      name,
-			listen:    nc.Listen,
-			hosts:     nc.Hosts,
-			maxBulk:   nc.Upstream.MaxBulk,
-			passPaths: map[string]bool{},
-			org:       &credential{key: up.APIKey, secret: up.Secret},
-			pol:       &g.pol,
-			cache:     g.cache,
-			shared:    deps.Shared,
-			limiter:   g.limiter,
-			quota:     g.quota,
-			metrics:   g.metrics,
-			auditLog:  g.auditLog,
-			now:       g.now,
-			hub:       deps.Hubs[name],
-			gate:      deps.Gates[name],
-			conns:     g.conns,
-			ws: wsSettings{
-				queue: cfg.Realtime.ClientQueue, pingInterval: cfg.Realtime.PingInterval, teamConns: cfg.Realtime.TeamConnections,
-			},
-		}
-		for _, p := range nc.PassThrough {
-			n.passPaths[p] = true
-		}
 		budget := deps.Budgets[name]
 		if budget == nil {
 			if budget, err = ratelimit.NewMemoryBudget(ratelimit.Options{Name: "budget", Network: name, Now: g.now,
@@ -269,27 +245,78 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 				return nil, err
 			}
 		}
-		n.up = &upstream{
-			network: name,
-			base:    base,
-			client:  &http.Client{Transport: transport, CheckRedirect: noRedirects},
-			timeout: nc.Upstream.Timeout,
-			retries: nc.Upstream.Retries,
-			budget:  budget,
-			limit:   budgetLimit(nc.Upstream.Budget),
-			log:     g.log,
-			metrics: g.metrics,
-		}
-		n.up.catalogHeld = n.catalogHeld
-		n.rp = n.reverseProxy(base, transport)
-		n.fresh = newRefresher(n, cfg.Cache.LatestBulkRefresh)
-		n.handler = n.chain(accessLog)
-		g.networks[name] = n
+		g.networks[name] = g.newNetwork(name, nc, up, base, budget, transport, accessLog, deps, cfg.Cache.LatestBulkRefresh, &cfg.Realtime)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return g, nil
+}
+
+// newNetwork builds a network's owners, each with what it needs, and its
+// chain.
+func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base *url.URL, budget ratelimit.Budget,
+	transport http.RoundTripper, accessLog *zap.Logger, deps Deps, bulkRefresh bool, rt *config.Realtime) *network {
+	org := &credential{key: up.APIKey, secret: up.Secret}
+	client := &upstream{
+		network: name,
+		base:    base,
+		client:  &http.Client{Transport: transport, CheckRedirect: noRedirects},
+		timeout: nc.Upstream.Timeout,
+		retries: nc.Upstream.Retries,
+		budget:  budget,
+		limit:   budgetLimit(nc.Upstream.Budget),
+		log:     g.log,
+		metrics: g.metrics,
+		store:   g.cache,
+	}
+	records := &checker{network: name, gate: deps.Gates[name], metrics: g.metrics}
+	ans := &answerer{network: name, gate: deps.Gates[name], metrics: g.metrics, now: g.now}
+	catalog := &catalogViews{network: name, store: g.cache, up: client, org: org, pol: &g.pol,
+		metrics: g.metrics, ans: ans, now: g.now}
+	reads := &readCheck{network: name, org: org, catalog: catalog, pol: &g.pol, auditLog: g.auditLog, now: g.now}
+	src := sourceDeps{network: name, reads: reads, store: g.cache, up: client, records: records, ans: ans,
+		pol: &g.pol, metrics: g.metrics, now: g.now}
+	entries := &latestEntries{network: name, org: org, store: g.cache, records: records, pol: &g.pol, now: g.now}
+	fresh := newRefresher(refreshDeps{network: name, org: org, maxBulk: nc.Upstream.MaxBulk, up: client,
+		records: records, entries: entries, store: g.cache, shared: deps.Shared, pol: &g.pol,
+		metrics: g.metrics, now: g.now}, bulkRefresh)
+	n := &network{
+		name:    name,
+		listen:  nc.Listen,
+		hosts:   nc.Hosts,
+		up:      client,
+		org:     org,
+		reads:   reads,
+		catalog: catalog,
+		ans:     ans,
+		report:  &reportSource{src},
+		latest:  &latestSource{sourceDeps: src, org: org, hub: deps.Hubs[name], fresh: fresh, entries: entries},
+		page:    &pageSource{src},
+		bulk:    &bulkSource{sourceDeps: src, shared: deps.Shared, maxBulk: nc.Upstream.MaxBulk},
+		fresh:   fresh,
+		hub:     deps.Hubs[name],
+		gate:    deps.Gates[name],
+		conns:   g.conns,
+		ws: wsSettings{
+			queue: rt.ClientQueue, pingInterval: rt.PingInterval, teamConns: rt.TeamConnections,
+		},
+		pol:     &g.pol,
+		metrics: g.metrics,
+		now:     g.now,
+	}
+	passPaths := map[string]bool{}
+	for _, p := range nc.PassThrough {
+		passPaths[p] = true
+	}
+	n.rp = n.reverseProxy(base, transport)
+	n.handler = chain(name, accessLog, g.metrics,
+		requestCheck{passPaths: passPaths},
+		authenticator{network: name, pol: &g.pol, metrics: g.metrics, now: g.now},
+		admission{limiter: g.limiter, quota: g.quota, pol: &g.pol, metrics: g.metrics, now: g.now},
+		recorder{network: name, pol: &g.pol, metrics: g.metrics},
+		http.HandlerFunc(n.serveRoute))
+	return n
 }
 
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -455,7 +482,7 @@ func (g *Gateway) Warm(ctx context.Context) error {
 		n := g.networks[name]
 		wg.Go(func() {
 			for attempt := 0; ; attempt++ {
-				_, _, err := n.view(ctx, viewHidden, n.org)
+				_, _, err := n.catalog.view(ctx, viewHidden, n.org, n.now())
 				if err == nil && !n.up.answered.Load() {
 					// The view came from the shared cache tier, fetched by
 					// another replica: that says nothing of whether this

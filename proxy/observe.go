@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -19,22 +20,24 @@ import (
 	"streamgate/auth"
 )
 
-// reqState is what the layers of one request learn, for the access log and
-// the metrics. It lives in the request's context. It also holds the
-// request's own storage: its status writer, its context, its access log
-// field and room for its answer's header values, so that the hit path
-// allocates one reqState and, for its context, one copy of the request,
-// and nothing else of its own. A reqState is never reused: a fill may
-// still count an upstream call into it after the request ended.
+// reqState is the scope of one request: what its layers learn (route,
+// principal, verified signature, labels) for the next layer, the access
+// log and the metrics. It lives in the request's context, made once by
+// observe with the request's own storage: its status writer, its context
+// (no context.WithValue), its access log field, and its answer's room (see
+// answerRoom), so that a hit allocates the state and, for its context, one
+// copy of the request, and nothing else of its own. A fill never holds a
+// reqState: it is given the request's call counter (calls), so a fill that
+// outlives its request keeps none of the request's storage alive.
 type reqState struct {
 	id        string
 	network   string
 	endpoint  string
 	team      string
 	keyID     string
-	cache     string       // X-Cache value, when a cache was consulted
-	upstream  atomic.Int32 // upstream calls this request caused
-	authError string       // reason, when authentication failed
+	cache     string     // X-Cache value, when a cache was consulted
+	calls     *callCount // upstream calls this request caused; nil: none yet
+	authError string     // reason, when authentication failed
 
 	route     *route          // matched by checkRequest
 	principal *auth.Principal // set by authenticate; nil for an unsigned request
@@ -49,9 +52,45 @@ type reqState struct {
 	sw     statusWriter
 	ctx    stateCtx
 	fields [1]zap.Field
-	vals   [11]string // header values: h[key] = vals[i:i+n:i+n]
-	nvals  int
-	text   textBuf // header values' bytes
+	room   answerRoom
+}
+
+// callCount counts the upstream calls made for one request. It is the
+// only part of a request a fill keeps: a fill may still run, and count,
+// after its request ended. A nil *callCount counts nothing (the
+// refresher's calls, made for no request).
+type callCount struct{ n atomic.Int32 }
+
+func (c *callCount) add() {
+	if c != nil {
+		c.n.Add(1)
+	}
+}
+
+func (c *callCount) load() int32 {
+	if c == nil {
+		return 0
+	}
+	return c.n.Load()
+}
+
+// counter returns the request's call counter, made at its first use (on
+// a miss, never on a hit).
+func (st *reqState) counter() *callCount {
+	if st.calls == nil {
+		st.calls = new(callCount)
+	}
+	return st.calls
+}
+
+// answerRoom is the room of a request's answer: its header values and
+// their bytes, written into the request's own storage instead of being
+// allocated. net/http reads them after the handler returns, so the room
+// is never reused.
+type answerRoom struct {
+	vals  [11]string // header values: h[key] = vals[i:i+n:i+n]
+	nvals int
+	text  textBuf // header values' bytes
 }
 
 // stateCtx is the request's context with its reqState, without the
@@ -70,9 +109,18 @@ func (c *stateCtx) Value(key any) any {
 
 type stateKey struct{}
 
-// upstreamCall counts an upstream call made for this request (a fill may
-// still run after the request ended, hence atomic).
-func (st *reqState) upstreamCall() { st.upstream.Add(1) }
+// fillContext is the context a request's cache loads are made with: the
+// request's own (its cancellation and deadline, net/http's values) without
+// its reqState. The Store runs a fill on a context detached from the
+// callers' that keeps their values, so a fill that outlives its request
+// keeps none of the request's storage alive; it is given what it needs
+// (its callCount) instead.
+func fillContext(ctx context.Context) context.Context {
+	if c, ok := ctx.(*stateCtx); ok {
+		return c.Context
+	}
+	return ctx
+}
 
 func stateOf(ctx context.Context) *reqState {
 	if c, ok := ctx.(*stateCtx); ok {
@@ -93,23 +141,30 @@ func (st *reqState) clock(now func() time.Time) time.Time {
 	return st.now
 }
 
-// setHeader sets h[key] to values, the slice taken from the request's own
-// storage while it has room. The slice is full (len == cap), so that an
-// Add to the same key copies it rather than writing into st.
-func (st *reqState) setHeader(h http.Header, key string, values ...string) {
+// setHeader sets h[key] to values, the slice taken from the room while
+// it has space. The slice is full (len == cap), so that an Add to the
+// same key copies it rather than writing into the room.
+func (a *answerRoom) setHeader(h http.Header, key string, values ...string) {
 	n := len(values)
-	if n == 0 || st.nvals+n > len(st.vals) {
+	if n == 0 || a.nvals+n > len(a.vals) {
 		h[key] = append([]string(nil), values...)
 		return
 	}
-	i := st.nvals
-	copy(st.vals[i:], values)
-	st.nvals += n
-	h[key] = st.vals[i : i+n : i+n]
+	i := a.nvals
+	copy(a.vals[i:], values)
+	a.nvals += n
+	h[key] = a.vals[i : i+n : i+n]
+}
+
+// setInt sets h[key] to prefix followed by v in decimal, its bytes written
+// into the room.
+func (a *answerRoom) setInt(h http.Header, key, prefix string, v int64) {
+	b := append(a.text.room(), prefix...)
+	a.setHeader(h, key, a.text.take(strconv.AppendInt(b, v, 10)))
 }
 
 // textBuf is room for the bytes of a request's header values. Each string
-// it returns is written once and never changed: the reqState that holds
+// it returns is written once and never changed: the answerRoom that holds
 // the buffer is never reused.
 type textBuf struct {
 	b [128]byte
@@ -182,11 +237,11 @@ func observe(network string, log *zap.Logger, m *Metrics, next http.Handler) htt
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := &reqState{start: time.Now(), network: network, method: r.Method}
 		st.route, st.endpoint = routeOf(r)
-		st.id = requestID(r, &st.text)
+		st.id = requestID(r, &st.room.text)
 		st.sw.ResponseWriter = w
 		st.ctx = stateCtx{Context: r.Context(), st: st}
 		sw := &st.sw
-		st.setHeader(sw.Header(), "X-Request-Id", st.id)
+		st.room.setHeader(sw.Header(), "X-Request-Id", st.id)
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -224,7 +279,7 @@ func (st *reqState) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddInt("status", st.status)
 	enc.AddDuration("duration", st.dur)
 	enc.AddInt("bytes", st.sw.bytes)
-	enc.AddInt32("upstream_calls", st.upstream.Load())
+	enc.AddInt32("upstream_calls", st.calls.load())
 	if st.team != "" {
 		enc.AddString("team", st.team)
 		enc.AddString("key_id", st.keyID)

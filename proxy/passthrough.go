@@ -22,11 +22,14 @@ type passState struct {
 	timer    *time.Timer
 }
 
-// reverseProxy forwards what the gateway does not answer itself and has
-// validated (HEAD /, an entitled WebSocket upgrade, a path listed in
-// networks.<name>.pass_through) to the upstream, re-signed: the client's
+// reverseProxy forwards a request for a path the operator listed in
+// networks.<name>.pass_through (GET or HEAD, matched, authenticated and
+// admitted like any other) to the upstream, re-signed: the client's
 // authentication headers are replaced by a signature of the outgoing
-// request with the credential chosen for the caller. Upgrades pass through.
+// request with the credential chosen for the caller. The gateway answers
+// GET and HEAD / and the WebSocket endpoint itself (ws.go): neither is
+// forwarded. An upgrade the upstream grants on a listed path (101) passes
+// through, unbounded by the timeout from then on.
 func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Transport: transport,
@@ -76,9 +79,10 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 // upstream did not answer within its timeout.
 var errPassTimeout = &apiError{status: http.StatusServiceUnavailable, msg: "upstream did not answer in time", retryAfter: time.Second}
 
-// passThrough forwards a request through the reverse proxy, within the
-// upstream budget, bounded by the upstream timeout until the answer's
-// headers arrive (an upgraded WebSocket is not bound after that).
+// passThrough forwards a request for a listed path through the reverse
+// proxy, within the upstream budget, bounded by the upstream timeout until
+// the answer's headers arrive (an upgraded connection is not bound after
+// that).
 func (n *network) passThrough(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	var cred *credential
 	if p != nil {
@@ -89,7 +93,7 @@ func (n *network) passThrough(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		writeError(w, err)
 		return
 	}
-	stateOf(r.Context()).upstreamCall()
+	stateOf(r.Context()).counter().add()
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	ps := &passState{cred: cred, endpoint: endpoint, start: time.Now(), timer: time.AfterFunc(n.up.timeout, func() { cancel(errPassTimeout) })}

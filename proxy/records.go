@@ -20,24 +20,33 @@ type reportDoc struct {
 	FullReport            string `json:"fullReport"`
 }
 
-// negative is a short-lived entry for "no report yet".
-func (n *network) negative(now time.Time, resp *upstreamResponse) *cache.Entry {
-	ttl := n.policy().negativeTTL
+// negative is a short-lived entry for "no report yet", kept for ttl
+// (negative_ttl).
+func negative(now time.Time, resp *upstreamResponse, ttl time.Duration) *cache.Entry {
 	return &cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(ttl), NoStore: ttl <= 0}
+}
+
+// checker checks what enters a network's cache, from the upstream or the
+// shared tier: that a report is of the stream asked for (an answer that is
+// not is counted as an integrity error), and its DON signatures (gate).
+type checker struct {
+	network string
+	gate    *don.Gate
+	metrics *Metrics
 }
 
 // checkReport parses a {"report": …} body and refuses one that is not of the
 // stream asked for: such an answer is an upstream error, never a cache entry.
 // Its report is verified (verify) unless the caller already did.
 // It returns the body in the form every stored report has (see reportBody).
-func (n *network) checkReport(body []byte, endpoint, feed string, verify bool) (*reportDoc, []byte, error) {
+func (c *checker) checkReport(body []byte, endpoint, feed string, verify bool) (*reportDoc, []byte, error) {
 	rd, record, ok := parseReport(body, feed)
 	if !ok {
-		n.metrics.integrity(n.name, endpoint)
+		c.metrics.integrity(c.network, endpoint)
 		return nil, nil, errBadUpstream
 	}
 	if verify {
-		if err := n.verifyDoc(don.EntryUpstream, rd); err != nil {
+		if err := c.verifyDoc(don.EntryUpstream, rd); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -46,16 +55,16 @@ func (n *network) checkReport(body []byte, endpoint, feed string, verify bool) (
 
 // verifyDoc checks a report's DON signatures where it enters; in mode
 // enforce a report that does not verify is an error (502), never an entry.
-func (n *network) verifyDoc(entry string, rd *reportDoc) error {
-	if res, ok := n.gate.Check(entry, rd.FeedID, rd.FullReport); !ok {
+func (c *checker) verifyDoc(entry string, rd *reportDoc) error {
+	if res, ok := c.gate.Check(entry, rd.FeedID, rd.FullReport); !ok {
 		return unverified(res.Cause)
 	}
 	return nil
 }
 
 // verifyRaw checks the report records of an answer, each as verifyDoc.
-func (n *network) verifyRaw(entry string, records []json.RawMessage) error {
-	if n.gate.Mode() == don.ModeOff {
+func (c *checker) verifyRaw(entry string, records []json.RawMessage) error {
+	if c.gate.Mode() == don.ModeOff {
 		return nil
 	}
 	for _, raw := range records {
@@ -63,7 +72,7 @@ func (n *network) verifyRaw(entry string, records []json.RawMessage) error {
 		if err := json.Unmarshal(raw, &rd); err != nil {
 			return errBadUpstream
 		}
-		if err := n.verifyDoc(entry, &rd); err != nil {
+		if err := c.verifyDoc(entry, &rd); err != nil {
 			return err
 		}
 	}
@@ -111,25 +120,25 @@ var noReportBody = []byte(`{"error":"no report for this stream at this timestamp
 // splitBulk parses a bulk answer into the report record of each stream,
 // refusing an answer that holds a stream not asked for.
 // Every report of it is verified.
-func (n *network) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
+func (c *checker) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
 	out, ok := parseBulk(body, feeds)
 	if !ok {
-		n.metrics.integrity(n.name, "bulk")
+		c.metrics.integrity(c.network, "bulk")
 		return nil, errBadUpstream
 	}
-	if err := n.verifyRecords(don.EntryUpstream, out); err != nil {
+	if err := c.verifyRecords(don.EntryUpstream, out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 // verifyRecords verifies the report records of a split bulk answer.
-func (n *network) verifyRecords(entry string, records map[string][]byte) error {
-	if n.gate.Mode() == don.ModeOff {
+func (c *checker) verifyRecords(entry string, records map[string][]byte) error {
+	if c.gate.Mode() == don.ModeOff {
 		return nil
 	}
 	for _, raw := range records {
-		if err := n.verifyRaw(entry, []json.RawMessage{raw}); err != nil {
+		if err := c.verifyRaw(entry, []json.RawMessage{raw}); err != nil {
 			return err
 		}
 	}

@@ -3,159 +3,209 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/don"
+	"streamgate/realtime"
 )
 
 // pageSettle is how far in the past the last report of a page must lie for a
 // page shorter than its limit to count as complete, and so immutable.
 const pageSettle = time.Minute
 
-// serveReport answers GET /api/v1/reports: the report of one stream at a
+// sourceDeps is what a report source of one network is given at
+// construction: the read check in front of it, the cache (whose Store
+// asks the shared tier), the upstream, the checks of what enters, the
+// answerer, the policy in force, the metrics and the clock.
+type sourceDeps struct {
+	network string
+	reads   *readCheck
+	store   *cache.Store
+	up      *upstream
+	records *checker
+	ans     *answerer
+	pol     *atomic.Pointer[policy]
+	metrics *Metrics
+	now     func() time.Time
+}
+
+// reportSource answers GET /api/v1/reports: the report of one stream at a
 // timestamp, immutable once fetched.
-func (n *network) serveReport(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readOneFeed(w, r, p, "reports", "timestamp")
+type reportSource struct{ sourceDeps }
+
+func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	rq, ok := s.reads.read(w, r, p, "reports", shapeReport)
 	if !ok {
 		return
 	}
 	feed, ts, cred := rq.feed, rq.ts, rq.cred
-	key := cache.ReportKey(n.name, cred.scope, feed, ts)
-	if e, state := n.cache.Get(key); state == cache.Fresh {
-		n.answer(w, r, "report", cache.Hit, e, nil) // as Load answers a fresh entry
+	key := cache.ReportKey(s.network, cred.scope, feed, ts)
+	if e, state := s.store.Get(key); state == cache.Fresh {
+		s.ans.answer(w, r, "report", cache.Hit, e, nil) // as Load answers a fresh entry
 		return
 	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
-	st := stateOf(r.Context())
-	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedReport(feed), func(ctx context.Context) (*cache.Entry, error) {
-			resp, err := n.fetch(ctx, st, "reports", target, cred, http.StatusOK, http.StatusNotFound)
+	calls := stateOf(r.Context()).counter()
+	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedReport(feed),
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			resp, err := s.up.fetch(ctx, calls, "reports", target, cred, http.StatusOK, http.StatusNotFound)
 			if err != nil {
 				return nil, err
 			}
-			now := n.now()
+			now := s.now()
 			if resp.status == http.StatusNotFound {
-				return n.negative(now, resp), nil
+				return negative(now, resp, s.pol.Load().negativeTTL), nil
 			}
-			_, body, err := n.checkReport(resp.body, "reports", feed, true)
+			_, body, err := s.records.checkReport(resp.body, "reports", feed, true)
 			if err != nil {
 				return nil, err
 			}
 			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
-		})
-	})
-	n.answer(w, r, "report", outcome, e, err)
+		}})
+	s.ans.answer(w, r, "report", outcome, e, err)
 }
 
-// serveLatest answers GET /api/v1/reports/latest: from the stream when
+// latestSource answers GET /api/v1/reports/latest: from the stream when
 // the network's hub carries the feed; else from the cache, fresh for
 // latest_ttl and then stale for latest_max_stale while the refresher
 // (freshness.go) refreshes it within the budget. A request with nothing
 // held waits at most latest_max_wait. The report fetched is also stored as
 // the report at its own timestamp, which never changes.
-func (n *network) serveLatest(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readOneFeed(w, r, p, "latest", "")
+type latestSource struct {
+	sourceDeps
+	org     *credential
+	hub     *realtime.Hub // nil: no stream for this network
+	fresh   *refresher    // schedules the organisation's refreshes
+	entries *latestEntries
+}
+
+func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	rq, ok := s.reads.read(w, r, p, "latest", shapeLatest)
 	if !ok {
 		return
 	}
 	feed, cred := rq.feed, rq.cred
-	pol := n.policy()
-	if n.hub != nil && pol.latestFromStream && cred == n.org {
+	pol := s.pol.Load()
+	now := stateOf(r.Context()).clock(s.now) // the request's one reading (the Store's clock too)
+	if s.hub != nil && pol.latestFromStream && cred == s.org {
 		// No older than a report REST would answer stale: observed a
 		// second before its fetch, fresh for latest_ttl, stale for
 		// latest_max_stale. Older, the stream has gone silent: REST.
-		oldest := n.now().Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
-		if frame, obs, ok := n.hub.LatestSince(feed, oldest); ok {
-			n.metrics.latestAge(n.name, n.now().Unix()-obs)
-			n.answerStream(w, r, frame, obs)
+		oldest := now.Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
+		if frame, obs, ok := s.hub.LatestSince(feed, oldest); ok {
+			s.metrics.latestAge(s.network, now.Unix()-obs)
+			s.ans.answerStream(w, r, frame, obs)
 			return
 		}
-		n.hub.Want(feed) // polled often, it gets streamed
+		s.hub.Want(feed) // polled often, it gets streamed
 	}
-	key := n.latestKey(cred, feed)
-	if e, state := n.cache.Get(key); state == cache.Fresh {
+	key := s.entries.key(cred, feed)
+	e, state := s.store.GetAt(key, now)
+	if state == cache.Fresh {
 		// As Load answers a fresh entry, without making its fill.
-		if obs, ok := e.Value.(int64); ok {
-			n.metrics.latestAge(n.name, stateOf(r.Context()).clock(n.now).Unix()-obs)
+		if obs, ok := latestKind.Value(e); ok {
+			s.metrics.latestAge(s.network, now.Unix()-obs)
 		}
-		n.answer(w, r, "latest", cache.Hit, e, nil)
+		s.ans.answer(w, r, "latest", cache.Hit, e, nil)
 		return
 	}
-	st := stateOf(r.Context())
-	// Each fill goes through the shared tier first (shared.go).
-	fill := func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedLatest(feed), func(ctx context.Context) (*cache.Entry, error) {
-			resp, err := n.fetch(ctx, st, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
+	calls := stateOf(r.Context()).counter()
+	src := cache.Source{Check: s.entries.check(feed),
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			resp, err := s.up.fetch(ctx, calls, "latest", "/api/v1/reports/latest?feedID="+feed, cred, http.StatusOK)
 			if err != nil {
 				return nil, err
 			}
-			doc, body, err := n.checkReport(resp.body, "latest", feed, true)
+			doc, body, err := s.records.checkReport(resp.body, "latest", feed, true)
 			if err != nil {
 				return nil, err
 			}
-			return n.latestEntry(cred, feed, doc, body), nil
-		})
-	}
-	ctx := r.Context()
-	scheduled := n.fresh != nil && cred == n.org
+			return s.entries.entry(cred, feed, doc, body), nil
+		}}
+	ctx := fillContext(r.Context())
+	scheduled := s.fresh != nil && cred == s.org
 	if scheduled {
-		team := p.Team.Name
-		fill = func(ctx context.Context) (*cache.Entry, error) {
-			_, state := n.cache.Get(key)
-			grace := time.Duration(0)
-			if state != cache.Missing {
-				grace = n.fresh.grace() // a stale entry is answered meanwhile
-			}
-			return n.shared.FillAfter(ctx, key, n.sharedLatest(feed), grace, func(ctx context.Context) (*cache.Entry, error) {
-				st.upstreamCall()
-				return n.fresh.refresh(ctx, feed, team, state == cache.Missing)
-			})
+		// The refresher makes the call within the budget; a stale entry
+		// is answered meanwhile, and its refresh leaves the leading
+		// replica its grace first (shared.go).
+		team, waited := p.Team.Name, state == cache.Missing
+		if !waited {
+			src.Grace = s.fresh.grace()
+		}
+		src.Fill = func(ctx context.Context) (*cache.Entry, error) {
+			calls.add()
+			return s.fresh.refresh(ctx, feed, team, waited)
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pol.latestMaxWait)
 		defer cancel()
 	}
-	e, outcome, err := n.cache.Load(ctx, key, fill)
+	e, outcome, err := s.store.LoadFrom(ctx, key, src)
 	if scheduled && outcome != cache.Hit {
 		// Demand for a refresh that is pending (hits cost the queue
 		// nothing: they take no lock).
-		n.fresh.ask(feed, p.Team.Name)
+		s.fresh.ask(feed, p.Team.Name)
 	}
 	if scheduled && err != nil && ctx.Err() != nil && r.Context().Err() == nil {
-		n.metrics.latestWaitTimedOut(n.name)
+		s.metrics.latestWaitTimedOut(s.network)
 		err = errLatestWait
 	}
 	if err == nil {
-		if obs, ok := e.Value.(int64); ok {
-			n.metrics.latestAge(n.name, n.now().Unix()-obs)
+		if obs, ok := latestKind.Value(e); ok {
+			s.metrics.latestAge(s.network, s.now().Unix()-obs)
 		}
 	}
-	n.answer(w, r, "latest", outcome, e, err)
+	s.ans.answer(w, r, "latest", outcome, e, err)
 }
 
 // latestKeysMax bounds the latest keys a network keeps made.
 const latestKeysMax = 4096
 
-// latestKey returns cache.LatestKey of the organisation's credential and
-// feed, made once for each of up to latestKeysMax streams, so that a hit
-// does not build its key; other credentials' keys are made each time.
-func (n *network) latestKey(cred *credential, feed string) string {
-	if cred != n.org {
-		return cache.LatestKey(n.name, cred.scope, feed)
+// latestEntries makes, names and checks the latest entries of a network,
+// for its latest source and its refresher.
+type latestEntries struct {
+	network string
+	org     *credential
+	store   *cache.Store
+	records *checker
+	pol     *atomic.Pointer[policy]
+	now     func() time.Time
+
+	keys children[string, string] // see key
+}
+
+// key returns cache.LatestKey of cred and feed. The organisation's keys
+// are made once for each of up to latestKeysMax streams, so that a hit
+// does not build its key; their bytes are reserved in the Store, so that
+// they count against cache.max_bytes like every entry. Other credentials'
+// keys are made each time.
+func (l *latestEntries) key(cred *credential, feed string) string {
+	if cred != l.org {
+		return cache.LatestKey(l.network, cred.scope, feed)
 	}
-	if m := n.latestKeys.m.Load(); m != nil {
+	if m := l.keys.m.Load(); m != nil {
 		if k, ok := (*m)[feed]; ok {
 			return k
 		}
 		if len(*m) >= latestKeysMax {
-			return cache.LatestKey(n.name, cred.scope, feed)
+			return cache.LatestKey(l.network, cred.scope, feed)
 		}
 	}
-	return n.latestKeys.get(feed, func() string { return cache.LatestKey(n.name, cred.scope, feed) })
+	return l.keys.get(feed, func() string {
+		k := cache.LatestKey(l.network, cred.scope, feed)
+		l.store.Reserve(latestKeyCost(feed, k))
+		return k
+	})
+}
+
+// latestKeyCost is what one made latest key holds: the feed and the key
+// strings and their map slot (about 64 bytes with the map's overhead).
+func latestKeyCost(feed, key string) int64 {
+	return int64(len(feed) + len(key) + 64)
 }
 
 // errLatestWait answers a latest request that had nothing held and whose
@@ -163,72 +213,70 @@ func (n *network) latestKey(cred *credential, feed string) string {
 var errLatestWait = &apiError{status: http.StatusServiceUnavailable, retryAfter: time.Second,
 	msg: "no report of this stream yet within the upstream's rate budget: retry after the time in Retry-After"}
 
-// latestEntry is the latest entry of a report just fetched, fresh for
-// latest_ttl and served stale for latest_max_stale after; its Value is the
-// report's observationsTimestamp. The report is also stored as the report
-// at its own timestamp.
-func (n *network) latestEntry(cred *credential, feed string, doc *reportDoc, body []byte) *cache.Entry {
-	pol := n.policy()
-	now := n.now()
-	n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, doc.ObservationsTimestamp),
+// latestKind is the kind of a latest entry: its value is its report's
+// observationsTimestamp.
+var latestKind cache.Kind[int64]
+
+// entry is the latest entry of a report just fetched, fresh for
+// latest_ttl and served stale for latest_max_stale after; its value is the
+// report's observationsTimestamp (latestKind). The report is also stored
+// as the report at its own timestamp.
+func (l *latestEntries) entry(cred *credential, feed string, doc *reportDoc, body []byte) *cache.Entry {
+	pol := l.pol.Load()
+	now := l.now()
+	l.store.Set(cache.ReportKey(l.network, cred.scope, feed, doc.ObservationsTimestamp),
 		&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
-	e := &cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(pol.latestTTL),
-		NoStore: pol.latestTTL <= 0, Value: doc.ObservationsTimestamp}
+	e := latestKind.With(&cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(pol.latestTTL),
+		NoStore: pol.latestTTL <= 0}, doc.ObservationsTimestamp)
 	if pol.latestMaxStale > 0 {
 		e.StaleUntil = e.Expires.Add(pol.latestMaxStale)
 	}
 	return e
 }
 
-// servePage answers GET /api/v1/reports/page. A page is kept when it can no
-// longer change: it is full, or its last report settled in the past.
-func (n *network) servePage(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	rq, ok := n.readQuery(w, r, p, "page", func(q url.Values, rq *reportQuery) error {
-		if err := oneFeed("startTimestamp")(q, rq); err != nil {
-			return err
-		}
-		var err error
-		rq.limit, err = parseLimit(q)
-		return err
-	})
+// pageSource answers GET /api/v1/reports/page. A page is kept when it can
+// no longer change: it is full, or its last report settled in the past.
+type pageSource struct{ sourceDeps }
+
+func (s *pageSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	rq, ok := s.reads.read(w, r, p, "page", shapePage)
 	if !ok {
 		return
 	}
-	feed, start, limit, cred := rq.feeds[0], rq.ts, rq.limit, rq.cred
+	feed, start, limit, cred := rq.feed, rq.ts, rq.limit, rq.cred
 	target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(start, 10)
 	if limit > 0 {
 		target += "&limit=" + strconv.Itoa(limit)
 	}
-	key := cache.PageKey(n.name, cred.scope, feed, start, limit)
-	st := stateOf(r.Context())
-	e, outcome, err := n.cache.Load(r.Context(), key, func(ctx context.Context) (*cache.Entry, error) {
-		return n.shared.Fill(ctx, key, n.sharedPage(feed, start), func(ctx context.Context) (*cache.Entry, error) {
-			return n.fillPage(ctx, st, target, cred, feed, start, limit)
-		})
-	})
-	n.answer(w, r, "page", outcome, e, err)
+	key := cache.PageKey(s.network, cred.scope, feed, start, limit)
+	calls := stateOf(r.Context()).counter()
+	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedPage(feed, start),
+		Fill: func(ctx context.Context) (*cache.Entry, error) {
+			return s.fill(ctx, calls, target, cred, feed, start, limit)
+		}})
+	s.ans.answer(w, r, "page", outcome, e, err)
 }
 
-// fillPage fetches a page; the entry is kept only when the page is complete.
-func (n *network) fillPage(ctx context.Context, st *reqState, target string, cred *credential, feed string, start int64, limit int) (*cache.Entry, error) {
-	resp, err := n.fetch(ctx, st, "page", target, cred, http.StatusOK)
+// fill fetches a page; the entry is kept only when the page is complete.
+func (s *pageSource) fill(ctx context.Context, calls *callCount, target string, cred *credential, feed string, start int64, limit int) (*cache.Entry, error) {
+	resp, err := s.up.fetch(ctx, calls, "page", target, cred, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
 	reports, stamps, ok := parsePage(resp.body, feed, start)
 	if !ok {
-		n.metrics.integrity(n.name, "page")
+		s.metrics.integrity(s.network, "page")
 		return nil, errBadUpstream
 	}
-	if err := n.verifyRaw(don.EntryUpstream, reports); err != nil {
+	if err := s.records.verifyRaw(don.EntryUpstream, reports); err != nil {
 		return nil, err
 	}
-	now := n.now()
+	now := s.now()
 	last := int64(-1)
 	for i, raw := range reports {
 		// Each report of the page is also the report at its timestamp.
 		last = stamps[i]
-		n.cache.Set(cache.ReportKey(n.name, cred.scope, feed, last),
+		s.store.Set(cache.ReportKey(s.network, cred.scope, feed, last),
 			&cache.Entry{Status: http.StatusOK, Body: reportBody(raw), Stored: now})
 	}
 	complete := (limit > 0 && len(reports) == limit) ||
@@ -237,7 +285,7 @@ func (n *network) fillPage(ctx context.Context, st *reqState, target string, cre
 	case complete:
 		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil
 	case len(reports) == 0:
-		return n.negative(now, resp), nil
+		return negative(now, resp, s.pol.Load().negativeTTL), nil
 	}
 	return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now, NoStore: true}, nil
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -10,39 +9,50 @@ import (
 	"streamgate/don"
 )
 
+// answerer writes the answers of one network's report and catalog
+// endpoints: the cache's headers (X-Cache, Age, Cache-Control), the
+// cache result metrics, the raw body or its decoded view.
+type answerer struct {
+	network string
+	gate    *don.Gate
+	metrics *Metrics
+	now     func() time.Time
+}
+
 // answer writes a cached or fetched entry, or the error that replaced it.
-// Its header values are the request's own (reqState.setHeader): constant
+// Its header values are the request's own (answerRoom.setHeader): constant
 // ones as they are, the seconds of Age and max-age written into the
 // request's room.
-func (n *network) answer(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry, err error) {
+func (a *answerer) answer(w http.ResponseWriter, r *http.Request, kind string, outcome cache.Outcome, e *cache.Entry, err error) {
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	st := stateOf(r.Context())
 	h := w.Header()
-	now := n.now()
+	var now time.Time
 	if outcome == cache.Hit {
-		now = st.clock(n.now) // on a miss, the clock after the fill
+		now = st.clock(a.now) // the request's one reading
+	} else {
+		now = a.now() // the clock after the fill
 	}
-	n.markCache(st, h, kind, outcome, e, now)
+	a.markCache(st, h, kind, outcome, e, now)
 	switch {
 	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():
-		st.setHeader(h, "Cache-Control", "no-store")
+		st.room.setHeader(h, "Cache-Control", "no-store")
 	case e.Expires.IsZero():
-		st.setHeader(h, "Cache-Control", "private, max-age=86400, immutable")
+		st.room.setHeader(h, "Cache-Control", "private, max-age=86400, immutable")
 	default:
 		left := max(e.Expires.Sub(now), 0)
-		b := append(st.text.room(), "private, max-age="...)
-		st.setHeader(h, "Cache-Control", st.text.take(strconv.AppendInt(b, int64(left/time.Second), 10)))
+		st.room.setInt(h, "Cache-Control", "private, max-age=", int64(left/time.Second))
 	}
 	if e.Status == http.StatusOK && wantsDecoded(r) {
-		if body, ok := n.decodedBody(e.Body); ok {
+		if body, ok := a.decodedBody(e.Body); ok {
 			writeDecoded(w, body, e.Status)
 			return
 		}
 	}
-	st.setHeader(h, "Content-Type", "application/json")
+	st.room.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	w.Write(e.Body)
 }
@@ -57,8 +67,8 @@ func wantsDecoded(r *http.Request) bool {
 // decodedBody returns the decoded view of a report answer body, made from
 // the same entry as the raw answer (never another upstream call); each
 // report's verification is the one recorded where it entered.
-func (n *network) decodedBody(body []byte) ([]byte, bool) {
-	out, err := don.DecodedBody(body, n.gate.Verification)
+func (a *answerer) decodedBody(body []byte) ([]byte, bool) {
+	out, err := don.DecodedBody(body, a.gate.Verification)
 	return out, err == nil
 }
 
@@ -73,22 +83,22 @@ func writeDecoded(w http.ResponseWriter, body []byte, status int) {
 
 // answerStream answers latest from the newest report the stream delivered:
 // the frame is exactly the {"report":…} body of the REST answer.
-func (n *network) answerStream(w http.ResponseWriter, r *http.Request, frame []byte, observed int64) {
-	n.metrics.cacheResult(n.name, "latest", "stream")
-	n.metrics.saved(n.name, "latest")
+func (a *answerer) answerStream(w http.ResponseWriter, r *http.Request, frame []byte, observed int64) {
+	a.metrics.cacheResult(a.network, "latest", "stream")
+	a.metrics.saved(a.network, "latest")
 	st := stateOf(r.Context())
 	st.cache = "STREAM"
 	h := w.Header()
-	st.setHeader(h, "X-Cache", "STREAM")
-	st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), max(n.now().Unix()-observed, 0), 10)))
-	st.setHeader(h, "Cache-Control", "private, max-age=0")
+	st.room.setHeader(h, "X-Cache", "STREAM")
+	st.room.setInt(h, "Age", "", max(st.clock(a.now).Unix()-observed, 0))
+	st.room.setHeader(h, "Cache-Control", "private, max-age=0")
 	if wantsDecoded(r) {
-		if body, ok := n.decodedBody(frame); ok {
+		if body, ok := a.decodedBody(frame); ok {
 			writeDecoded(w, body, http.StatusOK)
 			return
 		}
 	}
-	st.setHeader(h, "Content-Type", "application/json")
+	st.room.setHeader(h, "Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(frame)
 	w.Write(newline)
@@ -98,21 +108,21 @@ var newline = []byte("\n")
 
 // markCache sets X-Cache and Age, counts the result, and notes it for the
 // access log.
-func (n *network) markCache(st *reqState, h http.Header, kind string, outcome cache.Outcome, e *cache.Entry, now time.Time) {
+func (a *answerer) markCache(st *reqState, h http.Header, kind string, outcome cache.Outcome, e *cache.Entry, now time.Time) {
 	label := cacheLabel(outcome)
 	if e != nil && e.Status == http.StatusNotFound && outcome == cache.Hit {
-		n.metrics.cacheResult(n.name, kind, "negative")
+		a.metrics.cacheResult(a.network, kind, "negative")
 	} else {
-		n.metrics.cacheResult(n.name, kind, lowerLabel(label))
+		a.metrics.cacheResult(a.network, kind, lowerLabel(label))
 	}
 	if outcome != cache.Miss {
-		n.metrics.saved(n.name, kind)
+		a.metrics.saved(a.network, kind)
 	}
 	st.cache = label
-	st.setHeader(h, "X-Cache", label)
+	st.room.setHeader(h, "X-Cache", label)
 	if e != nil && !e.Stored.IsZero() {
 		age := int64(max(now.Sub(e.Stored), 0) / time.Second)
-		st.setHeader(h, "Age", st.text.take(strconv.AppendInt(st.text.room(), age, 10)))
+		st.room.setInt(h, "Age", "", age)
 	}
 }
 

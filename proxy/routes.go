@@ -9,30 +9,63 @@ import (
 
 // route is one endpoint of the API: its path, its name (the metric label
 // and the access log's endpoint), the methods it answers (the Allow header
-// of a 405), whether it may be called without a signature, and its handler.
+// of a 405), whether it may be called without a signature, and the owner
+// of the network that serves it.
 type route struct {
 	path      string
 	name      string
 	allow     string // "GET" or "GET, HEAD"
 	anonymous bool   // served unsigned when auth.anonymous_catalog is on and no credentials are sent
-	serve     func(n *network, w http.ResponseWriter, r *http.Request, p *auth.Principal)
+	owner     func(n *network) endpoint
+}
+
+// endpoint is what serves a route: a report source, the catalog views, or
+// one of the network's own endpoints (root, ws, pass-through).
+type endpoint interface {
+	serve(w http.ResponseWriter, r *http.Request, p *auth.Principal)
 }
 
 // routes is the route table of a network. Anything else under /api/v1/ is
 // 404 unless the operator listed it in networks.<name>.upstream.pass_through.
 var routes = []route{
-	{path: "/", name: "root", allow: "GET, HEAD", serve: (*network).serveRoot},
-	{path: "/api/v1/discovery", name: "discovery", allow: "GET", anonymous: true, serve: (*network).serveDiscovery},
-	{path: "/api/v1/feeds", name: "feeds", allow: "GET", serve: (*network).serveFeeds},
-	{path: "/api/v1/reports", name: "reports", allow: "GET", serve: (*network).serveReport},
-	{path: "/api/v1/reports/latest", name: "latest", allow: "GET", serve: (*network).serveLatest},
-	{path: "/api/v1/reports/bulk", name: "bulk", allow: "GET", serve: (*network).serveBulk},
-	{path: "/api/v1/reports/page", name: "page", allow: "GET", serve: (*network).servePage},
-	{path: "/api/v1/ws", name: "ws", allow: "GET", serve: (*network).serveWS},
+	{path: "/", name: "root", allow: "GET, HEAD", owner: func(n *network) endpoint { return rootEndpoint{n} }},
+	{path: "/api/v1/discovery", name: "discovery", allow: "GET", anonymous: true, owner: func(n *network) endpoint { return discoveryEndpoint{n.catalog} }},
+	{path: "/api/v1/feeds", name: "feeds", allow: "GET", owner: func(n *network) endpoint { return feedsEndpoint{n.catalog} }},
+	{path: "/api/v1/reports", name: "reports", allow: "GET", owner: func(n *network) endpoint { return n.report }},
+	{path: "/api/v1/reports/latest", name: "latest", allow: "GET", owner: func(n *network) endpoint { return n.latest }},
+	{path: "/api/v1/reports/bulk", name: "bulk", allow: "GET", owner: func(n *network) endpoint { return n.bulk }},
+	{path: "/api/v1/reports/page", name: "page", allow: "GET", owner: func(n *network) endpoint { return n.page }},
+	{path: "/api/v1/ws", name: "ws", allow: "GET", owner: func(n *network) endpoint { return wsEndpoint{n} }},
 }
 
 // passThroughRoute serves a path the operator listed for pass-through.
-var passThroughRoute = &route{name: "other", allow: "GET, HEAD", serve: (*network).passThrough}
+var passThroughRoute = &route{name: "other", allow: "GET, HEAD", owner: func(n *network) endpoint { return passEndpoint{n} }}
+
+// The endpoints that are not a type of their own: each a one-pointer
+// value, so that naming it allocates nothing.
+type (
+	rootEndpoint      struct{ n *network }
+	wsEndpoint        struct{ n *network }
+	passEndpoint      struct{ n *network }
+	discoveryEndpoint struct{ c *catalogViews }
+	feedsEndpoint     struct{ c *catalogViews }
+)
+
+func (e rootEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	e.n.serveRoot(w, r, p)
+}
+func (e wsEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	e.n.serveWS(w, r, p)
+}
+func (e passEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	e.n.passThrough(w, r, p)
+}
+func (e discoveryEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	e.c.serveDiscovery(w, r, p)
+}
+func (e feedsEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	e.c.serveFeeds(w, r, p)
+}
 
 // routeByPath indexes routes (filled by init: the handlers refer back to
 // the table through endpointOf).

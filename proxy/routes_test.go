@@ -58,7 +58,9 @@ func FuzzTarget(f *testing.F) {
 		if p != "/api/v1/ws" {
 			return
 		}
-		ids, err := parseFeedIDs(r.URL.Query())
+		var q query
+		scanQuery(r.URL.RawQuery, &q)
+		ids, err := q.feedIDs()
 		if err != nil {
 			return
 		}

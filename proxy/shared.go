@@ -11,13 +11,14 @@ import (
 	"streamgate/don"
 )
 
-// The shared cache tier (cache/shared) behind the in-memory cache: every
-// fill of a cached endpoint goes through n.shared.Fill, which answers from
-// the entry another replica fetched, or fills under the key's lease and
-// writes the entry for the others. A hit in memory never reaches it. The
-// Checks here rebuild what an entry's Value held (it is never stored) and
-// validate a stored entry as the fill validates an upstream answer; an entry
-// that fails is dropped and counted by the tier.
+// The shared cache tier (cache/shared) behind the in-memory cache: the
+// Store's LoadFrom asks it in every fill of a cached endpoint; it answers
+// from the entry another replica fetched, or fills under the key's lease
+// and writes the entry for the others. A hit in memory never reaches it.
+// The Checks here (each kind's codec) rebuild what an entry's value held
+// (it is never stored) and validate a stored entry as the fill validates
+// an upstream answer; an entry that fails is dropped and counted by the
+// tier.
 
 // errStoredEntry is the error of a Check that refuses a stored entry.
 var errStoredEntry = errors.New("proxy: stored entry does not hold what its key names")
@@ -28,14 +29,14 @@ var errStoredEntry = errors.New("proxy: stored entry does not hold what its key 
 // entry is refused (dropped and counted by the tier, and filled again from
 // the upstream); in mode report it is served and counted.
 
-// sharedReport checks a stored report at a timestamp: a report of feed.
-func (n *network) sharedReport(feed string) shared.Check {
+// storedReport checks a stored report at a timestamp: a report of feed.
+func (c *checker) storedReport(feed string) cache.Check {
 	return func(e *cache.Entry) error {
 		rd, _, ok := parseReport(e.Body, feed)
 		if !ok {
 			return errStoredEntry
 		}
-		if n.verifyDoc(don.EntryShared, rd) != nil {
+		if c.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
 		return nil
@@ -53,19 +54,19 @@ const maxWriterAhead = time.Second
 // observation time): Stored not after now, Expires and StaleUntil not
 // beyond this replica's lifetimes from Stored.
 
-// sharedLatest checks a stored latest entry, a report of feed, rebuilds
-// its Value, the report's observationsTimestamp, and bounds its times:
+// check checks a stored latest entry, a report of feed, rebuilds
+// its value, the report's observationsTimestamp, and bounds its times:
 // Stored between the report's observation and now (the observation when
 // the writer's clock is ahead), fresh for latest_ttl and stale for
 // latest_max_stale from it at most.
-func (n *network) sharedLatest(feed string) shared.Check {
+func (l *latestEntries) check(feed string) cache.Check {
 	return func(e *cache.Entry) error {
 		rd, _, ok := parseReport(e.Body, feed)
-		if !ok || e.Expires.IsZero() || n.verifyDoc(don.EntryShared, rd) != nil {
+		if !ok || e.Expires.IsZero() || l.records.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
-		e.Value = rd.ObservationsTimestamp
-		pol, now := n.policy(), n.now()
+		latestKind.With(e, rd.ObservationsTimestamp)
+		pol, now := l.pol.Load(), l.now()
 		observed := time.Unix(rd.ObservationsTimestamp, 0)
 		stored := e.Stored
 		if stored.After(now.Add(maxWriterAhead)) {
@@ -104,27 +105,27 @@ func timeMax(a, b time.Time) time.Time {
 	return a
 }
 
-// sharedPage checks a stored page: reports of feed from start, in order.
-func (n *network) sharedPage(feed string, start int64) shared.Check {
+// storedPage checks a stored page: reports of feed from start, in order.
+func (c *checker) storedPage(feed string, start int64) cache.Check {
 	return func(e *cache.Entry) error {
 		reports, _, ok := parsePage(e.Body, feed, start)
-		if !ok || n.verifyRaw(don.EntryShared, reports) != nil {
+		if !ok || c.verifyRaw(don.EntryShared, reports) != nil {
 			return errStoredEntry
 		}
 		return nil
 	}
 }
 
-// sharedCatalog rebuilds a stored catalog view's parsed form and bounds
-// its times by this replica's catalog_ttl: Stored not after now (a writer
-// whose clock is ahead leaves it expired), fresh until 80 % of catalog_ttl
-// from it at most, as fillView makes them.
-func (n *network) sharedCatalog(e *cache.Entry) error {
+// check rebuilds a stored catalog view's parsed form and bounds its times
+// by this replica's catalog_ttl: Stored not after now (a writer whose
+// clock is ahead leaves it expired), fresh until 80 % of catalog_ttl from
+// it at most, as fill makes them.
+func (c *catalogViews) check(e *cache.Entry) error {
 	pv, err := parseView(e.Body)
 	if err != nil || e.Expires.IsZero() {
 		return errStoredEntry
 	}
-	ttl, now := n.policy().catalogTTL, n.now()
+	ttl, now := c.pol.Load().catalogTTL, c.now()
 	// A writer's lifetime may be the upstream's shorter max-age: keep it.
 	life := min(e.Expires.Sub(e.Stored)*10/8, ttl)
 	stored := e.Stored
@@ -135,22 +136,22 @@ func (n *network) sharedCatalog(e *cache.Entry) error {
 	e.Stored = stored
 	e.Expires = timeMin(e.Expires, stored.Add(life*8/10))
 	e.StaleUntil = timeMin(e.StaleUntil, stored.Add(life+catalogStale))
-	e.Value, e.ValueCost = pv, pv.cost(len(e.Body))
+	viewKind.With(e, pv)
 	// The fill refreshes from 80 % of the advertised lifetime on: the
 	// lifetime ends a quarter of that after Expires.
 	pv.entry, pv.expires = e, e.Expires.Add(e.Expires.Sub(e.Stored)/4)
 	return nil
 }
 
-// sharedBulk checks a stored bulk chunk (the upstream's answer for exactly
+// storedBulk checks a stored bulk chunk (the upstream's answer for exactly
 // feeds) and rebuilds its split reports.
-func (n *network) sharedBulk(feeds []string) shared.Check {
+func (c *checker) storedBulk(feeds []string) cache.Check {
 	return func(e *cache.Entry) error {
 		reports, ok := parseBulk(e.Body, feeds)
-		if !ok || n.verifyRecords(don.EntryShared, reports) != nil {
+		if !ok || c.verifyRecords(don.EntryShared, reports) != nil {
 			return errStoredEntry
 		}
-		e.Value = reports
+		bulkKind.With(e, reports)
 		return nil
 	}
 }
@@ -158,17 +159,17 @@ func (n *network) sharedBulk(feeds []string) shared.Check {
 // sharedChunk answers a bulk chunk from the reports other replicas stored,
 // when every stream of it is there (in one round trip), and keeps them in
 // memory too; else nil.
-func (n *network) sharedChunk(ctx context.Context, cred *credential, feeds []string, ts int64) *cache.Entry {
-	if n.shared == nil {
+func (s *bulkSource) sharedChunk(ctx context.Context, cred *credential, feeds []string, ts int64) *cache.Entry {
+	if s.shared == nil {
 		return nil
 	}
 	keys := make([]string, len(feeds))
 	byKey := make(map[string]string, len(feeds))
 	for i, f := range feeds {
-		keys[i] = cache.ReportKey(n.name, cred.scope, f, ts)
+		keys[i] = cache.ReportKey(s.network, cred.scope, f, ts)
 		byKey[keys[i]] = f
 	}
-	found := n.shared.GetMany(ctx, keys, func(key string) shared.Check { return n.sharedReport(byKey[key]) })
+	found := s.shared.GetMany(ctx, keys, func(key string) shared.Check { return s.records.storedReport(byKey[key]) })
 	reports := make(map[string][]byte, len(feeds))
 	for i, e := range found {
 		if e == nil {
@@ -177,46 +178,45 @@ func (n *network) sharedChunk(ctx context.Context, cred *credential, feeds []str
 		reports[feeds[i]] = reportPayload(e.Body)
 	}
 	for i, e := range found {
-		n.cache.Set(keys[i], e)
+		s.store.Set(keys[i], e)
 	}
-	return &cache.Entry{Status: http.StatusOK, Stored: n.now(), NoStore: true, Value: reports}
+	return bulkKind.With(&cache.Entry{Status: http.StatusOK, Stored: s.now(), NoStore: true}, reports)
 }
 
 // shareReports writes reports at ts (records by stream) to the shared tier,
 // in one round trip.
-func (n *network) shareReports(ctx context.Context, cred *credential, ts int64, reports map[string][]byte, now time.Time) {
-	if n.shared == nil || len(reports) == 0 {
+func (s *bulkSource) shareReports(ctx context.Context, cred *credential, ts int64, reports map[string][]byte, now time.Time) {
+	if s.shared == nil || len(reports) == 0 {
 		return
 	}
 	entries := make(map[string]*cache.Entry, len(reports))
 	for f, rep := range reports {
-		entries[cache.ReportKey(n.name, cred.scope, f, ts)] = &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now}
+		entries[cache.ReportKey(s.network, cred.scope, f, ts)] = &cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now}
 	}
-	n.shared.SetMany(ctx, entries)
+	s.shared.SetMany(ctx, entries)
 }
 
 // takeShared finishes the refreshes whose stream another replica has
 // refreshed (a fresh latest entry in the shared tier), before a budget token
 // is spent on them, and returns the others.
 func (rf *refresher) takeShared(items []*refreshItem) []*refreshItem {
-	n := rf.n
-	if n.shared == nil || len(items) == 0 {
+	if rf.shared == nil || len(items) == 0 {
 		return items
 	}
 	keys := make([]string, len(items))
 	byKey := make(map[string]string, len(items))
 	for i, it := range items {
-		keys[i] = cache.LatestKey(n.name, n.org.scope, it.feed)
+		keys[i] = cache.LatestKey(rf.network, rf.org.scope, it.feed)
 		byKey[keys[i]] = it.feed
 	}
-	found := n.shared.GetMany(rf.ctx, keys, func(key string) shared.Check { return n.sharedLatest(byKey[key]) })
+	found := rf.shared.GetMany(rf.ctx, keys, func(key string) shared.Check { return rf.entries.check(byKey[key]) })
 	rest := items[:0:0]
 	for i, it := range items {
 		if found[i] == nil {
 			rest = append(rest, it)
 			continue
 		}
-		n.metrics.refresh(n.name, "shared", "ok")
+		rf.metrics.refresh(rf.network, "shared", "ok")
 		rf.finish(it, found[i], nil)
 	}
 	return rest
@@ -242,10 +242,10 @@ func (rf *refresher) lead() {
 	defer rf.wg.Done()
 	tick := time.NewTicker(leadInterval)
 	defer tick.Stop()
-	name := "refresh/" + rf.n.name
+	name := "refresh/" + rf.network
 	for {
 		ctx, cancel := context.WithTimeout(rf.ctx, time.Second)
-		rf.leader.Store(rf.n.shared.Lead(ctx, name, name, leadTTL))
+		rf.leader.Store(rf.shared.Lead(ctx, name, name, leadTTL))
 		cancel()
 		select {
 		case <-rf.ctx.Done():
@@ -253,7 +253,7 @@ func (rf *refresher) lead() {
 				// Leave at once, so that another replica leads from its
 				// next try instead of after leadTTL.
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				rf.n.shared.Resign(ctx, name, name)
+				rf.shared.Resign(ctx, name, name)
 				cancel()
 			}
 			return
@@ -266,8 +266,8 @@ func (rf *refresher) lead() {
 // the leader: none when it leads (or without the shared tier), else a
 // fifth of latest_ttl within [10ms, 100ms].
 func (rf *refresher) grace() time.Duration {
-	if rf.n.shared == nil || rf.leader.Load() {
+	if rf.shared == nil || rf.leader.Load() {
 		return 0
 	}
-	return min(max(rf.n.policy().latestTTL/5, minGrace), maxGrace)
+	return min(max(rf.pol.Load().latestTTL/5, minGrace), maxGrace)
 }

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"streamgate/auth"
+	"streamgate/cache"
 	"streamgate/ratelimit"
 )
 
@@ -60,10 +61,11 @@ type upstream struct {
 	limit   ratelimit.Limit
 	log     *zap.Logger
 	metrics *Metrics
-	// catalogHeld reports whether the credential's catalog is held: a
-	// stream checked against it exists for that credential, so an upstream
-	// 401 for it means the credential, not the stream, was refused.
-	catalogHeld func(*credential) bool
+	// store holds the credentials' catalog views: a stream checked
+	// against a view held exists for that credential, so an upstream 401
+	// for it means the credential, not the stream, was refused
+	// (catalogHeld).
+	store *cache.Store
 
 	answered atomic.Bool // the upstream has answered at least once
 }
@@ -139,14 +141,15 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 	return nil, lastErr
 }
 
-// fetch is the upstream call of a fill: it counts the call for st, the
-// state of the request that started the fill (captured by the fill's
-// closure: the fill's own context is detached from the request), calls the
-// upstream, and turns an answer whose status is not one of ok into the
-// error that passes it on to every waiter, uncached.
-func (n *network) fetch(ctx context.Context, st *reqState, endpoint, target string, cred *credential, ok ...int) (*upstreamResponse, error) {
-	st.upstreamCall()
-	resp, err := n.up.get(ctx, endpoint, target, cred)
+// fetch is the upstream call of a fill: it counts the call for the
+// request that started the fill (calls, the only part of the request the
+// fill keeps: the fill's own context is detached from the request; nil for
+// the refresher's calls), calls the upstream, and turns an answer whose
+// status is not one of ok into the error that passes it on to every
+// waiter, uncached.
+func (u *upstream) fetch(ctx context.Context, calls *callCount, endpoint, target string, cred *credential, ok ...int) (*upstreamResponse, error) {
+	calls.add()
+	resp, err := u.get(ctx, endpoint, target, cred)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +157,16 @@ func (n *network) fetch(ctx context.Context, st *reqState, endpoint, target stri
 		return nil, passOn(resp)
 	}
 	return resp, nil
+}
+
+// catalogHeld reports whether cred's hidden view (the one report requests
+// are checked against) is in the cache, fresh or stale.
+func (u *upstream) catalogHeld(cred *credential) bool {
+	if u.store == nil {
+		return false
+	}
+	_, state := u.store.Get(cache.CatalogKey(u.network, cred.scope, string(viewHidden)))
+	return state != cache.Missing
 }
 
 // refusedCredential tells a refusal of the gateway's credential (the
@@ -174,7 +187,7 @@ func (u *upstream) refusedCredential(endpoint string, cred *credential, status i
 	}
 	switch endpoint {
 	case "reports", "latest", "bulk", "page":
-		if !cred.refused.Load() && (u.catalogHeld == nil || !u.catalogHeld(cred)) {
+		if !cred.refused.Load() && !u.catalogHeld(cred) {
 			return nil
 		}
 	default:

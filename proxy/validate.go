@@ -39,12 +39,95 @@ func normalFeedID(s string) string {
 	return s
 }
 
-func parseFeedID(q url.Values, name string) (string, error) {
-	return checkFeedID(name, q.Get(name))
+// query is a request's query, read once by scanQuery: in place, without
+// allocating, when it is plain, else by url.ParseQuery. get and has answer
+// as url.Values' Get and Has do on what url.ParseQuery (as URL.Query,
+// ignoring its error) gives; FuzzQuery holds the two readings equal.
+type query struct {
+	n    int
+	k, v [8]string
+	vals url.Values // the fallback's reading; nil when read in place
 }
 
-// checkFeedID is parseFeedID of the value v of parameter name.
-func checkFeedID(name, v string) (string, error) {
+// scanQuery reads raw into q. A query is read in place when it has no
+// '+' or ';', no '%' but the escaped commas "%2C" and "%2c" in a value, and
+// at most len(q.k) distinct names; any other is read by url.ParseQuery.
+// In place, as there, a part without '=' is a name with an empty value,
+// an empty part is skipped, and the first value of a repeated name is the
+// one get returns.
+func scanQuery(raw string, q *query) {
+	if strings.ContainsAny(raw, "+;") {
+		q.fallback(raw)
+		return
+	}
+	for rest := raw; rest != ""; {
+		var part string
+		part, rest, _ = strings.Cut(rest, "&")
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		if strings.IndexByte(k, '%') >= 0 {
+			q.fallback(raw)
+			return
+		}
+		if q.index(k) >= 0 {
+			continue // url.Values.Get gives the first
+		}
+		if esc := strings.Count(v, "%"); esc > 0 {
+			if esc != strings.Count(v, "%2C")+strings.Count(v, "%2c") {
+				q.fallback(raw) // another escape: url.ParseQuery decides
+				return
+			}
+			v = strings.ReplaceAll(strings.ReplaceAll(v, "%2C", ","), "%2c", ",")
+		}
+		if q.n == len(q.k) {
+			q.fallback(raw)
+			return
+		}
+		q.k[q.n], q.v[q.n] = k, v
+		q.n++
+	}
+}
+
+func (q *query) fallback(raw string) {
+	q.vals, _ = url.ParseQuery(raw) // as URL.Query: what parsed before an error counts
+	if q.vals == nil {
+		q.vals = url.Values{}
+	}
+}
+
+func (q *query) index(name string) int {
+	for i := range q.n {
+		if q.k[i] == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// get returns the first value of name, or "".
+func (q *query) get(name string) string {
+	if q.vals != nil {
+		return q.vals.Get(name)
+	}
+	if i := q.index(name); i >= 0 {
+		return q.v[i]
+	}
+	return ""
+}
+
+// has reports whether name is in the query.
+func (q *query) has(name string) bool {
+	if q.vals != nil {
+		return q.vals.Has(name)
+	}
+	return q.index(name) >= 0
+}
+
+// feedID reads the stream ID of parameter name.
+func (q *query) feedID(name string) (string, error) {
+	v := q.get(name)
 	if v == "" {
 		return "", errorf(http.StatusBadRequest, "missing query parameter "+name)
 	}
@@ -54,13 +137,9 @@ func checkFeedID(name, v string) (string, error) {
 	return normalFeedID(v), nil
 }
 
-// parseTimestamp reads a Unix timestamp in seconds.
-func parseTimestamp(q url.Values, name string) (int64, error) {
-	return checkTimestamp(name, q.Get(name))
-}
-
-// checkTimestamp is parseTimestamp of the value v of parameter name.
-func checkTimestamp(name, v string) (int64, error) {
+// timestamp reads the Unix timestamp in seconds of parameter name.
+func (q *query) timestamp(name string) (int64, error) {
+	v := q.get(name)
 	if v == "" {
 		return 0, errorf(http.StatusBadRequest, "missing query parameter "+name)
 	}
@@ -71,27 +150,23 @@ func checkTimestamp(name, v string) (int64, error) {
 	return ts, nil
 }
 
-// parseLimit reads the optional page size; 0 means absent.
-func parseLimit(q url.Values) (int, error) {
-	v, ok := q["limit"]
-	if !ok {
+// limit reads the optional page size; 0 means absent.
+func (q *query) limit() (int, error) {
+	if !q.has("limit") {
 		return 0, nil
 	}
-	n, err := strconv.Atoi(v[0])
-	if err != nil || n <= 0 || n > maxPageLimit || v[0][0] == '+' {
+	v := q.get("limit")
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > maxPageLimit || v[0] == '+' {
 		return 0, errorf(http.StatusBadRequest, "invalid limit: a whole number from 1 to "+strconv.Itoa(maxPageLimit)+" is expected")
 	}
 	return n, nil
 }
 
-// parseFeedIDs reads a bulk list. The query is already decoded, so a comma
-// sent raw or as %2C arrives the same. Duplicates are dropped, order kept.
-func parseFeedIDs(q url.Values) ([]string, error) {
-	return checkFeedIDs(q.Get("feedIDs"))
-}
-
-// checkFeedIDs is parseFeedIDs of the value v of feedIDs, decoded.
-func checkFeedIDs(v string) ([]string, error) {
+// feedIDs reads a bulk list. The query is decoded, so a comma sent raw or
+// as %2C arrives the same. Duplicates are dropped, order kept.
+func (q *query) feedIDs() ([]string, error) {
+	v := q.get("feedIDs")
 	if v == "" {
 		return nil, errorf(http.StatusBadRequest, "missing query parameter feedIDs")
 	}
@@ -121,45 +196,4 @@ func checkFeedIDs(v string) ([]string, error) {
 		ids = append(ids, part)
 	}
 	return ids, nil
-}
-
-// plainQuery is a raw query read without allocating: at most
-// len(plainQuery.k) distinct parameters, each "name=value" with nothing
-// escaped. Its values are what url.ParseQuery would give.
-type plainQuery struct {
-	n    int
-	k, v [4]string
-}
-
-// readPlainQuery reads raw into q and reports whether raw is plain: no
-// '%', '+' or ';', no empty or valueless part, no repeated name, and at
-// most four parts. Any other query is for url.ParseQuery.
-func readPlainQuery(raw string, q *plainQuery) bool {
-	if raw == "" || strings.ContainsAny(raw, "%+;") {
-		return false
-	}
-	for part := range strings.SplitSeq(raw, "&") {
-		k, v, ok := strings.Cut(part, "=")
-		if !ok || k == "" || q.n == len(q.k) {
-			return false
-		}
-		for i := range q.n {
-			if q.k[i] == k {
-				return false
-			}
-		}
-		q.k[q.n], q.v[q.n] = k, v
-		q.n++
-	}
-	return true
-}
-
-// get returns the value of name, or "".
-func (q *plainQuery) get(name string) string {
-	for i := range q.n {
-		if q.k[i] == name {
-			return q.v[i]
-		}
-	}
-	return ""
 }

@@ -34,9 +34,9 @@ func TestParseFeedIDs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			q, err := url.ParseQuery(tc.query)
-			require.NoError(t, err)
-			got, err := parseFeedIDs(q)
+			var q query
+			scanQuery(tc.query, &q)
+			got, err := q.feedIDs()
 			if tc.bad {
 				assertBadRequest(t, err)
 				return
@@ -52,7 +52,7 @@ func TestParseNumbers(t *testing.T) {
 		v  string
 		ok bool
 	}{{"1700000000", true}, {"1", true}, {"0", false}, {"-1", false}, {"+5", false}, {"1e9", false}, {"17000000000000", false}, {"", false}, {" 5", false}} {
-		_, err := parseTimestamp(url.Values{"timestamp": {tc.v}}, "timestamp")
+		_, err := scanned(url.Values{"timestamp": {tc.v}}).timestamp("timestamp")
 		if tc.ok {
 			assert.NoError(t, err, tc.v)
 		} else {
@@ -64,7 +64,7 @@ func TestParseNumbers(t *testing.T) {
 		want int
 		ok   bool
 	}{{"10", 10, true}, {"1", 1, true}, {strconv.Itoa(maxPageLimit), maxPageLimit, true}, {strconv.Itoa(maxPageLimit + 1), 0, false}, {"0", 0, false}, {"-3", 0, false}, {"ten", 0, false}, {"", 0, false}} {
-		got, err := parseLimit(url.Values{"limit": {tc.v}})
+		got, err := scanned(url.Values{"limit": {tc.v}}).limit()
 		if tc.ok {
 			assert.NoError(t, err, tc.v)
 			assert.Equal(t, tc.want, got)
@@ -72,9 +72,16 @@ func TestParseNumbers(t *testing.T) {
 			assertBadRequest(t, err)
 		}
 	}
-	n, err := parseLimit(url.Values{})
+	n, err := scanned(url.Values{}).limit()
 	assert.NoError(t, err)
 	assert.Zero(t, n, "absent limit")
+}
+
+// scanned is the query of v, encoded and read by scanQuery.
+func scanned(v url.Values) *query {
+	var q query
+	scanQuery(v.Encode(), &q)
+	return &q
 }
 
 func assertBadRequest(t *testing.T, err error) {
@@ -85,40 +92,45 @@ func assertBadRequest(t *testing.T, err error) {
 	}
 }
 
-// FuzzQuery feeds raw query strings to every validator: none panics, and
-// what they accept is well-formed.
+// FuzzQuery is a differential test of scanQuery against url.ParseQuery
+// (as URL.Query reads it, error ignored): every name either reading holds,
+// and the names the endpoints read, get the same value and presence; a
+// query read in place holds exactly the names url.ParseQuery finds. Then
+// every validator: none panics, and what they accept is well-formed.
 func FuzzQuery(f *testing.F) {
 	f.Add("feedID=" + feedV3 + "&timestamp=1700000000")
 	f.Add("feedIDs=" + feedV3 + "%2C" + feedV3 + "&timestamp=1&limit=5")
 	f.Add("startTimestamp=99&limit=100000")
 	f.Add("feedIDs=,,%2c&timestamp=-1")
+	f.Add("a=1&&=2&a=3&b&c=%2C%2c&d=%zz")
+	f.Add("x=%2C%41&limit=&limit=7")
+	f.Add("a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9")
 	f.Fuzz(func(t *testing.T, raw string) {
-		q, err := url.ParseQuery(raw)
-		// The readers in place accept only what url.ParseQuery reads the
-		// same way.
-		var pq plainQuery
-		if readPlainQuery(raw, &pq) {
-			if err != nil || len(q) != pq.n {
-				t.Fatalf("%q read in place as %d parameters; url.ParseQuery: %v, %v", raw, pq.n, q, err)
+		want, _ := url.ParseQuery(raw)
+		var q query
+		scanQuery(raw, &q)
+		names := []string{"feedID", "feedIDs", "timestamp", "startTimestamp", "limit", "hidden", ""}
+		for k := range want {
+			names = append(names, k)
+		}
+		for i := range q.n {
+			names = append(names, q.k[i])
+		}
+		for _, k := range names {
+			if q.get(k) != want.Get(k) || q.has(k) != want.Has(k) {
+				t.Fatalf("%q: %q is %q (present %v) scanned, %q (present %v) by url.ParseQuery",
+					raw, k, q.get(k), q.has(k), want.Get(k), want.Has(k))
 			}
-			for k := range q {
-				if q.Get(k) != pq.get(k) {
-					t.Fatalf("%q: %s is %q in place, %q by url.ParseQuery", raw, k, pq.get(k), q.Get(k))
-				}
-			}
 		}
-		if ids, ts, ok := plainBulkQuery(raw); ok && (err != nil || q.Get("feedIDs") != ids || q.Get("timestamp") != ts) {
-			t.Fatalf("%q: bulk read in place as %q, %q; url.ParseQuery: %v, %v", raw, ids, ts, q, err)
+		if q.vals == nil && q.n != len(want) {
+			t.Fatalf("%q read in place as %d names; url.ParseQuery: %v", raw, q.n, want)
 		}
-		if err != nil {
-			return
-		}
-		if id, err := parseFeedID(q, "feedID"); err == nil {
+		if id, err := q.feedID("feedID"); err == nil {
 			if !validFeedID(id) || id != strings.ToLower(id) {
 				t.Fatalf("accepted %q", id)
 			}
 		}
-		if ids, err := parseFeedIDs(q); err == nil {
+		if ids, err := q.feedIDs(); err == nil {
 			if len(ids) == 0 || len(ids) > maxBulkStreams {
 				t.Fatalf("accepted %d ids", len(ids))
 			}
@@ -130,61 +142,62 @@ func FuzzQuery(f *testing.F) {
 				seen[id] = true
 			}
 		}
-		if ts, err := parseTimestamp(q, "timestamp"); err == nil && (ts <= 0 || ts > 1<<40) {
+		if ts, err := q.timestamp("timestamp"); err == nil && (ts <= 0 || ts > 1<<40) {
 			t.Fatalf("accepted timestamp %d", ts)
 		}
-		if n, err := parseLimit(q); err == nil && (n < 0 || n > maxPageLimit) {
+		if n, err := q.limit(); err == nil && (n < 0 || n > maxPageLimit) {
 			t.Fatalf("accepted limit %d", n)
 		}
 	})
 }
 
-// The queries read in place give what url.ParseQuery gives, or are left
-// to it.
-func TestPlainQueries(t *testing.T) {
+// The queries scanQuery reads in place give what url.ParseQuery gives;
+// the others are left to it.
+func TestScanQuery(t *testing.T) {
 	id1, id2 := "0x"+strings.Repeat("a1", 32), "0x"+strings.Repeat("B2", 32)
-	for _, raw := range []string{
-		"feedID=" + id1,
-		"feedID=" + id1 + "&timestamp=1750000000",
-		"timestamp=1750000000&feedID=" + id1,
-		"feedID=" + id1 + "&feedID=" + id2,
-		"feedID=%30x" + id1[2:],
-		"feedID=" + id1 + ";x=1",
-		"feedID",
-		"",
-		"a=1&b=2&c=3&d=4&e=5",
-	} {
-		var q plainQuery
-		if !readPlainQuery(raw, &q) {
-			continue
-		}
-		want, err := url.ParseQuery(raw)
-		require.NoError(t, err, raw)
-		assert.Equal(t, len(want), q.n, raw)
-		for k := range want {
-			assert.Equal(t, want.Get(k), q.get(k), "%s: %s", raw, k)
-		}
-	}
 	for _, tc := range []struct {
-		raw   string
-		plain bool
+		raw     string
+		inPlace bool
 	}{
+		{"feedID=" + id1, true},
+		{"feedID=" + id1 + "&timestamp=1750000000", true},
+		{"timestamp=1750000000&feedID=" + id1, true},
+		{"feedID=" + id1 + "&feedID=" + id2, true}, // the first counts, as Get gives it
+		{"feedID=%30x" + id1[2:], false},
+		{"feedID=" + id1 + ";x=1", false},
+		{"feedID", true},
+		{"", true},
+		{"a=1&&b=2", true},
+		{"a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9", false},
 		{"feedIDs=" + id1 + "%2C" + id2 + "&timestamp=1750000000", true},
 		{"feedIDs=" + id1 + "%2c" + id2 + "&timestamp=1750000000", true},
 		{"timestamp=1750000000&feedIDs=" + id1 + "," + id2, true},
 		{"feedIDs=" + id1 + "%2C" + id2 + "%20&timestamp=1750000000", false},
 		{"feedIDs=" + id1 + "+" + "&timestamp=1750000000", false},
-		{"feedIDs=" + id1 + "&timestamp=1750000000&x=1", false},
-		{"feedIDs=" + id1 + "&feedIDs=" + id2, false},
-		{"feedIDs=" + id1, false},
+		{"feedIDs=" + id1 + "&timestamp=1750000000&x=1", true},
+		{"fee%64IDs=" + id1, false},
 	} {
-		ids, ts, ok := plainBulkQuery(tc.raw)
-		assert.Equal(t, tc.plain, ok, tc.raw)
-		if ok {
-			want, err := url.ParseQuery(tc.raw)
-			require.NoError(t, err)
-			assert.Equal(t, want.Get("feedIDs"), ids, tc.raw)
-			assert.Equal(t, want.Get("timestamp"), ts, tc.raw)
+		var q query
+		scanQuery(tc.raw, &q)
+		assert.Equal(t, tc.inPlace, q.vals == nil, tc.raw)
+		want, _ := url.ParseQuery(tc.raw)
+		for _, k := range []string{"feedID", "feedIDs", "timestamp", "a", "b", "i", "x"} {
+			assert.Equal(t, want.Get(k), q.get(k), "%s: %s", tc.raw, k)
+			assert.Equal(t, want.Has(k), q.has(k), "%s: %s", tc.raw, k)
 		}
 	}
+}
+
+// A plain one-stream query is read without allocating.
+func TestScanQueryInPlaceAllocatesNothing(t *testing.T) {
+	raw := "feedID=" + feedV3 + "&timestamp=1750000000"
+	allocs := testing.AllocsPerRun(100, func() {
+		var q query
+		scanQuery(raw, &q)
+		var rq reportQuery
+		if err := shapeReport.read(&q, &rq); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -170,10 +169,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		writeError(w, errNoStream)
 		return
 	}
-	rq, ok := n.readQuery(w, r, p, "ws", func(q url.Values, rq *reportQuery) (err error) {
-		rq.feeds, err = parseFeedIDs(q)
-		return err
-	})
+	rq, ok := n.reads.read(w, r, p, "ws", shapeStreams)
 	if !ok {
 		return
 	}

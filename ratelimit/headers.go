@@ -43,8 +43,9 @@ func (d Decision) SetHeaders(h http.Header, policy string) {
 	if d.Limit.Rate <= 0 {
 		return
 	}
-	h.Add(HeaderRateLimitPolicy, d.PolicyValue(policy))
-	h.Add(HeaderRateLimit, string(d.AppendRateLimit(make([]byte, 0, 64), policy)))
+	pol, state, _ := d.Members(policy, Limit{}, "", make([]byte, 0, 64))
+	h.Add(HeaderRateLimitPolicy, pol)
+	h.Add(HeaderRateLimit, string(state))
 
 	if !d.Allowed {
 		t := d.resetSeconds()
@@ -53,6 +54,24 @@ func (d Decision) SetHeaders(h http.Header, policy string) {
 		}
 		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
 	}
+}
+
+// Members renders the two members that SetHeaders adds for d under
+// policy: the RateLimit-Policy member, which is madeValue when the caller
+// made it with PolicyValue for the limit made and that is d's limit, else
+// made here; and the RateLimit member, appended to dst (without allocating
+// when dst has room). ok is false for an unlimited decision, which is not
+// advertised. It is the one renderer of both fields: SetHeaders uses it,
+// and so does a caller that keeps the values in storage of its own.
+func (d Decision) Members(policy string, made Limit, madeValue string, dst []byte) (pol string, state []byte, ok bool) {
+	if d.Limit.Rate <= 0 {
+		return "", dst, false
+	}
+	pol = madeValue
+	if madeValue == "" || d.Limit != made {
+		pol = d.PolicyValue(policy)
+	}
+	return pol, d.AppendRateLimit(dst, policy), true
 }
 
 // PolicyValue returns the member of the RateLimit-Policy field that

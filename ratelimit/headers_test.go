@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSetHeaders(t *testing.T) {
@@ -81,4 +82,27 @@ func TestSetHeadersUnlimited(t *testing.T) {
 	Decision{Allowed: true, Limit: Limit{Burst: 10}, Remaining: 10}.SetHeaders(h, "team")
 	Decision{Allowed: true}.SetHeaders(h, "daily") // quota limit <= 0
 	assert.Empty(t, h)
+}
+
+// TestMembers: the members rendered for storage of the caller's own are
+// those SetHeaders adds; a policy member made for another limit is not
+// reused.
+func TestMembers(t *testing.T) {
+	team := Limit{Rate: 10, Burst: 20}
+	made := Decision{Limit: team}.PolicyValue("team")
+	for _, d := range []Decision{
+		{Allowed: true, Limit: team, Remaining: 7, Reset: 1500 * time.Millisecond},
+		{Allowed: true, Limit: Limit{Rate: 5, Burst: 5}, Remaining: 1, Reset: time.Second}, // not the limit made for
+		{Allowed: false, Limit: team, RetryAfter: 300 * time.Millisecond},
+	} {
+		h := http.Header{}
+		d.SetHeaders(h, "team")
+		pol, state, ok := d.Members("team", team, made, nil)
+		require.True(t, ok)
+		assert.Equal(t, h.Get(HeaderRateLimitPolicy), pol)
+		assert.Equal(t, h.Get(HeaderRateLimit), string(state))
+	}
+	_, state, ok := Decision{Allowed: true}.Members("team", team, made, []byte("x"))
+	assert.False(t, ok, "an unlimited decision is not advertised")
+	assert.Equal(t, "x", string(state))
 }

@@ -121,11 +121,19 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.shared, s.sharedRC, err = newShared(cfg, s.reg, s.log.Named("cache"), opts.Now); err != nil {
+		return nil, err
+	}
+	var tier cache.Tier // the Store asks the shared tier, when there is one
+	if s.shared != nil {
+		tier = s.shared
+	}
 	s.store, err = cache.New(cache.Config{
 		MaxBytes:     int64(cfg.Cache.MaxBytes),
 		Clock:        opts.Now,
 		Logger:       s.log.Named("cache"),
 		OnFlightDone: func(_ string, waiters int) { metrics.Waiters(waiters) },
+		Shared:       tier,
 	})
 	if err != nil {
 		return nil, err
@@ -133,10 +141,6 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: cache.MetricBytes, Help: "Bytes held by the response cache.",
 	}, func() float64 { return float64(s.store.Bytes()) }))
-
-	if s.shared, s.sharedRC, err = newShared(cfg, s.reg, s.log.Named("cache"), opts.Now); err != nil {
-		return nil, err
-	}
 
 	s.limits = opts.Limits
 	if s.limits == nil {

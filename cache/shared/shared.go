@@ -3,9 +3,10 @@
 // fetched from the upstream, every replica reads, and many concurrent misses
 // for one key across replicas cause one upstream fill.
 //
-// A Tier sits in the fill of a cache.Store: the Store's Load answers hits
-// from memory as before, and only its fill (a miss, or the refresh of a
-// stale entry) calls Tier.Fill, which
+// A Tier is the shared tier of a cache.Store (cache.Config.Shared): the
+// Store's LoadFrom answers hits from memory, and only its flight (a miss,
+// or the refresh of a stale entry) calls Tier.FillAfter with the key's
+// Check and the caller's fill, which
 //
 //  1. reads the key in Redis and returns a valid fresh entry found there;
 //  2. else takes a lease on the key (SET NX with an expiry) and runs the
@@ -14,7 +15,7 @@
 //     most twice the lease: when the lease ends without an entry (that
 //     replica's fill failed, or it died), this replica takes it over.
 //
-// Steps 1 and 2 are one round trip (a script). The parsed Value of an entry is
+// Steps 1 and 2 are one round trip (a script). The parsed value of an entry is
 // never stored: the caller's Check rebuilds it from the body and validates
 // the entry; an entry that fails, or whose encoding does not hold (checksum,
 // key echoed, lengths), is deleted and counted as corrupt, never served.
@@ -88,10 +89,14 @@ type Config struct {
 }
 
 // Check validates an entry read from Redis for one call site and rebuilds
-// its parsed Value (and ValueCost) from its Body. An error means the entry
-// must not be served: it is dropped from Redis and counted as corrupt. A nil
-// Check accepts every entry whose encoding holds.
-type Check func(e *cache.Entry) error
+// its parsed value (cache.Kind) from its Body: the codec of its kind of
+// key (cache.Check). An error means the entry must not be served: it is
+// dropped from Redis and counted as corrupt. A nil Check accepts every
+// entry whose encoding holds.
+type Check = cache.Check
+
+// A Tier is the shared tier of a cache.Store (cache.Config.Shared).
+var _ cache.Tier = (*Tier)(nil)
 
 // Tier is the shared cache tier. It is safe for concurrent use. A nil *Tier
 // is valid and off: Fill runs the fill, Get finds nothing, Set does nothing.

@@ -69,14 +69,16 @@ func immutable(body string) func() *cache.Entry {
 	}
 }
 
-// parsed is the Value a Check rebuilds, as the catalog's view is.
+// parsed is the value a Check rebuilds, as the catalog's view is.
 type parsed struct{ body string }
+
+var parsedKind = cache.Kind[*parsed]{Cost: func(_ *parsed, e *cache.Entry) int64 { return int64(len(e.Body)) }}
 
 func rebuild(e *cache.Entry) error {
 	if len(e.Body) == 0 || e.Body[0] != '{' {
 		return errors.New("not a JSON object")
 	}
-	e.Value, e.ValueCost = &parsed{string(e.Body)}, int64(len(e.Body))
+	parsedKind.With(e, &parsed{string(e.Body)})
 	return nil
 }
 
@@ -99,8 +101,9 @@ func TestFillOnceForAllReplicas(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `{"a":1}`, string(e.Body))
 	assert.Zero(t, fb.calls.Load())
-	require.IsType(t, &parsed{}, e.Value)
-	assert.Equal(t, `{"a":1}`, e.Value.(*parsed).body)
+	v, ok := parsedKind.Value(e)
+	require.True(t, ok, "the Check rebuilt the value")
+	assert.Equal(t, `{"a":1}`, v.body)
 	assert.EqualValues(t, 1, b.lookups(LookupHit))
 	assert.EqualValues(t, 1, testutil.ToFloat64(b.m.saved))
 
@@ -205,7 +208,8 @@ func TestLeaseCoalescesReplicas(t *testing.T) {
 		assert.Zero(t, fills[i].calls.Load(), "waiter %d called its fill", i)
 		require.NotNil(t, results[i])
 		assert.Equal(t, `{"holder":1}`, string(results[i].Body))
-		assert.IsType(t, &parsed{}, results[i].Value)
+		_, ok := parsedKind.Value(results[i])
+		assert.True(t, ok)
 		assert.EqualValues(t, 1, w.waits(WaitValue))
 	}
 }
