@@ -72,6 +72,21 @@ type teamConns struct {
 	counter ratelimit.Conns
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
+	open    sync.WaitGroup // the clients' handlers, for wait
+}
+
+// wsEndWait bounds how long Gateway.Close waits for the stream clients'
+// handlers to finish (their close handshake, their resume record).
+const wsEndWait = wsCloseWait + time.Second
+
+// wait waits for the handlers of the open clients, within wsEndWait.
+func (tc *teamConns) wait() {
+	done := make(chan struct{})
+	go func() { tc.open.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wsEndWait):
+	}
 }
 
 // acquire takes one of the team's limit connections; release gives it
@@ -87,12 +102,16 @@ func (tc *teamConns) add(c *wsClient) {
 		tc.clients = map[*wsClient]struct{}{}
 	}
 	tc.clients[c] = struct{}{}
+	tc.open.Add(1)
 }
 
 func (tc *teamConns) remove(c *wsClient) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	delete(tc.clients, c)
+	if _, ok := tc.clients[c]; ok {
+		delete(tc.clients, c)
+		tc.open.Done()
+	}
 }
 
 // recheck checks every open client against pol, the policy a reload has
@@ -238,9 +257,17 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer release()
+	// A client that comes back within realtime.resume_window gets what it
+	// missed first (wsresume.go).
+	var resumeAs string
+	var from map[string]int64
+	if n.resume != nil {
+		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, rq.feeds)
+		from, _ = n.resume.load(r.Context(), resumeAs)
+	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
-	sub, err := n.hub.SubscribeWithin(rq.feeds, n.ws.queue)
+	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from)
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -266,7 +293,12 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
 	wc.recheck(n.policy())
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked, wantsDecoded(r)))
+	var mark *resumeMark
+	if n.resume != nil {
+		mark = n.resume.track(resumeAs, from)
+		defer func() { n.resume.end(mark, mark.closedByClient.Load()) }()
+	}
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked, wantsDecoded(r), mark))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

@@ -173,6 +173,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Embedded:    embedded,
 		Hubs:        s.hubs,
 		Gates:       s.gates,
+		ResumeRedis: s.resumeRedis(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -297,6 +298,15 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		s.backfillOf[name] = backfill
 	}
 	return nil
+}
+
+// resumeRedis is the Redis that shares the stream clients' watermarks:
+// the limits' when the replicas share the stream; nil otherwise.
+func (s *Server) resumeRedis(cfg *config.Config) *redis.Client {
+	if !cfg.Shared() {
+		return nil
+	}
+	return s.limits.Redis()
 }
 
 // errNotStarted: a hub asked for a backfill before the gateway was built.
