@@ -133,6 +133,12 @@ func (tc *teamConns) recheck(pol *policy) {
 type wsClient struct {
 	network string
 	team    string
+	keyID   string
+	origin  string // the HA origin it named; "" none
+	mark    *resumeMark
+	// drain asks the handler to close the connection (1001): the gateway
+	// shuts down (DrainStreams).
+	drain   chan struct{}
 	upgrade *http.Request // the signed upgrade request; alive as long as the handler
 	sub     *realtime.Subscription
 	feeds   []string // the streams still sent; owned by recheck's caller (one reload at a time)
@@ -285,20 +291,21 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	n.metrics.wsClient(n.name, origin, 1)
 	defer n.metrics.wsClient(n.name, origin, -1)
 
-	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
-		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
+	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
+		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	if n.resume != nil {
+		wc.mark = n.resume.track(resumeAs, from)
+	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)
+	if wc.mark != nil {
+		defer func() { n.resume.end(wc.mark, wc.mark.closedByClient.Load()) }()
+	}
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
 	wc.recheck(n.policy())
-	var mark *resumeMark
-	if n.resume != nil {
-		mark = n.resume.track(resumeAs, from)
-		defer func() { n.resume.end(mark, mark.closedByClient.Load()) }()
-	}
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked, wantsDecoded(r), mark))
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

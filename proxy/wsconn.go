@@ -192,8 +192,11 @@ var errShutdown = errors.New("the gateway is shutting down")
 // With decoded, each frame goes out as the decoded view of its report, one
 // text frame per report, instead of the upstream's binary frame.
 //
-// mark, if not nil, records the watermark of every stream written (resume).
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, revoked <-chan string, decoded bool, mark *resumeMark) string {
+// wc.mark, if not nil, records the watermark of every stream written
+// (resume); a signal on wc.drain closes the client with 1001 (the gateway
+// shuts down, DrainStreams).
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
+	revoked, drainCh, mark := wc.revoked, wc.drain, wc.mark
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
 	pong := make(chan struct{}, 1)
@@ -259,6 +262,9 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			}
 		case <-pong:
 			awaiting = false
+		case <-drainCh:
+			c.closeWith(ws.StatusGoingAway, reasonDrain, readDone)
+			return "drain"
 		case reason := <-revoked:
 			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
 			return "revoked"

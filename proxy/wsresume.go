@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -41,7 +42,8 @@ const resumeIOTimeout = 200 * time.Millisecond
 
 // resumeRecord is a client's watermarks and when they were written.
 type resumeRecord struct {
-	At    int64            `json:"at"` // Unix milliseconds
+	At    int64            `json:"at"`   // Unix milliseconds
+	Conn  string           `json:"conn"` // the connection that wrote it
 	Marks map[string]int64 `json:"marks"`
 }
 
@@ -88,13 +90,30 @@ func resumeID(network, keyID, origin string, feeds []string) string {
 
 // load returns the watermarks of id written within the window.
 func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bool) {
+	rec, ok := s.record(ctx, id)
+	if !ok || s.now().Sub(time.UnixMilli(rec.At)) > s.window || len(rec.Marks) == 0 {
+		return nil, false
+	}
+	return rec.Marks, true
+}
+
+// reconnectedSince reports whether another connection than m's has written
+// the record of m's identity since t: the client came back, here or on
+// another replica.
+func (s *resumeStore) reconnectedSince(ctx context.Context, m *resumeMark, t time.Time) bool {
+	rec, ok := s.record(ctx, m.id)
+	return ok && rec.Conn != m.conn && !time.UnixMilli(rec.At).Before(t.Truncate(time.Millisecond))
+}
+
+// record reads the record of id.
+func (s *resumeStore) record(ctx context.Context, id string) (resumeRecord, bool) {
 	var rec resumeRecord
 	if s.rc == nil {
 		s.mu.Lock()
 		r, ok := s.mem[id]
 		s.mu.Unlock()
 		if !ok {
-			return nil, false
+			return rec, false
 		}
 		rec = r
 	} else {
@@ -105,16 +124,13 @@ func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bo
 			if err != redis.Nil {
 				s.failed(err)
 			}
-			return nil, false
+			return rec, false
 		}
 		if json.Unmarshal(b, &rec) != nil {
-			return nil, false
+			return rec, false
 		}
 	}
-	if s.now().Sub(time.UnixMilli(rec.At)) > s.window || len(rec.Marks) == 0 {
-		return nil, false
-	}
-	return rec.Marks, true
+	return rec, true
 }
 
 // forget deletes the record of id.
@@ -134,7 +150,8 @@ func (s *resumeStore) forget(id string) {
 
 // resumeMark is one open connection's watermarks.
 type resumeMark struct {
-	id string
+	id   string
+	conn string // random: names the connection in its records
 	// closedByClient is set by the read loop when the client sent a close
 	// frame.
 	closedByClient atomic.Bool
@@ -148,7 +165,9 @@ type resumeMark struct {
 // from (nil: none).
 func (s *resumeStore) track(id string, from map[string]int64) *resumeMark {
 	s.start.Do(func() { go s.run() })
-	m := &resumeMark{id: id, marks: map[string]int64{}}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	m := &resumeMark{id: id, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{}}
 	for k, v := range from {
 		m.marks[k] = v
 	}
@@ -187,7 +206,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed bool) {
 		return
 	}
 	m.mu.Lock()
-	rec := resumeRecord{At: s.now().UnixMilli(), Marks: maps(m.marks)}
+	rec := resumeRecord{At: s.now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
 	m.mu.Unlock()
 	s.write(map[string]resumeRecord{m.id: rec})
 }
@@ -227,7 +246,7 @@ func (s *resumeStore) flush() {
 		m.mu.Lock()
 		if m.dirty {
 			m.dirty = false
-			recs[m.id] = resumeRecord{At: at, Marks: maps(m.marks)}
+			recs[m.id] = resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks)}
 		}
 		m.mu.Unlock()
 	}
