@@ -72,20 +72,24 @@ type teamConns struct {
 	counter ratelimit.Conns
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
-	open    sync.WaitGroup // the clients' handlers, for wait
 }
 
 // wsEndWait bounds how long Gateway.Close waits for the stream clients'
 // handlers to finish (their close handshake, their resume record).
 const wsEndWait = wsCloseWait + time.Second
 
-// wait waits for the handlers of the open clients, within wsEndWait.
+// wait waits for the handlers of the open clients to finish, within
+// wsEndWait.
 func (tc *teamConns) wait() {
-	done := make(chan struct{})
-	go func() { tc.open.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(wsEndWait):
+	deadline := time.Now().Add(wsEndWait)
+	for {
+		tc.mu.Lock()
+		n := len(tc.clients)
+		tc.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -102,16 +106,12 @@ func (tc *teamConns) add(c *wsClient) {
 		tc.clients = map[*wsClient]struct{}{}
 	}
 	tc.clients[c] = struct{}{}
-	tc.open.Add(1)
 }
 
 func (tc *teamConns) remove(c *wsClient) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	if _, ok := tc.clients[c]; ok {
-		delete(tc.clients, c)
-		tc.open.Done()
-	}
+	delete(tc.clients, c)
 }
 
 // recheck checks every open client against pol, the policy a reload has
