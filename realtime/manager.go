@@ -32,8 +32,10 @@ func (h *Hub) manage() {
 	defer t.Stop()
 	var share <-chan time.Time
 	var leave <-chan chan struct{}
+	var stepNow <-chan struct{}
 	if h.sh != nil {
 		leave = h.sh.leaving
+		stepNow = h.sh.stepNow
 		st := time.NewTicker(h.sh.tick)
 		defer st.Stop()
 		share = st.C
@@ -52,6 +54,9 @@ func (h *Hub) manage() {
 		case <-h.kickCh:
 		case <-t.C:
 		case <-share:
+			h.shareStep()
+			beat = true
+		case <-stepNow:
 			h.shareStep()
 			beat = true
 		case done := <-leave:
@@ -85,6 +90,7 @@ func (h *Hub) heartbeats() {
 func (h *Hub) handover() {
 	s := h.sh
 	s.left = true
+	s.leftA.Store(true)
 	if !s.ok || len(s.held) == 0 {
 		return
 	}
@@ -649,7 +655,10 @@ type ShareStats struct {
 	Sharing bool
 	// Held is how many chunks this replica holds (their connections are
 	// among Connections).
-	Held                int
+	Held int
+	// Reaped counts the leases of dead holders this replica freed for
+	// takeover.
+	Reaped              int64
 	Published, Received int64 // frames through Redis
 	Fallbacks           int64
 	// Union is how many feeds every replica wants together, as the last
@@ -679,7 +688,8 @@ func (h *Hub) Stats() Stats {
 	}
 	if h.sh != nil {
 		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
-			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load()}
+			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load(),
+			Reaped: h.sh.reaped.Load()}
 		if u := h.sh.room.Load(); u != nil {
 			s.Share.Union, s.Share.UnionCapacity = len(u.feeds), u.capacity
 		}
