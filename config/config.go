@@ -419,7 +419,8 @@ type Realtime struct {
 	ClientOrigins []string `yaml:"client_origins" json:"client_origins"`
 	// DrainDelay is how long a draining replica (SIGTERM) keeps streaming
 	// to its clients after /readyz turned 503, so that a balancer stops
-	// routing to it, before it closes them in steps. Default 5s.
+	// routing to it, before it closes them in steps; at most half of
+	// server.shutdown_timeout. Default 5s.
 	DrainDelay time.Duration `yaml:"drain_delay" json:"drain_delay"`
 	// ResumeWindow is how long after the gateway ended or lost a client's
 	// connection a reconnect of the same key with the same streams gets

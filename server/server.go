@@ -472,7 +472,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Not ready from now on; the stream clients keep streaming for
 		// realtime.drain_delay, so that the balancer stops routing to this
 		// replica before any of them reconnects.
-		if d := s.cfg.Load().Realtime.DrainDelay; d > 0 && len(s.hubs) > 0 && s.gw != nil {
+		if d := drainDelay(ctx, s.cfg.Load().Realtime.DrainDelay); d > 0 && len(s.hubs) > 0 && s.gw != nil {
 			s.log.Info("streaming on while the balancer lets this replica go", zap.Duration("drain_delay", d))
 			t := time.NewTimer(d)
 			select {
@@ -515,6 +515,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeErr = err
 	})
 	return s.closeErr
+}
+
+// drainDelay is realtime.drain_delay within the drain's time: at most half
+// of what is left of ctx, so that the listeners and the stream clients
+// have the rest.
+func drainDelay(ctx context.Context, d time.Duration) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)/2)
+	}
+	return d
 }
 
 // Close stops at once, without draining.
