@@ -51,6 +51,9 @@ type network struct {
 	gate  *don.Gate     // verifies reports where they enter; nil: none
 	ws    wsSettings
 	conns *teamConns // the gateway's, shared by its networks
+	// resume keeps the stream clients' watermarks (wsresume.go); nil:
+	// realtime.resume_window is 0.
+	resume *resumeStore
 
 	pol     *atomic.Pointer[policy]
 	metrics *Metrics

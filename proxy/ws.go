@@ -21,6 +21,42 @@ type wsSettings struct {
 	queue        int           // frames that may wait for one client
 	pingInterval time.Duration // the gateway pings its clients this often
 	teamConns    int           // connections one team may hold at once
+	// origins are the HA origins advertised to clients (HEAD /) and
+	// accepted in X-Cll-Origin; originsHV is the header's value, "" when
+	// none is advertised.
+	origins   []string
+	originsHV string
+}
+
+// newWSSettings returns the client side's settings; origins are
+// realtime.client_origins.
+func newWSSettings(queue int, pingInterval time.Duration, teamConns int, origins []string) wsSettings {
+	s := wsSettings{queue: queue, pingInterval: pingInterval, teamConns: teamConns, origins: slices.Clone(origins)}
+	if len(origins) > 0 {
+		s.originsHV = "{" + strings.Join(origins, ",") + "}"
+	}
+	return s
+}
+
+// The headers of HA origin discovery, as the upstream and the SDKs name
+// them.
+const (
+	headerAvailableOrigins = "X-Cll-Available-Origins"
+	headerOrigin           = "X-Cll-Origin"
+)
+
+// clientOrigin returns the HA origin an upgrade names (X-Cll-Origin), ""
+// for none; an origin that is not advertised is a 400. Without origins
+// advertised the header is ignored, as the upstream without HA does.
+func (s *wsSettings) clientOrigin(r *http.Request) (string, error) {
+	o := r.Header.Get(headerOrigin)
+	if o == "" || len(s.origins) == 0 {
+		return "", nil
+	}
+	if !slices.Contains(s.origins, o) {
+		return "", errorf(http.StatusBadRequest, "unknown origin in "+headerOrigin+": this gateway's origins are "+s.originsHV+" (HEAD / lists them)")
+	}
+	return o, nil
 }
 
 // wsWriteTimeout bounds the write of one frame to a client; a client that
@@ -35,6 +71,25 @@ type teamConns struct {
 	counter ratelimit.Conns
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
+}
+
+// wsEndWait bounds how long Gateway.Close waits for the stream clients'
+// handlers to finish (their close handshake, their resume record).
+const wsEndWait = wsCloseWait + time.Second
+
+// wait waits for the handlers of the open clients to finish, within
+// wsEndWait.
+func (tc *teamConns) wait() {
+	deadline := time.Now().Add(wsEndWait)
+	for {
+		tc.mu.Lock()
+		n := len(tc.clients)
+		tc.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // acquire takes one of the team's limit connections; release gives it
@@ -77,6 +132,12 @@ func (tc *teamConns) recheck(pol *policy) {
 type wsClient struct {
 	network string
 	team    string
+	keyID   string
+	origin  string // the HA origin it named; "" none
+	mark    *resumeMark
+	// drain asks the handler to close the connection (1001): the gateway
+	// shuts down (DrainStreams).
+	drain   chan struct{}
 	upgrade *http.Request // the signed upgrade request; alive as long as the handler
 	sub     *realtime.Subscription
 	feeds   []string // the streams still sent; owned by recheck's caller (one reload at a time)
@@ -169,6 +230,11 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		writeError(w, errNoStream)
 		return
 	}
+	origin, err := n.ws.clientOrigin(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	rq, ok := n.reads.read(w, r, p, "ws", shapeStreams)
 	if !ok {
 		return
@@ -193,9 +259,17 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer release()
+	// A client that comes back within realtime.resume_window gets what it
+	// missed first (wsresume.go).
+	var resumeAs string
+	var from map[string]int64
+	if n.resume != nil {
+		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, rq.feeds)
+		from, _ = n.resume.load(r.Context(), resumeAs)
+	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
-	sub, err := n.hub.SubscribeWithin(rq.feeds, n.ws.queue)
+	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from)
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -210,27 +284,38 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer conn.Close()
-	n.metrics.wsClient(n.name, 1)
-	defer n.metrics.wsClient(n.name, -1)
+	n.metrics.wsClient(n.name, origin, 1)
+	defer n.metrics.wsClient(n.name, origin, -1)
 
-	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
-		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
+	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
+		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	if n.resume != nil {
+		wc.mark = n.resume.track(resumeAs, from)
+	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)
+	if wc.mark != nil {
+		defer func() { n.resume.end(wc.mark, wc.mark.closedByClient.Load()) }()
+	}
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
 	wc.recheck(n.policy())
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked, wantsDecoded(r)))
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
 // their WebSocket address to discover HA origins (X-Cll-Available-Origins).
-// The gateway is one endpoint that already spreads its streams over the
-// upstream's origins, so it advertises none, and an SDK in HA mode keeps
-// one connection to it. Nothing goes upstream.
+// The gateway advertises its own (realtime.client_origins), never the
+// upstream's, when the network streams: an SDK in HA mode then holds one
+// connection per origin, as it does to the upstream, and behind a
+// balancer the two usually land on two replicas. Every origin carries
+// every stream. Nothing goes upstream.
 func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
+	if n.hub != nil && n.ws.originsHV != "" {
+		w.Header().Set(headerAvailableOrigins, n.ws.originsHV)
+	}
 	w.WriteHeader(http.StatusOK)
 }
 

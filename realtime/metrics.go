@@ -18,13 +18,17 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_reconnects_total{network,reason}            reason drop, stall or refused
 //	streamgate_ws_latest_served_total{network}                Latest calls answered (ok true); counted by the hub inside Latest
 //	streamgate_ws_frames_future_total{network}                frames dropped: observationsTimestamp more than MaxFuture ahead of the clock
+//	streamgate_ws_backfilled_seconds_total{network}           (stream, second) pairs of gaps fetched over REST (Config.Backfill)
+//	streamgate_ws_gaps_unfilled_total{network}                (stream, second) pairs of gaps that could not be filled (REST failed or had none, beyond BackfillMax)
+//	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeFrom)
+//	streamgate_ws_replayed_reports_total{network}             reports replayed to resumed subscriptions (history and fetched)
 //
 // With stream sharing (Config.Share):
 //
 //	streamgate_ws_share_sharing{network}                      gauge: 1 while sharing through Redis, 0 while holding its own connections
 //	streamgate_ws_share_fallbacks_total{network}              times the replica stopped sharing (Redis down or slow)
 //	streamgate_ws_share_chunk_holder{network,chunk}           gauge per chunk of the layout ("n/i"): 1 holder, 0 follower
-//	streamgate_ws_share_leases_total{network,event}           event acquired, lost (to another replica) or released
+//	streamgate_ws_share_leases_total{network,event}           event acquired, lost (to another replica), released or reaped (a dead holder's lease freed)
 //	streamgate_ws_share_frames_published_total{network}       frames published to the other replicas
 //	streamgate_ws_share_frames_received_total{network}        frames received from the other replicas
 //	streamgate_ws_share_publish_failed_total{network}         messages not published (queue full or Redis failing)
@@ -40,6 +44,10 @@ type Metrics struct {
 	reconnects   *prometheus.CounterVec
 	latestServed *prometheus.CounterVec
 	future       *prometheus.CounterVec
+	backfilled   *prometheus.CounterVec
+	unfilled     *prometheus.CounterVec
+	resumed      *prometheus.CounterVec
+	replayed     *prometheus.CounterVec
 
 	shareSharing   *prometheus.GaugeVec
 	shareFallbacks *prometheus.CounterVec
@@ -54,6 +62,11 @@ type Metrics struct {
 // reconnects (labels network, reason) that the status page reads (status
 // takes it from here: a rename breaks its build, not the page).
 const MetricReconnects = "streamgate_ws_reconnects_total"
+
+// MetricGapsUnfilled is the name of the counter of (stream, second) pairs
+// of stream gaps that could not be filled (label network), which the
+// status page reads.
+const MetricGapsUnfilled = "streamgate_ws_gaps_unfilled_total"
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
 // registered).
@@ -82,6 +95,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		future: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_frames_future_total",
 			Help: "Report frames dropped because their observationsTimestamp lies too far ahead of the clock (from the upstream or another replica)."}, []string{"network"}),
 
+		backfilled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_backfilled_seconds_total",
+			Help: "(stream, second) pairs of stream gaps fetched over REST and delivered in order, by network."}, []string{"network"}),
+		unfilled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricGapsUnfilled,
+			Help: "(stream, second) pairs of stream gaps that could not be filled (REST failed or had no report, or beyond realtime.backfill_max), by network."}, []string{"network"}),
+		resumed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_resumed_total",
+			Help: "Client subscriptions that resumed where a connection the gateway ended or lost left off, by network."}, []string{"network"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_replayed_reports_total",
+			Help: "Reports replayed to resumed client subscriptions (from the history or fetched), by network."}, []string{"network"}),
 		shareSharing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_sharing",
 			Help: "1 while the upstream WebSocket connections are shared with the other replicas through Redis, 0 while this replica holds its own."}, []string{"network"}),
 		shareFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_fallbacks_total",
@@ -89,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		shareHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_chunk_holder",
 			Help: "Per shared chunk (n/i): 1 when this replica holds its lease and upstream connection, 0 when it follows."}, []string{"network", "chunk"}),
 		shareLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_leases_total",
-			Help: "Chunk leases acquired, lost to another replica, or released."}, []string{"network", "event"}),
+			Help: "Chunk leases acquired, lost to another replica, released, or reaped (the lease of a holder gone from Redis freed for takeover)."}, []string{"network", "event"}),
 		sharePublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_published_total",
 			Help: "Report frames published to the other replicas through Redis."}, []string{"network"}),
 		shareReceived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_received_total",
@@ -100,6 +121,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
 			m.duplicates, m.slowCloses, m.reconnects, m.latestServed, m.future,
+			m.backfilled, m.unfilled, m.resumed, m.replayed,
 			m.shareSharing, m.shareFallbacks, m.shareHolder, m.shareLeases, m.sharePublished,
 			m.shareReceived, m.sharePubFailed)
 	}

@@ -69,11 +69,13 @@ type Server struct {
 	ownLimit bool
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
-	gates    map[string]*don.Gate // report verification per network
-	status   *status.Sampler
-	version  string
-	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
-	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
+	// backfillOf holds, per hub, the gateway's backfill once it is built.
+	backfillOf map[string]*atomic.Pointer[backfillFunc]
+	gates      map[string]*don.Gate // report verification per network
+	status     *status.Sampler
+	version    string
+	loadedAt   atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded   atomic.Pointer[status.Reload] // the last reload's outcome
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -179,10 +181,12 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Embedded:    embedded,
 		Hubs:        s.hubs,
 		Gates:       s.gates,
+		ResumeRedis: s.resumeRedis(cfg),
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.setBackfills()
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
 	}, func() float64 {
@@ -291,6 +295,7 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 // replicas through it.
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
+	s.backfillOf = map[string]*atomic.Pointer[backfillFunc]{}
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
@@ -310,19 +315,54 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			rc := s.limits.Redis()
 			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
 		}
+		// The gateway, built after the hubs, fetches the gaps' reports.
+		backfill := new(atomic.Pointer[backfillFunc])
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
 			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
 			Share: share, Check: s.gates[name].CheckFrame,
+			Backfill: func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+				f := backfill.Load()
+				if f == nil {
+					return nil, errNotStarted
+				}
+				return (*f)(ctx, feeds, ts)
+			},
+			BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
 		}
 		s.hubs[name] = hub
+		s.backfillOf[name] = backfill
 	}
 	return nil
+}
+
+// resumeRedis is the Redis that shares the stream clients' watermarks:
+// the limits' when the replicas share the stream; nil otherwise.
+func (s *Server) resumeRedis(cfg *config.Config) *redis.Client {
+	if !cfg.Shared() {
+		return nil
+	}
+	return s.limits.Redis()
+}
+
+// errNotStarted: a hub asked for a backfill before the gateway was built.
+var errNotStarted = errors.New("the gateway is not started yet")
+
+// backfillFunc is realtime.Config.Backfill.
+type backfillFunc = func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+
+// setBackfills gives each hub the gateway's REST path for its gaps.
+func (s *Server) setBackfills() {
+	for name, ref := range s.backfillOf {
+		if f := s.gw.Backfill(name); f != nil {
+			ref.Store(&f)
+		}
+	}
 }
 
 // Start serves every listener and loads each network's catalog in the
@@ -455,15 +495,31 @@ func (s *Server) statusFacts() status.Facts {
 // Status is the status page's sampler.
 func (s *Server) Status() *status.Sampler { return s.status }
 
-// Shutdown drains: /readyz answers 503 at once, the listeners stop
-// accepting and the requests in flight are finished (connections still
-// open when ctx ends are closed), then the embedded upstream they may still
-// be calling stops, then the admin listener; finally the cache and the
-// limits are released. It returns the first error of the drain.
+// Shutdown drains: /readyz answers 503 at once; the replica goes on
+// serving for realtime.drain_delay (when it streams), so that a balancer
+// stops routing to it; then the listeners stop accepting and the requests
+// in flight are finished (connections still open when ctx ends are
+// closed), the stream clients are closed in steps (an HA client's two
+// connections never together), the hubs hand over and close, then the
+// embedded upstream they may still be calling stops, then the admin
+// listener; finally the cache and the limits are released. It returns the
+// first error of the drain. Close skips the delay and the steps.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() {
 		s.draining.Store(true)
 		s.log.Info("draining")
+		// Not ready from now on; the stream clients keep streaming for
+		// realtime.drain_delay, so that the balancer stops routing to this
+		// replica before any of them reconnects.
+		if d := drainDelay(ctx, s.cfg.Load().Realtime.DrainDelay); d > 0 && len(s.hubs) > 0 && s.gw != nil {
+			s.log.Info("streaming on while the balancer lets this replica go", zap.Duration("drain_delay", d))
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		if s.warmStop != nil {
 			s.warmStop()
 			<-s.warmDone
@@ -472,10 +528,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err != nil {
 			s.log.Warn("drain incomplete: closing the connections still open", zap.Error(err))
 		}
-		// WebSocket clients are not part of the drain: closing the hubs
-		// ends their subscriptions, and each client is closed with 1001.
-		// A sharing hub first hands its chunks over to another replica
-		// (within realtime.share_lease): the hubs close together.
+		// Then the stream clients are closed (1001) in steps, an HA
+		// client's second connection once its first has reconnected
+		// (proxy.Gateway.DrainStreams); closing the hubs ends the
+		// subscriptions of any left. A sharing hub first hands its chunks
+		// over to another replica (within realtime.share_lease): the hubs
+		// close together.
+		if s.gw != nil {
+			s.gw.DrainStreams(ctx)
+		}
 		s.status.Stop()
 		var hubs sync.WaitGroup
 		for _, h := range s.hubs {
@@ -493,6 +554,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeErr = err
 	})
 	return s.closeErr
+}
+
+// drainDelay is realtime.drain_delay within the drain's time: at most half
+// of what is left of ctx, so that the listeners and the stream clients
+// have the rest.
+func drainDelay(ctx context.Context, d time.Duration) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)/2)
+	}
+	return d
 }
 
 // Close stops at once, without draining.

@@ -25,12 +25,9 @@ const (
 	MetricBudgetEffectiveRPS = ratelimit.MetricBudgetEffectiveRPS
 )
 
-// MetricGapsUnfilled counts gaps of a stream (reports the upstream
-// connections missed) that could not be filled (counter; label network).
-// No package registers it yet; the sampler reads it when present and
-// ignores it when absent. The part that registers it should own the name
-// and this one refer to it.
-const MetricGapsUnfilled = "streamgate_ws_gaps_unfilled_total"
+// MetricGapsUnfilled counts the (stream, second) pairs of stream gaps that
+// could not be filled (counter; label network); realtime registers it.
+const MetricGapsUnfilled = realtime.MetricGapsUnfilled
 
 // The headline's states.
 const (

@@ -205,6 +205,8 @@ var families = map[string]bool{
 	MetricBudgetRPS:                   true,
 	MetricBudgetEffectiveRPS:          true,
 	MetricGapsUnfilled:                true,
+	proxy.MetricWSClientsByOrigin:     true,
+	proxy.MetricWSDrains:              true,
 }
 
 // Sample gathers the registry once and computes a new snapshot.
