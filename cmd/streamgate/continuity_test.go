@@ -76,7 +76,7 @@ type cluster struct {
 
 func startCluster(t *testing.T, replicas int) *cluster {
 	t.Helper()
-	srv := redistest.New(t) // skips when redis-server is missing
+	srv := redistest.New(t)       // skips when redis-server is missing
 	simCfg := simulator.Default() // 10 requests per second per key and endpoint, the strictest count
 	simCfg.HAOrigins = []string{"001", "002"}
 	sim, err := simulator.New(simCfg)
