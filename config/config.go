@@ -410,6 +410,27 @@ type Realtime struct {
 	// renews it (every third of it): a crashed holder's chunks are taken
 	// over within about this. Default 3s, at least 300ms.
 	ShareLease time.Duration `yaml:"share_lease" json:"share_lease"`
+	// ClientOrigins are the HA origins the gateway advertises to its
+	// clients (HEAD / answers X-Cll-Available-Origins: {001,002}), so that
+	// an SDK in HA mode holds one connection per origin, as it does to the
+	// upstream; an upgrade naming another origin (X-Cll-Origin) is 400. An
+	// empty list advertises none (SDKs fall back to one connection).
+	// Default ["001", "002"].
+	ClientOrigins []string `yaml:"client_origins" json:"client_origins"`
+	// DrainDelay is how long a draining replica (SIGTERM) keeps streaming
+	// to its clients after /readyz turned 503, so that a balancer stops
+	// routing to it, before it closes them in steps. Default 5s.
+	DrainDelay time.Duration `yaml:"drain_delay" json:"drain_delay"`
+	// ResumeWindow is how long after the gateway ended or lost a client's
+	// connection a reconnect of the same key with the same streams gets
+	// the reports it missed before live ones. 0 disables resume. Default
+	// 60s.
+	ResumeWindow time.Duration `yaml:"resume_window" json:"resume_window"`
+	// BackfillMax bounds the gap of a stream that is filled from REST when
+	// its frames stop and start again (upstream drop or outage, a holder's
+	// crash): the newest BackfillMax of a longer gap are filled, the rest
+	// counted and logged. 0 disables backfill. Default 2m.
+	BackfillMax time.Duration `yaml:"backfill_max" json:"backfill_max"`
 }
 
 // Shared reports whether the replicas share the upstream WebSocket

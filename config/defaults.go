@@ -40,6 +40,9 @@ const (
 	DefaultTeamConnections      = 100
 	DefaultRealtimeGrace        = 30 * time.Second
 	DefaultShareLease           = 3 * time.Second
+	DefaultDrainDelay           = 5 * time.Second
+	DefaultResumeWindow         = 60 * time.Second
+	DefaultBackfillMax          = 2 * time.Minute
 
 	DefaultMaxSkew = 5 * time.Second
 	// DefaultReplayGrace is the default of auth.replay_grace.
@@ -197,6 +200,10 @@ func defaultCache() Cache {
 	}
 }
 
+// DefaultClientOrigins returns the default of realtime.client_origins: the
+// names the upstream's own HA mode uses.
+func DefaultClientOrigins() []string { return []string{"001", "002"} }
+
 func defaultRealtime() Realtime {
 	return Realtime{
 		ClientQueue:      DefaultClientQueue,
@@ -206,6 +213,10 @@ func defaultRealtime() Realtime {
 		LatestFromStream: true,
 		Share:            true,
 		ShareLease:       DefaultShareLease,
+		ClientOrigins:    DefaultClientOrigins(),
+		DrainDelay:       DefaultDrainDelay,
+		ResumeWindow:     DefaultResumeWindow,
+		BackfillMax:      DefaultBackfillMax,
 	}
 }
 
@@ -294,6 +305,12 @@ func (c *Config) applyDefaults() {
 	d.flag("realtime.latest_from_stream", &rt.LatestFromStream, drt.LatestFromStream)
 	d.flag("realtime.share", &rt.Share, drt.Share)
 	d.dur("realtime.share_lease", &rt.ShareLease, drt.ShareLease)
+	if !d.has("realtime.client_origins") {
+		rt.ClientOrigins = drt.ClientOrigins
+	}
+	d.dur("realtime.drain_delay", &rt.DrainDelay, drt.DrainDelay)
+	d.dur("realtime.resume_window", &rt.ResumeWindow, drt.ResumeWindow)
+	d.dur("realtime.backfill_max", &rt.BackfillMax, drt.BackfillMax)
 
 	for i := range c.Teams {
 		t := &c.Teams[i]

@@ -136,7 +136,8 @@ func TestDefaults(t *testing.T) {
 			Redis:   Redis{URL: "redis://127.0.0.1:6379/0", FailMode: "open"},
 		},
 		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true,
-			Share: true, ShareLease: 3 * time.Second},
+			Share: true, ShareLease: 3 * time.Second,
+			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, BackfillMax: 2 * time.Minute},
 	}
 	want.src = cfg.src
 	assert.Equal(t, want, cfg)

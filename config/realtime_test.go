@@ -52,3 +52,39 @@ func TestStreamSharingLeaseValidated(t *testing.T) {
 	assert.Contains(t, err.Error(), "realtime.share_lease")
 	assert.Contains(t, err.Error(), "at least 300ms")
 }
+
+func TestContinuityKeys(t *testing.T) {
+	cfg, err := Parse(realtimeDoc(""), fakeEnv(nil))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"001", "002"}, cfg.Realtime.ClientOrigins)
+	assert.Equal(t, 5*time.Second, cfg.Realtime.DrainDelay)
+	assert.Equal(t, 60*time.Second, cfg.Realtime.ResumeWindow)
+	assert.Equal(t, 2*time.Minute, cfg.Realtime.BackfillMax)
+
+	cfg, err = Parse(realtimeDoc("realtime: {client_origins: [], drain_delay: 0s, resume_window: 0s, backfill_max: 30s}\n"), fakeEnv(nil))
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Realtime.ClientOrigins, "an empty list advertises no origin")
+	assert.Zero(t, cfg.Realtime.DrainDelay)
+	assert.Zero(t, cfg.Realtime.ResumeWindow)
+	assert.Equal(t, 30*time.Second, cfg.Realtime.BackfillMax)
+
+	cfg, err = Parse(realtimeDoc("realtime: {client_origins: [a, b-2, c_3]}\n"), fakeEnv(nil))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b-2", "c_3"}, cfg.Realtime.ClientOrigins)
+
+	for _, bad := range []struct{ doc, path string }{
+		{"realtime: {client_origins: [\"001\", \"001\"]}\n", "realtime.client_origins[1]"},
+		{"realtime: {client_origins: [\"0 1\"]}\n", "realtime.client_origins[0]"},
+		{"realtime: {client_origins: [\"{001}\"]}\n", "realtime.client_origins[0]"},
+		{"realtime: {client_origins: [\"\"]}\n", "realtime.client_origins[0]"},
+		{"realtime: {client_origins: [a, b, c, d, e, f, g, h, i]}\n", "realtime.client_origins"},
+		{"realtime: {drain_delay: -1s}\n", "realtime.drain_delay"},
+		{"realtime: {drain_delay: 11m}\n", "realtime.drain_delay"},
+		{"realtime: {resume_window: 2h}\n", "realtime.resume_window"},
+		{"realtime: {backfill_max: -1s}\n", "realtime.backfill_max"},
+	} {
+		_, err := Parse(realtimeDoc(bad.doc), fakeEnv(nil))
+		require.Error(t, err, bad.doc)
+		assert.Contains(t, err.Error(), bad.path, bad.doc)
+	}
+}

@@ -95,5 +95,9 @@ func restartSettings(cfg *Config) map[string]string {
 	}
 	m["realtime.share"] = strconv.FormatBool(cfg.Realtime.Share)
 	m["realtime.share_lease"] = cfg.Realtime.ShareLease.String()
+	m["realtime.client_origins"] = strings.Join(cfg.Realtime.ClientOrigins, ",")
+	m["realtime.drain_delay"] = cfg.Realtime.DrainDelay.String()
+	m["realtime.resume_window"] = cfg.Realtime.ResumeWindow.String()
+	m["realtime.backfill_max"] = cfg.Realtime.BackfillMax.String()
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -366,6 +367,47 @@ func (v *validator) realtime(r *Realtime) {
 	if r.ShareLease < 300*time.Millisecond {
 		v.add("realtime.share_lease", "must be at least 300ms (its holder renews a lease every third of it)")
 	}
+	if len(r.ClientOrigins) > MaxClientOrigins {
+		v.add("realtime.client_origins", "must list at most %d origins", MaxClientOrigins)
+	}
+	for i, o := range r.ClientOrigins {
+		if !validOriginName(o) {
+			v.add(fmt.Sprintf("realtime.client_origins[%d]", i), "must be 1 to 32 letters, digits, \"_\" or \"-\"")
+		} else if slices.Contains(r.ClientOrigins[:i], o) {
+			v.add(fmt.Sprintf("realtime.client_origins[%d]", i), "duplicates %q", o)
+		}
+	}
+	for _, x := range []struct {
+		path string
+		d    time.Duration
+		max  time.Duration
+	}{
+		{"realtime.drain_delay", r.DrainDelay, 10 * time.Minute},
+		{"realtime.resume_window", r.ResumeWindow, time.Hour},
+		{"realtime.backfill_max", r.BackfillMax, time.Hour},
+	} {
+		if x.d < 0 || x.d > x.max {
+			v.add(x.path, "must be from 0s to %s", x.max)
+		}
+	}
+}
+
+// MaxClientOrigins bounds realtime.client_origins.
+const MaxClientOrigins = 8
+
+// validOriginName reports whether o may be advertised as an HA origin: the
+// SDKs split the header on "," and strip braces, and Go does not trim
+// spaces, so names are kept to a plain alphabet.
+func validOriginName(o string) bool {
+	if len(o) == 0 || len(o) > 32 {
+		return false
+	}
+	for _, c := range o {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func (v *validator) cache(c *Cache) {

@@ -255,9 +255,8 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			hub:       deps.Hubs[name],
 			gate:      deps.Gates[name],
 			conns:     g.conns,
-			ws: wsSettings{
-				queue: cfg.Realtime.ClientQueue, pingInterval: cfg.Realtime.PingInterval, teamConns: cfg.Realtime.TeamConnections,
-			},
+			ws: newWSSettings(cfg.Realtime.ClientQueue, cfg.Realtime.PingInterval, cfg.Realtime.TeamConnections,
+				cfg.Realtime.ClientOrigins),
 		}
 		for _, p := range nc.PassThrough {
 			n.passPaths[p] = true

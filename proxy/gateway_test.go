@@ -400,8 +400,8 @@ func TestPassThrough(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Empty(t, resp.Header.Get("X-Cll-Available-Origins"),
-		"the gateway is one endpoint: it advertises no HA origins, even when the upstream has them")
+	assert.Equal(t, "{001,002}", resp.Header.Get("X-Cll-Available-Origins"),
+		"the gateway advertises its own HA origins (realtime.client_origins), never the upstream's")
 	assert.Zero(t, env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointRoot), "answered by the gateway")
 
 	// A WebSocket is never passed through: the gateway answers a plain GET

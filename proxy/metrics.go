@@ -36,6 +36,7 @@ type Metrics struct {
 	refreshes         *prometheus.CounterVec
 	refreshWaits      *prometheus.HistogramVec
 	wsClients         *prometheus.GaugeVec
+	wsClientsByOrigin *prometheus.GaugeVec
 	wsClientCloses    *prometheus.CounterVec
 	wsRefusals        *prometheus.CounterVec
 	wsStopped         *prometheus.CounterVec
@@ -154,6 +155,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wsClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "streamgate_ws_clients", Help: "Client WebSocket connections open, by network.",
 		}, []string{"network"}),
+		wsClientsByOrigin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "streamgate_ws_clients_by_origin", Help: "Client WebSocket connections open, by network and the HA origin the client named (X-Cll-Origin; none without).",
+		}, []string{"network", "origin"}),
 		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
 		}, []string{"network", "reason"}),
@@ -170,7 +174,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientCloses, m.wsRefusals, m.wsStopped,
+			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientsByOrigin, m.wsClientCloses, m.wsRefusals, m.wsStopped,
 			m.latestAges, m.latestWaitTimeout, m.refreshes, m.refreshWaits,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
@@ -307,9 +311,13 @@ func (m *Metrics) refreshWait(network string, d time.Duration) {
 	}
 }
 
-func (m *Metrics) wsClient(network string, delta float64) {
+func (m *Metrics) wsClient(network, origin string, delta float64) {
 	if m != nil {
 		m.wsClients.WithLabelValues(network).Add(delta)
+		if origin == "" {
+			origin = "none"
+		}
+		m.wsClientsByOrigin.WithLabelValues(network, origin).Add(delta)
 	}
 }
 

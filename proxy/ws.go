@@ -22,6 +22,42 @@ type wsSettings struct {
 	queue        int           // frames that may wait for one client
 	pingInterval time.Duration // the gateway pings its clients this often
 	teamConns    int           // connections one team may hold at once
+	// origins are the HA origins advertised to clients (HEAD /) and
+	// accepted in X-Cll-Origin; originsHV is the header's value, "" when
+	// none is advertised.
+	origins   []string
+	originsHV string
+}
+
+// newWSSettings returns the client side's settings; origins are
+// realtime.client_origins.
+func newWSSettings(queue int, pingInterval time.Duration, teamConns int, origins []string) wsSettings {
+	s := wsSettings{queue: queue, pingInterval: pingInterval, teamConns: teamConns, origins: slices.Clone(origins)}
+	if len(origins) > 0 {
+		s.originsHV = "{" + strings.Join(origins, ",") + "}"
+	}
+	return s
+}
+
+// The headers of HA origin discovery, as the upstream and the SDKs name
+// them.
+const (
+	headerAvailableOrigins = "X-Cll-Available-Origins"
+	headerOrigin           = "X-Cll-Origin"
+)
+
+// clientOrigin returns the HA origin an upgrade names (X-Cll-Origin), ""
+// for none; an origin that is not advertised is a 400. Without origins
+// advertised the header is ignored, as the upstream without HA does.
+func (s *wsSettings) clientOrigin(r *http.Request) (string, error) {
+	o := r.Header.Get(headerOrigin)
+	if o == "" || len(s.origins) == 0 {
+		return "", nil
+	}
+	if !slices.Contains(s.origins, o) {
+		return "", errorf(http.StatusBadRequest, "unknown origin in "+headerOrigin+": this gateway's origins are "+s.originsHV+" (HEAD / lists them)")
+	}
+	return o, nil
 }
 
 // wsWriteTimeout bounds the write of one frame to a client; a client that
@@ -170,6 +206,11 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		writeError(w, errNoStream)
 		return
 	}
+	origin, err := n.ws.clientOrigin(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	rq, ok := n.readQuery(w, r, p, "ws", func(q url.Values, rq *reportQuery) (err error) {
 		rq.feeds, err = parseFeedIDs(q)
 		return err
@@ -214,8 +255,8 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer conn.Close()
-	n.metrics.wsClient(n.name, 1)
-	defer n.metrics.wsClient(n.name, -1)
+	n.metrics.wsClient(n.name, origin, 1)
+	defer n.metrics.wsClient(n.name, origin, -1)
 
 	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
 		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
@@ -230,11 +271,16 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
 // their WebSocket address to discover HA origins (X-Cll-Available-Origins).
-// The gateway is one endpoint that already spreads its streams over the
-// upstream's origins, so it advertises none, and an SDK in HA mode keeps
-// one connection to it. Nothing goes upstream.
+// The gateway advertises its own (realtime.client_origins), never the
+// upstream's, when the network streams: an SDK in HA mode then holds one
+// connection per origin, as it does to the upstream, and behind a
+// balancer the two usually land on two replicas. Every origin carries
+// every stream. Nothing goes upstream.
 func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
+	if n.hub != nil && n.ws.originsHV != "" {
+		w.Header().Set(headerAvailableOrigins, n.ws.originsHV)
+	}
 	w.WriteHeader(http.StatusOK)
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // ControlHandler returns the control API, to be served apart from the
@@ -19,6 +20,9 @@ import (
 //	POST /faults/ws-drop  close open WebSocket connections now (see DropWS); the optional body
 //	                      {"network":"mainnet","origin":"001","abrupt":true} selects them and the
 //	                      manner; answers {"dropped":N}
+//	POST /faults/outage   a full outage (see Outage): {"for":"8s"} drops every WebSocket
+//	                      connection now and answers every API request 503 for that long
+//	                      ("0s" ends one); answers {"dropped":N,"for":"8s"}
 //	GET  /counters        the request counters (see Counters.MarshalJSON)
 //	POST /counters/reset  set the counters to zero (204)
 //
@@ -80,6 +84,29 @@ func (s *Simulator) serveControl(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, mustJSON(struct {
 				Dropped int `json:"dropped"`
 			}{s.DropWS(d)}))
+			return
+		}
+		allow = "POST"
+	case "/faults/outage":
+		if r.Method == http.MethodPost {
+			var o struct {
+				For *jsonDuration `json:"for"`
+			}
+			dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&o); err != nil {
+				writeError(w, http.StatusBadRequest, "bad outage: "+err.Error(), false)
+				return
+			}
+			if o.For == nil || time.Duration(*o.For) < 0 || time.Duration(*o.For) > time.Hour {
+				writeError(w, http.StatusBadRequest, `bad outage: "for" must be a duration from 0s to 1h, such as "8s"`, false)
+				return
+			}
+			d := time.Duration(*o.For)
+			writeJSON(w, http.StatusOK, mustJSON(struct {
+				Dropped int          `json:"dropped"`
+				For     jsonDuration `json:"for"`
+			}{s.Outage(d), jsonDuration(d)}))
 			return
 		}
 		allow = "POST"

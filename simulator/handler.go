@@ -63,6 +63,9 @@ func (h *apiHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	catalogStyle := ep == EndpointDiscovery
+	if h.s.refuseOutage(w, catalogStyle) {
+		return
+	}
 	if !h.s.injectFaults(w, r, catalogStyle) {
 		return
 	}

@@ -163,10 +163,11 @@ type Simulator struct {
 	keys     map[string]*key
 	networks map[string]*network
 
-	faults   atomic.Pointer[Faults]
-	faultsMu sync.Mutex // serialises SetFaults
-	counters counterSet
-	cache    reportCache
+	faults    atomic.Pointer[Faults]
+	outageEnd atomic.Pointer[time.Time] // see Outage
+	faultsMu  sync.Mutex                // serialises SetFaults
+	counters  counterSet
+	cache     reportCache
 
 	haOrigins []string
 	originsHV string // the value of OriginsHeader; "" without HA
