@@ -37,7 +37,7 @@ const continuityFeedsPerClient = 3
 // end: missing (stream, second) pairs, pairs received twice (plain), the
 // time from each reconnect to live (the newest second any client had when
 // it connected, on every stream), and the history kept in Redis per
-// stream. The same run with resume and backfill off
+// stream. Each client has a key of its own. The same run with resume and backfill off
 // (realtime.resume_window and backfill_max 0s) is the baseline.
 func scenarioContinuity(ctx context.Context, o *options) error {
 	if !o.set["c"] {
@@ -112,7 +112,7 @@ type contReplica struct {
 	addr  string
 }
 
-func startContReplica(redisURL, upstream string, k key, conns int, continuity bool) (*contReplica, string, error) {
+func startContReplica(redisURL, upstream string, keys []key, conns int, continuity bool) (*contReplica, string, error) {
 	cfg := config.Default()
 	cfg.Server.AdminListen = ""
 	cfg.RateLimit.Backend, cfg.RateLimit.Redis.URL = config.BackendRedis, redisURL
@@ -139,7 +139,9 @@ func startContReplica(redisURL, upstream string, k key, conns int, continuity bo
 		}
 		cfg.Teams[i].Networks = []string{mainnet}
 		cfg.Teams[i].Rate = config.Rate{}
-		cfg.Teams[i].Keys = append(cfg.Teams[i].Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
+		for _, k := range keys {
+			cfg.Teams[i].Keys = append(cfg.Teams[i].Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
+		}
 	}
 	cfg.Teams = slices.DeleteFunc(cfg.Teams, func(t config.Team) bool { return t.Name != config.DemoTeam })
 	if err := cfg.Validate(); err != nil {
@@ -203,8 +205,13 @@ type contRun struct {
 }
 
 func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, upstream, redisURL string, admin *redis.Client, feeds []string, continuity bool) (*contRun, error) {
-	id, secret := benchKey("c", 0)
-	k := key{ID: id, Secret: []byte(secret)}
+	// Each client has a key of its own, as separate applications do (a
+	// returning client is known by its key and its streams).
+	keys := make([]key, o.conc)
+	for i := range keys {
+		id, secret := benchKey("c", i)
+		keys[i] = key{ID: id, Secret: []byte(secret)}
+	}
 	bal, err := balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond})
 	if err != nil {
 		return nil, err
@@ -220,7 +227,7 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 		}
 	}()
 	startOne := func(i int) error {
-		r, readyURL, err := startContReplica(redisURL, upstream, k, conns, continuity)
+		r, readyURL, err := startContReplica(redisURL, upstream, keys, conns, continuity)
 		if err != nil {
 			return err
 		}
@@ -272,7 +279,7 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 			defer wg.Done()
 			origins := []string{""}
 			if c.ha {
-				origins = discoverOrigins(cctx, base, k, st, i)
+				origins = discoverOrigins(cctx, base, keys[i], st, i)
 			}
 			c.mu.Lock()
 			c.origins = len(origins)
@@ -284,7 +291,7 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 					defer owg.Done()
 					first := true
 					for cctx.Err() == nil {
-						ws, err := dialOrigin(cctx, base, k, st, i, names, origin)
+						ws, err := dialOrigin(cctx, base, keys[i], st, i, names, origin)
 						if err != nil {
 							c.mu.Lock()
 							c.failures++

@@ -34,10 +34,25 @@ import (
 	"streamgate/simulator"
 )
 
+// continuityClients is the number of streaming clients; each has a key of
+// its own (clientKey), as separate applications do.
+const continuityClients = 6
+
+// clientKey returns the key ID and secret of streaming client i.
+func clientKey(i int) (string, string) {
+	return fmt.Sprintf("00000000-0000-4000-8000-c0c0c0c0%04x", i), fmt.Sprintf("continuity-client-secret-%04x", i)
+}
+
 // continuityConfig is one replica of mainnet in front of the simulator at
 // upstream, sharing limits and upstream WebSocket connections through the
-// Redis at redisURL. Every other setting is its default.
+// Redis at redisURL, with the demo key and every client's key. Every other
+// setting is its default.
 func continuityConfig(upstream, redisURL string) string {
+	var keys strings.Builder
+	for i := range continuityClients {
+		id, secret := clientKey(i)
+		fmt.Fprintf(&keys, "      - {id: %s, secret: %s}\n", id, secret)
+	}
 	return fmt.Sprintf(`server:
   admin_listen: "127.0.0.1:0"
   shutdown_timeout: 20s
@@ -59,9 +74,10 @@ teams:
   - name: demo
     networks: [mainnet]
     feeds: ["*"]
-    keys: [{id: %s, secret: %s}]
-`, upstream, strings.TrimPrefix(upstream, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, redisURL,
-		config.DemoKeyID, config.DemoKeySecret)
+    keys:
+      - {id: %s, secret: %s}
+%s`, upstream, strings.TrimPrefix(upstream, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, redisURL,
+		config.DemoKeyID, config.DemoKeySecret, keys.String())
 }
 
 // cluster is the deployment under test: the replicas behind the balancer.
@@ -340,15 +356,15 @@ func TestStreamingContinuity(t *testing.T) {
 	}
 	c := startCluster(t, 3)
 	feeds := feedIDs(t, c.reps[0].net["mainnet"], 3)
-	s := newSigner(config.DemoKeyID, config.DemoKeySecret)
 	var phase atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	var clients []*streamClient
-	for i := range 6 {
+	for i := range continuityClients {
+		id, secret := clientKey(i)
 		sc := &streamClient{name: fmt.Sprintf("plain-%d", i), ha: i >= 4, feeds: feeds, base: "ws://" + c.bal.Addr(),
-			s: s, phase: &phase, got: map[string][]received{}, highest: map[string]int64{}}
+			s: newSigner(id, secret), phase: &phase, got: map[string][]received{}, highest: map[string]int64{}}
 		if sc.ha {
 			sc.name = fmt.Sprintf("ha-%d", i-4)
 		}
