@@ -334,7 +334,7 @@ func (sc *streamClient) count(phase int32, lo, hi map[string]int64) tally {
 			if !seen[ts] {
 				t.missing++
 				if len(t.first) < 6 {
-					t.first = append(t.first, fmt.Sprintf("%s…@%d", feed[:8], ts))
+					t.first = append(t.first, fmt.Sprintf("%s…@%d", feed[:14], ts))
 				}
 			}
 		}
@@ -372,19 +372,34 @@ func TestStreamingContinuity(t *testing.T) {
 		sc.run(ctx, &wg)
 	}
 
-	// settle lets the cluster stream for a few seconds, then takes, per
-	// stream, the newest second any client has, and waits (at most 30 s)
-	// until every client has it: the end of a scenario's window.
+	// settle marks the end of a scenario's window: it notes, per stream,
+	// the newest second the upstream has published, waits (at most 60 s)
+	// until some client has a second at least 2 later (the stream flows
+	// again after the event), then takes per stream the newest second any
+	// client has and waits (at most 60 s more) until every client has it.
 	settle := func() map[string]int64 {
 		t.Helper()
-		time.Sleep(3 * time.Second)
 		hi := map[string]int64{}
+		deadline := time.Now().Add(60 * time.Second)
+		for _, f := range feeds {
+			_, published, ok := c.sim.Window(simulator.Mainnet, f)
+			require.True(t, ok)
+			for time.Now().Before(deadline) {
+				for _, sc := range clients {
+					hi[f] = max(hi[f], sc.highestOf(f))
+				}
+				if hi[f] >= published+2 {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		for _, f := range feeds {
 			for _, sc := range clients {
 				hi[f] = max(hi[f], sc.highestOf(f))
 			}
 		}
-		deadline := time.Now().Add(30 * time.Second)
+		deadline = time.Now().Add(60 * time.Second)
 		for _, sc := range clients {
 			for _, f := range feeds {
 				for sc.highestOf(f) < hi[f] && time.Now().Before(deadline) {
@@ -423,8 +438,10 @@ func TestStreamingContinuity(t *testing.T) {
 			c.replace(i, syscall.SIGKILL)
 		}},
 		{"upstream origin 001 dropped", func() {
-			require.Positive(t, c.sim.DropWS(simulator.WSDrop{Network: simulator.Mainnet, Origin: "001", Abrupt: true}),
-				"the gateways held a connection to origin 001")
+			// Dropped as soon as a gateway holds a connection to it.
+			require.Eventually(t, func() bool {
+				return c.sim.DropWS(simulator.WSDrop{Network: simulator.Mainnet, Origin: "001", Abrupt: true}) > 0
+			}, 30*time.Second, 100*time.Millisecond, "a gateway holds a connection to origin 001")
 		}},
 		{"upstream outage of 8 s", func() {
 			// REST answers 5xx and upgrades 503 for 8 s; every open
