@@ -111,9 +111,11 @@ test('createStream, plain and haMode, through a gateway restarted mid-stream: ev
   await sleep(cfg.seconds * 1000);
   await Promise.all([plain.stream.close(), ha.stream.close()]);
 
-  for (const w of [plain, ha]) {
-    const t = tally(w);
+  const tallies = [plain, ha].map((w) => [w, tally(w)]);
+  for (const [w, t] of tallies) {
     console.log(`# ${w.label}: ${JSON.stringify(t)}; events ${JSON.stringify(w.events)}; metrics ${JSON.stringify(w.stream.getMetrics())}`);
+  }
+  for (const [w, t] of tallies) {
     for (const [feed, r] of Object.entries(t)) {
       assert.ok(r.last >= restartedAt, `${w.label} ${feed}…: reports after the restart (last ${r.last}, restart at ${restartedAt})`);
       assert.equal(r.missing, 0, `${w.label} ${feed}…: every second from ${r.first} to ${r.last}; missing ${r.missed.join(',')}`);
