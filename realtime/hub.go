@@ -116,6 +116,21 @@ type Config struct {
 	// (another HA origin) is still delivered. The gateway verifies the
 	// DON's signatures with it.
 	Check func(frame []byte) bool
+
+	// Backfill, if non-nil, fetches the reports of feeds at second ts
+	// (REST bulk), each as a frame of the stream's shape
+	// ({"report":{…}}, the upstream's record byte for byte), already
+	// verified; a feed without a report that second is absent. The hub
+	// calls it for the seconds a feed's frames skipped (a gap: upstream
+	// drop, outage, a holder's crash) and for what a returning consumer
+	// missed beyond the history (SubscribeFrom). nil: gaps stay gaps.
+	Backfill func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+	// BackfillMax bounds the seconds of one gap that are fetched: the
+	// newest BackfillMax; the rest are counted unfilled. 0 fetches none.
+	BackfillMax time.Duration
+	// History is how long each feed keeps the frames it delivered, for
+	// SubscribeFrom; 0 keeps none.
+	History time.Duration
 }
 
 // Hub holds a network's upstream WebSocket connections and fans their
@@ -163,6 +178,9 @@ type Hub struct {
 	sessN    atomic.Uint64 // numbers the sessions
 
 	futureLogged atomic.Int64 // Unix seconds of the last log of a frame dated in the future
+
+	bf       *backfiller // nil without Config.Backfill
+	histSecs int64       // Config.History in seconds
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -175,9 +193,14 @@ type feed struct {
 	idleSince time.Time // when refs fell to 0
 	demandAt  time.Time // the last Want that counted
 
-	mu        sync.Mutex // guards subs and watermark; orders deliveries
+	mu        sync.Mutex // guards subs, watermark and the continuity state below; orders deliveries
 	subs      []*Subscription
 	watermark int64
+
+	hist    []histFrame // the frames delivered in the last Config.History, oldest first
+	filling int         // gap fills under way
+	pending []histFrame // frames that arrived while filling, held
+	fetched []histFrame // frames the fills under way brought
 
 	latest atomic.Pointer[latest]
 }
@@ -199,6 +222,7 @@ type hubCounters struct {
 	framesIn, framesOut, duplicates, slowCloses, latestServed atomic.Int64
 	reconnDrop, reconnStall, reconnRefused                    atomic.Int64
 	published, received, fallbacks                            atomic.Int64
+	backfilled, unfilled, resumed, replayed                   atomic.Int64
 }
 
 // New validates cfg, applies the defaults and starts the hub's manager.
@@ -261,6 +285,7 @@ func New(cfg Config) (*Hub, error) {
 		links:  map[*link]struct{}{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
+	h.histSecs = int64(cfg.History / time.Second)
 	if cfg.Share != nil {
 		sh, err := newSharer(h, cfg.Share)
 		if err != nil {
@@ -275,6 +300,11 @@ func New(cfg Config) (*Hub, error) {
 	h.publishFeeds()
 	if h.sh != nil {
 		h.sh.run()
+	}
+	if cfg.Backfill != nil {
+		h.bf = newBackfiller(h)
+		h.wg.Add(1)
+		go h.bf.run()
 	}
 	h.wg.Add(1)
 	go h.manage()
@@ -319,16 +349,22 @@ func (h *Hub) Close() {
 // over the connection budget get nothing (Stats.FeedsUncarried). After
 // Close, the subscription is returned already ended with ErrHubClosed.
 func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
+	s, _ := h.subscribe(feeds, queue, nil)
+	return s
+}
+
+// subscribe is Subscribe, and SubscribeFrom with from.
+func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64) (*Subscription, int) {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
-	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue)}
+	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		s.end(ErrHubClosed)
 		s.releaseOnce.Do(func() {})
-		return s
+		return s, 0
 	}
 	h.subs[s] = struct{}{}
 	added := false
@@ -346,22 +382,41 @@ func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
 	}
 	h.mx.subscribers.Add(1)
 	// Under h.mu, so that a release cannot interleave; the feed locks
-	// order the newest report before every newer frame.
+	// order the newest report (or a returning consumer's replay) before
+	// every newer frame.
 	var overflow bool
+	replayed := 0
 	for _, id := range feeds {
 		f := h.wants[id]
 		f.mu.Lock()
-		f.subs = append(f.subs, s)
-		if l := f.latest.Load(); l != nil && l.sess.valid() {
-			if sent, o := s.send(l.frame); sent {
-				h.mx.delivered(1)
-			} else if o {
+		if mark := from[id]; mark > 0 {
+			frames := h.resumeFeed(s, f, mark)
+			f.subs = append(f.subs, s)
+			if n, ok := s.deliver(id, frames); !ok {
 				overflow = true
+			} else {
+				replayed += n
+			}
+		} else {
+			f.subs = append(f.subs, s)
+			// While a gap is filled, the newest report is among the frames
+			// held, which every subscriber gets when it is filled.
+			if l := f.latest.Load(); l != nil && l.sess.valid() && f.filling == 0 {
+				if sent, o := s.send(l.frame); sent {
+					h.mx.delivered(1)
+				} else if o {
+					overflow = true
+				}
 			}
 		}
 		f.mu.Unlock()
 	}
 	h.mu.Unlock()
+	if from != nil {
+		h.mx.resumed()
+		h.mx.replayed(replayed)
+		h.mx.delivered(replayed)
+	}
 	if overflow {
 		h.mx.slowClose()
 		s.release()
@@ -369,7 +424,7 @@ func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
 	if added {
 		h.kick()
 	}
-	return s
+	return s, replayed
 }
 
 // ErrNoRoom is the error of SubscribeWithin when the upstream connection

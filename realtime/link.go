@@ -335,9 +335,23 @@ func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 		f.mu.Unlock() // counted and logged by the checker
 		return
 	}
+	prev := f.watermark
 	f.watermark = ts
 	f.latest.Store(&latest{frame: frame, ts: ts, sess: sess})
+	if h.holdForGap(f, prev, ts, frame) {
+		f.mu.Unlock() // delivered when the gap is filled
+		return
+	}
+	h.record(f, ts, frame)
 	for _, s := range f.subs {
+		if s.holding.Load() > 0 {
+			k, ok := s.deliver(f.id, []histFrame{{ts, frame}})
+			n += k
+			if !ok {
+				slow = append(slow, s)
+			}
+			continue
+		}
 		sent, overflow := s.send(frame)
 		if sent {
 			n++

@@ -580,6 +580,32 @@ func (x *hubMetrics) shareReceived() {
 	x.m.shareReceived.WithLabelValues(x.network).Inc()
 }
 
+func (x *hubMetrics) backfilled(n int64) {
+	if n > 0 {
+		x.st.backfilled.Add(n)
+		x.m.backfilled.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) unfilled(n int64) {
+	if n > 0 {
+		x.st.unfilled.Add(n)
+		x.m.unfilled.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) resumed() {
+	x.st.resumed.Add(1)
+	x.m.resumed.WithLabelValues(x.network).Inc()
+}
+
+func (x *hubMetrics) replayed(n int) {
+	if n > 0 {
+		x.st.replayed.Add(int64(n))
+		x.m.replayed.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
 func (x *hubMetrics) slowClose() {
 	x.st.slowCloses.Add(1)
 	x.slowCloses.Inc()
@@ -606,6 +632,10 @@ type Stats struct {
 	SlowCloses          int64            // subscriptions closed with ErrSlowConsumer
 	Reconnects          map[string]int64 // by reason: drop, stall, refused
 	LatestServed        int64
+	// Backfilled and Unfilled are the (stream, second) pairs of gaps
+	// fetched over REST and those that could not be; Resumed the
+	// subscriptions resumed from a watermark and Replayed their reports.
+	Backfilled, Unfilled, Resumed, Replayed int64
 	// Share is the stream sharing with the other replicas; nil when the
 	// hub does not share.
 	Share *ShareStats
@@ -641,6 +671,8 @@ func (h *Hub) Stats() Stats {
 		FramesIn: h.st.framesIn.Load(), FramesOut: h.st.framesOut.Load(),
 		Duplicates: h.st.duplicates.Load(), SlowCloses: h.st.slowCloses.Load(),
 		LatestServed: h.st.latestServed.Load(),
+		Backfilled:   h.st.backfilled.Load(), Unfilled: h.st.unfilled.Load(),
+		Resumed: h.st.resumed.Load(), Replayed: h.st.replayed.Load(),
 		Reconnects: map[string]int64{reasonDrop: h.st.reconnDrop.Load(),
 			reasonStall: h.st.reconnStall.Load(), reasonRefused: h.st.reconnRefused.Load()},
 		FeedsSubscribed: int(h.carry.Load()), FeedsUncarried: int(h.over.Load()),

@@ -18,6 +18,10 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_reconnects_total{network,reason}            reason drop, stall or refused
 //	streamgate_ws_latest_served_total{network}                Latest calls answered (ok true); counted by the hub inside Latest
 //	streamgate_ws_frames_future_total{network}                frames dropped: observationsTimestamp more than MaxFuture ahead of the clock
+//	streamgate_ws_backfilled_seconds_total{network}           (stream, second) pairs of gaps fetched over REST (Config.Backfill)
+//	streamgate_ws_gaps_unfilled_total{network}                (stream, second) pairs of gaps that could not be filled (REST failed or had none, beyond BackfillMax)
+//	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeFrom)
+//	streamgate_ws_replayed_reports_total{network}             reports replayed to resumed subscriptions (history and fetched)
 //
 // With stream sharing (Config.Share):
 //
@@ -40,6 +44,10 @@ type Metrics struct {
 	reconnects   *prometheus.CounterVec
 	latestServed *prometheus.CounterVec
 	future       *prometheus.CounterVec
+	backfilled   *prometheus.CounterVec
+	unfilled     *prometheus.CounterVec
+	resumed      *prometheus.CounterVec
+	replayed     *prometheus.CounterVec
 
 	shareSharing   *prometheus.GaugeVec
 	shareFallbacks *prometheus.CounterVec
@@ -77,6 +85,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		future: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_frames_future_total",
 			Help: "Report frames dropped because their observationsTimestamp lies too far ahead of the clock (from the upstream or another replica)."}, []string{"network"}),
 
+		backfilled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_backfilled_seconds_total",
+			Help: "(stream, second) pairs of stream gaps fetched over REST and delivered in order, by network."}, []string{"network"}),
+		unfilled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_gaps_unfilled_total",
+			Help: "(stream, second) pairs of stream gaps that could not be filled (REST failed or had no report, or beyond realtime.backfill_max), by network."}, []string{"network"}),
+		resumed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_resumed_total",
+			Help: "Client subscriptions that resumed where a connection the gateway ended or lost left off, by network."}, []string{"network"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_replayed_reports_total",
+			Help: "Reports replayed to resumed client subscriptions (from the history or fetched), by network."}, []string{"network"}),
 		shareSharing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_sharing",
 			Help: "1 while the upstream WebSocket connections are shared with the other replicas through Redis, 0 while this replica holds its own."}, []string{"network"}),
 		shareFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_fallbacks_total",
@@ -95,6 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
 			m.duplicates, m.slowCloses, m.reconnects, m.latestServed, m.future,
+			m.backfilled, m.unfilled, m.resumed, m.replayed,
 			m.shareSharing, m.shareFallbacks, m.shareHolder, m.shareLeases, m.sharePublished,
 			m.shareReceived, m.sharePubFailed)
 	}

@@ -29,9 +29,22 @@ type Subscription struct {
 	feeds []string
 	ch    chan []byte
 
-	mu     sync.Mutex // guards the send and the close of ch, closed, err
+	mu     sync.Mutex // guards the send and the close of ch, closed, err, backlog
 	closed bool
 	err    error
+
+	// backlog holds, in order, frames that did not fit in ch while a
+	// replay (resume, backfill) is under way; a pump moves them into ch
+	// as the consumer reads. Live frames go behind it while it is not
+	// empty, so that the order holds; nil when empty.
+	backlog [][]byte
+	pumping bool
+	pumpWG  sync.WaitGroup
+	done    chan struct{} // closed when the subscription ends (stops the pump)
+	// held are, per feed whose resume fill is under way, the frames that
+	// wait for it (see Hub.SubscribeFrom); holding counts its feeds.
+	held    map[string][]histFrame
+	holding atomic.Int32
 
 	releaseOnce sync.Once
 
@@ -60,35 +73,121 @@ func (s *Subscription) Close() {
 	s.release()
 }
 
+// maxBacklog bounds a subscription's backlog: the frames of a replay
+// (resume, backfill) beyond its queue, and the live frames behind them.
+const maxBacklog = 16384
+
 // send queues frame without blocking; it reports false when the queue was
 // full, in which case the subscription is closed with ErrSlowConsumer (the
-// caller releases it). Called with the feed's lock held.
+// caller releases it). While a replay's backlog drains, frame goes behind
+// it. Called with the feed's lock held.
 func (s *Subscription) send(frame []byte) (sent, overflow bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return false, false
+	}
+	if s.backlog != nil {
+		if len(s.backlog) >= maxBacklog {
+			s.mu.Unlock()
+			s.end(ErrSlowConsumer)
+			return false, true
+		}
+		s.backlog = append(s.backlog, frame)
+		s.mu.Unlock()
+		return true, false
 	}
 	select {
 	case s.ch <- frame:
+		s.mu.Unlock()
 		return true, false
 	default:
 		s.closed, s.err = true, ErrSlowConsumer
 		close(s.ch)
+		s.mu.Unlock()
 		return false, true
 	}
 }
 
+// replay queues frames, in order, ahead of every frame sent afterwards:
+// what does not fit in the queue waits in the backlog, which a pump moves
+// into the queue as the consumer reads, instead of overflowing it. It
+// reports false when the backlog overflowed (the subscription is then
+// closed with ErrSlowConsumer; the caller releases it). Called with the
+// locks of the frames' feeds held, or before the subscription is
+// registered with them.
+func (s *Subscription) replay(frames [][]byte) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return true
+	}
+	for i, f := range frames {
+		if s.backlog == nil {
+			select {
+			case s.ch <- f:
+				continue
+			default:
+			}
+		}
+		if len(s.backlog)+len(frames)-i > maxBacklog {
+			s.mu.Unlock()
+			s.end(ErrSlowConsumer)
+			return false
+		}
+		s.backlog = append(s.backlog, frames[i:]...)
+		break
+	}
+	if s.backlog != nil && !s.pumping {
+		s.pumping = true
+		s.pumpWG.Add(1)
+		go s.pump()
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// pump moves the backlog into the queue, blocking while the queue is
+// full, until the backlog is empty or the subscription ends.
+func (s *Subscription) pump() {
+	defer s.pumpWG.Done()
+	for {
+		s.mu.Lock()
+		if s.closed || len(s.backlog) == 0 {
+			s.backlog, s.pumping = nil, false
+			s.mu.Unlock()
+			return
+		}
+		f := s.backlog[0]
+		s.mu.Unlock()
+		select {
+		case s.ch <- f:
+		case <-s.done:
+			return
+		}
+		s.mu.Lock()
+		s.backlog[0] = nil
+		s.backlog = s.backlog[1:]
+		s.mu.Unlock()
+	}
+}
+
 // end closes the channel with err unless it is closed already; it reports
-// whether it closed it.
+// whether it closed it. A pump still running is stopped first.
 func (s *Subscription) end(err error) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return false
 	}
 	s.closed, s.err = true, err
+	close(s.done)
+	s.mu.Unlock()
+	s.pumpWG.Wait()
+	s.mu.Lock()
+	s.backlog = nil
 	close(s.ch)
+	s.mu.Unlock()
 	return true
 }
 
@@ -148,4 +247,81 @@ func (s *Subscription) Keep(frame []byte) bool {
 	}
 	feed, _, ok := parseFrame(frame)
 	return ok && !(*d)[string(feed)]
+}
+
+// holdFeed makes the frames of feed wait, starting with first, until
+// unhold. Called with the feed's lock held.
+func (s *Subscription) holdFeed(feed string, first []histFrame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[string][]histFrame{}
+	}
+	s.held[feed] = slices.Clone(first)
+	s.holding.Add(1)
+}
+
+// deliver queues frames of feed, in order: held while the feed waits for
+// its resume fill, else behind the backlog or in the queue. It reports how
+// many it queued, and false when the subscription overflowed (the caller
+// releases it). Called with the feed's lock held.
+func (s *Subscription) deliver(feed string, frames []histFrame) (int, bool) {
+	if s.holding.Load() > 0 {
+		s.mu.Lock()
+		if h, ok := s.held[feed]; ok {
+			s.held[feed] = append(h, frames...)
+			s.mu.Unlock()
+			return 0, true
+		}
+		s.mu.Unlock()
+	}
+	if len(frames) == 1 {
+		sent, overflow := s.send(frames[0].frame)
+		if sent {
+			return 1, true
+		}
+		return 0, !overflow
+	}
+	b := make([][]byte, len(frames))
+	for i, x := range frames {
+		b[i] = x.frame
+	}
+	if !s.replay(b) {
+		return 0, false
+	}
+	return len(b), true
+}
+
+// addHeld adds got to the frames held for feed and returns them all, in
+// order, each second once. Called with the feed's lock held.
+func (s *Subscription) addHeld(feed string, got []histFrame) []histFrame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := mergeFrames(got, s.held[feed])
+	if _, ok := s.held[feed]; ok {
+		s.held[feed] = all
+	}
+	return all
+}
+
+// unhold ends the wait of feed: the fill's frames got and those held, in
+// order, each second once, are queued. It reports false when the
+// subscription overflowed. Called with the feed's lock held.
+func (s *Subscription) unhold(feed string, got []histFrame) bool {
+	s.mu.Lock()
+	held, ok := s.held[feed]
+	if ok {
+		delete(s.held, feed)
+		s.holding.Add(-1)
+	}
+	s.mu.Unlock()
+	all := mergeFrames(got, held)
+	if len(all) == 0 {
+		return true
+	}
+	b := make([][]byte, len(all))
+	for i, x := range all {
+		b[i] = x.frame
+	}
+	return s.replay(b)
 }

@@ -68,11 +68,13 @@ type Server struct {
 	ownLimit bool
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
-	gates    map[string]*don.Gate // report verification per network
-	status   *status.Sampler
-	version  string
-	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
-	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
+	// backfillOf holds, per hub, the gateway's backfill once it is built.
+	backfillOf map[string]*atomic.Pointer[backfillFunc]
+	gates      map[string]*don.Gate // report verification per network
+	status     *status.Sampler
+	version    string
+	loadedAt   atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded   atomic.Pointer[status.Reload] // the last reload's outcome
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -175,6 +177,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.setBackfills()
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
 	}, func() float64 {
@@ -250,6 +253,7 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 // replicas through it.
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
+	s.backfillOf = map[string]*atomic.Pointer[backfillFunc]{}
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
@@ -269,19 +273,45 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			rc := s.limits.Redis()
 			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
 		}
+		// The gateway, built after the hubs, fetches the gaps' reports.
+		backfill := new(atomic.Pointer[backfillFunc])
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
 			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
 			Share: share, Check: s.gates[name].CheckFrame,
+			Backfill: func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+				f := backfill.Load()
+				if f == nil {
+					return nil, errNotStarted
+				}
+				return (*f)(ctx, feeds, ts)
+			},
+			BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
 		}
 		s.hubs[name] = hub
+		s.backfillOf[name] = backfill
 	}
 	return nil
+}
+
+// errNotStarted: a hub asked for a backfill before the gateway was built.
+var errNotStarted = errors.New("the gateway is not started yet")
+
+// backfillFunc is realtime.Config.Backfill.
+type backfillFunc = func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+
+// setBackfills gives each hub the gateway's REST path for its gaps.
+func (s *Server) setBackfills() {
+	for name, ref := range s.backfillOf {
+		if f := s.gw.Backfill(name); f != nil {
+			ref.Store(&f)
+		}
+	}
 }
 
 // Start serves every listener and loads each network's catalog in the

@@ -1,0 +1,393 @@
+package realtime
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Continuity: what a subscriber would have missed is filled in.
+//
+//   - History: each feed keeps the frames it delivered in the last
+//     Config.History, so that SubscribeFrom can replay what a returning
+//     consumer missed.
+//   - Gaps: when a feed's frames stop and start again (its watermark jumps
+//     by more than a second: an upstream drop or outage, a holder's crash, a
+//     lease moving), the frames that arrive are held back while the missing
+//     seconds are fetched with Config.Backfill (REST bulk at each second,
+//     at most Config.BackfillMax of them); then the fetched frames and the
+//     held ones are delivered in observationsTimestamp order, each once.
+//   - Resume: SubscribeFrom replays, per feed, the frames after the
+//     consumer's watermark from the history, and fetches what the history
+//     does not reach (the replica did not carry the feed) the same way,
+//     holding that subscription's live frames of the feed meanwhile.
+//
+// A second that Backfill does not return is counted
+// (streamgate_ws_gaps_unfilled_total) and logged, as is the part of a gap
+// beyond BackfillMax.
+
+// histFrame is one frame with its observationsTimestamp.
+type histFrame struct {
+	ts    int64
+	frame []byte
+}
+
+// Backfill bounds.
+const (
+	// fillGather is how long the backfiller waits after a gap is reported
+	// for the gaps of the other feeds of the same drop, so that one bulk
+	// call per second carries them all.
+	fillGather = 100 * time.Millisecond
+	// fillTimeout bounds one round of fills; what is not fetched by then is
+	// unfilled.
+	fillTimeout = 60 * time.Second
+	// fillUnpublished: a second this recent that Backfill does not return
+	// may not be published yet (some streams publish seconds late); it is
+	// not counted as unfilled.
+	fillUnpublished = 5
+)
+
+// record keeps frame in f's history, dropping what is older than the
+// history's span. f.mu is held.
+func (h *Hub) record(f *feed, ts int64, frame []byte) {
+	if h.histSecs <= 0 {
+		return
+	}
+	f.hist = append(f.hist, histFrame{ts, frame})
+	oldest := ts - h.histSecs
+	i := 0
+	for i < len(f.hist) && f.hist[i].ts <= oldest {
+		i++
+	}
+	if i > 0 {
+		n := copy(f.hist, f.hist[i:])
+		clear(f.hist[n:])
+		f.hist = f.hist[:n]
+	}
+}
+
+// holdForGap reports whether frame (ts, newer than prev, the feed's
+// watermark before it) must wait for a gap fill of f; it starts one when
+// the watermark jumps. f.mu is held.
+func (h *Hub) holdForGap(f *feed, prev, ts int64, frame []byte) bool {
+	if h.bf == nil {
+		return false
+	}
+	if prev > 0 && ts > prev+1 {
+		f.filling++
+		h.bf.add(&fillJob{feed: f.id, lo: prev + 1, hi: ts - 1, done: func(got []histFrame) { h.gapFilled(f, got) }})
+	}
+	if f.filling == 0 {
+		return false
+	}
+	f.pending = append(f.pending, histFrame{ts, frame})
+	return true
+}
+
+// gapFilled delivers a fill's frames and the frames held meanwhile, once
+// the last fill of f under way is done.
+func (h *Hub) gapFilled(f *feed, got []histFrame) {
+	var slow []*Subscription
+	f.mu.Lock()
+	f.fetched = append(f.fetched, got...)
+	if f.filling--; f.filling > 0 {
+		f.mu.Unlock()
+		return
+	}
+	all := mergeFrames(f.fetched, f.pending)
+	f.fetched, f.pending = nil, nil
+	for _, x := range all {
+		h.record(f, x.ts, x.frame)
+	}
+	n := 0
+	for _, s := range f.subs {
+		k, ok := s.deliver(f.id, all)
+		n += k
+		if !ok {
+			slow = append(slow, s)
+		}
+	}
+	f.mu.Unlock()
+	h.mx.delivered(n)
+	for _, s := range slow {
+		h.mx.slowClose()
+		s.release()
+	}
+}
+
+// mergeFrames returns a and b in observationsTimestamp order, each second
+// once.
+func mergeFrames(a, b []histFrame) []histFrame {
+	all := append(slices.Clip(a), b...)
+	slices.SortStableFunc(all, func(x, y histFrame) int { return cmpInt(x.ts, y.ts) })
+	return slices.CompactFunc(all, func(x, y histFrame) bool { return x.ts == y.ts })
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// SubscribeFrom is Subscribe for a consumer that comes back: from holds,
+// per feed, the observationsTimestamp of the last report it received (0 or
+// absent: none, the feed starts as Subscribe starts it). Each such feed
+// first gets, in order, every report after that second: from the hub's
+// history, and what the history does not reach fetched with
+// Config.Backfill (the consumer's newer frames of that feed wait
+// meanwhile); then live ones, each once. It returns the subscription and
+// how many reports it replays from the history at once (those fetched
+// follow; both are counted in streamgate_ws_replayed_reports_total).
+func (h *Hub) SubscribeFrom(feeds []string, queue int, from map[string]int64) (*Subscription, int) {
+	if len(from) == 0 {
+		return h.Subscribe(feeds, queue), 0
+	}
+	return h.subscribe(feeds, queue, from)
+}
+
+// resumeFeed starts the replay of feed f for s after second from: the
+// frames of the history, and a fill of what it does not reach. f.mu is
+// held; s is not yet among f.subs. It returns the frames to queue now.
+func (h *Hub) resumeFeed(s *Subscription, f *feed, from int64) []histFrame {
+	var out []histFrame
+	for _, x := range f.hist {
+		if x.ts > from {
+			out = append(out, x)
+		}
+	}
+	hi := int64(0) // the last second a fill must reach
+	switch {
+	case len(f.hist) > 0 && f.hist[0].ts > from+1:
+		hi = f.hist[0].ts - 1
+	case len(f.hist) == 0 && f.watermark > from:
+		hi = f.watermark - 1
+		if l := f.latest.Load(); l != nil && l.ts == f.watermark && f.filling == 0 {
+			out = append(out, histFrame{l.ts, l.frame})
+		}
+	case len(f.hist) == 0 && f.watermark == 0:
+		hi = h.cfg.Now().Unix() - 1 // the feed is new here: up to now
+	}
+	if hi <= from || h.bf == nil {
+		return out
+	}
+	// The history's frames are newer than the fill: they wait with the
+	// live ones until it is done.
+	s.holdFeed(f.id, out)
+	r := &resumeFill{h: h, s: s, f: f, from: from}
+	h.bf.add(r.job(from+1, hi))
+	return nil
+}
+
+// resumeFill fetches what a returning subscription missed of one feed
+// until its frames held (history, live) follow on without a gap, within
+// maxResumeTries rounds: a feed this hub did not carry starts live
+// some time after the first fill was asked.
+type resumeFill struct {
+	h     *Hub
+	s     *Subscription
+	f     *feed
+	from  int64
+	tries int
+}
+
+// maxResumeTries bounds the fill rounds of one resumed feed.
+const maxResumeTries = 10
+
+func (r *resumeFill) job(lo, hi int64) *fillJob {
+	r.tries++
+	return &fillJob{feed: r.f.id, lo: lo, hi: hi, done: r.done}
+}
+
+func (r *resumeFill) done(got []histFrame) {
+	h, s, f := r.h, r.s, r.f
+	h.mx.replayed(len(got))
+	f.mu.Lock()
+	held := s.addHeld(f.id, got)
+	next := r.from // the last second that follows on from the watermark
+	gap := int64(0)
+	for _, x := range held {
+		if x.ts <= next {
+			continue
+		}
+		if x.ts > next+1 {
+			gap = x.ts - 1
+			break
+		}
+		next = x.ts
+	}
+	if r.tries < maxResumeTries && h.ctx.Err() == nil {
+		switch now := h.cfg.Now().Unix(); {
+		case gap > 0:
+			h.bf.add(r.job(next+1, gap))
+			f.mu.Unlock()
+			return
+		case next < now-fillUnpublished:
+			// No live frame yet: what was published meanwhile too.
+			h.bf.add(r.job(next+1, now-1))
+			f.mu.Unlock()
+			return
+		}
+	}
+	ok := s.unhold(f.id, nil)
+	f.mu.Unlock()
+	if !ok {
+		h.mx.slowClose()
+		s.release()
+	}
+}
+
+// fillJob is a range of seconds of one feed to fetch, and what to do with
+// what was fetched (in order; called once).
+type fillJob struct {
+	feed   string
+	lo, hi int64
+	done   func([]histFrame)
+}
+
+// backfiller fetches the seconds of fill jobs with Config.Backfill: the
+// jobs reported together share one call per second.
+type backfiller struct {
+	h   *Hub
+	max int64 // seconds, from Config.BackfillMax
+
+	mu   sync.Mutex
+	jobs []*fillJob
+	wake chan struct{}
+}
+
+func newBackfiller(h *Hub) *backfiller {
+	return &backfiller{h: h, max: int64(h.cfg.BackfillMax / time.Second), wake: make(chan struct{}, 1)}
+}
+
+// add queues a job; never blocks.
+func (b *backfiller) add(j *fillJob) {
+	b.mu.Lock()
+	b.jobs = append(b.jobs, j)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run serves the jobs until the hub closes; jobs left then are done with
+// nothing.
+func (b *backfiller) run() {
+	defer b.h.wg.Done()
+	for {
+		select {
+		case <-b.h.ctx.Done():
+			b.mu.Lock()
+			jobs := b.jobs
+			b.jobs = nil
+			b.mu.Unlock()
+			for _, j := range jobs {
+				j.done(nil)
+			}
+			return
+		case <-b.wake:
+		}
+		t := time.NewTimer(fillGather)
+		select {
+		case <-b.h.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		b.mu.Lock()
+		jobs := b.jobs
+		b.jobs = nil
+		b.mu.Unlock()
+		if len(jobs) > 0 {
+			b.round(jobs)
+		}
+	}
+}
+
+// round fetches the seconds of jobs, the oldest first, one call per second
+// for every feed missing it, and completes each job.
+func (b *backfiller) round(jobs []*fillJob) {
+	h := b.h
+	ctx, cancel := context.WithTimeout(h.ctx, fillTimeout)
+	defer cancel()
+	now := h.cfg.Now().Unix()
+	bySec := map[int64][]string{}
+	got := make([][]histFrame, len(jobs))
+	var clipped int64
+	for _, j := range jobs {
+		if b.max <= 0 {
+			clipped += j.hi - j.lo + 1
+			j.lo = j.hi + 1
+		} else if j.hi-j.lo+1 > b.max {
+			clipped += j.hi - j.lo + 1 - b.max
+			j.lo = j.hi - b.max + 1
+		}
+		for s := j.lo; s <= j.hi; s++ {
+			if !slices.Contains(bySec[s], j.feed) {
+				bySec[s] = append(bySec[s], j.feed)
+			}
+		}
+	}
+	secs := make([]int64, 0, len(bySec))
+	for s := range bySec {
+		secs = append(secs, s)
+	}
+	slices.Sort(secs)
+	var filled, unfilled int64
+	var firstErr error
+	for _, s := range secs {
+		feeds := bySec[s]
+		var frames map[string][]byte
+		var err error
+		if ctx.Err() == nil {
+			frames, err = h.cfg.Backfill(ctx, feeds, s)
+		} else {
+			err = ctx.Err()
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		for _, id := range feeds {
+			fr, ok := frames[id]
+			if ok {
+				if fid, ts, pok := parseFrame(fr); !pok || string(fid) != id || ts != s {
+					ok = false // not the report asked for
+				}
+			}
+			if !ok {
+				if s < now-fillUnpublished {
+					unfilled++
+				}
+				continue
+			}
+			filled++
+			for i, j := range jobs {
+				if j.feed == id && s >= j.lo && s <= j.hi {
+					got[i] = append(got[i], histFrame{s, fr})
+				}
+			}
+		}
+	}
+	unfilled += clipped
+	h.mx.backfilled(filled)
+	if unfilled > 0 {
+		h.mx.unfilled(unfilled)
+		fields := []zap.Field{zap.Int64("seconds_unfilled", unfilled), zap.Int64("seconds_filled", filled),
+			zap.Int64("beyond_backfill_max", clipped)}
+		if firstErr != nil {
+			fields = append(fields, zap.Error(firstErr))
+		}
+		h.log.Warn("stream gap not filled whole", fields...)
+	} else if filled > 0 {
+		h.log.Info("stream gap filled", zap.Int64("seconds_filled", filled), zap.Int("streams", len(jobs)))
+	}
+	for i, j := range jobs {
+		j.done(got[i])
+	}
+}

@@ -1,0 +1,188 @@
+package realtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/simulator"
+)
+
+// restBackfill is a Config.Backfill over the env's REST bulk endpoint,
+// counting its calls.
+func (e *env) restBackfill(calls *atomic.Int64) func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+	return func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+		calls.Add(1)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			e.srv.URL+"/api/v1/reports/bulk?feedIDs="+strings.Join(feeds, ",")+"&timestamp="+strconv.FormatInt(ts, 10), nil)
+		if err != nil {
+			return nil, err
+		}
+		auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
+			return nil, fmt.Errorf("bulk: %d", resp.StatusCode)
+		}
+		var doc struct {
+			Reports []json.RawMessage `json:"reports"`
+		}
+		if err := json.Unmarshal(body, &doc); err != nil {
+			return nil, err
+		}
+		out := map[string][]byte{}
+		for _, raw := range doc.Reports {
+			var r struct {
+				FeedID string `json:"feedID"`
+			}
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return nil, err
+			}
+			out[r.FeedID] = append(append([]byte(`{"report":`), raw...), '}')
+		}
+		return out, nil
+	}
+}
+
+// TestGapBackfilled: an upstream outage stops every stream; when the
+// frames start again the missing seconds are fetched over REST and every
+// subscriber gets every second, in order, once, the fetched ones byte for
+// byte what the WebSocket would have carried.
+func TestGapBackfilled(t *testing.T) {
+	e := newEnv(t, nil)
+	var calls atomic.Int64
+	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = e.restBackfill(&calls), 2*time.Minute })
+	feeds := e.crypto(t, 3)
+	e.run(t, 25*time.Millisecond)
+	a := collect(t, h.Subscribe(feeds, 4096))
+	b := collect(t, h.Subscribe(feeds[:1], 4096))
+	awaitMore(t, []*collector{a, b}, feeds[0], 3)
+
+	e.sim.Outage(time.Hour)
+	time.Sleep(300 * time.Millisecond) // a dozen seconds of the clock
+	e.sim.Outage(0)
+	before := a.count(feeds[0])
+	awaitMore(t, []*collector{a, b}, feeds[0], before+5)
+
+	st := h.Stats()
+	assert.Positive(t, st.Backfilled, "the outage's seconds were fetched")
+	assert.Zero(t, st.Unfilled)
+	assert.Positive(t, calls.Load())
+	assert.LessOrEqual(t, calls.Load(), st.Backfilled, "one bulk call per second for all the feeds")
+	for _, f := range feeds {
+		fs := a.of(f)
+		consecutive(t, fs)
+		for _, x := range fs {
+			if x.ts%7 == 0 { // a sample: the bytes are the upstream's
+				assert.JSONEq(t, string(e.rest(t, f, x.ts)), string(x.data))
+			}
+		}
+	}
+	consecutive(t, b.of(feeds[0]))
+}
+
+// TestGapBeyondBackfillMax: of a gap longer than backfill_max, the newest
+// seconds are filled and the rest counted; nothing comes twice or out of
+// order.
+func TestGapBeyondBackfillMax(t *testing.T) {
+	e := newEnv(t, nil)
+	var calls atomic.Int64
+	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = e.restBackfill(&calls), 3*time.Second })
+	feeds := e.crypto(t, 2)
+	e.run(t, 25*time.Millisecond)
+	a := collect(t, h.Subscribe(feeds, 4096))
+	awaitMore(t, []*collector{a}, feeds[0], 3)
+	e.sim.Outage(time.Hour)
+	time.Sleep(400 * time.Millisecond)
+	e.sim.Outage(0)
+	require.Eventually(t, func() bool { return h.Stats().Unfilled > 0 }, wait, 10*time.Millisecond)
+	awaitMore(t, []*collector{a}, feeds[0], 3)
+	st := h.Stats()
+	assert.Equal(t, int64(2*3), st.Backfilled, "3 seconds of each of the 2 streams")
+	for _, f := range feeds {
+		fs := a.of(f)
+		increasing(t, fs)
+		// The last 3 seconds before the frames came back are there.
+		i := len(fs) - 1
+		for i > 0 && fs[i-1].ts == fs[i].ts-1 {
+			i--
+		}
+		assert.Less(t, i, len(fs)-3, "the seconds after the clipped part are consecutive")
+	}
+}
+
+// TestResume: a consumer that comes back with its watermark gets every
+// report after it, in order, once, then live ones: from the history on the
+// same hub, and over REST on a hub that did not carry the feed (another
+// replica).
+func TestResume(t *testing.T) {
+	e := newEnv(t, nil)
+	var calls atomic.Int64
+	mk := func(c *Config) {
+		c.Backfill, c.BackfillMax, c.History = e.restBackfill(&calls), 2*time.Minute, time.Minute
+	}
+	h := e.hub(t, mk)
+	feeds := e.crypto(t, 2)
+	e.run(t, 25*time.Millisecond)
+	keep := collect(t, h.Subscribe(feeds, 4096)) // keeps the feeds carried
+	first := collect(t, h.Subscribe(feeds, 4096))
+	awaitMore(t, []*collector{first}, feeds[1], 3)
+	first.sub.Close()
+	<-first.done
+	from := map[string]int64{}
+	for _, f := range feeds {
+		fs := first.of(f)
+		from[f] = fs[len(fs)-1].ts
+	}
+	awaitMore(t, []*collector{keep}, feeds[0], 5) // the consumer is away
+
+	sub, now := h.SubscribeFrom(feeds, 4096, from)
+	assert.Positive(t, now, "replayed from the history at once")
+	back := collect(t, sub)
+	awaitMore(t, []*collector{back}, feeds[0], 5)
+	for _, f := range feeds {
+		fs := back.of(f)
+		require.NotEmpty(t, fs)
+		assert.Equal(t, from[f]+1, fs[0].ts, "%s resumes right after its watermark", f)
+		consecutive(t, fs)
+	}
+	assert.Zero(t, calls.Load(), "the history had it all")
+
+	// Another hub, which never carried the feeds: the missed seconds come
+	// over REST, then live ones.
+	other := e.hub(t, mk)
+	from2 := map[string]int64{}
+	for _, f := range feeds {
+		fs := back.of(f)
+		from2[f] = fs[len(fs)-1].ts - 4
+	}
+	sub2, _ := other.SubscribeFrom(feeds, 4096, from2)
+	c2 := collect(t, sub2)
+	awaitMore(t, []*collector{c2}, feeds[0], 8)
+	for _, f := range feeds {
+		fs := c2.of(f)
+		assert.Equal(t, from2[f]+1, fs[0].ts, "%s resumes right after its watermark", f)
+		consecutive(t, fs)
+	}
+	assert.Positive(t, calls.Load())
+	assert.Equal(t, int64(1), other.Stats().Resumed)
+	assert.Positive(t, other.Stats().Replayed)
+}
