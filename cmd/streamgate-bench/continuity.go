@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -86,6 +87,7 @@ func scenarioContinuity(ctx context.Context, o *options) error {
 	fmt.Fprintf(o.out, "continuity: %d WebSocket clients (%d in HA mode), each of %d of %d publishing mainnet streams, over 3 replicas "+
 		"sharing one Redis behind a readiness-aware balancer; clients reconnect 1 s after a close; %v steady between a rolling restart "+
 		"of every replica and an upstream outage of 8 s\n", o.conc, o.conc/10, continuityFeedsPerClient, len(feeds), o.dur)
+	var runs []*contRun
 	for _, side := range []struct {
 		name       string
 		continuity bool
@@ -98,10 +100,15 @@ func scenarioContinuity(ctx context.Context, o *options) error {
 			return fmt.Errorf("%s: %w", side.name, err)
 		}
 		r.print(o, side.name)
+		runs = append(runs, r)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
+	a, b := runs[0], runs[1]
+	fmt.Fprintf(o.out, "against the baseline: missing pairs %d vs %d (plain), %d vs %d (HA); heap %+.1f MiB (%+.0f KiB per stream and replica, the history and what else resume and backfill hold)\n",
+		a.missing, b.missing, a.haMissing, b.haMissing, (float64(a.heapInUse)-float64(b.heapInUse))/(1<<20),
+		(float64(a.heapInUse)-float64(b.heapInUse))/1024/float64(3*len(feeds)))
 	return nil
 }
 
@@ -200,6 +207,9 @@ type contRun struct {
 	liveTimeouts                   int64
 	historyKeys                    int
 	historyBytes, historyEntries   int64
+	heapInUse                      uint64  // this process (replicas, clients, simulator) after the count, after a collection
+	frameBytes                     float64 // mean frame of the streams, as the upstream sends it
+	historySeconds                 int64   // realtime.resume_window: the seconds of history each replica keeps per stream
 	restart, outage                time.Duration
 	lastErr                        string
 }
@@ -420,7 +430,26 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 			break
 		}
 	}
-	// The history in Redis: every key of type stream.
+	// The process's heap while everything is still up, after a collection:
+	// compared with the baseline's (no history), it is the history's cost.
+	run.heapInUse, _ = heap()
+	for _, f := range feeds {
+		rep, ok := sim.Report(simulator.Mainnet, f, hi[slices.Index(feeds, f)])
+		if !ok {
+			return nil, fmt.Errorf("the simulator has no report of %s", f)
+		}
+		b, err := json.Marshal(struct {
+			Report simulator.Report `json:"report"`
+		}{rep})
+		if err != nil {
+			return nil, err
+		}
+		run.frameBytes += float64(len(b)) / float64(len(feeds))
+	}
+	if continuity {
+		run.historySeconds = int64(config.Default().Realtime.ResumeWindow / time.Second)
+	}
+	// The history in Redis, if any: every key of type stream.
 	var cursor uint64
 	for {
 		keys, next, err := admin.ScanType(ctx, cursor, "*", 1000, "stream").Result()
@@ -561,11 +590,14 @@ func (r *contRun) print(o *options, name string) {
 		fmt.Fprintf(o.out, "  reconnect to live (every stream at the newest second seen when it connected): p50 %s, p99 %s, max %s over %d reconnects\n",
 			fmtDur(r.toLive.quantile(0.5)), fmtDur(r.toLive.quantile(0.99)), fmtDur(r.toLive.max), r.toLive.n)
 	}
+	fmt.Fprintf(o.out, "  heap in use at the end (this process: 3 replicas, %d clients, the simulator): %.1f MiB\n", r.clients, float64(r.heapInUse)/(1<<20))
+	if r.historySeconds > 0 {
+		fmt.Fprintf(o.out, "  history per stream and replica: %d s × %.0f-byte frames = %.0f KiB of frames (the hub keeps each frame of the last resume_window)\n",
+			r.historySeconds, r.frameBytes, float64(r.historySeconds)*r.frameBytes/1024)
+	}
 	if r.historyKeys > 0 {
 		fmt.Fprintf(o.out, "  history in Redis: %d stream keys, %d entries, %d bytes: %.0f bytes and %.0f entries per key\n",
 			r.historyKeys, r.historyEntries, r.historyBytes, float64(r.historyBytes)/float64(r.historyKeys), float64(r.historyEntries)/float64(r.historyKeys))
-	} else {
-		fmt.Fprintf(o.out, "  history in Redis: none\n")
 	}
 	if r.lastErr != "" {
 		fmt.Fprintf(o.out, "  a client's last error: %.200s\n", r.lastErr)
