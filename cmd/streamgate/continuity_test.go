@@ -307,7 +307,8 @@ type tally struct {
 	missing    int // (stream, second) pairs of the scenario's window never received
 	repeated   int // reports received during the scenario that the client already had
 	disordered int // reports received during the scenario after a later one of their stream
-	first      []string
+	first      []string // the first missing pairs
+	odd        []string // the first pairs received twice or out of order
 }
 
 // count tallies scenario phase, whose window is (lo[feed], hi[feed]].
@@ -323,8 +324,14 @@ func (sc *streamClient) count(phase int32, lo, hi map[string]int64) tally {
 				switch {
 				case seen[r.ts]:
 					t.repeated++
+					if len(t.odd) < 6 {
+						t.odd = append(t.odd, fmt.Sprintf("twice %s…@%d", feed[:14], r.ts))
+					}
 				case r.ts < top:
 					t.disordered++
+					if len(t.odd) < 6 {
+						t.odd = append(t.odd, fmt.Sprintf("late %s…@%d after %d", feed[:14], r.ts, top))
+					}
 				}
 			}
 			seen[r.ts] = true
@@ -482,8 +489,8 @@ func TestStreamingContinuity(t *testing.T) {
 	fmt.Fprintf(&report, "%-52s %-8s %8s %9s %11s %9s\n", "scenario", "client", "missing", "repeated", "disordered", "connects")
 	for _, r := range rows {
 		r.client.mu.Lock()
-		fmt.Fprintf(&report, "%-52s %-8s %8d %9d %11d %9d %v\n", r.scenario, r.client.name, r.missing, r.repeated, r.disordered,
-			r.client.connects, r.first)
+		fmt.Fprintf(&report, "%-52s %-8s %8d %9d %11d %9d %v %v\n", r.scenario, r.client.name, r.missing, r.repeated, r.disordered,
+			r.client.connects, r.first, r.odd)
 		r.client.mu.Unlock()
 	}
 	t.Logf("(stream, second) pairs per client and scenario:\n%s", report.String())
@@ -493,8 +500,8 @@ func TestStreamingContinuity(t *testing.T) {
 	for _, r := range rows {
 		assert.Zero(t, r.missing, "%s: %s missed (stream, second) pairs: %v", r.scenario, r.client.name, r.first)
 		if !r.client.ha {
-			assert.Zero(t, r.repeated, "%s: %s received reports twice", r.scenario, r.client.name)
-			assert.Zero(t, r.disordered, "%s: %s received reports out of order", r.scenario, r.client.name)
+			assert.Zero(t, r.repeated, "%s: %s received reports twice: %v", r.scenario, r.client.name, r.odd)
+			assert.Zero(t, r.disordered, "%s: %s received reports out of order: %v", r.scenario, r.client.name, r.odd)
 		}
 	}
 	for _, sc := range clients {
