@@ -304,9 +304,9 @@ func (sc *streamClient) highestOf(feed string) int64 {
 
 // tally is what one client saw of one scenario.
 type tally struct {
-	missing    int // (stream, second) pairs of the scenario's window never received
-	repeated   int // reports received during the scenario that the client already had
-	disordered int // reports received during the scenario after a later one of their stream
+	missing    int      // (stream, second) pairs of the scenario's window never received
+	repeated   int      // reports received during the scenario that the client already had
+	disordered int      // reports received during the scenario after a later one of their stream
 	first      []string // the first missing pairs
 	odd        []string // the first pairs received twice or out of order
 }
