@@ -180,26 +180,37 @@ type received struct {
 }
 
 func (sc *streamClient) run(ctx context.Context, wg *sync.WaitGroup) {
-	origins := []string{""}
-	if sc.ha {
-		origins = sc.discover(ctx)
-	}
-	sc.mu.Lock()
-	sc.origins = origins
-	sc.mu.Unlock()
-	for _, origin := range origins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				sc.stream(ctx, origin)
-				select { // the SDKs' reconnect delay
-				case <-ctx.Done():
-				case <-time.After(time.Second):
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		origins := []string{""}
+		if sc.ha {
+			origins = sc.discover(ctx)
+		}
+		sc.mu.Lock()
+		sc.origins = origins
+		sc.mu.Unlock()
+		for _, origin := range origins {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					sc.stream(ctx, origin)
+					select { // the SDKs' reconnect delay
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
 				}
-			}
-		}()
-	}
+			}()
+		}
+	}()
+}
+
+// failed notes an error the client cannot go on from.
+func (sc *streamClient) failed(err error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.lastErr = err.Error()
 }
 
 // discover asks for the origins with a signed HEAD /, retrying every
@@ -209,7 +220,8 @@ func (sc *streamClient) discover(ctx context.Context) []string {
 	for ctx.Err() == nil {
 		req, err := http.NewRequestWithContext(ctx, http.MethodHead, httpBase+"/", nil)
 		if err != nil {
-			panic(err)
+			sc.failed(err)
+			return nil
 		}
 		sc.s.sign(req)
 		resp, err := http.DefaultClient.Do(req)
@@ -236,7 +248,8 @@ func (sc *streamClient) stream(ctx context.Context, origin string) {
 	target := "/api/v1/ws?feedIDs=" + strings.Join(sc.feeds, ",")
 	req, err := http.NewRequest(http.MethodGet, "http"+strings.TrimPrefix(sc.base, "ws")+target, nil)
 	if err != nil {
-		panic(err)
+		sc.failed(err)
+		return
 	}
 	sc.s.sign(req)
 	h := http.Header{}
