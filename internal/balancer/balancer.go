@@ -253,6 +253,11 @@ func (b *Balancer) relay(c net.Conn) {
 		b.open.Delete(c)
 		b.open.Delete(up)
 	}()
+	if b.ctx.Err() != nil { // Close ran while this one was dialling
+		c.Close()
+		up.Close()
+		return
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
