@@ -80,6 +80,7 @@ func TestContinuityKeys(t *testing.T) {
 		{"realtime: {client_origins: [a, b, c, d, e, f, g, h, i]}\n", "realtime.client_origins"},
 		{"realtime: {drain_delay: -1s}\n", "realtime.drain_delay"},
 		{"realtime: {drain_delay: 11m}\n", "realtime.drain_delay"},
+		{"realtime: {drain_delay: 20s}\n", "shorter than server.shutdown_timeout"},
 		{"realtime: {resume_window: 2h}\n", "realtime.resume_window"},
 		{"realtime: {backfill_max: -1s}\n", "realtime.backfill_max"},
 	} {

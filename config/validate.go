@@ -93,6 +93,9 @@ func (c *Config) Validate() error {
 	}
 	v.cache(&c.Cache)
 	v.realtime(&c.Realtime)
+	if c.Realtime.DrainDelay > 0 && c.Server.ShutdownTimeout > 0 && c.Realtime.DrainDelay >= c.Server.ShutdownTimeout {
+		v.add("realtime.drain_delay", "must be shorter than server.shutdown_timeout (%s): the drain runs within it", c.Server.ShutdownTimeout)
+	}
 	v.rateLimit(&c.RateLimit)
 	v.teams(c.Teams, c.Networks)
 	if len(v.problems) == 0 {

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"streamgate/auth"
@@ -76,6 +77,10 @@ type Deps struct {
 	// Gates check the DON's signatures of the reports of each network
 	// where they enter (don.Gate); a network without one checks none.
 	Gates map[string]*don.Gate
+	// ResumeRedis, if non-nil, shares the stream clients' watermarks with
+	// the other replicas, so that a client resumes on any of them
+	// (realtime.resume_window); nil: each replica keeps its own.
+	ResumeRedis *redis.Client
 }
 
 // Upstream is an upstream's address and the organisation's credential
@@ -104,6 +109,7 @@ type Gateway struct {
 	// observed (access log, metrics, request ID) like every answer.
 	unknownHost http.Handler
 	conns       *teamConns // WebSocket connections per team
+	resume      *resumeStore
 
 	replayStore  auth.ReplayStore
 	replayRecord *auth.ReplayRecord // the signatures seen, kept across reloads
@@ -188,6 +194,9 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
+	if cfg.Realtime.ResumeWindow > 0 && len(deps.Hubs) > 0 {
+		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, deps.ResumeRedis, g.log)
+	}
 	g.unknownHost = observe("unknown-host", accessLog, g.metrics, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
 		writeError(w, errorf(http.StatusNotFound, "unknown host: no network is served under this name"))
@@ -255,6 +264,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 			hub:       deps.Hubs[name],
 			gate:      deps.Gates[name],
 			conns:     g.conns,
+			resume:    g.resume,
 			ws: newWSSettings(cfg.Realtime.ClientQueue, cfg.Realtime.PingInterval, cfg.Realtime.TeamConnections,
 				cfg.Realtime.ClientOrigins),
 		}
@@ -408,6 +418,10 @@ func (g *Gateway) policy() *policy { return g.pol.Load() }
 // Close stops the gateway's background work (the latest refreshers);
 // requests still waiting for a refresh get an error.
 func (g *Gateway) Close() {
+	g.conns.wait()
+	if g.resume != nil {
+		g.resume.close()
+	}
 	for _, n := range g.networks {
 		n.fresh.close()
 	}

@@ -37,6 +37,7 @@ type Metrics struct {
 	refreshWaits      *prometheus.HistogramVec
 	wsClients         *prometheus.GaugeVec
 	wsClientsByOrigin *prometheus.GaugeVec
+	wsDrains          prometheus.Gauge
 	wsClientCloses    *prometheus.CounterVec
 	wsRefusals        *prometheus.CounterVec
 	wsStopped         *prometheus.CounterVec
@@ -158,8 +159,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wsClientsByOrigin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "streamgate_ws_clients_by_origin", Help: "Client WebSocket connections open, by network and the HA origin the client named (X-Cll-Origin; none without).",
 		}, []string{"network", "origin"}),
+		wsDrains: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "streamgate_ws_drains_in_progress", Help: "1 while this replica closes its stream clients in steps (shutdown, realtime.drain_delay passed).",
+		}),
 		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
+			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, drain: closed in steps while the replica shuts down, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
 		}, []string{"network", "reason"}),
 		wsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit; upstream_budget: the upstream connections cannot carry the streams asked for, 503).",
@@ -174,7 +178,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientsByOrigin, m.wsClientCloses, m.wsRefusals, m.wsStopped,
+			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientsByOrigin, m.wsDrains, m.wsClientCloses, m.wsRefusals, m.wsStopped,
 			m.latestAges, m.latestWaitTimeout, m.refreshes, m.refreshWaits,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
@@ -318,6 +322,12 @@ func (m *Metrics) wsClient(network, origin string, delta float64) {
 			origin = "none"
 		}
 		m.wsClientsByOrigin.WithLabelValues(network, origin).Add(delta)
+	}
+}
+
+func (m *Metrics) wsDrain(delta float64) {
+	if m != nil {
+		m.wsDrains.Add(delta)
 	}
 }
 

@@ -38,6 +38,9 @@ type network struct {
 	fresh *refresher    // schedules latest refreshes within the budget
 	ws    wsSettings
 	conns *teamConns // the gateway's, shared by its networks
+	// resume keeps the stream clients' watermarks (wsresume.go); nil:
+	// realtime.resume_window is 0.
+	resume *resumeStore
 
 	pol      *atomic.Pointer[policy]
 	cache    *cache.Store

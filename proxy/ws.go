@@ -74,6 +74,25 @@ type teamConns struct {
 	clients map[*wsClient]struct{}
 }
 
+// wsEndWait bounds how long Gateway.Close waits for the stream clients'
+// handlers to finish (their close handshake, their resume record).
+const wsEndWait = wsCloseWait + time.Second
+
+// wait waits for the handlers of the open clients to finish, within
+// wsEndWait.
+func (tc *teamConns) wait() {
+	deadline := time.Now().Add(wsEndWait)
+	for {
+		tc.mu.Lock()
+		n := len(tc.clients)
+		tc.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // acquire takes one of the team's limit connections; release gives it
 // back.
 func (tc *teamConns) acquire(ctx context.Context, team string, limit int) (release func(), ok bool) {
@@ -114,6 +133,12 @@ func (tc *teamConns) recheck(pol *policy) {
 type wsClient struct {
 	network string
 	team    string
+	keyID   string
+	origin  string // the HA origin it named; "" none
+	mark    *resumeMark
+	// drain asks the handler to close the connection (1001): the gateway
+	// shuts down (DrainStreams).
+	drain   chan struct{}
 	upgrade *http.Request // the signed upgrade request; alive as long as the handler
 	sub     *realtime.Subscription
 	feeds   []string // the streams still sent; owned by recheck's caller (one reload at a time)
@@ -238,9 +263,17 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer release()
+	// A client that comes back within realtime.resume_window gets what it
+	// missed first (wsresume.go).
+	var resumeAs string
+	var from map[string]int64
+	if n.resume != nil {
+		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, rq.feeds)
+		from, _ = n.resume.load(r.Context(), resumeAs)
+	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
-	sub, err := n.hub.SubscribeWithin(rq.feeds, n.ws.queue)
+	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from)
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -258,15 +291,21 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	n.metrics.wsClient(n.name, origin, 1)
 	defer n.metrics.wsClient(n.name, origin, -1)
 
-	wc := &wsClient{network: n.name, team: team, upgrade: r, sub: sub,
-		feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1),
+	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
+		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	if n.resume != nil {
+		wc.mark = n.resume.track(resumeAs, from)
+	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)
+	if wc.mark != nil {
+		defer func() { n.resume.end(wc.mark, wc.mark.closedByClient.Load()) }()
+	}
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
 	wc.recheck(n.policy())
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc.revoked, wantsDecoded(r)))
+	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -59,6 +60,9 @@ var wsBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return
 type wsConn struct {
 	conn net.Conn
 	mu   sync.Mutex
+	// closing is set once the gateway sends its close frame: a close frame
+	// from the client afterwards is its reply, not its own close.
+	closing atomic.Bool
 }
 
 // Write writes p whole under the write lock, bounded by wsWriteTimeout; the
@@ -113,6 +117,7 @@ func (c *wsConn) writeControl(op ws.OpCode, payload []byte) error {
 // closeWith sends a close frame with code and reason, then waits for the
 // client's (the read loop ending, readDone) for at most wsCloseWait.
 func (c *wsConn) closeWith(code ws.StatusCode, reason string, readDone <-chan error) {
+	c.closing.Store(true)
 	if c.writeControl(ws.OpClose, ws.NewCloseFrameBody(code, reason)) != nil {
 		return
 	}
@@ -186,16 +191,29 @@ var errShutdown = errors.New("the gateway is shutting down")
 //
 // With decoded, each frame goes out as the decoded view of its report, one
 // text frame per report, instead of the upstream's binary frame.
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, revoked <-chan string, decoded bool) string {
+//
+// wc.mark, if not nil, records the watermark of every stream written
+// (resume); a signal on wc.drain closes the client with 1001 (the gateway
+// shuts down, DrainStreams).
+func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
+	revoked, drainCh, mark := wc.revoked, wc.drain, wc.mark
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
 	pong := make(chan struct{}, 1)
-	go func() { readDone <- c.readLoop(br, pong) }()
+	go func() {
+		err := c.readLoop(br, pong)
+		var closeFrame wsutil.ClosedError
+		if mark != nil && errors.As(err, &closeFrame) && !c.closing.Load() {
+			mark.closedByClient.Store(true)
+		}
+		readDone <- err
+	}()
 
 	ping := time.NewTicker(n.ws.pingInterval)
 	defer ping.Stop()
 	awaiting := false
 	frames := make([][]byte, 0, 8)
+	var raw [][]byte // the frames before decoding, for mark
 	for {
 		select {
 		case f, ok := <-sub.C():
@@ -205,6 +223,11 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			frames, ok = drain(append(frames[:0], f), sub.C())
 			frames = slices.DeleteFunc(frames, func(f []byte) bool { return !sub.Keep(f) })
 			op := ws.OpBinary
+			written := frames
+			if decoded && mark != nil {
+				raw = append(raw[:0], frames...)
+				written = raw
+			}
 			if decoded {
 				op = ws.OpText
 				for i, f := range frames {
@@ -216,8 +239,12 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			var err error
 			if len(frames) > 0 {
 				err = c.writeBatch(frames, op)
+				if err == nil && mark != nil {
+					mark.written(written)
+				}
 			}
 			clear(frames) // hold no frame while waiting
+			clear(raw)
 			if err != nil {
 				return "write"
 			}
@@ -235,6 +262,9 @@ func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			}
 		case <-pong:
 			awaiting = false
+		case <-drainCh:
+			c.closeWith(ws.StatusGoingAway, reasonDrain, readDone)
+			return "drain"
 		case reason := <-revoked:
 			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
 			return "revoked"

@@ -222,18 +222,16 @@ func (r *resumeFill) done(got []histFrame) {
 		}
 		next = x.ts
 	}
-	if r.tries < maxResumeTries && h.ctx.Err() == nil {
-		switch now := h.cfg.Now().Unix(); {
-		case gap > 0:
-			h.bf.add(r.job(next+1, gap))
-			f.mu.Unlock()
-			return
-		case next < now-fillUnpublished:
-			// No live frame yet: what was published meanwhile too.
-			h.bf.add(r.job(next+1, now-1))
-			f.mu.Unlock()
-			return
-		}
+	if gap > 0 && r.tries < maxResumeTries && h.ctx.Err() == nil {
+		h.bf.add(r.job(next+1, gap))
+		f.mu.Unlock()
+		return
+	}
+	if f.watermark == 0 && next > r.from && f.filling == 0 {
+		// No live frame here yet (the hub did not carry the feed): the
+		// first one is a gap after what was replayed, filled for every
+		// subscriber.
+		f.watermark = next
 	}
 	ok := s.unhold(f.id, nil)
 	f.mu.Unlock()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/auth"
 	"streamgate/simulator"
@@ -185,4 +187,22 @@ func TestResume(t *testing.T) {
 	assert.Positive(t, calls.Load())
 	assert.Equal(t, int64(1), other.Stats().Resumed)
 	assert.Positive(t, other.Stats().Replayed)
+}
+
+// TestUpstreamBackLogged: a lost upstream connection is logged when lost
+// and again when it is back.
+func TestUpstreamBackLogged(t *testing.T) {
+	e := newEnv(t, nil)
+	core, logs := observer.New(zap.InfoLevel)
+	h := e.hub(t, func(c *Config) { c.Logger = zap.New(core) })
+	feeds := e.crypto(t, 1)
+	e.run(t, 25*time.Millisecond)
+	a := collect(t, h.Subscribe(feeds, 4096))
+	awaitMore(t, []*collector{a}, feeds[0], 2)
+	require.Positive(t, e.sim.DropWS(simulatorDrop()))
+	require.Eventually(t, func() bool { return logs.FilterMessage("upstream WebSocket back").Len() > 0 }, wait, 10*time.Millisecond)
+	assert.Positive(t, logs.FilterMessage("upstream WebSocket lost").Len())
+	back := logs.FilterMessage("upstream WebSocket back").All()[0]
+	assert.Equal(t, "mainnet", back.ContextMap()["network"])
+	assert.Contains(t, back.ContextMap(), "down")
 }

@@ -43,6 +43,13 @@ func parseFrame(frame []byte) (feed []byte, ts int64, ok bool) {
 	return feed, ts, true
 }
 
+// FrameTime returns the feed ID (a slice of frame) and the
+// observationsTimestamp of a report frame, as the hub reads them; ok is
+// false for a frame that is not a report.
+func FrameTime(frame []byte) (feed []byte, observationsTimestamp int64, ok bool) {
+	return parseFrame(frame)
+}
+
 // validFeedID reports whether id is 0x and 64 lower-case hex digits.
 func validFeedID[T string | []byte](id T) bool {
 	if len(id) != feedIDLen || id[0] != '0' || id[1] != 'x' {

@@ -427,6 +427,15 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64) (*Subs
 	return s, replayed
 }
 
+// subscribeFrom is Subscribe, or SubscribeFrom when from is not empty.
+func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64) *Subscription {
+	if len(from) == 0 {
+		from = nil
+	}
+	s, _ := h.subscribe(feeds, queue, from)
+	return s
+}
+
 // ErrNoRoom is the error of SubscribeWithin when the upstream connection
 // budget cannot carry the feeds asked for.
 var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
@@ -446,16 +455,22 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // consumer. No Redis call: the figures are those of the last reconcile
 // and tick.
 func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
+	return h.SubscribeWithinFrom(feeds, queue, nil)
+}
+
+// SubscribeWithinFrom is SubscribeWithin for a consumer that comes back
+// with its watermarks (see SubscribeFrom); nil from: a new consumer.
+func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64) (*Subscription, error) {
 	if h.sh != nil && h.sh.shared.Load() {
 		if !h.roomShared(feeds, h.sh.room.Load()) {
 			return nil, ErrNoRoom
 		}
-		return h.Subscribe(feeds, queue), nil
+		return h.subscribeFrom(feeds, queue, from), nil
 	}
 	capacity := h.capacity.Load()
 	carried := h.carried.Load()
 	if capacity == 0 || carried == nil {
-		return h.Subscribe(feeds, queue), nil
+		return h.subscribeFrom(feeds, queue, from), nil
 	}
 	h.mu.Lock()
 	fresh, all := 0, true
@@ -474,7 +489,7 @@ func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) 
 	h.mu.Unlock()
 	// A consumer admitted between the check and Subscribe may take the
 	// last room; the window is a few instructions wide.
-	return h.Subscribe(feeds, queue), nil
+	return h.subscribeFrom(feeds, queue, from), nil
 }
 
 // roomShared reports whether the union u of a sharing hub's last tick has

@@ -124,6 +124,7 @@ func (l *link) run() {
 		h.kick()
 	}()
 	log := h.log.With(zap.String("origin", l.origin), zap.Int("feeds", len(l.feeds)))
+	var lostAt time.Time // when the connection was lost or first refused; zero while up
 	for attempt := 0; ; attempt++ {
 		l.setState(pConnecting)
 		c, err := l.dial()
@@ -131,9 +132,17 @@ func (l *link) run() {
 			if l.ctx.Err() != nil {
 				return
 			}
+			if lostAt.IsZero() {
+				lostAt = time.Now()
+			}
 			h.reconnected(reasonRefused)
 			log.Warn("upstream WebSocket refused", zap.Error(err), zap.Int("attempt", attempt+1))
 		} else {
+			if !lostAt.IsZero() {
+				log.Info("upstream WebSocket back", zap.Int("attempts", attempt+1),
+					zap.Duration("down", time.Since(lostAt).Round(time.Millisecond)))
+				lostAt = time.Time{}
+			}
 			sess := &session{id: h.sessN.Add(1)}
 			sess.alive.Store(true)
 			l.sess.Store(sess)
@@ -148,6 +157,7 @@ func (l *link) run() {
 				return
 			}
 			h.reconnected(reason)
+			lostAt = time.Now()
 			log.Warn("upstream WebSocket lost", zap.String("reason", reason), zap.Int64("frames", frames))
 			if frames > 0 {
 				attempt = 0

@@ -173,6 +173,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Embedded:    embedded,
 		Hubs:        s.hubs,
 		Gates:       s.gates,
+		ResumeRedis: s.resumeRedis(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -297,6 +298,15 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		s.backfillOf[name] = backfill
 	}
 	return nil
+}
+
+// resumeRedis is the Redis that shares the stream clients' watermarks:
+// the limits' when the replicas share the stream; nil otherwise.
+func (s *Server) resumeRedis(cfg *config.Config) *redis.Client {
+	if !cfg.Shared() {
+		return nil
+	}
+	return s.limits.Redis()
 }
 
 // errNotStarted: a hub asked for a backfill before the gateway was built.
@@ -446,15 +456,31 @@ func (s *Server) statusFacts() status.Facts {
 // Status is the status page's sampler.
 func (s *Server) Status() *status.Sampler { return s.status }
 
-// Shutdown drains: /readyz answers 503 at once, the listeners stop
-// accepting and the requests in flight are finished (connections still
-// open when ctx ends are closed), then the embedded upstream they may still
-// be calling stops, then the admin listener; finally the cache and the
-// limits are released. It returns the first error of the drain.
+// Shutdown drains: /readyz answers 503 at once; the replica goes on
+// serving for realtime.drain_delay (when it streams), so that a balancer
+// stops routing to it; then the listeners stop accepting and the requests
+// in flight are finished (connections still open when ctx ends are
+// closed), the stream clients are closed in steps (an HA client's two
+// connections never together), the hubs hand over and close, then the
+// embedded upstream they may still be calling stops, then the admin
+// listener; finally the cache and the limits are released. It returns the
+// first error of the drain. Close skips the delay and the steps.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() {
 		s.draining.Store(true)
 		s.log.Info("draining")
+		// Not ready from now on; the stream clients keep streaming for
+		// realtime.drain_delay, so that the balancer stops routing to this
+		// replica before any of them reconnects.
+		if d := s.cfg.Load().Realtime.DrainDelay; d > 0 && len(s.hubs) > 0 && s.gw != nil {
+			s.log.Info("streaming on while the balancer lets this replica go", zap.Duration("drain_delay", d))
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		if s.warmStop != nil {
 			s.warmStop()
 			<-s.warmDone
@@ -463,10 +489,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err != nil {
 			s.log.Warn("drain incomplete: closing the connections still open", zap.Error(err))
 		}
-		// WebSocket clients are not part of the drain: closing the hubs
-		// ends their subscriptions, and each client is closed with 1001.
-		// A sharing hub first hands its chunks over to another replica
-		// (within realtime.share_lease): the hubs close together.
+		// Then the stream clients are closed (1001) in steps, an HA
+		// client's second connection once its first has reconnected
+		// (proxy.Gateway.DrainStreams); closing the hubs ends the
+		// subscriptions of any left. A sharing hub first hands its chunks
+		// over to another replica (within realtime.share_lease): the hubs
+		// close together.
+		if s.gw != nil {
+			s.gw.DrainStreams(ctx)
+		}
 		s.status.Stop()
 		var hubs sync.WaitGroup
 		for _, h := range s.hubs {

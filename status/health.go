@@ -25,12 +25,16 @@ const (
 
 // Metric names of the other packages that the headline reads.
 const (
-	metricBreakerState   = "streamgate_redis_breaker_state"
-	metricSharedUp       = "streamgate_cache_shared_up"
-	metricSharedSaved    = "streamgate_cache_shared_fills_saved_total"
-	metricReplayFull     = "streamgate_replay_record_full_total"
-	metricWSReconnects   = "streamgate_ws_reconnects_total"
-	metricBudgetRefusals = "streamgate_upstream_budget_refusals_total"
+	metricBreakerState = "streamgate_redis_breaker_state"
+	metricSharedUp     = "streamgate_cache_shared_up"
+	metricSharedSaved  = "streamgate_cache_shared_fills_saved_total"
+	metricReplayFull   = "streamgate_replay_record_full_total"
+	metricWSReconnects = "streamgate_ws_reconnects_total"
+	// The stream clients by HA origin, and the drain in steps of a
+	// replica that shuts down.
+	metricWSClientsByOrigin = "streamgate_ws_clients_by_origin"
+	metricWSDrains          = "streamgate_ws_drains_in_progress"
+	metricBudgetRefusals    = "streamgate_upstream_budget_refusals_total"
 )
 
 // The headline's states.

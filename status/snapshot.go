@@ -154,6 +154,17 @@ type Hub struct {
 	Subscribers     int              `json:"subscribers"`
 	Clients         int64            `json:"clients"`
 	Reconnects      map[string]int64 `json:"reconnects"`
+	// ClientsByOrigin are the client connections by the HA origin they
+	// named ("none" without).
+	ClientsByOrigin map[string]int64 `json:"clients_by_origin,omitempty"`
+	// Continuity: (stream, second) pairs of gaps filled over REST and not
+	// filled; clients resumed and the reports replayed to them; whether
+	// the replica is closing its stream clients in steps (shutdown).
+	Backfilled int64 `json:"seconds_backfilled"`
+	Unfilled   int64 `json:"seconds_unfilled"`
+	Resumed    int64 `json:"clients_resumed"`
+	Replayed   int64 `json:"reports_replayed"`
+	Draining   bool  `json:"draining"`
 	// Share is the stream sharing with the other replicas; nil when the
 	// hub does not share.
 	Share *HubShare `json:"share,omitempty"`
@@ -343,7 +354,19 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			h := &Hub{FeedsWanted: st.FeedsWanted, FeedsSubscribed: st.FeedsSubscribed, FeedsUncarried: st.FeedsUncarried,
 				FeedsLive:   st.FeedsLive,
 				Subscribers: st.Subscribers, Reconnects: st.Reconnects,
-				Clients: int64(cur.sum("streamgate_ws_clients", match, nil))}
+				Clients:    int64(cur.sum("streamgate_ws_clients", match, nil)),
+				Backfilled: st.Backfilled, Unfilled: st.Unfilled, Resumed: st.Resumed, Replayed: st.Replayed}
+			if v, ok := cur.value(metricWSDrains, nil); ok && v > 0 {
+				h.Draining = true
+			}
+			for o, v := range cur.by(metricWSClientsByOrigin, "origin", match) {
+				if v > 0 {
+					if h.ClientsByOrigin == nil {
+						h.ClientsByOrigin = map[string]int64{}
+					}
+					h.ClientsByOrigin[o] = int64(v)
+				}
+			}
 			for _, c := range st.Connections {
 				h.Connections = append(h.Connections, HubConn{Origin: c.Origin, State: c.State, Feeds: c.Feeds})
 			}

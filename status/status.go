@@ -201,6 +201,8 @@ var families = map[string]bool{
 	MetricBudgetRPS:                                true,
 	MetricBudgetEffectiveRPS:                       true,
 	MetricGapsUnfilled:                             true,
+	metricWSClientsByOrigin:                        true,
+	metricWSDrains:                                 true,
 }
 
 // Sample gathers the registry once and computes a new snapshot.

@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"streamgate/realtime"
+)
+
+// Resume: a client whose connection the gateway ended or lost comes back
+// where it left off.
+//
+// A client is identified by its key ID, the network, the sorted set of its
+// streams and the HA origin it named (X-Cll-Origin; an HA client's two
+// connections are two clients). While it streams, the gateway keeps, per
+// stream, the observationsTimestamp of the last report written to it (its
+// watermark), in memory and, with the Redis limits, in Redis for every
+// replica (a record per client, written at most every resumeFlush and
+// when the connection ends, expiring after realtime.resume_window). A
+// client that connects with the same identity within the window gets,
+// before live reports, every report after its watermarks
+// (realtime.Hub.SubscribeFrom). A client that closed its connection itself
+// (a close frame) starts afresh next time: its record is deleted. One away
+// longer than the window starts live, like a new client.
+
+// resumeFlush is how often the watermarks of open connections are written.
+const resumeFlush = 100 * time.Millisecond
+
+// resumeIOTimeout bounds one Redis call of the resume store.
+const resumeIOTimeout = 200 * time.Millisecond
+
+// resumeRecord is a client's watermarks and when they were written.
+type resumeRecord struct {
+	At    int64            `json:"at"`   // Unix milliseconds
+	Conn  string           `json:"conn"` // the connection that wrote it
+	Marks map[string]int64 `json:"marks"`
+}
+
+// resumeStore keeps the clients' watermarks: in memory, and in Redis when
+// the replicas share one.
+type resumeStore struct {
+	window time.Duration
+	rc     *redis.Client // nil: memory only
+	log    *zap.Logger
+	now    func() time.Time
+
+	// wmu orders the writes: a flush's snapshot is written before a
+	// connection's end writes or deletes its record.
+	wmu    sync.Mutex
+	mu     sync.Mutex
+	mem    map[string]resumeRecord  // memory only
+	open   map[*resumeMark]struct{} // the connections streaming
+	stop   chan struct{}
+	done   chan struct{}
+	start  sync.Once // the flusher starts with the first connection
+	logged time.Time
+}
+
+func newResumeStore(window time.Duration, rc *redis.Client, log *zap.Logger) *resumeStore {
+	s := &resumeStore{window: window, rc: rc, log: log, now: time.Now,
+		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	return s
+}
+
+// resumeKey is the Redis key of an identity: hashed, so that no key ID
+// appears in Redis.
+func resumeKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "streamgate:ws:v1:resume:" + hex.EncodeToString(sum[:16])
+}
+
+// resumeID is a client's identity (see above).
+func resumeID(network, keyID, origin string, feeds []string) string {
+	sorted := slices.Clone(feeds)
+	slices.Sort(sorted)
+	return network + "\x00" + keyID + "\x00" + origin + "\x00" + strings.Join(sorted, ",")
+}
+
+// load returns the watermarks of id written within the window.
+func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bool) {
+	rec, ok := s.record(ctx, id)
+	if !ok || s.now().Sub(time.UnixMilli(rec.At)) > s.window || len(rec.Marks) == 0 {
+		return nil, false
+	}
+	return rec.Marks, true
+}
+
+// reconnectedSince reports whether another connection than m's has written
+// the record of m's identity since t: the client came back, here or on
+// another replica.
+func (s *resumeStore) reconnectedSince(ctx context.Context, m *resumeMark, t time.Time) bool {
+	rec, ok := s.record(ctx, m.id)
+	return ok && rec.Conn != m.conn && !time.UnixMilli(rec.At).Before(t.Truncate(time.Millisecond))
+}
+
+// record reads the record of id.
+func (s *resumeStore) record(ctx context.Context, id string) (resumeRecord, bool) {
+	var rec resumeRecord
+	if s.rc == nil {
+		s.mu.Lock()
+		r, ok := s.mem[id]
+		s.mu.Unlock()
+		if !ok {
+			return rec, false
+		}
+		rec = r
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, resumeIOTimeout)
+		defer cancel()
+		b, err := s.rc.Get(ctx, resumeKey(id)).Bytes()
+		if err != nil {
+			if err != redis.Nil {
+				s.failed(err)
+			}
+			return rec, false
+		}
+		if json.Unmarshal(b, &rec) != nil {
+			return rec, false
+		}
+	}
+	return rec, true
+}
+
+// forget deletes the record of id.
+func (s *resumeStore) forget(id string) {
+	if s.rc == nil {
+		s.mu.Lock()
+		delete(s.mem, id)
+		s.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
+	defer cancel()
+	if err := s.rc.Del(ctx, resumeKey(id)).Err(); err != nil {
+		s.failed(err)
+	}
+}
+
+// resumeMark is one open connection's watermarks.
+type resumeMark struct {
+	id   string
+	conn string // random: names the connection in its records
+	// closedByClient is set by the read loop when the client sent a close
+	// frame.
+	closedByClient atomic.Bool
+
+	mu    sync.Mutex
+	marks map[string]int64
+	dirty bool
+}
+
+// track registers a connection of identity id whose watermarks start at
+// from (nil: none).
+func (s *resumeStore) track(id string, from map[string]int64) *resumeMark {
+	s.start.Do(func() { go s.run() })
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	m := &resumeMark{id: id, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{}}
+	for k, v := range from {
+		m.marks[k] = v
+	}
+	s.mu.Lock()
+	s.open[m] = struct{}{}
+	s.mu.Unlock()
+	return m
+}
+
+// written records that frames were written to the client.
+func (m *resumeMark) written(frames [][]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range frames {
+		feed, ts, ok := realtime.FrameTime(f)
+		if !ok {
+			continue
+		}
+		if cur, have := m.marks[string(feed)]; !have || ts > cur {
+			m.marks[string(feed)] = ts
+			m.dirty = true
+		}
+	}
+}
+
+// end stops tracking m: its watermarks are written once more, or deleted
+// when the client closed the connection itself.
+func (s *resumeStore) end(m *resumeMark, clientClosed bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	delete(s.open, m)
+	s.mu.Unlock()
+	if clientClosed {
+		s.forget(m.id)
+		return
+	}
+	m.mu.Lock()
+	rec := resumeRecord{At: s.now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
+	m.mu.Unlock()
+	s.write(map[string]resumeRecord{m.id: rec})
+}
+
+func maps(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// run writes the watermarks that changed every resumeFlush, and drops
+// the memory records past the window.
+func (s *resumeStore) run() {
+	defer close(s.done)
+	t := time.NewTicker(resumeFlush)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.flush()
+	}
+}
+
+// flush writes the records of the connections whose watermarks changed.
+func (s *resumeStore) flush() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	at := s.now().UnixMilli()
+	recs := map[string]resumeRecord{}
+	s.mu.Lock()
+	for m := range s.open {
+		m.mu.Lock()
+		if m.dirty {
+			m.dirty = false
+			recs[m.id] = resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks)}
+		}
+		m.mu.Unlock()
+	}
+	if s.rc == nil {
+		for id, r := range s.mem {
+			if s.now().Sub(time.UnixMilli(r.At)) > s.window {
+				delete(s.mem, id)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(recs) > 0 {
+		s.write(recs)
+	}
+}
+
+// write stores recs: in memory, or in one Redis pipeline, each expiring
+// after the window.
+func (s *resumeStore) write(recs map[string]resumeRecord) {
+	if s.rc == nil {
+		s.mu.Lock()
+		for id, r := range recs {
+			s.mem[id] = r
+		}
+		s.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
+	defer cancel()
+	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for id, r := range recs {
+			b, _ := json.Marshal(r)
+			p.Set(ctx, resumeKey(id), b, s.window)
+		}
+		return nil
+	})
+	if err != nil {
+		s.failed(err)
+	}
+}
+
+// failed logs a Redis failure at most once a minute; resume then starts
+// clients live.
+func (s *resumeStore) failed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.logged) < time.Minute {
+		return
+	}
+	s.logged = time.Now()
+	s.log.Warn("stream resume record in Redis failed: clients may start live", zap.Error(err))
+}
+
+// close stops the flusher after one last flush.
+func (s *resumeStore) close() {
+	started := true
+	s.start.Do(func() { started = false })
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	close(s.stop)
+	if started {
+		<-s.done
+		s.flush()
+	}
+}
