@@ -2,7 +2,8 @@
 // a gateway that is restarted mid-stream: every second of every stream
 // reaches the application, in order. Configured only by the environment
 // (see README.md); `node --test restart.test.mjs`. restart_test.go runs it
-// against a gateway process that it restarts when asked.
+// against a gateway process behind a balancer, which it replaces when
+// asked (the successor ready first, then the old one SIGTERMed).
 
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';

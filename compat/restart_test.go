@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"streamgate/config"
+	"streamgate/internal/balancer"
 	"streamgate/ratelimit/redistest"
 	"streamgate/simulator"
 )
@@ -30,9 +29,11 @@ const restartTimeout = 4 * time.Minute
 
 // TestSDKStreamRestart runs restart.test.mjs: the SDK's createStream, plain
 // and in haMode, through a gateway process (the real binary, its limits
-// and stream state in a redis-server) that the script has restarted
-// mid-stream (SIGTERM, then a new process on the same port); every second
-// of every stream must reach the application.
+// and stream state in a redis-server) behind a readiness-aware balancer,
+// which the script has restarted mid-stream as a Kubernetes rolling update
+// does: the new process started and ready first, then the old one
+// SIGTERMed (it turns not ready, drains and exits); every second of every
+// stream must reach the application.
 func TestSDKStreamRestart(t *testing.T) {
 	node, npm := tools(t)
 	rds := redistest.New(t) // skips when redis-server is missing
@@ -59,14 +60,13 @@ func TestSDKStreamRestart(t *testing.T) {
 	up := httptest.NewServer(sim.Handler(simulator.Mainnet))
 	t.Cleanup(up.Close)
 
-	port := freePort(t)
 	cfgPath := filepath.Join(dir, "streamgate.yaml")
 	cfg := fmt.Sprintf(`server:
   admin_listen: "127.0.0.1:0"
   shutdown_timeout: 20s
 networks:
   mainnet:
-    listen: "127.0.0.1:%d"
+    listen: "127.0.0.1:0"
     upstream:
       url: %s
       ws_url: ws%s
@@ -83,15 +83,24 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, port, up.URL, strings.TrimPrefix(up.URL, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, rds.URL(),
+`, up.URL, strings.TrimPrefix(up.URL, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, rds.URL(),
 		config.DemoKeyID, config.DemoKeySecret)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
+	bal, err := balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bal.Close() })
+	var mu sync.Mutex // serialises restarts
 	g := &gatewayProc{t: t, bin: bin, cfg: cfgPath}
 	t.Cleanup(g.kill)
 	if err := g.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.route(bal); err != nil {
 		t.Fatal(err)
 	}
 	restarts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -99,17 +108,27 @@ teams:
 			http.Error(w, "POST /restart", http.StatusBadRequest)
 			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		began := time.Now()
+		next := &gatewayProc{t: t, bin: bin, cfg: cfgPath}
+		t.Cleanup(next.kill)
+		if err := next.start(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := next.route(bal); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		ready := time.Since(began)
 		if err := g.stop(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		stopped := time.Since(began)
-		if err := g.start(); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprintf(w, `{"stopped_after":%q,"ready_after":%q}`, stopped.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+		bal.Remove(g.addr)
+		g = next
+		fmt.Fprintf(w, `{"successor_ready_after":%q,"old_stopped_after":%q}`, ready.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	}))
 	t.Cleanup(restarts.Close)
 
@@ -125,7 +144,7 @@ teams:
 		t.Fatal("fewer than two live streams publishing without delay")
 	}
 	vars := []string{
-		"STREAMGATE_MAINNET_URL=http://127.0.0.1:" + strconv.Itoa(port),
+		"STREAMGATE_MAINNET_URL=http://" + bal.Addr(),
 		"STREAMGATE_KEY_ID=" + config.DemoKeyID,
 		"STREAMGATE_KEY_SECRET=" + config.DemoKeySecret,
 		"COMPAT_MAINNET_STREAM=" + strings.Join(feeds, ","),
@@ -133,20 +152,11 @@ teams:
 	}
 	err = run(ctx, t, exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "restart.test.mjs"), vars)
 	if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
 		g.dumpLog()
 		t.Fatalf("node --test restart.test.mjs: %v", err)
 	}
-}
-
-// freePort returns a loopback port free at the time of the call.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // gatewayProc is the gateway binary, run and restarted on one
@@ -159,7 +169,9 @@ type gatewayProc struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	log    []string // every process's stderr, in order
+	log    []string // the process's stderr
+	addr   string   // host:port of mainnet
+	admin  string   // host:port of the admin listener
 }
 
 // start runs the binary and returns once it serves mainnet and its
@@ -178,7 +190,7 @@ func (g *gatewayProc) start() error {
 	g.cmd, g.exited = cmd, exited
 	g.mu.Unlock()
 	admin := make(chan string, 1)
-	serving := make(chan struct{})
+	serving := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
@@ -200,7 +212,8 @@ func (g *gatewayProc) start() error {
 				default:
 				}
 			case "serving network":
-				once.Do(func() { close(serving) })
+				addr, _ := l["listen"].(string)
+				once.Do(func() { serving <- addr })
 			}
 		}
 		cmd.Wait()
@@ -216,7 +229,10 @@ func (g *gatewayProc) start() error {
 		return fmt.Errorf("streamgate did not start within 30s: %s", g.tail())
 	}
 	select {
-	case <-serving:
+	case addr := <-serving:
+		g.mu.Lock()
+		g.addr, g.admin = addr, adminAddr
+		g.mu.Unlock()
 	case <-exited:
 		return fmt.Errorf("streamgate exited at start: %s", g.tail())
 	case <-deadline:
@@ -238,6 +254,17 @@ func (g *gatewayProc) start() error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// route puts the process behind bal and waits until bal routes to it.
+func (g *gatewayProc) route(bal *balancer.Balancer) error {
+	bal.Add(balancer.Backend{Addr: g.addr, Ready: "http://" + g.admin + "/readyz"})
+	for deadline := time.Now().Add(30 * time.Second); !slices.Contains(bal.Ready(), g.addr); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the balancer never saw %s ready", g.addr)
+		}
+	}
+	return nil
 }
 
 // stop sends SIGTERM, as a rolling deploy does, and waits for the exit.
