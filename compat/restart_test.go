@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,7 +96,8 @@ teams:
 	}
 	t.Cleanup(func() { bal.Close() })
 	var mu sync.Mutex // serialises restarts
-	g := &gatewayProc{t: t, bin: bin, cfg: cfgPath}
+	book := &logBook{}
+	g := &gatewayProc{t: t, bin: bin, cfg: cfgPath, book: book}
 	t.Cleanup(g.kill)
 	if err := g.start(); err != nil {
 		t.Fatal(err)
@@ -111,7 +113,7 @@ teams:
 		mu.Lock()
 		defer mu.Unlock()
 		began := time.Now()
-		next := &gatewayProc{t: t, bin: bin, cfg: cfgPath}
+		next := &gatewayProc{t: t, bin: bin, cfg: cfgPath, book: book}
 		t.Cleanup(next.kill)
 		if err := next.start(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -152,9 +154,7 @@ teams:
 	}
 	err = run(ctx, t, exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "restart.test.mjs"), vars)
 	if err != nil {
-		mu.Lock()
-		defer mu.Unlock()
-		g.dumpLog()
+		book.dump(t)
 		t.Fatalf("node --test restart.test.mjs: %v", err)
 	}
 }
@@ -162,9 +162,10 @@ teams:
 // gatewayProc is the gateway binary, run and restarted on one
 // configuration.
 type gatewayProc struct {
-	t   *testing.T
-	bin string
-	cfg string
+	t    *testing.T
+	bin  string
+	cfg  string
+	book *logBook // every process's log
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -200,6 +201,7 @@ func (g *gatewayProc) start() error {
 			g.mu.Lock()
 			g.log = append(g.log, line)
 			g.mu.Unlock()
+			g.book.add(cmd.Process.Pid, line)
 			var l map[string]any
 			if json.Unmarshal([]byte(line), &l) != nil {
 				continue
@@ -299,14 +301,28 @@ func (g *gatewayProc) tail() string {
 	return strings.Join(g.log[max(0, len(g.log)-20):], "\n")
 }
 
-func (g *gatewayProc) dumpLog() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// logBook is the log of every gateway process of a test, in order.
+type logBook struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *logBook) add(pid int, line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, strconv.Itoa(pid)+" "+line)
+}
+
+// dump logs every line but the access lines of other than WebSocket
+// requests.
+func (b *logBook) dump(t *testing.T) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var keep []string
-	for _, l := range g.log {
-		if !strings.Contains(l, `"msg":"request"`) {
+	for _, l := range b.lines {
+		if !strings.Contains(l, `"msg":"request"`) || strings.Contains(l, `"endpoint":"ws"`) {
 			keep = append(keep, l)
 		}
 	}
-	g.t.Logf("streamgate log (without access lines, last 80):\n%s", strings.Join(keep[max(0, len(keep)-80):], "\n"))
+	t.Logf("streamgate logs (pid, line; last 120):\n%s", strings.Join(keep[max(0, len(keep)-120):], "\n"))
 }
