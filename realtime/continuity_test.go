@@ -12,12 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/auth"
+	"streamgate/ratelimit"
+	"streamgate/ratelimit/redistest"
 	"streamgate/simulator"
 )
 
@@ -205,4 +208,62 @@ func TestUpstreamBackLogged(t *testing.T) {
 	back := logs.FilterMessage("upstream WebSocket back").All()[0]
 	assert.Equal(t, "mainnet", back.ContextMap()["network"])
 	assert.Contains(t, back.ContextMap(), "down")
+}
+
+// TestShareTakeoverWithoutGap: the holder of the chunk crashes (its Redis
+// client and hub go without handing over); another replica frees its
+// lease as soon as its presence has expired, long before the lease would
+// (a lease of 9s here), takes the chunk, and what the holder had not
+// relayed is filled from REST: every follower's subscription gets every
+// second, in order, once.
+func TestShareTakeoverWithoutGap(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	var calls atomic.Int64
+	hubs := make([]*Hub, 3)
+	cols := make([]*collector, 3)
+	clients := make([]*redis.Client, 3)
+	for i := range hubs {
+		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.Share = &ShareConfig{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
+			cfg.Backfill, cfg.BackfillMax = e.restBackfill(&calls), time.Minute
+		})
+		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
+	}
+	e.run(t, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return len(holders(hubs)) == 1 }, wait, 10*time.Millisecond)
+	old := holders(hubs)[0]
+	awaitMore(t, cols, feeds[0], 3)
+	// The holder has made itself known (its first presence).
+	require.Eventually(t, func() bool {
+		n, err := clients[old].Exists(context.Background(), "streamgate:ws:v1:mainnet:known:r"+strconv.Itoa(old)).Result()
+		return err == nil && n == 1
+	}, wait, 10*time.Millisecond)
+	// Crash: no handover, no lease released, no presence deleted.
+	clients[old].Close()
+	hubs[old].Close()
+	var rest []*Hub
+	var restCols []*collector
+	for i := range hubs {
+		if i != old {
+			rest, restCols = append(rest, hubs[i]), append(restCols, cols[i])
+		}
+	}
+	require.Eventually(t, func() bool { return len(holders(rest)) == 1 }, wait, 10*time.Millisecond, "taken over within the lease")
+	awaitMore(t, restCols, feeds[0], 10)
+	reaped := int64(0)
+	for _, h := range rest {
+		reaped += h.Stats().Share.Reaped
+	}
+	assert.Positive(t, reaped, "the dead holder's lease was freed, not waited for")
+	for _, c := range restCols {
+		for _, f := range feeds {
+			consecutive(t, c.of(f))
+		}
+	}
 }

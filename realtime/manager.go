@@ -32,8 +32,10 @@ func (h *Hub) manage() {
 	defer t.Stop()
 	var share <-chan time.Time
 	var leave <-chan chan struct{}
+	var stepNow <-chan struct{}
 	if h.sh != nil {
 		leave = h.sh.leaving
+		stepNow = h.sh.stepNow
 		st := time.NewTicker(h.sh.tick)
 		defer st.Stop()
 		share = st.C
@@ -52,6 +54,9 @@ func (h *Hub) manage() {
 		case <-h.kickCh:
 		case <-t.C:
 		case <-share:
+			h.shareStep()
+			beat = true
+		case <-stepNow:
 			h.shareStep()
 			beat = true
 		case done := <-leave:
@@ -85,6 +90,7 @@ func (h *Hub) heartbeats() {
 func (h *Hub) handover() {
 	s := h.sh
 	s.left = true
+	s.leftA.Store(true)
 	if !s.ok || len(s.held) == 0 {
 		return
 	}
@@ -190,120 +196,36 @@ func (h *Hub) reconcile() {
 	origins := h.linkOrigins()
 	maxChunks := h.cfg.MaxConnections / len(origins)
 
+	// The sharing layer: the shared chunks this replica holds, and what is
+	// left for its own connections.
 	var held map[string][]string
 	if h.sh != nil {
-		carried := map[string]bool{}
-		up := map[string]bool{}
-		for _, c := range h.chunks {
-			if c.tag == "" {
-				for _, id := range c.feeds {
-					carried[id] = true
-				}
-				continue
-			}
-			for _, l := range c.links {
-				if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
-					up[c.tag] = true
-				}
-			}
-		}
-		var own []string
-		held, own = h.sh.plan(desired,
-			func(id string) bool { return carried[id] },
-			func(t string) bool { return up[t] })
-		desired = make(map[string]bool, len(own))
-		for _, id := range own {
-			desired[id] = true
-		}
-		maxChunks = max(maxChunks-len(held), 0)
+		held, desired, maxChunks = h.sharedPlan(desired, maxChunks)
 	}
 
-	// The shared chunks held: start those new, switch those changed, and
-	// let those no longer held go once what replaces them is up.
-	var started, retiring []*link
-	kept := make([]*chunk, 0, len(h.chunks)+len(held))
-	total := 0
-	for _, c := range h.chunks {
-		if c.tag == "" {
-			kept = append(kept, c)
-			continue
-		}
-		feeds, ok := held[c.tag]
-		switch {
-		case !ok || len(feeds) == 0:
-			retiring = append(retiring, c.links...)
-			continue
-		case !slices.Equal(c.feeds, feeds) && h.room():
-			c.feeds = slices.Clone(feeds)
-			old := c.links
-			c.links = nil
-			for _, o := range origins {
-				c.links = append(c.links, h.startLink(o, c.feeds, c.tag))
-			}
-			h.retireAfter(old, c.links)
-		}
-		delete(held, c.tag)
-		total += len(c.feeds)
-		kept = append(kept, c)
-	}
-	for t, feeds := range held {
-		if len(feeds) == 0 || !h.room() {
-			continue // no room yet: a later reconcile starts it
-		}
-		c := &chunk{tag: t, feeds: slices.Clone(feeds)}
-		for _, o := range origins {
-			l := h.startLink(o, c.feeds, t)
-			c.links = append(c.links, l)
-			started = append(started, l)
-		}
-		total += len(c.feeds)
-		kept = append(kept, c)
-	}
-	h.chunks = kept
+	started, retiring, total := h.applyShared(held, origins)
 
-	// This replica's own chunks: keep every chunk's feeds still wanted;
-	// fill the room left, then new chunks, with the rest.
+	// This replica's own chunks, as planOwn lays them out.
 	var own []*chunk
+	var current [][]string
 	for _, c := range h.chunks {
 		if c.tag == "" {
 			own = append(own, c)
+			current = append(current, c.feeds)
 		}
 	}
-	carried := map[string]bool{}
-	for _, c := range own {
-		c.next = c.next[:0]
-		for _, id := range c.feeds {
-			if desired[id] {
-				c.next = append(c.next, id)
-				carried[id] = true
-			}
+	next, over := planOwn(current, desired, h.cfg.FeedsPerConnection, maxChunks)
+	for i, feeds := range next {
+		if i < len(own) {
+			own[i].next = feeds
+			continue
 		}
-	}
-	var missing []string
-	for id := range desired {
-		if !carried[id] {
-			missing = append(missing, id)
-		}
-	}
-	slices.Sort(missing)
-	for _, c := range own {
-		if len(c.next) > 0 || len(missing) > 0 {
-			n := min(h.cfg.FeedsPerConnection-len(c.next), len(missing))
-			if n > 0 {
-				c.next = append(c.next, missing[:n]...)
-				missing = missing[n:]
-			}
-		}
-	}
-	for len(missing) > 0 && len(own) < maxChunks {
-		n := min(h.cfg.FeedsPerConnection, len(missing))
-		c := &chunk{next: slices.Clone(missing[:n])}
+		c := &chunk{next: feeds}
 		own = append(own, c)
 		h.chunks = append(h.chunks, c)
-		missing = missing[n:]
 	}
 	if h.sh == nil || !h.sh.ok {
-		if over := int64(len(missing)); over != h.over.Swap(over) && over > 0 {
+		if over := int64(over); over != h.over.Swap(over) && over > 0 {
 			h.log.Warn("feeds over the upstream connection budget stay unsubscribed",
 				zap.Int64("feeds", over), zap.Int("max_connections", h.cfg.MaxConnections),
 				zap.Int("feeds_per_connection", h.cfg.FeedsPerConnection))
@@ -312,7 +234,7 @@ func (h *Hub) reconcile() {
 	h.mx.uncarried.Set(float64(h.over.Load()))
 
 	// Switch what changed.
-	kept = h.chunks[:0]
+	kept := h.chunks[:0]
 	for _, c := range h.chunks {
 		if c.tag != "" {
 			kept = append(kept, c)
@@ -649,7 +571,10 @@ type ShareStats struct {
 	Sharing bool
 	// Held is how many chunks this replica holds (their connections are
 	// among Connections).
-	Held                int
+	Held int
+	// Reaped counts the leases of dead holders this replica freed for
+	// takeover.
+	Reaped              int64
 	Published, Received int64 // frames through Redis
 	Fallbacks           int64
 	// Union is how many feeds every replica wants together, as the last
@@ -679,7 +604,8 @@ func (h *Hub) Stats() Stats {
 	}
 	if h.sh != nil {
 		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
-			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load()}
+			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load(),
+			Reaped: h.sh.reaped.Load()}
 		if u := h.sh.room.Load(); u != nil {
 			s.Share.Union, s.Share.UnionCapacity = len(u.feeds), u.capacity
 		}

@@ -28,7 +28,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_share_sharing{network}                      gauge: 1 while sharing through Redis, 0 while holding its own connections
 //	streamgate_ws_share_fallbacks_total{network}              times the replica stopped sharing (Redis down or slow)
 //	streamgate_ws_share_chunk_holder{network,chunk}           gauge per chunk of the layout ("n/i"): 1 holder, 0 follower
-//	streamgate_ws_share_leases_total{network,event}           event acquired, lost (to another replica) or released
+//	streamgate_ws_share_leases_total{network,event}           event acquired, lost (to another replica), released or reaped (a dead holder's lease freed)
 //	streamgate_ws_share_frames_published_total{network}       frames published to the other replicas
 //	streamgate_ws_share_frames_received_total{network}        frames received from the other replicas
 //	streamgate_ws_share_publish_failed_total{network}         messages not published (queue full or Redis failing)
@@ -100,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		shareHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_chunk_holder",
 			Help: "Per shared chunk (n/i): 1 when this replica holds its lease and upstream connection, 0 when it follows."}, []string{"network", "chunk"}),
 		shareLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_leases_total",
-			Help: "Chunk leases acquired, lost to another replica, or released."}, []string{"network", "event"}),
+			Help: "Chunk leases acquired, lost to another replica, released, or reaped (the lease of a holder gone from Redis freed for takeover)."}, []string{"network", "event"}),
 		sharePublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_published_total",
 			Help: "Report frames published to the other replicas through Redis."}, []string{"network"}),
 		shareReceived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_received_total",

@@ -108,7 +108,12 @@ type sharer struct {
 	tick    time.Duration
 	kWants  string
 	kLease  string // + chunk index
+	kBase   string // <prefix><network>:
 	channel string
+
+	stepNow chan struct{} // a tick at once: a dead holder's lease was freed
+	leftA   atomic.Bool   // left, for the presence goroutine
+	reaped  atomic.Int64  // leases of dead holders freed
 
 	// Owned by the manager goroutine.
 	ok        bool             // sharing: the last ticks succeeded
@@ -242,8 +247,9 @@ func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 	base := cfg.Prefix + h.cfg.Network + ":"
 	return &sharer{
 		h: h, c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
-		kWants: base + "wants", kLease: base + "lease:", channel: base + "frames",
-		held: map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
+		kWants: base + "wants", kLease: base + "lease:", kBase: base, channel: base + "frames",
+		stepNow: make(chan struct{}, 1),
+		held:    map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
 		pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{},
 		leaving: make(chan chan struct{}),
 	}, nil
@@ -282,9 +288,10 @@ func (s *sharer) takenOver(tags []string, since time.Time) bool {
 
 // run starts the publisher and the receiver; they stop with the hub.
 func (s *sharer) run() {
-	s.h.wg.Add(2)
+	s.h.wg.Add(3)
 	go s.publisher()
 	go s.receiver()
+	go s.presence()
 }
 
 // leaseScript renews the leases of chunks 1..n this replica holds, takes
