@@ -16,6 +16,7 @@
 //	ws                 N WebSocket clients of 10 streams each: upstream connections, frames delivered, added delay, CPU and memory per client
 //	ws-latest          clients polling latest of streams carried on the upstream WebSocket: upstream calls and answer age
 //	freshness          clients polling latest at a fixed rate within the upstream's 10 rps limit: answers, latency, age of the data, upstream calls and 429s, stale-while-revalidate against the behaviour before it; -rate-mode bucket,calendar,sliding (or all) for how the simulator counts its limit, -budget-rps and -budget-margin for the gateway's budget
+//	continuity         1000 WebSocket clients (a tenth in HA mode) over 3 replicas behind a readiness-aware balancer, through a rolling restart and an 8 s upstream outage: missing and repeated (stream, second) pairs, reconnect to live, the history's memory per stream; against resume and backfill off
 //	replicas           one load spread over 1, 2 and 3 replicas sharing limits and the cache tier in one Redis: upstream calls by endpoint; the latency the shared tier adds to a hit
 //	load               a plain load on -target, an external gateway (the real binary)
 //
@@ -104,14 +105,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	var targets, feeds, mixText, rateModes string
-	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness, replicas or load (default: load with -target, else hit)")
+	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness, replicas, continuity or load (default: load with -target, else hit)")
 	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
 	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
 	fs.StringVar(&o.secret, "secret", "", "key secret for -target (default $STREAMGATE_SECRET)")
-	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction, ws-latest: 200; ws: 1000 WebSocket clients; freshness: 50 and 200, or this with -streams)")
+	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction, ws-latest: 200; ws, continuity: 1000 WebSocket clients; freshness: 50 and 200, or this with -streams)")
 	fs.DurationVar(&o.dur, "d", 10*time.Second, "duration of each measured run (latest-reduction: 30s)")
 	fs.Int64Var(&o.maxRequests, "n", 0, "most requests of each measured run; 0: no bound (bulk-reduction: 2000)")
-	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (ws, ws-latest: 100; freshness: 30 and 100, or this with -c)")
+	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (continuity: 10; ws, ws-latest: 100; freshness: 30 and 100, or this with -c)")
 	fs.StringVar(&feeds, "feeds", "", "stream IDs for -target, comma-separated (default: the first -streams of GET /api/v1/feeds)")
 	fs.StringVar(&mixText, "mix", "latest=8,reports=1,bulk=1", "endpoint weights of scenario load: latest, reports, bulk, page, discovery, feeds")
 	fs.IntVar(&o.bulk, "bulk", 20, "streams per bulk request")
@@ -179,6 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"freshness":         scenarioFreshness,
 		"load":              scenarioLoad,
 		"replicas":          scenarioReplicas,
+		"continuity":        scenarioContinuity,
 	}
 	sc, ok := scenarios[o.scenario]
 	if !ok {
