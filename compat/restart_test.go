@@ -20,7 +20,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/internal/balancer"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
 

@@ -30,7 +30,7 @@ import (
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/internal/balancer"
-	"streamgate/ratelimit/redistest"
+	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
 
