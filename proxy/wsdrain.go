@@ -30,7 +30,8 @@ const (
 const reasonDrain = "the gateway is restarting: reconnect"
 
 // pairKey groups the connections of one HA client: the same key, network
-// and streams (the origins differ).
+// and streams, each naming an origin (X-Cll-Origin). A connection that
+// names none is a client of its own, whatever it shares with others.
 func (c *wsClient) pairKey() string {
 	feeds := slices.Clone(c.feeds)
 	slices.Sort(feeds)
@@ -48,7 +49,12 @@ func (g *Gateway) DrainStreams(ctx context.Context) {
 	tc.mu.Lock()
 	groups := map[string][]*wsClient{}
 	var order []string
+	var alone []*wsClient // no origin named: not one of a pair
 	for c := range tc.clients {
+		if c.origin == "" {
+			alone = append(alone, c)
+			continue
+		}
 		k := c.pairKey()
 		if groups[k] == nil {
 			order = append(order, k)
@@ -56,15 +62,15 @@ func (g *Gateway) DrainStreams(ctx context.Context) {
 		groups[k] = append(groups[k], c)
 	}
 	tc.mu.Unlock()
-	if len(order) == 0 {
+	if len(order) == 0 && len(alone) == 0 {
 		return
 	}
 	g.metrics.wsDrain(1)
 	defer g.metrics.wsDrain(-1)
 	slices.Sort(order)
-	g.log.Info("closing the stream clients in steps", zap.Int("clients", len(order)))
+	g.log.Info("closing the stream clients in steps", zap.Int("clients", len(order)+len(alone)))
 
-	var firsts []*wsClient
+	firsts := alone
 	type second struct{ c, first *wsClient }
 	var seconds []second
 	for _, k := range order {

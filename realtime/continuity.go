@@ -172,7 +172,17 @@ func (h *Hub) resumeFeed(s *Subscription, f *feed, from int64) []histFrame {
 			out = append(out, histFrame{l.ts, l.frame})
 		}
 	case len(f.hist) == 0 && f.watermark == 0:
-		hi = h.cfg.Now().Unix() - 1 // the feed is new here: up to now
+		// The feed is new here: no frame of it has arrived yet, and the
+		// first may come seconds later (a connection to open, a lease to
+		// take). Whatever the consumer's watermark, its frames wait for
+		// the first live one, and the seconds up to it are filled.
+		if h.bf == nil {
+			return out
+		}
+		s.holdFeed(f.id, out)
+		r := &resumeFill{h: h, s: s, f: f, from: from, waitUntil: h.cfg.Now().Add(resumeLiveWait)}
+		h.bf.add(r.job(from+1, max(from, h.cfg.Now().Unix()-1)))
+		return nil
 	}
 	if hi <= from || h.bf == nil {
 		return out
@@ -195,10 +205,17 @@ type resumeFill struct {
 	f     *feed
 	from  int64
 	tries int
+	// waitUntil, for a feed new here, bounds the wait for its first live
+	// frame (zero: the feed was carried here already).
+	waitUntil time.Time
 }
 
 // maxResumeTries bounds the fill rounds of one resumed feed.
 const maxResumeTries = 10
+
+// resumeLiveWait bounds how long a resumed feed that this hub did not
+// carry waits for its first live frame before it starts without one.
+const resumeLiveWait = 10 * time.Second
 
 func (r *resumeFill) job(lo, hi int64) *fillJob {
 	r.tries++
@@ -224,6 +241,14 @@ func (r *resumeFill) done(got []histFrame) {
 	}
 	if gap > 0 && r.tries < maxResumeTries && h.ctx.Err() == nil {
 		h.bf.add(r.job(next+1, gap))
+		f.mu.Unlock()
+		return
+	}
+	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && h.cfg.Now().Before(r.waitUntil) && h.ctx.Err() == nil {
+		// No live frame of the feed here yet: fetch the seconds published
+		// meanwhile and look again (a round is at least fillGather).
+		r.tries = 0
+		h.bf.add(r.job(next+1, max(next, h.cfg.Now().Unix()-1)))
 		f.mu.Unlock()
 		return
 	}

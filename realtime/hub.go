@@ -165,6 +165,11 @@ type Hub struct {
 	chunks   []*chunk
 	origins  []string
 	resolved bool
+	// A discovery that failed (no answer, or not 200) is asked again at
+	// rediscoverAt, after rediscoverWait, doubled each time up to a minute,
+	// rather than leaving the hub without origins for its whole life.
+	rediscoverAt   time.Time
+	rediscoverWait time.Duration
 
 	st     hubCounters
 	linkMu sync.Mutex

@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -152,9 +153,16 @@ func (h *Hub) maxChunks() int {
 
 // linkOrigins returns the origins each chunk connects to ("" without HA).
 func (h *Hub) linkOrigins() []string {
-	if !h.resolved {
-		h.origins = h.discover()
-		h.resolved = true
+	if !h.resolved || (!h.rediscoverAt.IsZero() && !time.Now().Before(h.rediscoverAt)) {
+		origins, ok := h.discover()
+		h.origins, h.resolved = origins, true
+		h.rediscoverAt = time.Time{}
+		if !ok {
+			h.rediscoverWait = min(max(2*h.rediscoverWait, time.Second), time.Minute)
+			// Jittered, so that replicas started together do not ask
+			// together again.
+			h.rediscoverAt = time.Now().Add(h.rediscoverWait/2 + rand.N(h.rediscoverWait/2))
+		}
 	}
 	origins := h.origins
 	if len(origins) == 0 {
@@ -356,28 +364,30 @@ func (h *Hub) retireAfter(old, succ []*link) {
 
 // discover asks the upstream, with a signed HEAD /, for its HA origins.
 // Without the header, or on failure, there is none: one connection per
-// chunk.
-func (h *Hub) discover() []string {
+// chunk. ok is false when the upstream did not answer 200 (then it is
+// asked again later).
+func (h *Hub) discover() (origins []string, ok bool) {
 	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, h.httpURL, nil)
 	if err != nil {
 		h.log.Warn("origin discovery", zap.Error(err))
-		return nil
+		return nil, false
 	}
 	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
 	resp, err := h.cfg.HTTPClient.Do(req)
 	if err != nil {
-		h.log.Warn("origin discovery failed: one connection per chunk", zap.Error(err))
-		return nil
+		h.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))
+		return nil, false
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		h.log.Warn("origin discovery refused: one connection per chunk", zap.Int("status", resp.StatusCode))
+		h.log.Warn("origin discovery refused: one connection per chunk until it is asked again", zap.Int("status", resp.StatusCode))
+		return nil, false
 	}
-	origins := parseOrigins(resp.Header.Get(headerAvailableOrigins))
+	origins = parseOrigins(resp.Header.Get(headerAvailableOrigins))
 	h.log.Info("upstream origins", zap.Strings("origins", origins))
-	return origins
+	return origins, true
 }
 
 // parseOrigins reads X-Cll-Available-Origins: {001,002}.
