@@ -192,6 +192,51 @@ func TestResume(t *testing.T) {
 	assert.Positive(t, other.Stats().Replayed)
 }
 
+// TestResumeRightAwayOnAHubNewToTheFeeds: a consumer whose watermark is the
+// newest second comes back at once on a hub that has never carried its
+// feeds. No second is missing yet when it subscribes, but the hub's first
+// frames of the feeds come seconds later (a connection to open): those
+// seconds are fetched, and the consumer gets every second from its
+// watermark on, in order, once.
+//
+// The first collector's hub is connected before the upgrades are refused,
+// so the upstream goes on publishing to it meanwhile.
+func TestResumeRightAwayOnAHubNewToTheFeeds(t *testing.T) {
+	e := newEnv(t, nil)
+	var calls atomic.Int64
+	mk := func(c *Config) {
+		c.Backfill, c.BackfillMax, c.History = e.restBackfill(&calls), 2*time.Minute, time.Minute
+	}
+	h := e.hub(t, mk)
+	feeds := e.crypto(t, 2)
+	e.run(t, 25*time.Millisecond)
+	first := collect(t, h.Subscribe(feeds, 4096))
+	awaitMore(t, []*collector{first}, feeds[1], 3)
+
+	other := e.hub(t, mk)
+	from := map[string]int64{}
+	for _, f := range feeds {
+		fs := first.of(f)
+		from[f] = fs[len(fs)-1].ts
+	}
+	// The other hub's upgrades are refused for a while: its first frames
+	// come seconds after the consumer's watermark.
+	require.NoError(t, e.sim.SetFaults(refuse(http.StatusServiceUnavailable)))
+	sub, _ := other.SubscribeFrom(feeds, 4096, from)
+	back := collect(t, sub)
+	start := e.clk.Now()
+	require.Eventually(t, func() bool { return e.clk.Now().Sub(start) >= 5*time.Second }, wait, 5*time.Millisecond)
+	require.NoError(t, e.sim.SetFaults(simulator.Faults{}))
+	awaitMore(t, []*collector{back}, feeds[0], 8)
+	awaitMore(t, []*collector{back}, feeds[1], 8)
+	for _, f := range feeds {
+		fs := back.of(f)
+		require.NotEmpty(t, fs)
+		assert.Equal(t, from[f]+1, fs[0].ts, "%s resumes right after its watermark", f)
+		consecutive(t, fs)
+	}
+}
+
 // TestUpstreamBackLogged: a lost upstream connection is logged when lost
 // and again when it is back.
 func TestUpstreamBackLogged(t *testing.T) {
