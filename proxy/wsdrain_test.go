@@ -42,7 +42,8 @@ func (e *events) index(s string) int {
 // TestWSDrain: a replica told to shut down turns not ready at once, goes
 // on streaming for realtime.drain_delay, then closes its clients with
 // 1001; of an HA client's two connections, the second is closed only after
-// the first has reconnected, here on another replica.
+// the first has reconnected, here on another replica; a plain connection of
+// the same key and streams is closed in the first steps, on its own.
 func TestWSDrain(t *testing.T) {
 	rs := redistest.New(t)
 	simCfg := simulator.Default()
@@ -67,6 +68,13 @@ func TestWSDrain(t *testing.T) {
 		conns[o] = c
 		readFrames(t, ctx, c, 1)
 	}
+	// A plain connection of the same key and streams is a client of its
+	// own: it is closed in the first steps, not held as one of the pair.
+	plain, _, err := dialOrigin(ctx, demo, envs[0].Mainnet, target, "")
+	require.NoError(t, err)
+	defer plain.CloseNow()
+	readFrames(t, ctx, plain, 1)
+	conns["plain"] = plain
 	require.True(t, envs[0].Server.Ready())
 
 	shut := make(chan error, 1)
@@ -80,6 +88,7 @@ func TestWSDrain(t *testing.T) {
 	// Streaming goes on while the balancer lets the replica go.
 	readFrames(t, ctx, conns["001"], 1)
 	readFrames(t, ctx, conns["002"], 1)
+	readFrames(t, ctx, conns["plain"], 1)
 	ev.add("streamed while not ready")
 
 	closed := map[string]chan error{}
@@ -87,16 +96,23 @@ func TestWSDrain(t *testing.T) {
 		ch := make(chan error, 1)
 		closed[o] = ch
 		go func() {
+			streamed := false
 			for {
 				if _, _, err := c.Read(ctx); err != nil {
 					ev.add(o + " closed")
 					ch <- err
 					return
 				}
+				if o == "002" && !streamed && ev.index("001 closed") >= 0 {
+					streamed = true
+					ev.add("002 streamed after 001 closed")
+				}
 			}
 		}()
 	}
 	err = <-closed["001"]
+	assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "%v", err)
+	err = <-closed["plain"]
 	assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "%v", err)
 	select {
 	case err := <-closed["002"]:
@@ -113,5 +129,6 @@ func TestWSDrain(t *testing.T) {
 	assert.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "%v", err)
 	assert.Less(t, ev.index("streamed while not ready"), ev.index("001 closed"))
 	assert.Less(t, ev.index("reconnecting 001"), ev.index("002 closed"), "the second connection closed after the first reconnected: %v", ev.log)
+	assert.GreaterOrEqual(t, ev.index("002 streamed after 001 closed"), 0, "the second connection streamed on while the first reconnected: %v", ev.log)
 	require.NoError(t, <-shut)
 }
