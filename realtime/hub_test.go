@@ -1,12 +1,16 @@
 package realtime
 
 import (
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/simulator"
 )
 
 // Many subscriptions over a few feeds share one upstream connection and
@@ -282,4 +286,43 @@ func TestPinnedAndClose(t *testing.T) {
 	_, open := <-late.C()
 	assert.False(t, open)
 	assert.ErrorIs(t, late.Err(), ErrHubClosed)
+}
+
+// TestOriginDiscoveryAskedAgain: a hub whose HEAD / is refused (the
+// upstream's rate limit, as when replicas start together) starts with one
+// connection per chunk, asks again later, and then holds one connection
+// per origin, the streams going on without a gap.
+func TestOriginDiscoveryAskedAgain(t *testing.T) {
+	e := newEnv(t, func(c *simulatorConfig) {
+		c.HAOrigins = []string{"001", "002"}
+		c.RateLimit, c.Burst = 1, 1 // per second of the env's clock, which stands still for now
+	})
+	// Another caller takes the one request of this second: the hub's
+	// discovery is refused with 429.
+	req, err := http.NewRequest(http.MethodHead, e.srv.URL+"/", nil)
+	require.NoError(t, err)
+	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	h := e.hub(t, nil)
+	feeds := e.crypto(t, 2)
+	c := collect(t, h.Subscribe(feeds, 0))
+	require.Eventually(t, func() bool {
+		st := h.Stats()
+		return len(st.Connections) == 1 && st.Connections[0].Origin == ""
+	}, wait, 5*time.Millisecond, "one connection without origins after the refusal")
+
+	e.run(t, 30*time.Millisecond) // the clock moves: the rate allows again
+	require.Eventually(t, func() bool {
+		st := h.Stats()
+		return len(st.Connections) == 2 && st.Connections[0].Origin == "001" && st.Connections[1].Origin == "002"
+	}, 2*wait, 10*time.Millisecond, "one connection per origin once discovery is answered")
+	n := c.count(feeds[0])
+	require.Eventually(t, func() bool { return c.count(feeds[0]) >= n+5 && c.count(feeds[1]) >= n+5 }, wait, 5*time.Millisecond)
+	for _, f := range feeds {
+		consecutive(t, c.of(f))
+	}
 }

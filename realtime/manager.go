@@ -265,10 +265,10 @@ func (h *Hub) reconcile() {
 				c.links = append(c.links, l)
 				started = append(started, l)
 			}
-		case !slices.Equal(c.feeds, c.next) && !h.room():
+		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !h.room():
 			// A switch waits while another is in flight: the changes
 			// gathered meanwhile make one switch when there is room.
-		case !slices.Equal(c.feeds, c.next):
+		case !slices.Equal(c.feeds, c.next) || !c.on(origins):
 			c.feeds = slices.Clone(c.next)
 			old := c.links
 			c.links = nil
@@ -295,6 +295,20 @@ func (h *Hub) reconcile() {
 	h.capacity.Store(int64(h.cfg.MaxConnections / len(origins) * h.cfg.FeedsPerConnection))
 	h.carry.Store(int64(total))
 	h.mx.feeds.Set(float64(total))
+}
+
+// on reports whether c's links are one per origin of origins, in order
+// (the origins change when a discovery refused at first is answered).
+func (c *chunk) on(origins []string) bool {
+	if len(c.links) != len(origins) {
+		return false
+	}
+	for i, l := range c.links {
+		if l.origin != origins[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // room reports whether the links of one chunk (one per origin) may start

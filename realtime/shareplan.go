@@ -54,7 +54,7 @@ func (h *Hub) applyShared(held map[string][]string, origins []string) (started, 
 		case !ok || len(feeds) == 0:
 			retiring = append(retiring, c.links...)
 			continue
-		case !slices.Equal(c.feeds, feeds) && h.room():
+		case (!slices.Equal(c.feeds, feeds) || !c.on(origins)) && h.room():
 			c.feeds = slices.Clone(feeds)
 			old := c.links
 			c.links = nil
