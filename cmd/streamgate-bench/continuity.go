@@ -53,21 +53,11 @@ func scenarioContinuity(ctx context.Context, o *options) error {
 	if o.dur < 3*time.Second || o.dur > 2*time.Minute {
 		return errors.New("continuity: -d (the steady time between the events) between 3s and 2m")
 	}
-	redisURL := o.redis
-	if redisURL == "" {
-		url, stop, err := startRedis(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		redisURL = url
-	}
-	opt, err := redis.ParseURL(redisURL)
+	redisURL, admin, stop, err := benchRedis(ctx, o)
 	if err != nil {
-		return fmt.Errorf("-redis: %w", err)
+		return err
 	}
-	admin := redis.NewClient(opt)
-	defer admin.Close()
+	defer stop()
 
 	sim, err := simulator.New(simulator.Default()) // 10 requests per second per key and endpoint
 	if err != nil {
@@ -553,7 +543,8 @@ func discoverOrigins(ctx context.Context, base string, k key, st *stamps, keyInd
 	return []string{""}
 }
 
-// dialOrigin is dialWS with an X-Cll-Origin header when origin is set.
+// dialOrigin dials the stream of feeds at base, signed with k, naming
+// origin in X-Cll-Origin when it is set (dialWS: none).
 func dialOrigin(ctx context.Context, base string, k key, st *stamps, keyIndex int, feeds []string, origin string) (*websocket.Conn, error) {
 	target := "/api/v1/ws?feedIDs=" + strings.Join(feeds, ",")
 	req, err := http.NewRequest(http.MethodGet, base+target, nil)
@@ -564,7 +555,7 @@ func dialOrigin(ctx context.Context, base string, k key, st *stamps, keyIndex in
 	if origin != "" {
 		req.Header.Set(simulator.OriginHeader, origin)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, resp, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{
 		HTTPHeader: req.Header, CompressionMode: websocket.CompressionDisabled,

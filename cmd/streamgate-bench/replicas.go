@@ -33,21 +33,11 @@ import (
 // Redis is -redis, else a redis-server from PATH started on a free
 // loopback port (no persistence) for the run.
 func scenarioReplicas(ctx context.Context, o *options) error {
-	redisURL := o.redis
-	if redisURL == "" {
-		url, stop, err := startRedis(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		redisURL = url
-	}
-	opt, err := redis.ParseURL(redisURL)
+	redisURL, admin, stop, err := benchRedis(ctx, o)
 	if err != nil {
-		return fmt.Errorf("-redis: %w", err)
+		return err
 	}
-	admin := redis.NewClient(opt)
-	defer admin.Close()
+	defer stop()
 
 	simCfg := simulator.Default()
 	simCfg.RateLimit, simCfg.Burst = 0, 0
@@ -351,7 +341,7 @@ func (rs *replicaSet) close() {
 func startRedis(ctx context.Context) (string, func(), error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return "", nil, errors.New("scenario replicas needs Redis: give -redis URL, or install redis-server")
+		return "", nil, errors.New("this scenario needs Redis: give -redis URL, or install redis-server")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -390,4 +380,23 @@ func startRedis(ctx context.Context) (string, func(), error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// benchRedis is the Redis of a run: -redis, else a redis-server from PATH
+// started on a free loopback port for the run. It returns its URL and a
+// client of it; stop closes the client and stops what it started.
+func benchRedis(ctx context.Context, o *options) (url string, admin *redis.Client, stop func(), err error) {
+	url, stopServer := o.redis, func() {}
+	if url == "" {
+		if url, stopServer, err = startRedis(ctx); err != nil {
+			return "", nil, nil, err
+		}
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		stopServer()
+		return "", nil, nil, fmt.Errorf("-redis: %w", err)
+	}
+	admin = redis.NewClient(opt)
+	return url, admin, func() { admin.Close(); stopServer() }, nil
 }

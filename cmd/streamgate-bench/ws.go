@@ -19,7 +19,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"streamgate/auth"
 	"streamgate/catalog"
 	"streamgate/simulator"
 )
@@ -138,25 +137,7 @@ func frameFields(b []byte) (feed []byte, ts int64, err error) {
 
 // dialWS opens a signed WebSocket to base (http://host:port) for feeds.
 func dialWS(ctx context.Context, base string, k key, st *stamps, keyIndex int, feeds []string) (*websocket.Conn, error) {
-	target := "/api/v1/ws?feedIDs=" + strings.Join(feeds, ",")
-	req, err := http.NewRequest(http.MethodGet, base+target, nil)
-	if err != nil {
-		return nil, err
-	}
-	auth.Sign(req, k.ID, k.Secret, time.UnixMilli(st.next(keyIndex, target, time.Now())))
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, resp, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{
-		HTTPHeader: req.Header, CompressionMode: websocket.CompressionDisabled,
-	})
-	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("upgrade: status %d: %w", resp.StatusCode, err)
-		}
-		return nil, err
-	}
-	c.SetReadLimit(64 << 10)
-	return c, nil
+	return dialOrigin(ctx, base, k, st, keyIndex, feeds, "")
 }
 
 // heap returns the heap in use and the goroutines after a collection.
