@@ -85,7 +85,7 @@ func TestSDKDecodedView(t *testing.T) {
 	}
 	rec, _ := json.Marshal(simulator.Report{FeedID: real.FeedID, ValidFromTimestamp: real.Decoded.ValidFromTimestamp,
 		ObservationsTimestamp: real.Decoded.ObservationsTimestamp, FullReport: real.FullReport})
-	view, err := don.AppendDecodedRecord(nil, rec, func(string, string) don.Verification { return don.Verification{Mode: don.ModeOff} })
+	view, err := don.AppendDecodedRecord(nil, rec, func(don.Record) don.Verification { return don.Verification{Mode: don.ModeOff} })
 	if err != nil {
 		t.Fatal(err)
 	}

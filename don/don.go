@@ -18,7 +18,6 @@
 package don
 
 import (
-	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -46,10 +45,13 @@ type Cause string
 // value of the gateway's counters.
 const (
 	// CauseMalformed: the fullReport is not the ABI encoding of the
-	// envelope, its reportBlob is not one of a known schema, the
-	// signature lists differ in length, or the record's feedID is not the
-	// report's.
+	// envelope, its reportBlob has no header (Header), or the signature
+	// lists differ in length.
 	CauseMalformed Cause = "malformed"
+	// CauseRecordMismatch: the record's feedID, validFromTimestamp or
+	// observationsTimestamp is not its signed report's: a genuine report
+	// relabelled (an old one dated now, or another stream's).
+	CauseRecordMismatch Cause = "record_mismatch"
 	// CauseUnknownDigest: the config digest is none of the trusted
 	// configurations. Most likely the DON changed its configuration (new
 	// keys): update the DON configuration.
@@ -67,13 +69,15 @@ const (
 )
 
 // Causes lists every cause.
-var Causes = []Cause{CauseMalformed, CauseUnknownDigest, CauseInvalidSignature, CauseUnknownSigner, CauseDuplicateSigner, CauseTooFewSigners}
+var Causes = []Cause{CauseMalformed, CauseRecordMismatch, CauseUnknownDigest, CauseInvalidSignature, CauseUnknownSigner, CauseDuplicateSigner, CauseTooFewSigners}
 
 // Meaning is what a cause tells an operator.
 func (c Cause) Meaning() string {
 	switch c {
 	case CauseMalformed:
-		return "the report is not a well-formed report of its stream"
+		return "the report is not a well-formed report"
+	case CauseRecordMismatch:
+		return "the record's feedID or timestamps are not those of its signed report: a genuine report relabelled (an old one dated anew, or another stream's)"
 	case CauseUnknownDigest:
 		return "the report's config digest is not in the trusted DON configuration: if the DON rotated its keys, update the DON configuration"
 	case CauseInvalidSignature:
@@ -156,8 +160,28 @@ func (v *Verifier) Verify(fullReport []byte) Result {
 }
 
 // VerifyHex checks a fullReport given as "0x" and hex digits. feedID, when
-// not "", must be the report's stream (0x and 64 hex digits, any case).
+// not "", must be the report's stream (0x and 64 hex digits, any case);
+// the record's times are not compared (VerifyRecord does).
 func (v *Verifier) VerifyHex(fullReport, feedID string) Result {
+	return v.verifyHex(fullReport, func(h Header) bool {
+		if feedID == "" {
+			return true
+		}
+		id, ok := hexBytes(feedID)
+		return ok && len(id) == 32 && [32]byte(id) == h.FeedID
+	})
+}
+
+// VerifyRecord checks a report record: its fullReport's signatures, and
+// that every field the record repeats of the signed blob (feedID,
+// validFromTimestamp, observationsTimestamp) is the blob's.
+func (v *Verifier) VerifyRecord(r Record) Result {
+	return v.verifyHex(r.FullReport, func(h Header) bool { return h.Repeats(r) })
+}
+
+// verifyHex decodes a fullReport, checks its blob's Header with repeats
+// (CauseRecordMismatch when it says no) and then its signatures.
+func (v *Verifier) verifyHex(fullReport string, repeats func(Header) bool) Result {
 	b, ok := hexBytes(fullReport)
 	if !ok {
 		return Result{Cause: CauseMalformed}
@@ -166,11 +190,12 @@ func (v *Verifier) VerifyHex(fullReport, feedID string) Result {
 	if err != nil {
 		return Result{Cause: CauseMalformed}
 	}
-	if feedID != "" {
-		id, ok := hexBytes(feedID)
-		if !ok || len(id) != 32 || len(env.ReportBlob) < 32 || !bytes.Equal(id, env.ReportBlob[:32]) {
-			return Result{Cause: CauseMalformed, Digest: env.ReportContext[0]}
-		}
+	h, err := ReadHeader(env.ReportBlob)
+	if err != nil {
+		return Result{Cause: CauseMalformed, Digest: env.ReportContext[0]}
+	}
+	if !repeats(h) {
+		return Result{Cause: CauseRecordMismatch, Digest: env.ReportContext[0]}
 	}
 	return v.verifyEnvelope(env)
 }

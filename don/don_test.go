@@ -162,7 +162,7 @@ func TestSimulatorDON(t *testing.T) {
 		}
 		// The record's feedID must be the report's.
 		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
-		if res := v.VerifyHex(r.FullReport, feedV3[:65]+"0"); res.Cause != don.CauseMalformed {
+		if res := v.VerifyHex(r.FullReport, feedV3[:65]+"0"); res.Cause != don.CauseRecordMismatch {
 			t.Fatalf("%s under another feedID: %+v", schema, res)
 		}
 	}
@@ -172,6 +172,7 @@ func TestSimulatorDON(t *testing.T) {
 		simulator.ForgeTooFew:        don.CauseTooFewSigners,
 		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
 		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
+		simulator.ForgeRelabel:       don.CauseRecordMismatch,
 	}
 	feeds := someFeeds(t, sim)
 	for forge, cause := range want {
@@ -180,7 +181,7 @@ func TestSimulatorDON(t *testing.T) {
 		}
 		for schema, feed := range feeds {
 			r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-3)
-			if res := v.VerifyHex(r.FullReport, r.FeedID); res.Cause != cause {
+			if res := v.VerifyRecord(don.Record(r)); res.Cause != cause {
 				t.Errorf("forge %s, %s: %+v, want %s", forge, schema, res, cause)
 			}
 		}

@@ -45,8 +45,8 @@ func FuzzDecode(f *testing.F) {
 		}
 		full := "0x" + hex.EncodeToString(b)
 		rec, _ := json.Marshal(map[string]any{"feedID": "0x" + hex.EncodeToString(make([]byte, 32)), "fullReport": full})
-		view, err := don.AppendDecodedRecord(nil, rec, func(feed, full string) don.Verification {
-			return don.Verification{Mode: don.ModeEnforce, Result: v.VerifyHex(full, feed)}
+		view, err := don.AppendDecodedRecord(nil, rec, func(r don.Record) don.Verification {
+			return don.Verification{Mode: don.ModeEnforce, Result: v.VerifyRecord(r)}
 		})
 		if err != nil || !json.Valid(view) {
 			t.Fatalf("decoded view %q (%v) is not JSON", view, err)

@@ -3,9 +3,11 @@ package don
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
+	"github.com/ethereum/go-ethereum/common/lru"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -67,42 +69,40 @@ type gateState struct {
 }
 
 // memo keeps the result of each report verified where it entered, so that
-// the decoded view states it without verifying again; bounded, it is
-// emptied when full (a report then verified again by Verification, if
-// asked for). A reload starts a new one.
+// the decoded view states it without verifying again. It is bounded and
+// evicts the least recently used result one at a time (go-ethereum's
+// common/lru, already linked for the crypto), so a burst of new reports
+// costs the oldest results, never the whole memo; a report whose result
+// was evicted is verified again by Verification, if asked for. A reload
+// starts a new one.
 type memo struct {
-	mu sync.Mutex
-	m  map[[32]byte]Result
+	c *lru.Cache[[32]byte, Result]
 }
 
-// memoMax bounds the results a memo keeps (about 100 bytes each).
+// memoMax bounds the results a memo keeps (about 150 bytes each with the
+// LRU's list element: about 10 MB).
 const memoMax = 1 << 16
 
-func memoKey(feedID, fullReport string) [32]byte {
+func newMemo() *memo { return &memo{c: lru.NewCache[[32]byte, Result](memoMax)} }
+
+// memoKey is the key of a record's result: every field it is checked by.
+func memoKey(r Record) [32]byte {
 	h := sha256.New()
-	h.Write([]byte(feedID))
+	var n [8 * 2]byte
+	binary.BigEndian.PutUint64(n[:8], uint64(r.ValidFromTimestamp))
+	binary.BigEndian.PutUint64(n[8:], uint64(r.ObservationsTimestamp))
+	h.Write([]byte(r.FeedID))
 	h.Write([]byte{0})
-	h.Write([]byte(fullReport))
+	h.Write(n[:])
+	h.Write([]byte(r.FullReport))
 	var k [32]byte
 	h.Sum(k[:0])
 	return k
 }
 
-func (m *memo) put(k [32]byte, r Result) {
-	m.mu.Lock()
-	if len(m.m) >= memoMax {
-		clear(m.m)
-	}
-	m.m[k] = r
-	m.mu.Unlock()
-}
+func (m *memo) put(k [32]byte, r Result) { m.c.Add(k, r) }
 
-func (m *memo) get(k [32]byte) (Result, bool) {
-	m.mu.Lock()
-	r, ok := m.m[k]
-	m.mu.Unlock()
-	return r, ok
-}
+func (m *memo) get(k [32]byte) (Result, bool) { return m.c.Get(k) }
 
 // NewGate returns the Gate of network; Set gives it its mode. m and log
 // may be nil.
@@ -123,7 +123,7 @@ func (g *Gate) Set(mode string, v *Verifier) {
 	if v == nil {
 		mode = ModeOff
 	}
-	g.state.Store(&gateState{mode: mode, v: v, memo: &memo{m: map[[32]byte]Result{}}})
+	g.state.Store(&gateState{mode: mode, v: v, memo: newMemo()})
 }
 
 // Mode returns the mode in force.
@@ -134,11 +134,11 @@ func (g *Gate) Mode() string {
 	return g.state.Load().mode
 }
 
-// Check verifies the report of feedID whose fullReport is given (0x and
-// hex), which entered at entry, and reports whether it may be cached and
-// served: true when it verified, in mode report, and in mode off (then
-// unchecked, with an empty Result).
-func (g *Gate) Check(entry, feedID, fullReport string) (Result, bool) {
+// Check verifies a report record which entered at entry (its signatures,
+// and that its feedID and times are its signed blob's), and reports
+// whether it may be cached and served: true when it verified, in mode
+// report, and in mode off (then unchecked, with an empty Result).
+func (g *Gate) Check(entry string, rec Record) (Result, bool) {
 	if g == nil {
 		return Result{}, true
 	}
@@ -146,8 +146,8 @@ func (g *Gate) Check(entry, feedID, fullReport string) (Result, bool) {
 	if st.mode == ModeOff {
 		return Result{}, true
 	}
-	res := st.v.VerifyHex(fullReport, feedID)
-	st.memo.put(memoKey(feedID, fullReport), res)
+	res := st.v.VerifyRecord(rec)
+	st.memo.put(memoKey(rec), res)
 	if res.OK() {
 		g.m.verified.WithLabelValues(g.network, entry).Inc()
 		return res, true
@@ -160,7 +160,7 @@ func (g *Gate) Check(entry, feedID, fullReport string) (Result, bool) {
 		}
 		g.log.Warn("a report did not verify against the DON configuration (logged once per cause and entry; streamgate_report_verification_failures_total counts each)",
 			zap.String("network", g.network), zap.String("entry", entry), zap.String("cause", string(res.Cause)),
-			zap.String("meaning", res.Cause.Meaning()), zap.String("feed", feedID),
+			zap.String("meaning", res.Cause.Meaning()), zap.String("feed", rec.FeedID),
 			zap.String("config_digest", hexDigest(res.Digest)), zap.String("action", action))
 	}
 	return res, st.mode == ModeReport
@@ -169,7 +169,7 @@ func (g *Gate) Check(entry, feedID, fullReport string) (Result, bool) {
 // Verification returns what the decoded view states of a report: the
 // result recorded when it entered, or (when that record was dropped) its
 // verification now, neither counted nor logged.
-func (g *Gate) Verification(feedID, fullReport string) Verification {
+func (g *Gate) Verification(rec Record) Verification {
 	if g == nil {
 		return Verification{Mode: ModeOff}
 	}
@@ -177,10 +177,10 @@ func (g *Gate) Verification(feedID, fullReport string) Verification {
 	if st.mode == ModeOff {
 		return Verification{Mode: ModeOff}
 	}
-	k := memoKey(feedID, fullReport)
+	k := memoKey(rec)
 	res, ok := st.memo.get(k)
 	if !ok {
-		res = st.v.VerifyHex(fullReport, feedID)
+		res = st.v.VerifyRecord(rec)
 		st.memo.put(k, res)
 	}
 	return Verification{Mode: st.mode, Result: res}
@@ -189,7 +189,7 @@ func (g *Gate) Verification(feedID, fullReport string) Verification {
 // Verify returns the verification of a report under the configuration in
 // force, without counting, logging or recording it; ok is false in mode
 // off.
-func (g *Gate) Verify(feedID, fullReport string) (res Result, ok bool) {
+func (g *Gate) Verify(rec Record) (res Result, ok bool) {
 	if g == nil {
 		return Result{}, false
 	}
@@ -197,25 +197,54 @@ func (g *Gate) Verify(feedID, fullReport string) (res Result, ok bool) {
 	if st.mode == ModeOff {
 		return Result{}, false
 	}
-	return st.v.VerifyHex(fullReport, feedID), true
+	return st.v.VerifyRecord(rec), true
 }
 
 var (
 	keyFeedID     = []byte(`"feedID":"`)
 	keyFullReport = []byte(`"fullReport":"`)
+	keyValidFrom  = []byte(`"validFromTimestamp":`)
+	keyObserved   = []byte(`"observationsTimestamp":`)
 )
 
 // CheckFrame checks the report of a stream frame,
-// {"report":{"feedID":"0x…",…,"fullReport":"0x…"}}, found without decoding
-// the JSON (the upstream writes no spaces around the colons).
+// {"report":{"feedID":"0x…","validFromTimestamp":N,
+// "observationsTimestamp":N,"fullReport":"0x…"}}, found without decoding
+// the JSON (the upstream writes no spaces around the colons): its
+// signatures and that the times the hub reads are the signed report's.
 func (g *Gate) CheckFrame(frame []byte) bool {
 	if g == nil || g.state.Load().mode == ModeOff {
 		return true
 	}
+	_, ok := g.Check(EntryStream, FrameRecord(frame))
+	return ok
+}
+
+// FrameRecord reads the Record of a stream frame as CheckFrame does; a
+// field it does not find is left zero (and then fails the check).
+func FrameRecord(frame []byte) Record {
 	feed, _ := jsonString(frame, keyFeedID)
 	full, _ := jsonString(frame, keyFullReport)
-	_, ok := g.Check(EntryStream, string(feed), string(full))
-	return ok
+	return Record{FeedID: string(feed), FullReport: string(full),
+		ValidFromTimestamp: jsonInt(frame, keyValidFrom), ObservationsTimestamp: jsonInt(frame, keyObserved)}
+}
+
+// jsonInt returns the non-negative integer after key in b, or -1.
+func jsonInt(b, key []byte) int64 {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return -1
+	}
+	b = b[i+len(key):]
+	var n int64
+	j := 0
+	for ; j < len(b) && j < 18 && b[j] >= '0' && b[j] <= '9'; j++ {
+		n = n*10 + int64(b[j]-'0')
+	}
+	if j == 0 || (j < len(b) && b[j] >= '0' && b[j] <= '9') {
+		return -1
+	}
+	return n
 }
 
 // jsonString returns the string value after key in b, up to the next quote.

@@ -165,19 +165,13 @@ func AppendVerification(dst []byte, v Verification) []byte {
 	return append(dst, '}')
 }
 
-// record is what the view reads of a report record.
-type record struct {
-	FeedID     string `json:"feedID"`
-	FullReport string `json:"fullReport"`
-}
-
 // AppendDecodedRecord appends the decoded view of a report record (a JSON
 // object as the upstream sent it) to dst: the record's members unchanged,
 // then "decoded", "decimal" and "verification" (verify gives the latter
-// for the record's feedID and fullReport). A fullReport that does not
+// for the record: its fields and fullReport). A fullReport that does not
 // decode gets "decodeError" instead of "decoded" and "decimal".
-func AppendDecodedRecord(dst, rec []byte, verify func(feedID, fullReport string) Verification) ([]byte, error) {
-	var r record
+func AppendDecodedRecord(dst, rec []byte, verify func(Record) Verification) ([]byte, error) {
+	var r Record
 	trimmed := bytes.TrimSpace(rec)
 	if err := json.Unmarshal(trimmed, &r); err != nil || len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
 		return dst, fmt.Errorf("%w: a report record is not a JSON object", ErrMalformed)
@@ -195,13 +189,13 @@ func AppendDecodedRecord(dst, rec []byte, verify func(feedID, fullReport string)
 		dst = AppendFields(dst, schema, fields)
 	}
 	dst = append(dst, ',')
-	dst = AppendVerification(dst, verify(r.FeedID, r.FullReport))
+	dst = AppendVerification(dst, verify(r))
 	return append(dst, '}'), nil
 }
 
 // DecodedBody returns the decoded view of an answer body of the API:
 // {"report":{…}} or {"reports":[…]}, each record decoded.
-func DecodedBody(body []byte, verify func(feedID, fullReport string) Verification) ([]byte, error) {
+func DecodedBody(body []byte, verify func(Record) Verification) ([]byte, error) {
 	var doc struct {
 		Report  json.RawMessage   `json:"report"`
 		Reports []json.RawMessage `json:"reports"`

@@ -199,7 +199,7 @@ func (s *bulkSource) fetchChunk(ctx context.Context, calls *callCount, cred *cre
 	// One replica calls for the chunk; the others wait for its answer,
 	// kept in the shared tier for negative_ttl, never in memory (the
 	// reports are, each under its key).
-	e, outcome, err := s.store.LoadFrom(fillContext(ctx), flight, cache.Source{Check: s.records.storedBulk(feeds), NotInMemory: true,
+	e, outcome, err := s.store.LoadFrom(fillContext(ctx), flight, cache.Source{Check: s.records.storedBulk(feeds, ts), NotInMemory: true,
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			// Every report of the chunk stored by another replica: no call.
 			if e := s.sharedChunk(ctx, cred, feeds, ts); e != nil {
@@ -230,7 +230,7 @@ func (s *bulkSource) fillChunk(ctx context.Context, calls *callCount, target str
 	if err != nil {
 		return nil, err
 	}
-	reports, err := s.records.splitBulk(resp.body, feeds)
+	reports, err := s.records.splitBulk(resp.body, feeds, ts)
 	if err != nil {
 		return nil, err
 	}

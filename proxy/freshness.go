@@ -289,7 +289,7 @@ func (rf *refresher) fetchOne(it *refreshItem) {
 		rf.finish(it, nil, latestError(err))
 		return
 	}
-	doc, body, err := rf.records.checkReport(resp.body, "latest", it.feed, true)
+	doc, body, err := rf.records.checkReport(resp.body, "latest", it.feed, anySecond, true)
 	if err != nil {
 		rf.finish(it, nil, err)
 		return
@@ -315,7 +315,7 @@ func (rf *refresher) fetchBulk(items []*refreshItem) bool {
 		rf.requeue(items, false)
 		return false
 	}
-	reports, err := rf.records.splitBulk(resp.body, feeds)
+	reports, err := rf.records.splitBulk(resp.body, feeds, ts)
 	if err != nil {
 		rf.requeue(items, false)
 		return false
@@ -327,7 +327,7 @@ func (rf *refresher) fetchBulk(items []*refreshItem) bool {
 			missing = append(missing, it)
 			continue
 		}
-		doc, body, err := rf.records.checkReport(reportBody(raw), "bulk", it.feed, false) // splitBulk verified it
+		doc, body, err := rf.records.checkReport(reportBody(raw), "bulk", it.feed, ts, false) // splitBulk verified it
 		if err != nil {
 			missing = append(missing, it)
 			continue

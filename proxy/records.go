@@ -12,13 +12,12 @@ import (
 // The stored record formats: what the gateway checks of an upstream
 // report, and the form in which it keeps reports.
 
-// reportDoc is the part of a report record the gateway checks.
-type reportDoc struct {
-	FeedID                string `json:"feedID"`
-	ValidFromTimestamp    int64  `json:"validFromTimestamp"`
-	ObservationsTimestamp int64  `json:"observationsTimestamp"`
-	FullReport            string `json:"fullReport"`
-}
+// reportDoc is the part of a report record the gateway checks: every field
+// it repeats of its signed blob, and the fullReport.
+type reportDoc = don.Record
+
+// anySecond is the timestamp asked of a latest report: any second.
+const anySecond = -1
 
 // negative is a short-lived entry for "no report yet", kept for ttl
 // (negative_ttl).
@@ -36,11 +35,13 @@ type checker struct {
 }
 
 // checkReport parses a {"report": …} body and refuses one that is not of the
-// stream asked for: such an answer is an upstream error, never a cache entry.
-// Its report is verified (verify) unless the caller already did.
+// stream asked for, or not of the second ts asked for (anySecond: latest):
+// such an answer is an upstream error, never a cache entry.
+// Its report is verified (verify) unless the caller already did: its
+// signatures, and that the record's fields are its signed blob's.
 // It returns the body in the form every stored report has (see reportBody).
-func (c *checker) checkReport(body []byte, endpoint, feed string, verify bool) (*reportDoc, []byte, error) {
-	rd, record, ok := parseReport(body, feed)
+func (c *checker) checkReport(body []byte, endpoint, feed string, ts int64, verify bool) (*reportDoc, []byte, error) {
+	rd, record, ok := parseReport(body, feed, ts)
 	if !ok {
 		c.metrics.integrity(c.network, endpoint)
 		return nil, nil, errBadUpstream
@@ -53,10 +54,11 @@ func (c *checker) checkReport(body []byte, endpoint, feed string, verify bool) (
 	return rd, reportBody(record), nil
 }
 
-// verifyDoc checks a report's DON signatures where it enters; in mode
-// enforce a report that does not verify is an error (502), never an entry.
+// verifyDoc checks a report's DON signatures where it enters, and that
+// its record's feedID and times are the signed blob's; in mode enforce a
+// report that does not verify is an error (502), never an entry.
 func (c *checker) verifyDoc(entry string, rd *reportDoc) error {
-	if res, ok := c.gate.Check(entry, rd.FeedID, rd.FullReport); !ok {
+	if res, ok := c.gate.Check(entry, *rd); !ok {
 		return unverified(res.Cause)
 	}
 	return nil
@@ -86,14 +88,16 @@ func unverified(c don.Cause) *apiError {
 }
 
 // parseReport parses a {"report": …} body and reports whether it is a
-// report of feed; it returns the record as sent.
-func parseReport(body []byte, feed string) (*reportDoc, json.RawMessage, bool) {
+// report of feed at ts (its observationsTimestamp; anySecond: any); it
+// returns the record as sent.
+func parseReport(body []byte, feed string, ts int64) (*reportDoc, json.RawMessage, bool) {
 	var doc struct {
 		Report json.RawMessage `json:"report"`
 	}
 	var rd reportDoc
 	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Report) == 0 ||
-		json.Unmarshal(doc.Report, &rd) != nil || normalFeedID(rd.FeedID) != feed {
+		json.Unmarshal(doc.Report, &rd) != nil || normalFeedID(rd.FeedID) != feed ||
+		(ts != anySecond && rd.ObservationsTimestamp != ts) {
 		return nil, nil, false
 	}
 	return &rd, doc.Report, true
@@ -118,10 +122,10 @@ func reportBody(record []byte) []byte {
 var noReportBody = []byte(`{"error":"no report for this stream at this timestamp yet","message":"no report for this stream at this timestamp yet"}` + "\n")
 
 // splitBulk parses a bulk answer into the report record of each stream,
-// refusing an answer that holds a stream not asked for.
-// Every report of it is verified.
-func (c *checker) splitBulk(body []byte, feeds []string) (map[string][]byte, error) {
-	out, ok := parseBulk(body, feeds)
+// refusing an answer that holds a stream not asked for or a report not of
+// the second ts asked for. Every report of it is verified.
+func (c *checker) splitBulk(body []byte, feeds []string, ts int64) (map[string][]byte, error) {
+	out, ok := parseBulk(body, feeds, ts)
 	if !ok {
 		c.metrics.integrity(c.network, "bulk")
 		return nil, errBadUpstream
@@ -146,9 +150,9 @@ func (c *checker) verifyRecords(entry string, records map[string][]byte) error {
 }
 
 // parseBulk parses a bulk answer into the report record of each stream and
-// reports false for an answer that is malformed or holds a stream not asked
-// for.
-func parseBulk(body []byte, feeds []string) (map[string][]byte, bool) {
+// reports false for an answer that is malformed, holds a stream not asked
+// for, or a report not of the second ts (its observationsTimestamp).
+func parseBulk(body []byte, feeds []string, ts int64) (map[string][]byte, bool) {
 	var doc struct {
 		Reports []json.RawMessage `json:"reports"`
 	}
@@ -166,7 +170,7 @@ func parseBulk(body []byte, feeds []string) (map[string][]byte, bool) {
 			return nil, false
 		}
 		id := normalFeedID(rd.FeedID)
-		if _, ok := asked[id]; !ok {
+		if _, ok := asked[id]; !ok || rd.ObservationsTimestamp != ts {
 			return nil, false
 		}
 		out[id] = raw

@@ -50,7 +50,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	calls := stateOf(r.Context()).counter()
-	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedReport(feed),
+	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedReport(feed, ts),
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			resp, err := s.up.fetch(ctx, calls, "reports", target, cred, http.StatusOK, http.StatusNotFound)
 			if err != nil {
@@ -60,7 +60,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 			if resp.status == http.StatusNotFound {
 				return negative(now, resp, s.pol.Load().negativeTTL), nil
 			}
-			_, body, err := s.records.checkReport(resp.body, "reports", feed, true)
+			_, body, err := s.records.checkReport(resp.body, "reports", feed, ts, true)
 			if err != nil {
 				return nil, err
 			}
@@ -120,7 +120,7 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 			if err != nil {
 				return nil, err
 			}
-			doc, body, err := s.records.checkReport(resp.body, "latest", feed, true)
+			doc, body, err := s.records.checkReport(resp.body, "latest", feed, anySecond, true)
 			if err != nil {
 				return nil, err
 			}

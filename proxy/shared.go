@@ -29,10 +29,11 @@ var errStoredEntry = errors.New("proxy: stored entry does not hold what its key 
 // entry is refused (dropped and counted by the tier, and filled again from
 // the upstream); in mode report it is served and counted.
 
-// storedReport checks a stored report at a timestamp: a report of feed.
-func (c *checker) storedReport(feed string) cache.Check {
+// storedReport checks a stored report at a timestamp: the report of feed
+// at ts.
+func (c *checker) storedReport(feed string, ts int64) cache.Check {
 	return func(e *cache.Entry) error {
-		rd, _, ok := parseReport(e.Body, feed)
+		rd, _, ok := parseReport(e.Body, feed, ts)
 		if !ok {
 			return errStoredEntry
 		}
@@ -61,7 +62,7 @@ const maxWriterAhead = time.Second
 // latest_max_stale from it at most.
 func (l *latestEntries) check(feed string) cache.Check {
 	return func(e *cache.Entry) error {
-		rd, _, ok := parseReport(e.Body, feed)
+		rd, _, ok := parseReport(e.Body, feed, anySecond)
 		if !ok || e.Expires.IsZero() || l.records.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
@@ -144,10 +145,10 @@ func (c *catalogViews) check(e *cache.Entry) error {
 }
 
 // storedBulk checks a stored bulk chunk (the upstream's answer for exactly
-// feeds) and rebuilds its split reports.
-func (c *checker) storedBulk(feeds []string) cache.Check {
+// feeds at ts) and rebuilds its split reports.
+func (c *checker) storedBulk(feeds []string, ts int64) cache.Check {
 	return func(e *cache.Entry) error {
-		reports, ok := parseBulk(e.Body, feeds)
+		reports, ok := parseBulk(e.Body, feeds, ts)
 		if !ok || c.verifyRecords(don.EntryShared, reports) != nil {
 			return errStoredEntry
 		}
@@ -169,7 +170,7 @@ func (s *bulkSource) sharedChunk(ctx context.Context, cred *credential, feeds []
 		keys[i] = cache.ReportKey(s.network, cred.scope, f, ts)
 		byKey[keys[i]] = f
 	}
-	found := s.shared.GetMany(ctx, keys, func(key string) shared.Check { return s.records.storedReport(byKey[key]) })
+	found := s.shared.GetMany(ctx, keys, func(key string) shared.Check { return s.records.storedReport(byKey[key], ts) })
 	reports := make(map[string][]byte, len(feeds))
 	for i, e := range found {
 		if e == nil {

@@ -49,6 +49,7 @@ func TestVerifyStream(t *testing.T) {
 		{simulator.ForgeTooFew, don.CauseTooFewSigners},
 		{simulator.ForgeDuplicate, don.CauseDuplicateSigner},
 		{simulator.ForgeUnknownDigest, don.CauseUnknownDigest},
+		{simulator.ForgeRelabel, don.CauseRecordMismatch},
 	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
@@ -65,7 +66,7 @@ func TestVerifyStream(t *testing.T) {
 			defer conn.CloseNow()
 			gate := env.Server.Gate("mainnet")
 			check := func(f frame) don.Result {
-				res, ok := gate.Verify(f.Report.FeedID, f.Report.FullReport)
+				res, ok := gate.Verify(don.Record(f.Report))
 				require.True(t, ok)
 				return res
 			}
@@ -155,6 +156,10 @@ func TestVerifySharedTier(t *testing.T) {
 							&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeUnknownDigest, f, ts-200)), Stored: now})
 					}
 				}},
+				{"report, genuine but an hour old, relabelled", "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(ts-400, 10), don.CauseRecordMismatch, func() {
+					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", eth, ts-400),
+						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeRelabel, eth, ts-400)), Stored: now})
+				}},
 				{"report, too few signers", "/api/v1/reports?feedID=" + btc + "&timestamp=" + strconv.FormatInt(ts-300, 10), don.CauseTooFewSigners, func() {
 					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", btc, ts-300),
 						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeTooFew, btc, ts-300)), Stored: now})
@@ -183,7 +188,7 @@ func TestVerifySharedTier(t *testing.T) {
 				}
 				require.NotEmpty(t, doc.Reports, tc.name)
 				for _, r := range doc.Reports {
-					res, _ := env.Server.Gate("mainnet").Verify(r.FeedID, r.FullReport)
+					res, _ := env.Server.Gate("mainnet").Verify(don.Record(r))
 					assert.Equal(t, mode == config.VerifyEnforce, res.OK(), "%s: served %+v", tc.name, res)
 				}
 				if mode == config.VerifyEnforce {

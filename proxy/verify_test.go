@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,6 +61,7 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 		simulator.ForgeTooFew:        don.CauseTooFewSigners,
 		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
 		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
+		simulator.ForgeRelabel:       don.CauseRecordMismatch,
 	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
@@ -112,7 +114,7 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 					}
 					require.NotEmpty(t, reports)
 					for _, r := range reports {
-						res, ok := env.Server.Gate("mainnet").Verify(r.FeedID, r.FullReport)
+						res, ok := env.Server.Gate("mainnet").Verify(don.Record(r))
 						require.True(t, ok)
 						assert.Equal(t, mode == config.VerifyEnforce, res.OK(), "%s %s after: %+v", forge, name, res)
 					}
@@ -127,40 +129,123 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 	}
 }
 
+// tamperedUpstream starts a gateway (verify mode mode) whose upstream's
+// report and bulk answers are rewritten by tamper, given the simulator
+// and the report records as the simulator answered them.
+func tamperedUpstream(t *testing.T, mode string, tamper func(sim *simulator.Simulator, reports []simulator.Report)) *servertest.Env {
+	var sim atomic.Pointer[simulator.Simulator] // set once it is up, before any report request
+	return withSim(&sim, servertest.Start(t, servertest.Options{Quiet: true,
+		Config: func(cfg *config.Config) { cfg.Networks["mainnet"].Verify.Mode = mode },
+		Upstream: func(network string, h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/api/v1/reports" && r.URL.Path != "/api/v1/reports/bulk" {
+					h.ServeHTTP(w, r)
+					return
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				var doc struct {
+					Report  *simulator.Report  `json:"report,omitempty"`
+					Reports []simulator.Report `json:"reports,omitempty"`
+				}
+				if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &doc) != nil {
+					w.WriteHeader(rec.Code)
+					w.Write(rec.Body.Bytes())
+					return
+				}
+				if doc.Report != nil {
+					one := []simulator.Report{*doc.Report}
+					tamper(sim.Load(), one)
+					doc.Report = &one[0]
+				}
+				tamper(sim.Load(), doc.Reports)
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(doc)
+			})
+		}}))
+}
+
+func withSim(p *atomic.Pointer[simulator.Simulator], env *servertest.Env) *servertest.Env {
+	p.Store(env.Sim)
+	return env
+}
+
 // A report whose record names another stream than its fullReport is
-// refused as malformed.
+// refused as a record that is not its signed report's.
 func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Quiet: true, Upstream: func(network string, h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/api/v1/reports" {
-				h.ServeHTTP(w, r)
-				return
+	var btc string
+	env := tamperedUpstream(t, config.VerifyEnforce, func(sim *simulator.Simulator, reports []simulator.Report) {
+		for i, r := range reports {
+			other, ok := sim.Report(simulator.Mainnet, btc, r.ObservationsTimestamp)
+			if !ok {
+				panic("no report of the other stream")
 			}
-			// Answer with the report of another stream under the asked feedID.
-			rec := httptest.NewRecorder()
-			q := r.URL.Query()
-			other := r.Clone(r.Context())
-			q.Set("feedID", "0x00030a1995a99b1efe9cb7a0ea3f78866e155320a6bd2d1bc7eee700db493822") // AAVE/USD
-			other.URL.RawQuery = q.Encode()
-			other.RequestURI = ""
-			h.ServeHTTP(rec, r) // the asked report, for its shape
-			var doc struct{ Report simulator.Report }
-			_ = json.Unmarshal(rec.Body.Bytes(), &doc)
-			rec2 := httptest.NewRecorder()
-			h.ServeHTTP(rec2, other)
-			var doc2 struct{ Report simulator.Report }
-			_ = json.Unmarshal(rec2.Body.Bytes(), &doc2)
-			doc.Report.FullReport = doc2.Report.FullReport
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(doc)
-		})
-	}})
+			reports[i].FullReport = other.FullReport
+		}
+	})
 	c := servertest.Demo()
+	btc = env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
 	resp, body := c.Get(t, env.Mainnet, "/api/v1/reports?feedID="+eth+"&timestamp="+strconv.FormatInt(pastTS(), 10))
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s", body)
-	assert.True(t, strings.Contains(string(body), string(don.CauseMalformed)), "%s", body)
-	assert.Equal(t, 1.0, failures(t, env, don.EntryUpstream, don.CauseMalformed, config.VerifyEnforce))
+	assert.True(t, strings.Contains(string(body), string(don.CauseRecordMismatch)), "%s", body)
+	assert.Equal(t, 1.0, failures(t, env, don.EntryUpstream, don.CauseRecordMismatch, config.VerifyEnforce))
+}
+
+// A report at a timestamp is the report of that second, and a bulk's are
+// of the second asked: the upstream answering with the genuine report of
+// an hour before, unmodified, is refused in every mode (502, an integrity
+// error, never an entry), and the right report is fetched once it
+// answers right. Relabelled as the second asked, it is refused as
+// record_mismatch (TestVerifyRefusesForgeries).
+func TestVerifyRefusesAnotherSecondsReport(t *testing.T) {
+	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport, config.VerifyOff} {
+		t.Run(mode, func(t *testing.T) {
+			var honest atomic.Bool
+			env := tamperedUpstream(t, mode, func(sim *simulator.Simulator, reports []simulator.Report) {
+				if honest.Load() {
+					return
+				}
+				for i, r := range reports {
+					old, ok := sim.Report(simulator.Mainnet, r.FeedID, r.ObservationsTimestamp-simulator.RelabelAge)
+					if !ok {
+						panic("no old report")
+					}
+					reports[i] = old
+				}
+			})
+			c := servertest.Demo()
+			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			ts := pastTS()
+			targets := map[string]string{
+				"reports": "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(ts, 10),
+				"bulk":    "/api/v1/reports/bulk?feedIDs=" + eth + "," + btc + "&timestamp=" + strconv.FormatInt(ts-1, 10),
+			}
+			for name, target := range targets {
+				resp, body := c.Get(t, env.Mainnet, target)
+				assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s: %s", name, body)
+			}
+			assert.Equal(t, 2.0, metricSum(t, env.Registry, "streamgate_upstream_integrity_failures_total"))
+			honest.Store(true)
+			for name, target := range targets {
+				resp, body := c.Get(t, env.Mainnet, target)
+				require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", name, body)
+				var doc struct {
+					Report  *simulator.Report  `json:"report"`
+					Reports []simulator.Report `json:"reports"`
+				}
+				require.NoError(t, json.Unmarshal(body, &doc))
+				if doc.Report != nil {
+					doc.Reports = append(doc.Reports, *doc.Report)
+				}
+				require.NotEmpty(t, doc.Reports)
+				for _, r := range doc.Reports {
+					assert.Contains(t, []int64{ts, ts - 1}, r.ObservationsTimestamp, "%s: the report of the second asked", name)
+				}
+			}
+		})
+	}
 }
 
 // latest: a forged upstream answer is refused in enforce (502 naming the
@@ -183,7 +268,7 @@ func TestVerifyRefusesForgedLatest(t *testing.T) {
 				require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 				var doc struct{ Report simulator.Report }
 				require.NoError(t, json.Unmarshal(body, &doc))
-				res, _ := env.Server.Gate("mainnet").Verify(doc.Report.FeedID, doc.Report.FullReport)
+				res, _ := env.Server.Gate("mainnet").Verify(don.Record(doc.Report))
 				assert.Equal(t, don.CauseDuplicateSigner, res.Cause)
 			}
 			assert.GreaterOrEqual(t, failures(t, env, don.EntryUpstream, don.CauseDuplicateSigner, mode), 1.0)

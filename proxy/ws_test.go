@@ -26,6 +26,7 @@ import (
 type frame struct {
 	Report struct {
 		FeedID                string `json:"feedID"`
+		ValidFromTimestamp    int64  `json:"validFromTimestamp"`
 		ObservationsTimestamp int64  `json:"observationsTimestamp"`
 		FullReport            string `json:"fullReport"`
 	} `json:"report"`

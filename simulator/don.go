@@ -56,9 +56,17 @@ const (
 	// ForgeUnknownDigest signs, with the DON's keys, a report whose config
 	// digest is not one of the DON's configurations (as after a rotation).
 	ForgeUnknownDigest Forgery = "unknown_digest"
+	// ForgeRelabel serves, for the report of a second, the genuine report
+	// of RelabelAge earlier, as the DON signed it, its record's
+	// validFromTimestamp and observationsTimestamp relabelled as the
+	// second asked: every signature verifies, only the record lies.
+	ForgeRelabel Forgery = "relabel"
 )
 
-var forgeries = []Forgery{ForgeSignature, ForgeOutsider, ForgeTooFew, ForgeDuplicate, ForgeUnknownDigest}
+// RelabelAge is how much older the report ForgeRelabel serves is.
+const RelabelAge = 3600
+
+var forgeries = []Forgery{ForgeSignature, ForgeOutsider, ForgeTooFew, ForgeDuplicate, ForgeUnknownDigest, ForgeRelabel}
 
 // don holds the keys of one network's DON.
 type don struct {
@@ -109,6 +117,9 @@ func (d *don) configs(network string) []DONConfig {
 // sign sets the signatures of r, made by DONF+1 signers chosen by ts (so
 // that every signer signs some reports), falsified as forge says.
 func (d *don) sign(r *FullReport, ts int64, forge Forgery) {
+	if forge == ForgeRelabel {
+		forge = "" // the report is genuine; its record is relabelled (appendReportJSON)
+	}
 	if forge == ForgeUnknownDigest {
 		r.ReportContext[0][31] ^= 0xff
 	}

@@ -53,7 +53,7 @@ type Faults struct {
 
 	// Forge falsifies every report served while it is set, over REST and
 	// the WebSocket (see Forgery): "signature", "outsider", "too_few",
-	// "duplicate" or "unknown_digest"; "" serves reports as the DON signed
+	// "duplicate", "unknown_digest" or "relabel"; "" serves reports as the DON signed
 	// them.
 	Forge Forgery
 }

@@ -223,6 +223,10 @@ func (v *reportValues) blob(b []byte) {
 // appendReportJSON appends the JSON report record of st at ts to dst,
 // signed by d (falsified as forge says, "" for none).
 func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) []byte {
+	label := ts
+	if forge == ForgeRelabel {
+		ts -= RelabelAge
+	}
 	v := st.values(ts)
 	var blob [14 * word]byte
 	n := v.schema.blobWords() * word
@@ -235,9 +239,9 @@ func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) 
 	dst = append(dst, `{"feedID":"`...)
 	dst = append(dst, st.idHex...)
 	dst = append(dst, `","validFromTimestamp":`...)
-	dst = strconv.AppendInt(dst, ts, 10)
+	dst = strconv.AppendInt(dst, label, 10)
 	dst = append(dst, `,"observationsTimestamp":`...)
-	dst = strconv.AppendInt(dst, ts, 10)
+	dst = strconv.AppendInt(dst, label, 10)
 	dst = append(dst, `,"fullReport":"0x`...)
 	dst = hex.AppendEncode(dst, enc)
 	return append(dst, `"}`...)
