@@ -620,7 +620,9 @@ func (v *validator) secretLen(p string, s Secret) {
 }
 
 // demoSecret refuses the published demo secrets on a team that can reach a
-// real upstream: anyone who has read the source could use it.
+// real upstream, or on a gateway with a network listener off loopback:
+// anyone who has read the source could use it, from anywhere the listener
+// is reachable.
 func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*Network) {
 	demo := false
 	for _, s := range k.Secrets() {
@@ -634,6 +636,12 @@ func (v *validator) demoSecret(p string, t *Team, k *Key, networks map[string]*N
 	for _, name := range t.Networks {
 		if n := networks[name]; n != nil && !localUpstream(n.Upstream.URL) {
 			v.add(p, "uses a published demo secret, which may only reach the embedded or a loopback upstream, not networks.%s", name)
+			return
+		}
+	}
+	for _, name := range sortedKeys(networks) {
+		if n := networks[name]; n != nil && n.Listen != "" && !loopbackAddr(n.Listen) {
+			v.add(p, "uses a published demo secret, which may only be served on loopback listeners, not networks.%s.listen %q", name, n.Listen)
 			return
 		}
 	}

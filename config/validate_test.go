@@ -359,6 +359,16 @@ func TestValidate(t *testing.T) {
 			u := &c.Networks["mainnet"].Upstream
 			u.URL, u.APIKey, u.APISecret = "https://api.dataengine.chain.link", "k", "s"
 		}, want: []string{"teams[0].keys[0]: uses a published demo secret, which may only reach the embedded or a loopback upstream, not networks.mainnet"}},
+		{name: "demo secret with a loopback upstream and a listener on every address", change: func(c *Config) {
+			c.Teams[0].Keys[0].Secret = DemoKeySecret
+			u := &c.Networks["mainnet"].Upstream
+			u.URL, u.APIKey, u.APISecret = "http://127.0.0.1:9999", "k", "s"
+			c.Networks["testnet"].Listen = "0.0.0.0:8081"
+		}, want: []string{`teams[0].keys[0]: uses a published demo secret, which may only be served on loopback listeners, not networks.testnet.listen "0.0.0.0:8081"`}},
+		{name: "demo secret with the simulator and a listener on every interface", change: func(c *Config) {
+			c.Teams[1].Keys[0].Secret = ResearchKeySecret
+			c.Networks["mainnet"].Listen = ":8080"
+		}, want: []string{`teams[1].keys[0]: uses a published demo secret, which may only be served on loopback listeners, not networks.mainnet.listen ":8080"`}},
 		{name: "admin listener disabled", change: func(c *Config) { c.Server.AdminListen = "" }},
 		{name: "log level and format", change: func(c *Config) { c.Log = Log{Level: "debug", Format: "console", Audit: true} }},
 	}
