@@ -310,10 +310,15 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // upstream's, when the network streams: an SDK in HA mode then holds one
 // connection per origin, as it does to the upstream, and behind a
 // balancer the two usually land on two replicas. Every origin carries
-// every stream. Nothing goes upstream.
+// every stream. An X-Cll-Origin not among them is a 400, as on the
+// upgrade. Nothing goes upstream.
 func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
 	if n.hub != nil && n.ws.originsHV != "" {
+		if _, err := n.ws.clientOrigin(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		w.Header().Set(headerAvailableOrigins, n.ws.originsHV)
 	}
 	w.WriteHeader(http.StatusOK)

@@ -23,13 +23,26 @@ import (
 // origin discovery.
 func signedHead(t *testing.T, c *servertest.Client, base string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodHead, base+"/", nil)
+	resp, _ := signedRoot(t, c, base, http.MethodHead, "")
+	return resp
+}
+
+// signedRoot sends method / to base, signed by c, naming origin in
+// X-Cll-Origin unless it is "", and returns the answer and its body.
+func signedRoot(t *testing.T, c *servertest.Client, base, method, origin string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+"/", nil)
 	require.NoError(t, err)
 	auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
+	if origin != "" {
+		req.Header.Set("X-Cll-Origin", origin)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
 	resp.Body.Close()
-	return resp
+	return resp, body
 }
 
 // dialOrigin is dialWS with X-Cll-Origin: origin.
@@ -62,12 +75,20 @@ func TestWSOrigins(t *testing.T) {
 	resp := signedHead(t, demo, env.Mainnet)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "{001,002}", resp.Header.Get("X-Cll-Available-Origins"))
+	// Discovery naming an origin: one of them is fine, another is a 400.
+	resp, _ = signedRoot(t, demo, env.Mainnet, http.MethodHead, "002")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = signedRoot(t, demo, env.Mainnet, http.MethodHead, "003")
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "HEAD / naming an unknown origin")
+	resp, body := signedRoot(t, demo, env.Mainnet, http.MethodGet, "003")
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "GET / naming an unknown origin")
+	assert.Contains(t, string(body), "unknown origin in X-Cll-Origin")
 
 	_, resp, err := dialOrigin(ctx, demo, env.Mainnet, target, "003")
 	require.Error(t, err)
 	require.NotNil(t, resp)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	body, _ := io.ReadAll(resp.Body)
+	body, _ = io.ReadAll(resp.Body)
 	var e map[string]string
 	require.NoError(t, json.Unmarshal(body, &e), "%s", body)
 	assert.Contains(t, e["message"], "unknown origin")
