@@ -221,6 +221,10 @@ func (c *catalogViews) serveDiscovery(w http.ResponseWriter, r *http.Request, p 
 func (c *catalogViews) serveFeeds(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	var q query
 	scanQuery(r.URL.RawQuery, &q)
+	if err := q.malformed(); err != nil {
+		writeError(w, err)
+		return
+	}
 	hidden, err := catalog.ParseHidden(q.get("hidden"))
 	if err != nil {
 		writeCatalogError(w, http.StatusBadRequest, err.Error())

@@ -335,6 +335,24 @@ func TestValidation(t *testing.T) {
 		{"catalog hidden not a boolean", "/api/v1/discovery?hidden=maybe", 400},
 		{"unknown path outside the API", "/metrics", 404},
 	}
+	// A query url.ParseQuery refuses is named as such, not as the
+	// parameter its bad escape hid.
+	malformed := []struct{ name, target string }{
+		{"bad escape in feedID", "/api/v1/reports/latest?feedID=" + btc + "%zz"},
+		{"bad escape beside a good query", "/api/v1/reports?feedID=" + btc + "&timestamp=1700000000&x=%zz"},
+		{"bad escape in feeds", "/api/v1/feeds?hidden=%zz"},
+	}
+	for _, tc := range malformed {
+		t.Run(tc.name, func(t *testing.T) {
+			before := env.UpstreamCalls()
+			resp, body := c.Get(t, env.Mainnet, tc.target)
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+			var eb errorBody
+			require.NoError(t, json.Unmarshal(body, &eb), "errors are JSON")
+			assert.Contains(t, eb.Error, `malformed query: invalid escape "%zz"`)
+			assert.Equal(t, before, env.UpstreamCalls(), "bad input costs no upstream call")
+		})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.UpstreamCalls()

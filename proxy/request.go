@@ -146,6 +146,10 @@ func (c *readCheck) read(w http.ResponseWriter, r *http.Request, p *auth.Princip
 		rq reportQuery
 	)
 	scanQuery(r.URL.RawQuery, &q)
+	if err := q.malformed(); err != nil {
+		writeError(w, err)
+		return rq, false
+	}
 	if err := shape.read(&q, &rq); err != nil {
 		writeError(w, err)
 		return rq, false

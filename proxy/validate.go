@@ -47,6 +47,7 @@ type query struct {
 	n    int
 	k, v [8]string
 	vals url.Values // the fallback's reading; nil when read in place
+	err  error      // url.ParseQuery's error: the query is malformed
 }
 
 // scanQuery reads raw into q. A query is read in place when it has no
@@ -71,15 +72,15 @@ func scanQuery(raw string, q *query) {
 			q.fallback(raw)
 			return
 		}
-		if q.index(k) >= 0 {
-			continue // url.Values.Get gives the first
-		}
 		if esc := strings.Count(v, "%"); esc > 0 {
 			if esc != strings.Count(v, "%2C")+strings.Count(v, "%2c") {
-				q.fallback(raw) // another escape: url.ParseQuery decides
+				q.fallback(raw) // another escape: url.ParseQuery decides (and may refuse it)
 				return
 			}
 			v = strings.ReplaceAll(strings.ReplaceAll(v, "%2C", ","), "%2c", ",")
+		}
+		if q.index(k) >= 0 {
+			continue // url.Values.Get gives the first
 		}
 		if q.n == len(q.k) {
 			q.fallback(raw)
@@ -91,10 +92,24 @@ func scanQuery(raw string, q *query) {
 }
 
 func (q *query) fallback(raw string) {
-	q.vals, _ = url.ParseQuery(raw) // as URL.Query: what parsed before an error counts
+	q.vals, q.err = url.ParseQuery(raw) // as URL.Query: what parsed before an error counts
 	if q.vals == nil {
 		q.vals = url.Values{}
 	}
+}
+
+// malformed returns the 400 of a query url.ParseQuery refused (a bad
+// escape such as %zz), nil for a well-formed one: named for what it is,
+// not as the parameter it hid.
+func (q *query) malformed() error {
+	if q.err == nil {
+		return nil
+	}
+	msg := q.err.Error()
+	if u, ok := q.err.(url.EscapeError); ok {
+		msg = "invalid escape " + strconv.Quote(string(u))
+	}
+	return errorf(http.StatusBadRequest, "malformed query: "+msg+" (a % must start an escape of two hex digits)")
 }
 
 func (q *query) index(name string) int {

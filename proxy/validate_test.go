@@ -106,9 +106,12 @@ func FuzzQuery(f *testing.F) {
 	f.Add("x=%2C%41&limit=&limit=7")
 	f.Add("a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9")
 	f.Fuzz(func(t *testing.T, raw string) {
-		want, _ := url.ParseQuery(raw)
+		want, perr := url.ParseQuery(raw)
 		var q query
 		scanQuery(raw, &q)
+		if (q.malformed() != nil) != (perr != nil) {
+			t.Fatalf("%q: malformed %v, url.ParseQuery's error %v", raw, q.malformed(), perr)
+		}
 		names := []string{"feedID", "feedIDs", "timestamp", "startTimestamp", "limit", "hidden", ""}
 		for k := range want {
 			names = append(names, k)
