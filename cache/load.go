@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -141,7 +142,7 @@ func (f *flight) await(ctx context.Context, started bool) (*Entry, Outcome, erro
 func (s *Store) join(ctx context.Context, key string, fill FillFunc, waiting bool) (*flight, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f, ok := s.flights[key]; ok {
+	if f, ok := s.flights[key]; ok && !f.outlived(s.now()) {
 		if waiting {
 			f.waiters++
 		}
@@ -190,12 +191,29 @@ func (s *Store) run(ctx context.Context, key string, f *flight, fill FillFunc) {
 	}
 }
 
-// retire removes the flight f for key and returns its final waiter count.
+// retire removes the flight f for key, unless a newer one took its place
+// (see outlived), and returns its final waiter count.
 func (s *Store) retire(key string, f *flight) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.flights, key)
+	if s.flights[key] == f {
+		delete(s.flights, key)
+	}
 	return f.waiters
+}
+
+// outlived reports whether f has answered with an entry that is no longer
+// fresh at now. Such a flight, kept joinable only until its entry is
+// visible, has nothing to give a caller who found no fresh entry: a new
+// flight takes its place. (On a busy machine the entry can die, by a
+// short lifetime or a test's clock, before the flight is retired.)
+func (f *flight) outlived(now time.Time) bool {
+	select {
+	case <-f.done:
+	default:
+		return false // still filling
+	}
+	return f.entry != nil && !f.entry.Expires.IsZero() && f.entry.state(now) != Fresh
 }
 
 // fill sets the result of f, calling fn unless the cache now holds a fresh

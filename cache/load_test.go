@@ -464,3 +464,45 @@ func BenchmarkLoadHit(b *testing.B) {
 		}
 	})
 }
+
+// A flight that has answered stays joinable until its entry is visible;
+// if meanwhile the entry dies (a short lifetime, a clock moved on, a busy
+// machine), a caller who found no fresh entry gets a new fill, not the
+// dead entry as a hit. The window between the answer and the flight's
+// retirement is held open here by putting such a flight in place.
+func TestAnsweredFlightWithADeadEntryIsNotJoined(t *testing.T) {
+	clk := newFakeClock()
+	s := newTestStore(t, clk, nil)
+	old := &flight{done: make(chan struct{}), entry: &Entry{Status: 404, Body: []byte("old"), Expires: clk.Now().Add(time.Second)}}
+	close(old.done)
+	s.mu.Lock()
+	s.flights["k"] = old
+	s.mu.Unlock()
+
+	// Still fresh: joined, its entry is the answer (as when not yet visible).
+	e, out, err := s.Load(context.Background(), "k", func(context.Context) (*Entry, error) {
+		t.Error("a fill while the answered flight's entry is fresh")
+		return nil, errors.New("unexpected")
+	})
+	require.NoError(t, err)
+	assert.Equal(t, Hit, out)
+	assert.Equal(t, "old", string(e.Body))
+
+	clk.Advance(2 * time.Second)
+	e, out, err = s.Load(context.Background(), "k", func(context.Context) (*Entry, error) {
+		return &Entry{Status: 200, Body: []byte("new"), Expires: clk.Now().Add(time.Second)}, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, Miss, out, "a new fill, not the dead entry")
+	assert.Equal(t, "new", string(e.Body))
+
+	// The old flight, retired late, does not remove a newer one.
+	newer := &flight{done: make(chan struct{})}
+	s.mu.Lock()
+	s.flights["k"] = newer
+	s.mu.Unlock()
+	s.retire("k", old)
+	s.mu.Lock()
+	assert.Same(t, newer, s.flights["k"])
+	s.mu.Unlock()
+}

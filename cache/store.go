@@ -35,7 +35,9 @@ type Config struct {
 	// positive.
 	MaxBytes int64
 	// Clock returns the current time, which decides whether an entry is
-	// fresh or stale. If nil, time.Now is used.
+	// fresh or stale. If nil, time.Now is used, and dead entries are also
+	// dropped by a TTL on the wall clock; with a Clock of its own they
+	// leave by eviction only.
 	Clock func() time.Time
 	// Logger receives the fill failures that no caller receives: a failed
 	// background refresh, a failure answered with a stale entry, a panic in
@@ -66,6 +68,7 @@ type Store struct {
 	onFlightDone func(key string, waiters int)
 	tier         Tier         // nil: no shared tier
 	reserved     atomic.Int64 // bytes held outside the entries (Reserve)
+	wallClock    bool         // now is time.Now: ristretto's TTLs count the same time
 
 	// closeMu excludes ristretto's Close from every other use of rc:
 	// ristretto does not allow them to overlap.
@@ -102,7 +105,7 @@ func New(cfg Config) (*Store, error) {
 		flights:      make(map[string]*flight),
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.now, s.wallClock = time.Now, true
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -191,9 +194,12 @@ func (s *Store) set(key string, e *Entry) bool {
 		return false
 	}
 	// Entries are also given a ristretto TTL, so that memory held by dead
-	// entries is reclaimed without waiting for eviction. The TTL is a
-	// duration from now on the wall clock; the Store's Clock alone decides
-	// freshness.
+	// entries is reclaimed without waiting for eviction. ristretto counts
+	// that TTL on the wall clock, so only a Store on the wall clock gives
+	// one: with a Clock of its own (a test's, standing still while the
+	// machine is slow) a wall-clock TTL would drop entries its Clock still
+	// calls fresh. The Store's Clock alone decides freshness; without a
+	// TTL, dead entries leave by eviction.
 	var ttl time.Duration
 	if !e.Expires.IsZero() {
 		end := e.Expires
@@ -202,7 +208,10 @@ func (s *Store) set(key string, e *Entry) bool {
 		}
 		ttl = end.Sub(s.now())
 		if ttl <= 0 {
-			return false
+			return false // dead already
+		}
+		if !s.wallClock {
+			ttl = 0
 		}
 	}
 	s.closeMu.RLock()
@@ -211,7 +220,9 @@ func (s *Store) set(key string, e *Entry) bool {
 }
 
 // Wait blocks until every Set made before it has been applied (or dropped).
-// It is meant for tests.
+// A flight waits for its own entry (Load keeps it joinable until then); a
+// fill that stores other keys too (a bulk's reports, a page's) calls Wait
+// before it answers, so that a request made after the answer is a hit.
 func (s *Store) Wait() {
 	s.closeMu.RLock()
 	s.rc.Wait()

@@ -121,6 +121,24 @@ func TestSetIgnores(t *testing.T) {
 	}
 }
 
+// With a Clock of its own, only that Clock says when an entry dies: the
+// wall clock moving on (a busy machine between two requests of a test)
+// does not drop it. An entry with a microsecond to live by a clock that
+// stands still is still there after the Set is applied, however long that
+// took; ristretto's wall-clock TTL dropped it.
+func TestOwnClockAloneEndsEntries(t *testing.T) {
+	clk := newFakeClock()
+	s := newTestStore(t, clk, nil)
+	now := clk.Now()
+	s.Set("k", &Entry{Body: []byte("x"), Expires: now.Add(time.Microsecond)})
+	s.Wait()
+	_, state := s.Get("k")
+	assert.Equal(t, Fresh, state, "the Store's clock has not moved")
+	clk.Advance(time.Microsecond)
+	_, state = s.Get("k")
+	assert.Equal(t, Missing, state, "dead by the Store's clock")
+}
+
 func TestSetStoresStaleEntries(t *testing.T) {
 	clk := newFakeClock()
 	s := newTestStore(t, clk, nil)
