@@ -244,6 +244,7 @@ func (s *bulkSource) fillChunk(ctx context.Context, calls *callCount, target str
 			s.store.Set(key, &cache.Entry{Status: http.StatusNotFound, Body: noReportBody, Stored: now, Expires: now.Add(negTTL)})
 		}
 	}
+	s.store.Wait() // visible before the answer goes out: the next ask is a hit
 	s.shareReports(ctx, cred, ts, reports, now)
 	// The reports, split once, go to every waiter with the entry.
 	return bulkKind.With(&cache.Entry{Status: resp.status, Body: resp.body, Stored: now, Expires: now.Add(negTTL),

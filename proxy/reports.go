@@ -279,6 +279,7 @@ func (s *pageSource) fill(ctx context.Context, calls *callCount, target string, 
 		s.store.Set(cache.ReportKey(s.network, cred.scope, feed, last),
 			&cache.Entry{Status: http.StatusOK, Body: reportBody(raw), Stored: now})
 	}
+	s.store.Wait() // visible before the answer goes out: the next ask is a hit
 	complete := (limit > 0 && len(reports) == limit) ||
 		(last >= 0 && time.Unix(last, 0).Add(pageSettle).Before(now))
 	switch {

@@ -181,6 +181,7 @@ func (s *bulkSource) sharedChunk(ctx context.Context, cred *credential, feeds []
 	for i, e := range found {
 		s.store.Set(keys[i], e)
 	}
+	s.store.Wait() // visible before the answer goes out: the next ask is a hit
 	return bulkKind.With(&cache.Entry{Status: http.StatusOK, Stored: s.now(), NoStore: true}, reports)
 }
 
