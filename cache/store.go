@@ -229,6 +229,17 @@ func (s *Store) Wait() {
 	s.closeMu.RUnlock()
 }
 
+// Clear drops every entry held in memory (the shared tier is not
+// touched); what Reserve counted stays. Gets and Sets wait while it runs.
+// A fill under way may still store its entry afterwards. The gateway
+// calls it when a reload makes report verification stricter, so that
+// nothing admitted under the old rules is served from memory.
+func (s *Store) Clear() {
+	s.closeMu.Lock()
+	s.rc.Clear()
+	s.closeMu.Unlock()
+}
+
 // MetricBytes is the name of the gauge of Bytes, registered by the
 // assembly (server) and read by the status page, both from here: a rename
 // breaks the build, not the page.

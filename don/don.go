@@ -144,6 +144,27 @@ func NewVerifier(configs []Config) (*Verifier, error) {
 	return v, nil
 }
 
+// covers reports whether v trusts every configuration old trusts, each
+// with the same f and signers: whatever verified under old verifies
+// under v.
+func (v *Verifier) covers(old *Verifier) bool {
+	if old == nil {
+		return true
+	}
+	for d, o := range old.configs {
+		n := v.configs[d]
+		if n == nil || n.f != o.f || len(n.signers) != len(o.signers) {
+			return false
+		}
+		for a := range o.signers {
+			if _, ok := n.signers[a]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Len returns the number of configurations trusted.
 func (v *Verifier) Len() int { return len(v.configs) }
 

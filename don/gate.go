@@ -118,12 +118,32 @@ func NewGate(network string, m *Metrics, log *zap.Logger) *Gate {
 	return g
 }
 
-// Set puts mode and v in force. v may be nil only with mode off.
-func (g *Gate) Set(mode string, v *Verifier) {
+// Set puts mode and v in force. v may be nil only with mode off. It
+// reports whether the new rules are stricter: mode enforce where it was
+// not, or a trusted configuration removed or changed. What was admitted
+// under the old rules may then not pass: the caller checks it again or
+// drops it.
+func (g *Gate) Set(mode string, v *Verifier) (stricter bool) {
 	if v == nil {
 		mode = ModeOff
 	}
-	g.state.Store(&gateState{mode: mode, v: v, memo: newMemo()})
+	next := &gateState{mode: mode, v: v, memo: newMemo()}
+	old := g.state.Swap(next)
+	return mode == ModeEnforce && (old == nil || old.mode != ModeEnforce || !v.covers(old.v))
+}
+
+// AdmitsFrame reports whether the report of a stream frame passes the
+// rules in force, as CheckFrame would decide, without counting or
+// logging it: for what was admitted before a reload.
+func (g *Gate) AdmitsFrame(frame []byte) bool {
+	if g == nil {
+		return true
+	}
+	st := g.state.Load()
+	if st.mode != ModeEnforce {
+		return true
+	}
+	return st.v.VerifyRecord(FrameRecord(frame)).OK()
 }
 
 // Mode returns the mode in force.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"streamgate/don"
 	"streamgate/simulator"
 )
@@ -122,4 +124,41 @@ func FuzzHeader(f *testing.F) {
 			t.Fatalf("header %+v not repeated by %+v", h, rec)
 		}
 	})
+}
+
+// Set reports a stricter rule set: enforce where it was not, a trusted
+// configuration removed or changed; not a looser one or the same.
+func TestGateSetStricter(t *testing.T) {
+	a, b, c := common.HexToAddress("0x01"), common.HexToAddress("0x02"), common.HexToAddress("0x03")
+	cfgA := don.Config{Digest: [32]byte{1}, F: 1, Signers: []common.Address{a, b, c}}
+	cfgB := don.Config{Digest: [32]byte{2}, F: 0, Signers: []common.Address{a}}
+	verifier := func(cs ...don.Config) *don.Verifier {
+		v, err := don.NewVerifier(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	g := don.NewGate("mainnet", nil, nil)
+	steps := []struct {
+		name     string
+		mode     string
+		v        *don.Verifier
+		stricter bool
+	}{
+		{"off to report", don.ModeReport, verifier(cfgA), false},
+		{"report to enforce", don.ModeEnforce, verifier(cfgA), true},
+		{"the same again", don.ModeEnforce, verifier(cfgA), false},
+		{"a configuration added", don.ModeEnforce, verifier(cfgA, cfgB), false},
+		{"a configuration removed", don.ModeEnforce, verifier(cfgA), true},
+		{"a signer removed", don.ModeEnforce, verifier(don.Config{Digest: cfgA.Digest, F: 1, Signers: []common.Address{a, b}}), true},
+		{"to report", don.ModeReport, verifier(cfgA), false},
+		{"to off", don.ModeOff, nil, false},
+		{"off to enforce", don.ModeEnforce, verifier(cfgA), true},
+	}
+	for _, s := range steps {
+		if got := g.Set(s.mode, s.v); got != s.stricter {
+			t.Errorf("%s: stricter %v, want %v", s.name, got, s.stricter)
+		}
+	}
 }

@@ -414,3 +414,37 @@ func (b *backfiller) round(jobs []*fillJob) {
 		j.done(got[i])
 	}
 }
+
+// Recheck applies admit (the report verification now in force) to what
+// the hub holds of each feed, after a reload that made verification
+// stricter: a frame of the history (what resume replays) or the newest
+// report (what latest answers) that admit refuses is dropped. When the
+// newest report is, the feed's watermark goes back to the newest frame
+// kept (0 when none), so that the genuine reports of the seconds it
+// claimed are delivered when they come. It returns the frames dropped.
+func (h *Hub) Recheck(admit func(frame []byte) bool) int {
+	dropped := 0
+	for _, f := range *h.feeds.Load() {
+		f.mu.Lock()
+		kept := f.hist[:0]
+		for _, x := range f.hist {
+			if admit(x.frame) {
+				kept = append(kept, x)
+			} else {
+				dropped++
+			}
+		}
+		clear(f.hist[len(kept):])
+		f.hist = kept
+		if l := f.latest.Load(); l != nil && !admit(l.frame) {
+			f.latest.Store(nil)
+			dropped++
+			f.watermark = 0
+			if n := len(f.hist); n > 0 {
+				f.watermark = f.hist[n-1].ts
+			}
+		}
+		f.mu.Unlock()
+	}
+	return dropped
+}
