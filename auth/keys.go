@@ -3,7 +3,8 @@ package auth
 import (
 	"errors"
 	"fmt"
-	"strings"
+
+	"streamgate/feedid"
 )
 
 // Team is a group of keys that shares entitlements and a quota.
@@ -81,7 +82,7 @@ func NewKeyStore(teams []Team) (*KeyStore, error) {
 				t.allFeeds = true
 				continue
 			}
-			t.feeds[strings.ToLower(f)] = struct{}{}
+			t.feeds[feedid.Canon(f)] = struct{}{}
 		}
 		tp := &t
 		ks.teams[t.Name] = tp

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"streamgate/don"
+	"streamgate/feedid"
 )
 
 // Problem is one thing wrong with a configuration.
@@ -66,7 +67,6 @@ var (
 	keyIDRE       = regexp.MustCompile(`^[!-~]{1,128}$`) // printable ASCII, no space
 	hostRE        = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
 	passPathRE    = regexp.MustCompile(`^/api/v1(/[A-Za-z0-9_-]+)+$`)
-	feedIDRE      = regexp.MustCompile(`^0x[0-9a-fA-F]{64}$`)
 )
 
 // Validate checks the whole configuration and returns every problem found
@@ -277,7 +277,7 @@ func (v *validator) upstream(p, network string, u *Upstream) {
 		v.add(p+".ws_feeds_per_connection", "must be from 1 to 100 (each feed adds about 68 bytes to the request line)")
 	}
 	for i, f := range u.WSPinned {
-		if !feedIDRE.MatchString(f) {
+		if !feedid.Valid(f) {
 			v.add(fmt.Sprintf("%s.ws_pinned[%d]", p, i), "%q is not a stream ID (0x and 64 hex digits)", f)
 		}
 	}
@@ -573,7 +573,7 @@ func (v *validator) feeds(p string, feeds []string) {
 		case f == AllFeedsWildcard && len(feeds) > 1:
 			v.add(fmt.Sprintf("%s[%d]", p, i), `"*" must be the only entry`)
 		case f == AllFeedsWildcard:
-		case !feedIDRE.MatchString(f):
+		case !feedid.Valid(f):
 			v.add(fmt.Sprintf("%s[%d]", p, i), "%q is not a stream ID (0x and 64 hex digits)", f)
 		}
 	}

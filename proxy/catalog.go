@@ -13,6 +13,7 @@ import (
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/catalog"
+	"streamgate/feedid"
 )
 
 // The upstream views of the catalog. Each is fetched at most once per
@@ -166,7 +167,7 @@ func parseView(body []byte) (*parsedView, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, err
 		}
-		s.FeedID = normalFeedID(s.FeedID)
+		s.FeedID = feedid.Canon(s.FeedID)
 		pv.streams[i] = catalog.NewIndexed(s)
 		pv.ids[s.FeedID] = struct{}{}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/don"
+	"streamgate/feedid"
 )
 
 // The stored record formats: what the gateway checks of an upstream
@@ -96,7 +97,7 @@ func parseReport(body []byte, feed string, ts int64) (*reportDoc, json.RawMessag
 	}
 	var rd reportDoc
 	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Report) == 0 ||
-		json.Unmarshal(doc.Report, &rd) != nil || normalFeedID(rd.FeedID) != feed ||
+		json.Unmarshal(doc.Report, &rd) != nil || feedid.Canon(rd.FeedID) != feed ||
 		(ts != anySecond && rd.ObservationsTimestamp != ts) {
 		return nil, nil, false
 	}
@@ -169,7 +170,7 @@ func parseBulk(body []byte, feeds []string, ts int64) (map[string][]byte, bool) 
 		if err := json.Unmarshal(raw, &rd); err != nil {
 			return nil, false
 		}
-		id := normalFeedID(rd.FeedID)
+		id := feedid.Canon(rd.FeedID)
 		if _, ok := asked[id]; !ok || rd.ObservationsTimestamp != ts {
 			return nil, false
 		}
@@ -192,7 +193,7 @@ func parsePage(body []byte, feed string, start int64) (reports []json.RawMessage
 	last := int64(-1)
 	for i, raw := range doc.Reports {
 		var rd reportDoc
-		if err := json.Unmarshal(raw, &rd); err != nil || normalFeedID(rd.FeedID) != feed ||
+		if err := json.Unmarshal(raw, &rd); err != nil || feedid.Canon(rd.FeedID) != feed ||
 			rd.ObservationsTimestamp < start || rd.ObservationsTimestamp <= last {
 			return nil, nil, false
 		}

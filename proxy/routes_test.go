@@ -6,6 +6,8 @@ import (
 	"path"
 	"strings"
 	"testing"
+
+	"streamgate/feedid"
 )
 
 func TestCleanPath(t *testing.T) {
@@ -66,7 +68,7 @@ func FuzzTarget(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, id := range ids {
-			if !validFeedID(id) || id != strings.ToLower(id) || seen[id] {
+			if !feedid.Valid(id) || id != strings.ToLower(id) || seen[id] {
 				t.Fatalf("accepted stream %q of %q", id, target)
 			}
 			seen[id] = true

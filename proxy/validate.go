@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"streamgate/feedid"
 )
 
 const (
@@ -14,30 +16,6 @@ const (
 	// maxPageLimit bounds limit on /reports/page.
 	maxPageLimit = 10000
 )
-
-// validFeedID reports whether s is "0x" followed by 64 hex digits.
-func validFeedID(s string) bool {
-	if len(s) != 66 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
-		return false
-	}
-	for i := 2; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
-// normalFeedID returns the canonical lower-case form of a valid stream ID.
-func normalFeedID(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			return strings.ToLower(s)
-		}
-	}
-	return s
-}
 
 // query is a request's query, read once by scanQuery: in place, without
 // allocating, when it is plain, else by url.ParseQuery. get and has answer
@@ -146,10 +124,10 @@ func (q *query) feedID(name string) (string, error) {
 	if v == "" {
 		return "", errorf(http.StatusBadRequest, "missing query parameter "+name)
 	}
-	if !validFeedID(v) {
+	if !feedid.Valid(v) {
 		return "", errorf(http.StatusBadRequest, "invalid "+name+": a stream ID is 0x followed by 64 hex digits")
 	}
-	return normalFeedID(v), nil
+	return feedid.Canon(v), nil
 }
 
 // timestamp reads the Unix timestamp in seconds of parameter name.
@@ -196,10 +174,10 @@ func (q *query) feedIDs() ([]string, error) {
 	}
 	for part := range strings.SplitSeq(v, ",") {
 		part = strings.TrimSpace(part)
-		if !validFeedID(part) {
+		if !feedid.Valid(part) {
 			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
 		}
-		part = normalFeedID(part)
+		part = feedid.Canon(part)
 		if seen != nil {
 			if _, dup := seen[part]; dup {
 				continue

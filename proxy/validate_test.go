@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"streamgate/feedid"
 )
 
 const feedV3 = "0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"
@@ -129,7 +131,7 @@ func FuzzQuery(f *testing.F) {
 			t.Fatalf("%q read in place as %d names; url.ParseQuery: %v", raw, q.n, want)
 		}
 		if id, err := q.feedID("feedID"); err == nil {
-			if !validFeedID(id) || id != strings.ToLower(id) {
+			if !feedid.Valid(id) || id != strings.ToLower(id) {
 				t.Fatalf("accepted %q", id)
 			}
 		}
@@ -139,7 +141,7 @@ func FuzzQuery(f *testing.F) {
 			}
 			seen := map[string]bool{}
 			for _, id := range ids {
-				if !validFeedID(id) || seen[id] {
+				if !feedid.Valid(id) || seen[id] {
 					t.Fatalf("accepted %q twice or malformed", id)
 				}
 				seen[id] = true

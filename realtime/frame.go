@@ -1,6 +1,10 @@
 package realtime
 
-import "bytes"
+import (
+	"bytes"
+
+	"streamgate/feedid"
+)
 
 var (
 	keyFeedID = []byte(`"feedID":"`)
@@ -8,21 +12,26 @@ var (
 )
 
 // feedIDLen is the length of a feed ID: 0x and 64 hex digits.
-const feedIDLen = 66
+const feedIDLen = feedid.Len
 
 // parseFrame finds the feed ID and the observationsTimestamp of one report
 // frame, {"report":{"feedID":"0x…",…,"observationsTimestamp":N}}, without
 // decoding the JSON: two searches and a loop over the digits. The upstream
 // writes both fields without spaces around the colon. The feed ID is
-// returned as a slice of frame (no copy).
+// returned as a slice of frame (no copy) when it is in canonical
+// (lower-case) form, as the upstream writes it; in another case, as a
+// canonical copy.
 func parseFrame(frame []byte) (feed []byte, ts int64, ok bool) {
 	i := bytes.Index(frame, keyFeedID)
 	if i < 0 || len(frame) < i+len(keyFeedID)+feedIDLen+1 {
 		return nil, 0, false
 	}
 	feed = frame[i+len(keyFeedID) : i+len(keyFeedID)+feedIDLen]
-	if frame[i+len(keyFeedID)+feedIDLen] != '"' || !validFeedID(feed) {
+	if frame[i+len(keyFeedID)+feedIDLen] != '"' || !feedid.Valid(feed) {
 		return nil, 0, false
+	}
+	if !feedid.Canonical(feed) {
+		feed = []byte(feedid.Canon(string(feed)))
 	}
 	j := bytes.Index(frame, keyObsTS)
 	if j < 0 {
@@ -50,16 +59,6 @@ func FrameTime(frame []byte) (feed []byte, observationsTimestamp int64, ok bool)
 	return parseFrame(frame)
 }
 
-// validFeedID reports whether id is 0x and 64 lower-case hex digits.
-func validFeedID[T string | []byte](id T) bool {
-	if len(id) != feedIDLen || id[0] != '0' || id[1] != 'x' {
-		return false
-	}
-	for i := 2; i < len(id); i++ {
-		c := id[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+// validFeedID reports whether id is a stream ID in canonical form: what
+// the hub keys its feeds by.
+func validFeedID[T string | []byte](id T) bool { return feedid.Canonical(id) }

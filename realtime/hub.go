@@ -36,6 +36,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"streamgate/feedid"
 )
 
 // Defaults of Config.
@@ -94,7 +96,8 @@ type Config struct {
 	FeedsPerConnection int
 	// Grace is how long a feed nobody wants stays subscribed; default 30s.
 	Grace time.Duration
-	// Pinned are feeds always subscribed (0x and 64 lower-case hex).
+	// Pinned are feeds always subscribed (stream IDs in any case; see
+	// package feedid).
 	Pinned []string
 	// StallTimeout: a connection without frame or pong for this long is
 	// replaced; default 10s. The hub pings every StallTimeout/3.
@@ -251,11 +254,16 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.MaxConnections < 0 || cfg.FeedsPerConnection < 0 || cfg.Grace < 0 || cfg.StallTimeout < 0 {
 		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection, Grace and StallTimeout must not be negative"))
 	}
+	pinned := make([]string, 0, len(cfg.Pinned))
 	for _, p := range cfg.Pinned {
-		if !validFeedID(p) {
-			errs = append(errs, fmt.Errorf("realtime: pinned feed %q: want 0x and 64 lower-case hex digits", p))
+		id, err := feedid.Parse(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("realtime: pinned feed: %w", err))
+			continue
 		}
+		pinned = append(pinned, id.String())
 	}
+	cfg.Pinned = pinned
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -18,9 +18,14 @@ func TestParseFrame(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, id, string(got))
 	assert.Equal(t, int64(1758586189), ts)
+	// A stream ID in another case is the same stream, in canonical form.
+	got, ts, ok = parseFrame([]byte(`{"report":{"feedID":"` + strings.ToUpper(id) + `","observationsTimestamp":1}}`))
+	require.True(t, ok)
+	assert.Equal(t, id, string(got))
+	assert.Equal(t, int64(1), ts)
 	for _, bad := range []string{
 		``, `{}`, `{"report":{"feedID":"0x12","observationsTimestamp":1}}`,
-		`{"report":{"feedID":"` + strings.ToUpper(id) + `","observationsTimestamp":1}}`,
+		`{"report":{"feedID":"0y` + id[2:] + `","observationsTimestamp":1}}`,
 		`{"report":{"feedID":"` + id + `"}}`,
 		`{"report":{"feedID":"` + id + `","observationsTimestamp":"1"}}`,
 		`{"report":{"feedID":"` + id + `","observationsTimestamp":12345678901234567890}}`,

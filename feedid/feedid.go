@@ -1,0 +1,72 @@
+// Package feedid is the one grammar of stream IDs (feed IDs): "0x" and
+// 64 hex digits, in any case, as the Data Streams API takes them. The
+// canonical form, the one the gateway keys everything by (cache keys,
+// hubs, entitlements), is lower-case. The configuration, the REST path and
+// the real-time hub all read stream IDs here, so that what `check`
+// accepts is what the gateway serves.
+package feedid
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Len is the length of a stream ID: "0x" and 64 hex digits.
+const Len = 66
+
+// ID is a stream ID in canonical form.
+type ID string
+
+// Parse reads a stream ID in any case and returns its canonical form.
+func Parse(s string) (ID, error) {
+	if !Valid(s) {
+		return "", fmt.Errorf("feedid: %q is not a stream ID (0x and 64 hex digits)", s)
+	}
+	return ID(Canon(s)), nil
+}
+
+// String returns the canonical form.
+func (id ID) String() string { return string(id) }
+
+// Valid reports whether s is a stream ID in any case: "0x" (or "0X") and
+// 64 hex digits.
+func Valid[T string | []byte](s T) bool {
+	if len(s) != Len || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		if !isHex(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Canonical reports whether s is a stream ID in canonical form: "0x" and
+// 64 lower-case hex digits.
+func Canonical[T string | []byte](s T) bool {
+	if len(s) != Len || s[0] != '0' || s[1] != 'x' {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Canon returns s in lower case, without allocating when it already is:
+// the canonical form of a valid stream ID.
+func Canon(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
