@@ -13,6 +13,7 @@ const (
 	kindPage    = "page"    // a page of reports
 	kindCatalog = "catalog" // one upstream view of the catalog
 	kindBulk    = "bulk"    // an upstream bulk call in flight (coalesced, never stored)
+	kindDecoded = "decoded" // the decoded view of another entry
 )
 
 // Keys have the form
@@ -98,6 +99,25 @@ func CatalogKey(network, scope, view string) string {
 	writeField(&b, network)
 	writeField(&b, scope)
 	writeField(&b, view)
+	return b.String()
+}
+
+// DecodedKey is the key of the decoded view of the entry held under key,
+// stored at stored with a body of n bytes (so that a new entry under key,
+// a refreshed latest say, never finds the view of the one before), made
+// under the verification rules of epoch (don.Gate.Epoch: a reload gives
+// new views).
+func DecodedKey(key string, epoch uint64, stored int64, n int) string {
+	var b strings.Builder
+	b.Grow(len(kindDecoded) + 1 + fieldLen(key) + 3*21)
+	b.WriteString(kindDecoded)
+	b.WriteByte('/')
+	writeField(&b, key)
+	b.Write(strconv.AppendUint(nil, epoch, 10))
+	b.WriteByte('/')
+	writeInt(&b, stored)
+	b.WriteByte('/')
+	writeInt(&b, int64(n))
 	return b.String()
 }
 

@@ -63,9 +63,10 @@ type Gate struct {
 }
 
 type gateState struct {
-	mode string
-	v    *Verifier
-	memo *memo
+	mode  string
+	v     *Verifier
+	memo  *memo
+	epoch uint64 // how many times Set was called: what a decoded view was made under
 }
 
 // memo keeps the result of each report verified where it entered, so that
@@ -128,6 +129,9 @@ func (g *Gate) Set(mode string, v *Verifier) (stricter bool) {
 		mode = ModeOff
 	}
 	next := &gateState{mode: mode, v: v, memo: newMemo()}
+	if cur := g.state.Load(); cur != nil {
+		next.epoch = cur.epoch + 1
+	}
 	old := g.state.Swap(next)
 	return mode == ModeEnforce && (old == nil || old.mode != ModeEnforce || !v.covers(old.v))
 }
@@ -144,6 +148,16 @@ func (g *Gate) AdmitsFrame(frame []byte) bool {
 		return true
 	}
 	return st.v.VerifyRecord(FrameRecord(frame)).OK()
+}
+
+// Epoch identifies the rules in force: it changes with every Set, so that
+// what was derived from a verification (a decoded view kept in the cache)
+// is keyed by the rules it was made under.
+func (g *Gate) Epoch() uint64 {
+	if g == nil {
+		return 0
+	}
+	return g.state.Load().epoch
 }
 
 // Mode returns the mode in force.

@@ -76,7 +76,7 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	if decoded {
 		for i, rep := range found {
 			if rep != nil {
-				if d, err := don.AppendDecodedRecord(nil, rep, s.ans.gate.Verification); err == nil {
+				if d, ok := s.ans.decodedRecord(cache.ReportKey(s.network, cred.scope, feeds[i], ts), rep); ok {
 					found[i] = d
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/don"
 	"streamgate/server/servertest"
@@ -240,4 +241,43 @@ func TestDecodedStream(t *testing.T) {
 	defer raw.CloseNow()
 	f := readFrames(t, ctx, raw, 1)[0]
 	assert.Equal(t, eth, f.Report.FeedID)
+}
+
+// The decoded view of a cached entry is made once and kept beside it in
+// the cache, counted against its bytes: the next decoded hit is that
+// view, and a reload (new verification rules) makes new ones.
+func TestDecodedViewKept(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{Quiet: true})
+	c := servertest.Demo()
+	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	start := pastTS() - 200
+	target := "/api/v1/reports/page?feedID=" + eth + "&startTimestamp=" + strconv.FormatInt(start, 10) + "&limit=5"
+	resp, raw := c.Get(t, env.Mainnet, target)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	env.Cache.Wait()
+	key := cache.PageKey(simulator.Mainnet, "", eth, start, 5)
+	e, st := env.Cache.Get(key)
+	require.Equal(t, cache.Fresh, st)
+	gate := env.Server.Gate("mainnet")
+	dk := cache.DecodedKey(key, gate.Epoch(), e.Stored.UnixNano(), len(e.Body))
+	_, st = env.Cache.Get(dk)
+	require.Equal(t, cache.Missing, st, "no decoded view before one is asked for")
+
+	before := env.Cache.Bytes()
+	resp, body := getDecoded(t, c, env.Mainnet, target)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	env.Cache.Wait()
+	d, st := env.Cache.Get(dk)
+	require.Equal(t, cache.Fresh, st, "the decoded view is kept")
+	assert.Equal(t, string(body), string(d.Body))
+	assert.GreaterOrEqual(t, env.Cache.Bytes()-before, int64(len(body)), "and counted against the cache's bytes")
+	resp, again := getDecoded(t, c, env.Mainnet, target)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, string(body), string(again))
+
+	gate.Set(gate.Mode(), nil) // a reload: off, new rules
+	assert.NotEqual(t, dk, cache.DecodedKey(key, gate.Epoch(), e.Stored.UnixNano(), len(e.Body)))
+	resp, off := getDecoded(t, c, env.Mainnet, target)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(off), `"verification":{"mode":"off"`, "made anew under the rules in force")
 }

@@ -280,7 +280,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		store:   g.cache,
 	}
 	records := &checker{network: name, gate: deps.Gates[name], metrics: g.metrics}
-	ans := &answerer{network: name, gate: deps.Gates[name], metrics: g.metrics, now: g.now}
+	ans := &answerer{network: name, gate: deps.Gates[name], metrics: g.metrics, now: g.now, store: g.cache}
 	catalog := &catalogViews{network: name, store: g.cache, up: client, org: org, pol: &g.pol,
 		metrics: g.metrics, ans: ans, now: g.now}
 	reads := &readCheck{network: name, org: org, catalog: catalog, pol: &g.pol, auditLog: g.auditLog, now: g.now}

@@ -13,6 +13,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/don"
 	"streamgate/server"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
@@ -277,6 +278,34 @@ func BenchmarkGatewayHitCost(b *testing.B) {
 				h.ServeHTTP(w, r)
 				if w.code != http.StatusOK {
 					b.Fatalf("status %d", w.code)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGatewayPageDecodedHit: a cached page of 100 reports, raw and
+// as the decoded view (Accept), from the same entry: what a decoded hit
+// costs beside a raw one.
+func BenchmarkGatewayPageDecodedHit(b *testing.B) {
+	env, h := benchGateway(b)
+	start := time.Now().Add(-2 * time.Hour).Unix()
+	target := "/api/v1/reports/page?feedID=" + benchFeeds(b, env, 1)[0] + "&startTimestamp=" + strconv.FormatInt(start, 10) + "&limit=100"
+	benchServe(b, env, h, target, http.StatusOK)
+	for _, accept := range []string{"", don.DecodedMediaType} {
+		name := "raw"
+		if accept != "" {
+			name = "decoded"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			r := benchRequest(target)
+			r.Header.Set("Accept", accept)
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				if rec.Code != http.StatusOK || rec.Header().Get("X-Cache") != "HIT" {
+					b.Fatalf("status %d, X-Cache %q", rec.Code, rec.Header().Get("X-Cache"))
 				}
 			}
 		})

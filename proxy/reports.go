@@ -45,7 +45,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	feed, ts, cred := rq.feed, rq.ts, rq.cred
 	key := cache.ReportKey(s.network, cred.scope, feed, ts)
 	if e, state := s.store.Get(key); state == cache.Fresh {
-		s.ans.answer(w, r, "report", cache.Hit, e, nil) // as Load answers a fresh entry
+		s.ans.answer(w, r, "report", key, cache.Hit, e, nil) // as Load answers a fresh entry
 		return
 	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
@@ -66,7 +66,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 			}
 			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
 		}})
-	s.ans.answer(w, r, "report", outcome, e, err)
+	s.ans.answer(w, r, "report", key, outcome, e, err)
 }
 
 // latestSource answers GET /api/v1/reports/latest: from the stream when
@@ -110,7 +110,7 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		if obs, ok := latestKind.Value(e); ok {
 			s.metrics.latestAge(s.network, now.Unix()-obs)
 		}
-		s.ans.answer(w, r, "latest", cache.Hit, e, nil)
+		s.ans.answer(w, r, "latest", key, cache.Hit, e, nil)
 		return
 	}
 	calls := stateOf(r.Context()).counter()
@@ -159,7 +159,7 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 			s.metrics.latestAge(s.network, s.now().Unix()-obs)
 		}
 	}
-	s.ans.answer(w, r, "latest", outcome, e, err)
+	s.ans.answer(w, r, "latest", key, outcome, e, err)
 }
 
 // latestKeysMax bounds the latest keys a network keeps made.
@@ -254,7 +254,7 @@ func (s *pageSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 		Fill: func(ctx context.Context) (*cache.Entry, error) {
 			return s.fill(ctx, calls, target, cred, feed, start, limit)
 		}})
-	s.ans.answer(w, r, "page", outcome, e, err)
+	s.ans.answer(w, r, "page", key, outcome, e, err)
 }
 
 // fill fetches a page; the entry is kept only when the page is complete.
