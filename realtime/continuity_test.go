@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -311,4 +312,45 @@ func TestShareTakeoverWithoutGap(t *testing.T) {
 			consecutive(t, c.of(f))
 		}
 	}
+}
+
+// TestRecheckDropsWhatNoLongerPasses: after a reload that makes report
+// verification stricter, Recheck drops the frames of the history (what
+// resume replays) and the newest report (what latest answers) that the
+// new rules refuse; the rules then also refuse new such frames (Check).
+func TestRecheckDropsWhatNoLongerPasses(t *testing.T) {
+	e := newEnv(t, nil)
+	var cutoff atomic.Int64 // frames after it do not pass; the rules start lenient
+	cutoff.Store(math.MaxInt64)
+	admit := func(frame []byte) bool {
+		_, ts, _ := parseFrame(frame)
+		return ts <= cutoff.Load()
+	}
+	h := e.hub(t, func(c *Config) { c.History, c.Check = time.Minute, admit })
+	feed := e.crypto(t, 1)[0]
+	e.run(t, 25*time.Millisecond)
+	keep := collect(t, h.Subscribe([]string{feed}, 4096))
+	awaitMore(t, []*collector{keep}, feed, 6)
+
+	_, newest, ok := h.Latest(feed)
+	require.True(t, ok)
+	cutoff.Store(newest - 3) // the stricter rules: the three newest held fail
+	dropped := h.Recheck(admit)
+	assert.GreaterOrEqual(t, dropped, 3+1, "three frames of the history and the newest report at least")
+	_, _, ok = h.Latest(feed)
+	assert.False(t, ok, "latest no longer answers a refused report")
+
+	// Rules that pass the live reports again. A resume from two seconds
+	// before the cutoff replays what the history kept, then live reports:
+	// none of the refused seconds.
+	cutoff.Store(math.MaxInt64)
+	sub, _ := h.SubscribeFrom([]string{feed}, 4096, map[string]int64{feed: newest - 5})
+	back := collect(t, sub)
+	awaitMore(t, []*collector{back}, feed, 3)
+	for _, f := range back.of(feed) {
+		assert.False(t, f.ts > newest-3 && f.ts <= newest, "replayed the refused second %d", f.ts)
+	}
+	awaitMore(t, []*collector{keep}, feed, 1)
+	_, _, ok = h.Latest(feed)
+	assert.True(t, ok)
 }
