@@ -81,7 +81,10 @@ func streamFeeds(t *testing.T, env *servertest.Env, network string) []string {
 	lagging := ""
 	for _, s := range env.Sim.Streams(network) {
 		_, _, ok := env.Sim.Window(network, s.FeedID)
-		if !ok || s.Status != "live" || slices.Contains(hidden, s.FeedID) {
+		// Streams of V3, V7 and V11, the schemas stream.test.mjs checks
+		// (every schema's decoding is decoded.test.mjs's).
+		old := s.SchemaVersion == "V3" || s.SchemaVersion == "V7" || s.SchemaVersion == "V11"
+		if !ok || !old || s.Status != "live" || slices.Contains(hidden, s.FeedID) {
 			continue
 		}
 		if lag := lagOf(env, network, s.FeedID); lag > 0 {

@@ -66,28 +66,19 @@ func checkDecoded(t *testing.T, r decodedRecord) {
 	require.NoError(t, err)
 	f, err := simulator.DecodeReportBlob(full.ReportBlob)
 	require.NoError(t, err)
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	want := map[string]string{
-		"schema": f.Schema.String(), "feedId": "0x" + hex.EncodeToString(f.FeedID[:]),
-		"validFromTimestamp": u(uint64(f.ValidFromTimestamp)), "observationsTimestamp": u(uint64(f.ObservationsTimestamp)),
-		"nativeFee": f.NativeFee.String(), "linkFee": f.LinkFee.String(), "expiresAt": u(uint64(f.ExpiresAt)),
-	}
-	wantDec := map[string]string{"nativeFee": decimal18(f.NativeFee), "linkFee": decimal18(f.LinkFee)}
-	ints := map[string]*big.Int{}
-	switch f.Schema {
-	case simulator.SchemaV3:
-		ints = map[string]*big.Int{"price": f.Price, "bid": f.Bid, "ask": f.Ask}
-	case simulator.SchemaV7:
-		ints = map[string]*big.Int{"exchangeRate": f.ExchangeRate}
-	case simulator.SchemaV11:
-		ints = map[string]*big.Int{"mid": f.Mid, "bid": f.Bid, "ask": f.Ask, "bidVolume": f.BidVolume,
-			"askVolume": f.AskVolume, "lastTradedPrice": f.LastTradedPrice}
-		want["lastSeenTimestampNs"] = u(f.LastSeenTimestampNs)
-		want["marketStatus"] = u(uint64(f.MarketStatus))
-		want["marketStatusName"] = don.MarketStatusName(f.MarketStatus)
-	}
-	for k, v := range ints {
-		want[k], wantDec[k] = v.String(), decimal18(v)
+	want := map[string]string{"schema": f.Schema.String()}
+	wantDec := map[string]string{}
+	for _, nv := range f.Named {
+		want[nv.Name] = nv.Value
+		if nv.Wide {
+			wantDec[nv.Name] = decimal18(nv.Int)
+		}
+		switch nv.Name {
+		case "marketStatus":
+			want["marketStatusName"] = don.MarketStatusName(don.Schema(f.Schema), uint32(nv.Int.Uint64()))
+		case "ripcord":
+			want["ripcordName"] = don.RipcordName(uint32(nv.Int.Uint64()))
+		}
 	}
 	assert.Equal(t, want, r.Decoded, "decoded fields of %s", f.Schema)
 	assert.Equal(t, wantDec, r.Decimal, "decimal fields of %s", f.Schema)

@@ -91,15 +91,15 @@ func configDigest(network string, s Schema) [32]byte {
 	return digest
 }
 
-// configs returns the DON's configurations on network: one per schema,
-// the same signers.
+// configs returns the DON's configurations on network: one per schema
+// (Schemas), the same signers.
 func (d *don) configs(network string) []DONConfig {
 	signers := make([]string, len(d.signers))
 	for i, k := range d.signers {
 		signers[i] = crypto.PubkeyToAddress(k.PublicKey).Hex()
 	}
 	var out []DONConfig
-	for _, s := range []Schema{SchemaV3, SchemaV7, SchemaV11} {
+	for _, s := range Schemas {
 		dg := configDigest(network, s)
 		out = append(out, DONConfig{ConfigDigest: "0x" + hex.EncodeToString(dg[:]), F: DONF, Signers: signers})
 	}

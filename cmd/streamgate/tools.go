@@ -217,11 +217,15 @@ func printDecoded(w io.Writer, body []byte) error {
 		if err != nil {
 			return err
 		}
+		width := 22 // the longest name of the table (interpolatedGoldmanRollPrice) widens the column
+		for _, f := range fields {
+			width = max(width, len(f[0]))
+		}
 		for _, f := range fields {
 			if d, ok := rec.Decimal[f[0]]; ok {
-				fmt.Fprintf(w, "  %-22s %-28s %s\n", f[0], f[1], d)
+				fmt.Fprintf(w, "  %-*s %-28s %s\n", width, f[0], f[1], d)
 			} else {
-				fmt.Fprintf(w, "  %-22s %s\n", f[0], f[1])
+				fmt.Fprintf(w, "  %-*s %s\n", width, f[0], f[1])
 			}
 		}
 	}
