@@ -171,6 +171,7 @@ func TestSimulatorDON(t *testing.T) {
 		simulator.ForgeSignature:     don.CauseUnknownSigner,
 		simulator.ForgeOutsider:      don.CauseUnknownSigner,
 		simulator.ForgeTooFew:        don.CauseTooFewSigners,
+		simulator.ForgeTooMany:       don.CauseTooManySigners,
 		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
 		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
 	}
@@ -239,6 +240,75 @@ func BenchmarkVerify(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The exact-count rule of the chain's Verifier, on reports signed by the
+// simulator's DON (f = 1 of 4 signers): f signatures are too few, f+1
+// verify, f+2 genuine and distinct signatures are too many; each refusal
+// has its own cause, on every schema.
+func TestExactSignatureCount(t *testing.T) {
+	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
+	sim, v := simDON(t, at)
+	cases := []struct {
+		forge simulator.Forgery
+		sigs  int
+		cause don.Cause
+	}{
+		{simulator.ForgeTooFew, simulator.DONF, don.CauseTooFewSigners},
+		{"", simulator.DONF + 1, ""},
+		{simulator.ForgeTooMany, simulator.DONF + 2, don.CauseTooManySigners},
+	}
+	for _, c := range cases {
+		if err := sim.SetFaults(simulator.Faults{Forge: c.forge}); err != nil {
+			t.Fatal(err)
+		}
+		for schema, feed := range someFeeds(t, sim) {
+			for ts := at.Unix() - 4; ts < at.Unix(); ts++ { // each first signer in turn
+				r, _ := sim.Report(simulator.Mainnet, feed, ts)
+				env, err := don.DecodeEnvelope(unhex(t, r.FullReport))
+				if err != nil {
+					t.Fatal(err)
+				}
+				addrs, err := don.Recover(env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				distinct := map[common.Address]bool{}
+				for _, a := range addrs {
+					distinct[a] = true
+				}
+				if len(addrs) != c.sigs || len(distinct) != c.sigs {
+					t.Fatalf("%s %q: %d signatures of %d signers, want %d distinct", schema, c.forge, len(addrs), len(distinct), c.sigs)
+				}
+				res := v.VerifyHex(r.FullReport, r.FeedID)
+				if res.Cause != c.cause || res.OK() != (c.cause == "") {
+					t.Fatalf("%s with %d signatures: %+v, want cause %q", schema, c.sigs, res, c.cause)
+				}
+				if res.Signers != c.sigs {
+					t.Errorf("%s with %d signatures: %d signers counted", schema, c.sigs, res.Signers)
+				}
+			}
+		}
+	}
+	// f = 0 is exactly one signature: the DON's f+1 = 2 are too many.
+	sim.SetFaults(simulator.Faults{})
+	r, _ := sim.Report(simulator.Mainnet, feedV3, at.Unix()-1)
+	cfgs := FromSimulator(t, sim.DON(simulator.Mainnet))
+	for i := range cfgs {
+		cfgs[i].F = 0
+	}
+	v0, err := don.NewVerifier(cfgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := v0.VerifyHex(r.FullReport, r.FeedID); res.Cause != don.CauseTooManySigners {
+		t.Fatalf("f = 0, two signatures: %+v", res)
+	}
+	for _, c := range don.Causes {
+		if c.Meaning() == "verified" || c.Meaning() == "" {
+			t.Errorf("cause %s has no meaning of its own", c)
+		}
+	}
 }
 
 // realTestnet is testdata/real-testnet-reports.json: three real testnet
