@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"encoding/hex"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -158,5 +159,30 @@ func TestUnknownSchemaShown(t *testing.T) {
 	}
 	if _, err := don.BlobHeader(blob); err == nil {
 		t.Error("the header of an unknown schema was read")
+	}
+}
+
+// Every cause has its row in README.md's table of causes, and every
+// schema its row in the schema table.
+func TestCausesAndSchemasDocumented(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, c := range don.Causes {
+		if !strings.Contains(readme, "\n| `"+string(c)+"` | ") {
+			t.Errorf("README.md has no row for cause %s", c)
+		}
+	}
+	for _, s := range don.Schemas {
+		if !strings.Contains(readme, "\n| "+s.String()+" | ") {
+			t.Errorf("README.md has no row for schema %s", s)
+		}
+		for _, name := range don.FieldNames(s) {
+			if !strings.Contains(readme, "`"+name+"`") {
+				t.Errorf("README.md never names %s's field %s", s, name)
+			}
+		}
 	}
 }
