@@ -1,7 +1,6 @@
 package simulator
 
 import (
-	"encoding/hex"
 	"math/big"
 	"testing"
 	"time"
@@ -176,11 +175,7 @@ func TestEverySchemaPublished(t *testing.T) {
 func TestV14StringBounds(t *testing.T) {
 	s := newTestSim(t, nil)
 	id := findStream(t, s, Mainnet, "CL/USD-Futures-DS-001")
-	r := mustReport(t, s, Mainnet, id, t0.Unix())
-	raw, err := hex.DecodeString(r.FullReport[2:])
-	require.NoError(t, err)
-	fr, err := DecodeFullReport(raw)
-	require.NoError(t, err)
+	fr := decodeEnvelope(t, mustReport(t, s, Mainnet, id, t0.Unix()))
 	f, err := DecodeReportBlob(fr.ReportBlob)
 	require.NoError(t, err)
 	assert.Regexp(t, `^\d{4}-\d{2}-\d{2}$`, namedString(t, f, "expiryTime"))

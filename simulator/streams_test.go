@@ -139,14 +139,19 @@ func floatOf(v *big.Int) float64 {
 
 func decodeReport(t testing.TB, r Report) ReportFields {
 	t.Helper()
+	f, err := DecodeReportBlob(decodeEnvelope(t, r).ReportBlob)
+	require.NoError(t, err)
+	return f
+}
+
+func decodeEnvelope(t testing.TB, r Report) FullReport {
+	t.Helper()
 	require.True(t, strings.HasPrefix(r.FullReport, "0x"))
 	b, err := hex.DecodeString(r.FullReport[2:])
 	require.NoError(t, err)
 	fr, err := DecodeFullReport(b)
 	require.NoError(t, err)
-	f, err := DecodeReportBlob(fr.ReportBlob)
-	require.NoError(t, err)
-	return f
+	return fr
 }
 
 func TestValuesPlausible(t *testing.T) {
