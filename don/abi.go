@@ -71,9 +71,6 @@ type Schema uint16
 // String returns "V3", "V7", "V11"…
 func (s Schema) String() string { return fmt.Sprintf("V%d", uint16(s)) }
 
-// Known reports whether streamgate decodes the schema.
-func (s Schema) Known() bool { _, ok := schemas[s]; return ok }
-
 // ErrUnknownSchema is returned by DecodeBlob and BlobHeader for a blob of
 // a schema not in the table (schemas.go). It wraps ErrMalformed for the
 // callers that only tell decoded from not, but the decoded view shows such

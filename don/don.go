@@ -49,9 +49,10 @@ type Cause string
 // value of the gateway's counters.
 const (
 	// CauseMalformed: the fullReport is not the ABI encoding of the
-	// envelope, its reportBlob is not one of a known schema, the
-	// signature lists differ in length, or the record's feedID is not the
-	// report's.
+	// envelope, the signature lists differ in length, or the record's
+	// feedID is not the report's. The blob's fields are not read: a
+	// report of a schema the gateway does not decode verifies as any
+	// other.
 	CauseMalformed Cause = "malformed"
 	// CauseUnknownDigest: the config digest is none of the trusted
 	// configurations. Most likely the DON changed its configuration (new
