@@ -397,7 +397,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, "daily:"+t.Name, "daily")
 		}
 		for _, k := range t.Keys {
-			ak := auth.Key{ID: k.ID}
+			ak := auth.Key{ID: k.ID, Cert: k.ClientCert.Rule()}
 			for _, s := range k.Secrets() {
 				ak.Secrets = append(ak.Secrets, s.Reveal())
 			}
