@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -99,8 +100,21 @@ func scenarioHit(ctx context.Context, o *options) error {
 			return err
 		}
 	}
-	feeds := gw.child.ready.Feeds
 	client, st := newClient(o.conc), newStamps()
+	if o.hitTLS {
+		files, pool, err := benchCert()
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(files.dir)
+		// HTTP/1.1 on both sides, so that the difference is TLS alone.
+		client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}
+		if _, err := start("gw-tls", "gateway", "streamgate over TLS 1.3 (HTTP/1.1, kept-alive connections), access log "+o.logLevel,
+			childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams, TLSCert: files.cert, TLSKey: files.key}); err != nil {
+			return err
+		}
+	}
+	feeds := gw.child.ready.Feeds
 	keys := make([]key, o.conc)
 	for i := range keys {
 		id, secret := benchKey("c", i)
@@ -272,7 +286,7 @@ func scenarioHit(ctx context.Context, o *options) error {
 		byLabel[sd.label] = sd
 	}
 	fmt.Fprintf(o.out, "server CPU per request, ratio within each round: median [min, max] of %d rounds\n", rounds)
-	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}} {
+	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}, {"gw-tls", "gateway"}} {
 		a, b := byLabel[p[0]], byLabel[p[1]]
 		if a == nil || b == nil {
 			continue
