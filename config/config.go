@@ -35,6 +35,7 @@ type Config struct {
 	Cache     Cache               `yaml:"cache" json:"cache"`
 	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
 	Realtime  Realtime            `yaml:"realtime" json:"realtime"`
+	Tracing   Tracing             `yaml:"tracing" json:"tracing"`
 	Teams     []Team              `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config

@@ -97,6 +97,7 @@ func restartSettings(cfg *Config) map[string]string {
 		m[p+".upstream.ws_feeds_per_connection"] = strconv.Itoa(up.WSFeedsPerConnection)
 		m[p+".upstream.ws_pinned"] = strings.Join(up.WSPinned, ",")
 	}
+	m["tracing"] = fmt.Sprint(cfg.Tracing)
 	m["realtime.share"] = strconv.FormatBool(cfg.Realtime.Share)
 	m["realtime.share_lease"] = cfg.Realtime.ShareLease.String()
 	m["realtime.client_origins"] = strings.Join(cfg.Realtime.ClientOrigins, ",")

@@ -94,6 +94,7 @@ func (c *Config) Validate() error {
 	}
 	v.cache(&c.Cache)
 	v.realtime(&c.Realtime)
+	v.tracing(&c.Tracing)
 	v.rateLimit(&c.RateLimit)
 	v.teams(c.Teams, c.Networks)
 	if len(v.problems) == 0 {

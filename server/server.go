@@ -33,6 +33,7 @@ import (
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 	"streamgate/status"
+	"streamgate/tracing"
 )
 
 // Options are a Server's dependencies besides its configuration. Every
@@ -90,7 +91,8 @@ type Server struct {
 	once     sync.Once
 	closeErr error
 
-	certMetrics *certs.Metrics // registered with the first TLS listener
+	certMetrics *certs.Metrics    // registered with the first TLS listener
+	traces      *tracing.Provider // nil: tracing off
 }
 
 // served is a bound listener and the server that will serve it.
@@ -172,6 +174,14 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if access == nil {
 		access = s.log
 	}
+	version := opts.Version
+	if version == "" {
+		version = "dev"
+	}
+	if s.traces, err = tracing.New(tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Protocol: cfg.Tracing.Protocol,
+		SampleRatio: cfg.Tracing.SampleRatio, PropagateUpstream: cfg.Tracing.PropagateUpstream, Version: version}); err != nil {
+		return nil, err
+	}
 	s.gw, err = proxy.New(cfg, proxy.Deps{
 		Cache:       s.store,
 		Shared:      s.shared,
@@ -188,6 +198,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Hubs:        s.hubs,
 		Gates:       s.gates,
 		ResumeRedis: s.resumeRedis(cfg),
+		Tracer:      s.traces.Tracer(),
+
+		PropagateUpstream: s.traces.PropagateUpstream(),
 	})
 	if err != nil {
 		return nil, err
@@ -217,10 +230,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 			s.addrs[name] = ln.Addr().String()
 		}
 	}
-	s.version = opts.Version
-	if s.version == "" {
-		s.version = "dev"
-	}
+	s.version = version
 	loaded := time.Now()
 	s.loadedAt.Store(&loaded)
 	s.status = status.New(status.Options{Gatherer: s.reg, Facts: s.statusFacts, Interval: opts.StatusInterval})
@@ -620,6 +630,15 @@ func (s *Server) release() {
 	}
 	if s.emb != nil {
 		s.emb.close()
+	}
+	if s.traces != nil {
+		// What is pending is exported, within a bound: a collector that
+		// does not answer does not hold the exit.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.traces.Shutdown(ctx); err != nil {
+			s.log.Warn("tracing: spans not exported at shutdown", zap.Error(err))
+		}
 	}
 }
 
