@@ -7,8 +7,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"time"
@@ -61,4 +64,15 @@ func benchCert() (certFiles, *x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	return f, pool, nil
+}
+
+// otlpSink is a stand-in for an OpenTelemetry collector's OTLP/HTTP
+// endpoint on loopback: it reads what is posted to /v1/traces and answers
+// an empty ExportTraceServiceResponse, which is an empty protobuf message.
+func otlpSink() (*httptest.Server, error) {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	})), nil
 }

@@ -114,6 +114,22 @@ func scenarioHit(ctx context.Context, o *options) error {
 			return err
 		}
 	}
+	if o.hitTracing {
+		sink, err := otlpSink()
+		if err != nil {
+			return err
+		}
+		defer sink.Close()
+		for _, r := range []struct {
+			label string
+			ratio float64
+		}{{"gw-trace0", 0}, {"gw-trace1%", 0.01}, {"gw-trace100", 1}} {
+			if _, err := start(r.label, "gateway", fmt.Sprintf("streamgate tracing at sample_ratio %v (OTLP/HTTP), access log %s", r.ratio, o.logLevel),
+				childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams, Traces: sink.URL, Ratio: r.ratio}); err != nil {
+				return err
+			}
+		}
+	}
 	feeds := gw.child.ready.Feeds
 	keys := make([]key, o.conc)
 	for i := range keys {
@@ -286,7 +302,7 @@ func scenarioHit(ctx context.Context, o *options) error {
 		byLabel[sd.label] = sd
 	}
 	fmt.Fprintf(o.out, "server CPU per request, ratio within each round: median [min, max] of %d rounds\n", rounds)
-	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}, {"gw-tls", "gateway"}} {
+	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}, {"gw-tls", "gateway"}, {"gw-trace0", "gateway"}, {"gw-trace1%", "gateway"}, {"gw-trace100", "gateway"}} {
 		a, b := byLabel[p[0]], byLabel[p[1]]
 		if a == nil || b == nil {
 			continue

@@ -45,7 +45,9 @@ type childSetup struct {
 	Streams   int                     `json:"streams"`    // gateway: streams to report in childReady
 	TLSCert   string                  `json:"tls_cert"`   // gateway: serve https with these PEM files
 	TLSKey    string                  `json:"tls_key"`
-	Answers   map[string]*childAnswer `json:"answers"` // bare, bare-hmac: request target → answer
+	Traces    string                  `json:"traces"`      // gateway: the OTLP/HTTP endpoint spans go to; "" no tracing
+	Ratio     float64                 `json:"trace_ratio"` // gateway: tracing.sample_ratio
+	Answers   map[string]*childAnswer `json:"answers"`     // bare, bare-hmac: request target → answer
 }
 
 // childAnswer is a recorded answer a bare server sends as it is.
@@ -97,6 +99,9 @@ func runChild(role string, stdin io.Reader, stdout io.Writer) error {
 		sc := stackConfig{LatestTTL: setup.LatestTTL, ClientKeys: setup.Conc, LogLevel: setup.LogLevel, TeamQuota: true}
 		if setup.TLSCert != "" {
 			sc.TLS = &config.TLS{CertFile: setup.TLSCert, KeyFile: setup.TLSKey}
+		}
+		if setup.Traces != "" {
+			sc.Tracing = config.Tracing{OTLPEndpoint: setup.Traces, Protocol: config.TracingHTTP, SampleRatio: setup.Ratio}
 		}
 		s, err := startStack(sc)
 		if err != nil {

@@ -26,7 +26,9 @@ type stackConfig struct {
 	LatestTTL time.Duration // cache.latest_ttl; 0: the default (500ms)
 	// TLS, when set, is every network's tls block: the gateway serves
 	// https.
-	TLS        *config.TLS
+	TLS *config.TLS
+	// Tracing is the gateway's tracing section; the zero value: off.
+	Tracing    config.Tracing
 	ClientKeys int    // keys of the demo team, one per client
 	Teams      int    // further teams, each with one key of its own
 	LogLevel   string // "off", or a level of the access log (JSON, discarded)
@@ -144,6 +146,9 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	s.closers = append(s.closers, func() { s.sim.Close() })
 
 	cfg := config.Default()
+	if sc.Tracing.OTLPEndpoint != "" {
+		cfg.Tracing = sc.Tracing
+	}
 	cfg.Server.AdminListen = ""
 	if sc.LatestTTL > 0 {
 		cfg.Cache.LatestTTL = sc.LatestTTL
