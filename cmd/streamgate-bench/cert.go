@@ -69,10 +69,10 @@ func benchCert() (certFiles, *x509.CertPool, error) {
 // otlpSink is a stand-in for an OpenTelemetry collector's OTLP/HTTP
 // endpoint on loopback: it reads what is posted to /v1/traces and answers
 // an empty ExportTraceServiceResponse, which is an empty protobuf message.
-func otlpSink() (*httptest.Server, error) {
+func otlpSink() *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.WriteHeader(http.StatusOK)
-	})), nil
+	}))
 }

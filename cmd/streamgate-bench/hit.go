@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -73,11 +74,15 @@ func scenarioHit(ctx context.Context, o *options) error {
 	}
 
 	var sides []*hitSide
+	var sink *httptest.Server // the collector stand-in of -tracing, closed after the gateways
 	defer func() {
 		for _, sd := range sides {
 			if !sd.shared {
 				sd.child.stop()
 			}
+		}
+		if sink != nil {
+			sink.Close()
 		}
 	}()
 	start := func(label, role, desc string, setup childSetup) (*hitSide, error) {
@@ -115,11 +120,7 @@ func scenarioHit(ctx context.Context, o *options) error {
 		}
 	}
 	if o.hitTracing {
-		sink, err := otlpSink()
-		if err != nil {
-			return err
-		}
-		defer sink.Close()
+		sink = otlpSink()
 		for _, r := range []struct {
 			label string
 			ratio float64
