@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,3 +206,64 @@ func TestKeyBoundToClientCert(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestBindingAKeyClosesItsUncertifiedStreams: a reload that binds a key to
+// a client certificate closes (1008, with the reason) the WebSockets of
+// that key whose connection did not present it, and keeps the one that
+// did.
+func TestBindingAKeyClosesItsUncertifiedStreams(t *testing.T) {
+	ca := testpki.NewCA(t, "server CA")
+	clients := testpki.NewCA(t, "client CA")
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "clients.crt")
+	testpki.WriteAtomic(t, caFile, clients.CertPEM)
+	leaf := clients.Issue(t, testpki.Options{CommonName: "demo", Client: true})
+	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
+		for _, name := range []string{"mainnet", "testnet"} {
+			b, _ := tlsFiles(t, ca)
+			b.ClientCAFile, b.ClientAuth = caFile, certs.ClientAuthVerifyIfGiven
+			c.Networks[name].TLS = b
+		}
+	}})
+	addr := strings.TrimPrefix(env.Mainnet, "https://")
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	dial := func(cert *tls.Certificate) *websocket.Conn {
+		req, err := http.NewRequest(http.MethodGet, env.Mainnet+"/api/v1/ws?feedIDs="+btc, nil)
+		require.NoError(t, err)
+		auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
+		tc := &tls.Config{RootCAs: ca.Pool()}
+		if cert != nil {
+			tc.Certificates = []tls.Certificate{*cert}
+		}
+		conn, _, err := websocket.Dial(ctx, "wss://"+addr+"/api/v1/ws?feedIDs="+btc, &websocket.DialOptions{
+			HTTPHeader: req.Header, HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.CloseNow() })
+		_, _, err = conn.Read(ctx) // streaming
+		require.NoError(t, err)
+		return conn
+	}
+	plain := dial(nil)
+	certified := dial(ptr(leaf.TLS(t)))
+
+	next := *env.Config
+	next.Teams = slices.Clone(env.Config.Teams)
+	next.Teams[0].Keys = slices.Clone(next.Teams[0].Keys)
+	next.Teams[0].Keys[0].ClientCert = &config.ClientCert{SPKISHA256: leaf.SPKISHA256()}
+	require.NoError(t, next.Validate())
+	require.NoError(t, env.Gateway.Reload(&next))
+
+	var err error
+	for err == nil {
+		_, _, err = plain.Read(ctx)
+	}
+	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
+	assert.Contains(t, err.Error(), "client certificate")
+	for range 2 {
+		_, _, err := certified.Read(ctx)
+		require.NoError(t, err, "the connection with the certificate streams on")
+	}
+}
