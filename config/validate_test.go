@@ -233,6 +233,19 @@ func TestValidate(t *testing.T) {
 			"teams[1].keys[0].client_cert.spki_sha256: want the SHA-256 of the certificate's public key, 64 hex digits or 44 base64 characters",
 			"teams[1].keys[0].client_cert: network testnet does not verify client certificates: set networks.testnet.tls.client_auth to verify_if_given or require (with client_ca_file)",
 		}},
+		{name: "tracing to a collector", change: func(c *Config) {
+			c.Tracing = Tracing{OTLPEndpoint: "http://otel-collector:4318", Protocol: TracingHTTP, SampleRatio: 1}
+		}},
+		{name: "tracing badly configured", change: func(c *Config) {
+			c.Tracing = Tracing{OTLPEndpoint: "otel-collector:4318", Protocol: "thrift", SampleRatio: 2}
+		}, want: []string{
+			"tracing.otlp_endpoint: want the collector's base URL, http:// or https:// with a host, such as http://otel-collector:4318",
+			`tracing.protocol: "thrift": want http/protobuf or grpc`,
+			"tracing.sample_ratio: must be between 0 and 1",
+		}},
+		{name: "a grpc endpoint with a path", change: func(c *Config) {
+			c.Tracing = Tracing{OTLPEndpoint: "http://otel-collector:4317/v1/traces", Protocol: TracingGRPC, SampleRatio: 0.5}
+		}, want: []string{"tracing.otlp_endpoint: a grpc endpoint has no path: give scheme, host and port"}},
 		{name: "a key bound to nothing", change: func(c *Config) {
 			c.Networks["testnet"].TLS = &TLS{CertFile: "a.crt", KeyFile: "a.key", ClientCAFile: "ca.crt", ClientAuth: "verify_if_given"}
 			c.Teams[1].Keys[0].ClientCert = &ClientCert{}
