@@ -54,9 +54,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func write(t *testing.T, dir string, l *testpki.Leaf) Files {
 	t.Helper()
-	f := Files{Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
-	testpki.WriteAtomic(t, f.Cert, l.CertPEM)
-	testpki.WriteAtomic(t, f.Key, l.KeyPEM)
+	var f Files
+	f.Cert, f.Key = l.Write(t, dir, "tls")
 	return f
 }
 

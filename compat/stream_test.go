@@ -60,9 +60,8 @@ func sdkStream(t *testing.T, node, npm string, withTLS bool) {
 		ca := testpki.NewCA(t, "streamgate compat CA")
 		dir := t.TempDir()
 		leaf := ca.Issue(t, testpki.Options{})
-		block := &config.TLS{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}
-		testpki.WriteAtomic(t, block.CertFile, leaf.CertPEM)
-		testpki.WriteAtomic(t, block.KeyFile, leaf.KeyPEM)
+		block := &config.TLS{}
+		block.CertFile, block.KeyFile = leaf.Write(t, dir, "tls")
 		caFile := filepath.Join(dir, "ca.crt")
 		testpki.WriteAtomic(t, caFile, ca.CertPEM)
 		opts.Config = func(c *config.Config) {

@@ -29,9 +29,8 @@ func tlsFiles(t *testing.T, ca *testpki.CA) (*config.TLS, *testpki.Leaf) {
 	t.Helper()
 	dir := t.TempDir()
 	leaf := ca.Issue(t, testpki.Options{})
-	b := &config.TLS{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}
-	testpki.WriteAtomic(t, b.CertFile, leaf.CertPEM)
-	testpki.WriteAtomic(t, b.KeyFile, leaf.KeyPEM)
+	b := &config.TLS{}
+	b.CertFile, b.KeyFile = leaf.Write(t, dir, "tls")
 	return b, leaf
 }
 

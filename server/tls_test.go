@@ -23,9 +23,8 @@ func TestAdminTLS(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string) (*config.TLS, *testpki.Leaf) {
 		leaf := ca.Issue(t, testpki.Options{})
-		b := &config.TLS{CertFile: filepath.Join(dir, name+".crt"), KeyFile: filepath.Join(dir, name+".key")}
-		testpki.WriteAtomic(t, b.CertFile, leaf.CertPEM)
-		testpki.WriteAtomic(t, b.KeyFile, leaf.KeyPEM)
+		b := &config.TLS{}
+		b.CertFile, b.KeyFile = leaf.Write(t, dir, name)
 		return b, leaf
 	}
 	first, firstLeaf := write("first")

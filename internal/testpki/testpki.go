@@ -167,3 +167,13 @@ func WriteAtomic(t testing.TB, path string, data []byte) {
 }
 
 func parseURI(s string) (*url.URL, error) { return url.Parse(s) }
+
+// Write writes the leaf's certificate and key as dir/name.crt and
+// dir/name.key and returns their paths.
+func (l *Leaf) Write(t testing.TB, dir, name string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	WriteAtomic(t, certFile, l.CertPEM)
+	WriteAtomic(t, keyFile, l.KeyPEM)
+	return certFile, keyFile
+}
