@@ -216,7 +216,11 @@ func startFiles(t testing.TB, cfg string, files map[string]string, networks []st
 		l := p.waitLog(20*time.Second, func(l logLine) bool {
 			return l.str("msg") == "serving network" && l.str("network") == name
 		})
-		p.net[name] = "http://" + l.str("listen")
+		scheme := "http://"
+		if tls, _ := l["tls"].(bool); tls {
+			scheme = "https://"
+		}
+		p.net[name] = scheme + l.str("listen")
 	}
 	return p
 }
