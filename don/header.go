@@ -5,42 +5,32 @@ import (
 	"fmt"
 )
 
-// Header is what every report blob begins with, whatever its schema, and
-// what a report record repeats of it in its JSON: the stream and the
-// report's times. From schema V2 on a blob starts with feedId (bytes32),
-// validFromTimestamp and observationsTimestamp; a V1 blob's second field
-// is observationsTimestamp and it has no validFromTimestamp. Each is one
-// ABI word; the times are read as unsigned integers of at most 64 bits
-// (the schemas declare uint32, later SDKs uint64: the same word).
-type Header struct {
-	FeedID       [32]byte
-	ValidFrom    uint64 // zero for V1 (HasValidFrom false)
-	Observations uint64
-	HasValidFrom bool
-}
-
-// schemaV1 is the one schema whose second field is not validFromTimestamp.
-const schemaV1 Schema = 0x0001
-
-// ReadHeader reads the Header of a report blob of any schema: the one
-// place that knows where a blob keeps its stream and times.
+// ReadHeader reads the Header of a report blob of any schema, in the table
+// or not, without decoding the rest: the one place that knows where a
+// blob keeps its stream and times. From schema V2 on a blob starts with
+// feedId (bytes32), validFromTimestamp and observationsTimestamp; a V1
+// blob's second field is observationsTimestamp and it has no
+// validFromTimestamp. Each is one ABI word; the times are read as unsigned
+// integers of at most 64 bits (uint32 in most schemas, uint64 in V14 and
+// in later SDKs: the same word).
 func ReadHeader(blob []byte) (Header, error) {
 	var h Header
 	words := 3
-	if len(blob) >= 32 && Schema(binary.BigEndian.Uint16(blob[:2])) == schemaV1 {
+	if len(blob) >= 32 && Schema(binary.BigEndian.Uint16(blob[:2])) == SchemaV1 {
 		words = 2
 	}
 	if len(blob) < 32*words {
 		return h, fmt.Errorf("%w: blob of %d bytes has no header", ErrMalformed, len(blob))
 	}
+	h.Schema = Schema(binary.BigEndian.Uint16(blob[:2]))
 	copy(h.FeedID[:], blob[:32])
 	var ok bool
 	if words == 2 {
-		h.Observations, ok = word64(blob[32:64])
+		h.ObservationsTimestamp, ok = word64(blob[32:64])
 	} else {
 		var vf, obs bool
-		h.ValidFrom, vf = word64(blob[32:64])
-		h.Observations, obs = word64(blob[64:96])
+		h.ValidFromTimestamp, vf = word64(blob[32:64])
+		h.ObservationsTimestamp, obs = word64(blob[64:96])
 		h.HasValidFrom, ok = true, vf && obs
 	}
 	if !ok {
@@ -76,8 +66,8 @@ func (h Header) Repeats(r Record) bool {
 	if !ok || len(id) != 32 || [32]byte(id) != h.FeedID {
 		return false
 	}
-	if r.ObservationsTimestamp < 0 || uint64(r.ObservationsTimestamp) != h.Observations {
+	if r.ObservationsTimestamp < 0 || uint64(r.ObservationsTimestamp) != h.ObservationsTimestamp {
 		return false
 	}
-	return !h.HasValidFrom || (r.ValidFromTimestamp >= 0 && uint64(r.ValidFromTimestamp) == h.ValidFrom)
+	return !h.HasValidFrom || (r.ValidFromTimestamp >= 0 && uint64(r.ValidFromTimestamp) == h.ValidFromTimestamp)
 }

@@ -33,7 +33,7 @@ func TestReadHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	if "0x"+hex.EncodeToString(h.FeedID[:]) != r.Decoded.FeedID || !h.HasValidFrom ||
-		int64(h.ValidFrom) != r.Decoded.ValidFromTimestamp || int64(h.Observations) != r.Decoded.ObservationsTimestamp {
+		int64(h.ValidFromTimestamp) != r.Decoded.ValidFromTimestamp || int64(h.ObservationsTimestamp) != r.Decoded.ObservationsTimestamp {
 		t.Fatalf("header %+v of the real report, want %+v", h, r.Decoded)
 	}
 	rec := don.Record{FeedID: r.FeedID, ValidFromTimestamp: r.Decoded.ValidFromTimestamp, ObservationsTimestamp: r.Decoded.ObservationsTimestamp, FullReport: r.FullReport}
@@ -58,7 +58,7 @@ func TestReadHeader(t *testing.T) {
 	feed[1] = 0x01
 	v1 := append(append(append([]byte{}, feed...), word(1700000000)...), make([]byte, 7*32)...)
 	h, err = don.ReadHeader(v1)
-	if err != nil || h.HasValidFrom || h.Observations != 1700000000 || h.FeedID[1] != 1 {
+	if err != nil || h.HasValidFrom || h.ObservationsTimestamp != 1700000000 || h.FeedID[1] != 1 {
 		t.Fatalf("V1 header %+v, %v", h, err)
 	}
 	if !h.Repeats(don.Record{FeedID: "0x" + hex.EncodeToString(feed), ValidFromTimestamp: 42, ObservationsTimestamp: 1700000000}) {
@@ -116,10 +116,10 @@ func FuzzHeader(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if h.Observations > 1<<62 || h.ValidFrom > 1<<62 {
+		if h.ObservationsTimestamp > 1<<62 || h.ValidFromTimestamp > 1<<62 {
 			return // beyond an int64 record
 		}
-		rec := don.Record{FeedID: "0x" + hex.EncodeToString(h.FeedID[:]), ValidFromTimestamp: int64(h.ValidFrom), ObservationsTimestamp: int64(h.Observations)}
+		rec := don.Record{FeedID: "0x" + hex.EncodeToString(h.FeedID[:]), ValidFromTimestamp: int64(h.ValidFromTimestamp), ObservationsTimestamp: int64(h.ObservationsTimestamp)}
 		if !h.Repeats(rec) {
 			t.Fatalf("header %+v not repeated by %+v", h, rec)
 		}
