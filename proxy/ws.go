@@ -269,7 +269,11 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
-	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from)
+	var charge realtime.FillCharge
+	if len(from) > 0 {
+		charge = n.resumeCharge(team)
+	}
+	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from, charge)
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)

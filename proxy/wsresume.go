@@ -27,12 +27,18 @@ import (
 // stream, the observationsTimestamp of the last report written to it (its
 // watermark), in memory and, with the Redis limits, in Redis for every
 // replica (a record per client, written at most every resumeFlush and
-// when the connection ends, expiring after realtime.resume_window). A
-// client that connects with the same identity within the window gets,
-// before live reports, every report after its watermarks
-// (realtime.Hub.SubscribeFrom). A client that closed its connection itself
-// (a close frame) starts afresh next time: its record is deleted. One away
-// longer than the window starts live, like a new client.
+// when the connection ends). A client that connects with the same
+// identity within the window gets, before live reports, every report
+// after its watermarks (realtime.Hub.SubscribeFrom). A client that closed
+// its connection itself (a close frame) starts afresh next time: its
+// record is deleted.
+//
+// The window counts from the reports the client actually received: a
+// stream's watermark older than realtime.resume_window (by its
+// observationsTimestamp) is not resumed, and a record expires a window
+// after its newest watermark. A client that reconnects and drops without
+// receiving anything rewrites its record with the same watermarks, so it
+// extends nothing; a resume never fetches more than a window of seconds.
 
 // resumeFlush is how often the watermarks of open connections are written.
 const resumeFlush = 100 * time.Millisecond
@@ -67,8 +73,8 @@ type resumeStore struct {
 	logged time.Time
 }
 
-func newResumeStore(window time.Duration, rc *redis.Client, log *zap.Logger) *resumeStore {
-	s := &resumeStore{window: window, rc: rc, log: log, now: time.Now,
+func newResumeStore(window time.Duration, rc *redis.Client, log *zap.Logger, now func() time.Time) *resumeStore {
+	s := &resumeStore{window: window, rc: rc, log: log, now: now,
 		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	return s
@@ -88,13 +94,40 @@ func resumeID(network, keyID, origin string, feeds []string) string {
 	return network + "\x00" + keyID + "\x00" + origin + "\x00" + strings.Join(sorted, ",")
 }
 
-// load returns the watermarks of id written within the window.
+// load returns the watermarks of id that are within the window: each no
+// older than realtime.resume_window by its report's
+// observationsTimestamp.
 func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bool) {
 	rec, ok := s.record(ctx, id)
-	if !ok || s.now().Sub(time.UnixMilli(rec.At)) > s.window || len(rec.Marks) == 0 {
+	if !ok {
 		return nil, false
 	}
-	return rec.Marks, true
+	oldest := s.now().Add(-s.window).Unix()
+	marks := make(map[string]int64, len(rec.Marks))
+	for f, ts := range rec.Marks {
+		if ts >= oldest {
+			marks[f] = ts
+		}
+	}
+	if len(marks) == 0 {
+		return nil, false
+	}
+	return marks, true
+}
+
+// newest returns the newest watermark of marks; 0 for none.
+func newest(marks map[string]int64) int64 {
+	var n int64
+	for _, ts := range marks {
+		n = max(n, ts)
+	}
+	return n
+}
+
+// ttl is how long a record of marks is worth keeping from now: until its
+// newest watermark is a window old; <= 0 when it already is.
+func (s *resumeStore) ttl(marks map[string]int64) time.Duration {
+	return time.Unix(newest(marks), 0).Add(s.window).Sub(s.now())
 }
 
 // reconnectedSince reports whether another connection than m's has written
@@ -206,7 +239,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed bool) {
 		return
 	}
 	m.mu.Lock()
-	rec := resumeRecord{At: s.now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
+	rec := resumeRecord{At: time.Now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
 	m.mu.Unlock()
 	s.write(map[string]resumeRecord{m.id: rec})
 }
@@ -239,7 +272,7 @@ func (s *resumeStore) run() {
 func (s *resumeStore) flush() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	at := s.now().UnixMilli()
+	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
 	recs := map[string]resumeRecord{}
 	s.mu.Lock()
 	for m := range s.open {
@@ -252,7 +285,7 @@ func (s *resumeStore) flush() {
 	}
 	if s.rc == nil {
 		for id, r := range s.mem {
-			if s.now().Sub(time.UnixMilli(r.At)) > s.window {
+			if s.ttl(r.Marks) <= 0 {
 				delete(s.mem, id)
 			}
 		}
@@ -264,12 +297,17 @@ func (s *resumeStore) flush() {
 }
 
 // write stores recs: in memory, or in one Redis pipeline, each expiring
-// after the window.
+// a window after its newest watermark; a record whose newest watermark is
+// a window old already is deleted instead.
 func (s *resumeStore) write(recs map[string]resumeRecord) {
 	if s.rc == nil {
 		s.mu.Lock()
 		for id, r := range recs {
-			s.mem[id] = r
+			if s.ttl(r.Marks) > 0 {
+				s.mem[id] = r
+			} else {
+				delete(s.mem, id)
+			}
 		}
 		s.mu.Unlock()
 		return
@@ -278,8 +316,13 @@ func (s *resumeStore) write(recs map[string]resumeRecord) {
 	defer cancel()
 	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for id, r := range recs {
+			ttl := s.ttl(r.Marks)
+			if ttl < time.Millisecond {
+				p.Del(ctx, resumeKey(id))
+				continue
+			}
 			b, _ := json.Marshal(r)
-			p.Set(ctx, resumeKey(id), b, s.window)
+			p.Set(ctx, resumeKey(id), b, ttl)
 		}
 		return nil
 	})

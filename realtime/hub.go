@@ -354,16 +354,17 @@ func (h *Hub) Close() {
 // over the connection budget get nothing (Stats.FeedsUncarried). After
 // Close, the subscription is returned already ended with ErrHubClosed.
 func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
-	s, _ := h.subscribe(feeds, queue, nil)
+	s, _ := h.subscribe(feeds, queue, nil, nil)
 	return s
 }
 
-// subscribe is Subscribe, and SubscribeFrom with from.
-func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64) (*Subscription, int) {
+// subscribe is Subscribe, and SubscribeFrom with from; charge is the
+// subscription's FillCharge (nil: none).
+func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, int) {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
-	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{})}
+	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -433,11 +434,11 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64) (*Subs
 }
 
 // subscribeFrom is Subscribe, or SubscribeFrom when from is not empty.
-func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64) *Subscription {
+func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
 	if len(from) == 0 {
 		from = nil
 	}
-	s, _ := h.subscribe(feeds, queue, from)
+	s, _ := h.subscribe(feeds, queue, from, charge)
 	return s
 }
 
@@ -460,22 +461,24 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // consumer. No Redis call: the figures are those of the last reconcile
 // and tick.
 func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
-	return h.SubscribeWithinFrom(feeds, queue, nil)
+	return h.SubscribeWithinFrom(feeds, queue, nil, nil)
 }
 
 // SubscribeWithinFrom is SubscribeWithin for a consumer that comes back
 // with its watermarks (see SubscribeFrom); nil from: a new consumer.
-func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64) (*Subscription, error) {
+// charge, if not nil, is asked before each second fetched for the
+// consumer's replay (see FillCharge).
+func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, error) {
 	if h.sh != nil && h.sh.shared.Load() {
 		if !h.roomShared(feeds, h.sh.room.Load()) {
 			return nil, ErrNoRoom
 		}
-		return h.subscribeFrom(feeds, queue, from), nil
+		return h.subscribeFrom(feeds, queue, from, charge), nil
 	}
 	capacity := h.capacity.Load()
 	carried := h.carried.Load()
 	if capacity == 0 || carried == nil {
-		return h.subscribeFrom(feeds, queue, from), nil
+		return h.subscribeFrom(feeds, queue, from, charge), nil
 	}
 	h.mu.Lock()
 	fresh, all := 0, true
@@ -494,7 +497,7 @@ func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int
 	h.mu.Unlock()
 	// A consumer admitted between the check and Subscribe may take the
 	// last room; the window is a few instructions wide.
-	return h.subscribeFrom(feeds, queue, from), nil
+	return h.subscribeFrom(feeds, queue, from, charge), nil
 }
 
 // roomShared reports whether the union u of a sharing hub's last tick has
