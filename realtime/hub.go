@@ -174,6 +174,7 @@ type Hub struct {
 	st     hubCounters
 	linkMu sync.Mutex
 	links  map[*link]struct{} // for Stats
+	health *linkHealth        // one log line per change of an origin's state
 	carry  atomic.Int64       // feeds carried
 	// carried and capacity are the feeds carried and how many the budget
 	// holds, as the last reconcile left them (for SubscribeWithin); nil and 0 before.
@@ -288,6 +289,7 @@ func New(cfg Config) (*Hub, error) {
 		demand: map[string]*demandRing{},
 		subs:   map[*Subscription]struct{}{},
 		links:  map[*link]struct{}{},
+		health: newLinkHealth(cfg.Logger.With(zap.String("network", cfg.Network))),
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	h.histSecs = int64(cfg.History / time.Second)
