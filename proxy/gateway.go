@@ -196,7 +196,8 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if cfg.Realtime.ResumeWindow > 0 && len(deps.Hubs) > 0 {
-		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, deps.ResumeRedis, g.log, g.now)
+		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, cfg.Realtime.ResumeRecordsPerTeam, cfg.Realtime.ResumeRecords,
+			deps.ResumeRedis, g.log, g.now, g.metrics)
 	}
 	g.unknownHost = observe("unknown-host", accessLog, g.metrics, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)

@@ -295,7 +295,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
 	if n.resume != nil {
-		wc.mark = n.resume.track(resumeAs, from)
+		wc.mark = n.resume.track(team, resumeAs, from)
 	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)
