@@ -33,7 +33,7 @@ const (
 	DefaultBudgetMargin    = 20 * time.Millisecond
 	DefaultMaxBulk         = 100
 
-	DefaultWSMaxConnections     = 4
+	DefaultWSMaxConnections     = 6
 	DefaultWSFeedsPerConnection = 50
 	DefaultClientQueue          = 256
 	DefaultPingInterval         = 15 * time.Second

@@ -122,7 +122,7 @@ func TestDefaults(t *testing.T) {
 					Budget:  Rate{RPS: 10, Burst: 10}, BudgetMargin: 20 * time.Millisecond,
 					MaxBulk: 100,
 
-					WSMaxConnections: 4, WSFeedsPerConnection: 50,
+					WSMaxConnections: 6, WSFeedsPerConnection: 50,
 				},
 			},
 		},

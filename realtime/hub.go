@@ -457,7 +457,7 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // neither carried by the layout of the union its last tick read nor by a
 // connection of its own, and the union, with this hub's wants not yet in
 // it and the feeds nobody wants yet, is over what the layout can carry
-// (MaxConnections / origins × FeedsPerConnection). While sharing is down
+// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While sharing is down
 // (Redis), the hub checks its own wants as an unshared hub does. A hub
 // that has not yet connected, or not yet read the union, admits every
 // consumer. No Redis call: the figures are those of the last reconcile
