@@ -24,6 +24,21 @@ func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []string
 	return n.backfill
 }
 
+// DiscoveryBudget returns what the real-time hub of network name waits on
+// before each origin discovery (realtime.Config.DiscoveryBudget): a token
+// of the network's upstream budget under the key "root" (HEAD /), shared
+// by the replicas with the Redis budget. nil for a network the gateway
+// does not serve.
+func (g *Gateway) DiscoveryBudget(name string) func(ctx context.Context) error {
+	n := g.networks[name]
+	if n == nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		return n.up.budget.Wait(ctx, budgetKey("root", n.org), n.up.limit)
+	}
+}
+
 // errBackfillEmpty is returned for a backfill without feeds.
 var errBackfillEmpty = errors.New("backfill: no streams")
 

@@ -125,6 +125,11 @@ type Config struct {
 	// drop, outage, a holder's crash) and for what a returning consumer
 	// missed beyond the history (SubscribeFrom). nil: gaps stay gaps.
 	Backfill func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+	// DiscoveryBudget, if set, waits for a token of the upstream budget
+	// before each origin discovery (HEAD /), so that replicas starting
+	// together do not draw the upstream's 429; an error skips that
+	// discovery (asked again later, as after a refusal).
+	DiscoveryBudget func(ctx context.Context) error
 	// BackfillMax bounds the seconds of one gap that are fetched: the
 	// newest BackfillMax; the rest are counted unfilled. 0 fetches none.
 	BackfillMax time.Duration

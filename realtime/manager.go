@@ -413,6 +413,12 @@ func (h *Hub) discover() (origins []string, ok bool) {
 		h.log.Warn("origin discovery", zap.Error(err))
 		return nil, false
 	}
+	if h.cfg.DiscoveryBudget != nil {
+		if err := h.cfg.DiscoveryBudget(ctx); err != nil {
+			h.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
+			return nil, false
+		}
+	}
 	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
 	resp, err := h.cfg.HTTPClient.Do(req)
 	if err != nil {

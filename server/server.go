@@ -69,13 +69,15 @@ type Server struct {
 	ownLimit bool
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
-	// backfillOf holds, per hub, the gateway's backfill once it is built.
-	backfillOf map[string]*atomic.Pointer[backfillFunc]
-	gates      map[string]*don.Gate // report verification per network
-	status     *status.Sampler
-	version    string
-	loadedAt   atomic.Pointer[time.Time]     // when the configuration in force was loaded
-	reloaded   atomic.Pointer[status.Reload] // the last reload's outcome
+	// backfillOf holds, per hub, the gateway's backfill once it is built;
+	// discoveryOf its budget for the hub's origin discovery.
+	backfillOf  map[string]*atomic.Pointer[backfillFunc]
+	discoveryOf map[string]*atomic.Pointer[budgetFunc]
+	gates       map[string]*don.Gate // report verification per network
+	status      *status.Sampler
+	version     string
+	loadedAt    atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded    atomic.Pointer[status.Reload] // the last reload's outcome
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -296,6 +298,7 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
 	s.backfillOf = map[string]*atomic.Pointer[backfillFunc]{}
+	s.discoveryOf = map[string]*atomic.Pointer[budgetFunc]{}
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
@@ -317,6 +320,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		}
 		// The gateway, built after the hubs, fetches the gaps' reports.
 		backfill := new(atomic.Pointer[backfillFunc])
+		discovery := new(atomic.Pointer[budgetFunc])
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
@@ -331,12 +335,19 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 				return (*f)(ctx, feeds, ts)
 			},
 			BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
+			DiscoveryBudget: func(ctx context.Context) error {
+				if f := discovery.Load(); f != nil {
+					return (*f)(ctx)
+				}
+				return nil // the gateway is not built yet: no other call either
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
 		}
 		s.hubs[name] = hub
 		s.backfillOf[name] = backfill
+		s.discoveryOf[name] = discovery
 	}
 	return nil
 }
@@ -356,10 +367,18 @@ var errNotStarted = errors.New("the gateway is not started yet")
 // backfillFunc is realtime.Config.Backfill.
 type backfillFunc = func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
 
+// budgetFunc is realtime.Config.DiscoveryBudget.
+type budgetFunc = func(ctx context.Context) error
+
 // setBackfills gives each hub the gateway's REST path for its gaps.
 func (s *Server) setBackfills() {
 	for name, ref := range s.backfillOf {
 		if f := s.gw.Backfill(name); f != nil {
+			ref.Store(&f)
+		}
+	}
+	for name, ref := range s.discoveryOf {
+		if f := s.gw.DiscoveryBudget(name); f != nil {
 			ref.Store(&f)
 		}
 	}
