@@ -53,6 +53,43 @@ func awaitUnwanted(t *testing.T, env *servertest.Env, n int) {
 		20*time.Second, 10*time.Millisecond, "%d feeds wanted", n)
 }
 
+// lostClient is the set-up of the resume tests: a client of LINK/USD
+// (kw, the test's clock: one frame a second) keeps the upstream
+// connection; a client of BTC and ETH (target) streams two seconds and is
+// lost (no close frame), and the hub lets its streams go, so that a
+// resume fetches them over REST. It returns the keeping client, the
+// lost client's streams and its watermarks.
+type lostClient struct {
+	kw     *wsClient
+	link   string
+	feeds  []string
+	target string
+	from   map[string]int64
+}
+
+func loseClient(t *testing.T, ctx context.Context, env *servertest.Env) *lostClient {
+	t.Helper()
+	demo := servertest.Demo()
+	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	lc := &lostClient{link: env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3"), feeds: []string{btc, eth},
+		target: "/api/v1/ws?feedIDs=" + btc + "," + eth}
+	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+lc.link, "")
+	require.NoError(t, err)
+	lc.kw = readAll(t, ctx, keep)
+	awaitMore(t, lc.kw, lc.link, 1)
+	c, _, err := dialWS(ctx, demo, env.Mainnet, lc.target, "")
+	require.NoError(t, err)
+	w := readAll(t, ctx, c)
+	awaitSeconds(t, w, lc.feeds, 2)
+	c.CloseNow() // lost: no close frame
+	<-w.done
+	lc.from = lastOf(t, w, lc.feeds)
+	awaitWSClients(t, env, 1)
+	awaitUnwanted(t, env, 1)
+	return lc
+}
+
 // TestWSResumeBoundedByWhatWasReceived reproduces, small, a client that
 // streams, drops, comes back later for a moment without receiving
 // anything, drops again and comes back once more: the fill of its second
@@ -66,27 +103,9 @@ func TestWSResumeBoundedByWhatWasReceived(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	link := env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
-	feeds := []string{btc, eth}
-	target := "/api/v1/ws?feedIDs=" + btc + "," + eth
-	// A client of another stream keeps the upstream connection and is
-	// the test's clock: one frame a second.
-	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+link, "")
-	require.NoError(t, err)
-	kw := readAll(t, ctx, keep)
-	awaitMore(t, kw, link, 1)
-
-	c, _, err := dialWS(ctx, demo, env.Mainnet, target, "")
-	require.NoError(t, err)
-	w := readAll(t, ctx, c)
-	awaitSeconds(t, w, feeds, 2)
-	c.CloseNow() // lost: no close frame
-	<-w.done
-	from := lastOf(t, w, feeds)
-	awaitWSClients(t, env, 1)
-	awaitUnwanted(t, env, 1) // the hub no longer carries them: a resume fetches over REST
+	lc := loseClient(t, ctx, env)
+	kw, link, feeds, target, from := lc.kw, lc.link, lc.feeds, lc.target, lc.from
+	btc := feeds[0]
 
 	// Away 5 s: 5 seconds or so to fetch, at most 2 calls a second.
 	awaitMore(t, kw, link, 5)
@@ -130,23 +149,9 @@ func TestWSResumeChargedToTheTeam(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	link := env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
-	feeds := []string{btc, eth}
-	target := "/api/v1/ws?feedIDs=" + btc + "," + eth
-	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+link, "") // quota: 1
-	require.NoError(t, err)
-	kw := readAll(t, ctx, keep)
-	c, _, err := dialWS(ctx, demo, env.Mainnet, target, "") // 2
-	require.NoError(t, err)
-	w := readAll(t, ctx, c)
-	awaitSeconds(t, w, feeds, 2)
-	c.CloseNow()
-	<-w.done
-	from := lastOf(t, w, feeds)
-	awaitWSClients(t, env, 1)
-	awaitUnwanted(t, env, 1)
+	lc := loseClient(t, ctx, env) // two upgrades: quota 2
+	kw, link, feeds, target, from := lc.kw, lc.link, lc.feeds, lc.target, lc.from
+	btc := feeds[0]
 	awaitMore(t, kw, link, 8) // away 8 s: more seconds than the 3 units left
 
 	c2, _, err := dialWS(ctx, demo, env.Mainnet, target, "") // 3
@@ -181,23 +186,8 @@ func TestWSResumeFillLeavesHalfTheBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	link := env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
-	feeds := []string{btc, eth}
-	target := "/api/v1/ws?feedIDs=" + btc + "," + eth
-	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+link, "")
-	require.NoError(t, err)
-	kw := readAll(t, ctx, keep)
-	c, _, err := dialWS(ctx, demo, env.Mainnet, target, "")
-	require.NoError(t, err)
-	w := readAll(t, ctx, c)
-	awaitSeconds(t, w, feeds, 2)
-	c.CloseNow()
-	<-w.done
-	from := lastOf(t, w, feeds)
-	awaitWSClients(t, env, 1)
-	awaitUnwanted(t, env, 1)
+	lc := loseClient(t, ctx, env)
+	kw, link, feeds, target, from := lc.kw, lc.link, lc.feeds, lc.target, lc.from
 	awaitMore(t, kw, link, 14) // away 14 s: 14 s of fill at 1 call a second
 
 	b0 := env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointBulk)
