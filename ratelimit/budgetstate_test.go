@@ -65,10 +65,10 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 				assert.Greater(t, ttl, time.Duration(0), "the state expires")
 				assert.LessOrEqual(t, ttl, adaptTTL)
 			}
-			// The next token is an interval of the clamped rate away.
+			// The next token is at most an interval of the clamped rate
+			// away (less when the machine was slow between the steps).
 			d, _, _, err = b.step(ctx, key, l, "wait")
 			require.NoError(t, err)
-			assert.Greater(t, d, time.Duration(0))
 			assert.LessOrEqual(t, d, interval(eff, b.margin)+time.Millisecond)
 		})
 	}
