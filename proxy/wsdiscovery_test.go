@@ -17,14 +17,16 @@ import (
 
 // TestOriginDiscoveryWithinTheBudget: three replicas sharing the Redis
 // limits start together, each asking the upstream's HA origins (HEAD /)
-// at once for its pinned stream, against an upstream that allows one call
+// at once for its pinned stream, against an upstream that allows two calls
 // a second per endpoint: the discoveries go through the shared budget, so
 // none draws a 429 (before, they were outside it and all but one were
 // refused, each logging a warning).
 func TestOriginDiscoveryWithinTheBudget(t *testing.T) {
 	rs := redistest.New(t)
 	simCfg := simulator.Default()
-	simCfg.RateLimit, simCfg.Burst = 1, 1
+	// Two a second at the upstream, one a second in the gateways' budget:
+	// half a second of room for a call sent late by a busy machine.
+	simCfg.RateLimit, simCfg.Burst = 2, 1
 	simCfg.WSTick = 50 * time.Millisecond
 	simCfg.HAOrigins = []string{"001", "002"}
 	sim, err := simulator.New(simCfg)
