@@ -58,19 +58,24 @@ func TestOriginDiscoveryWithinTheBudget(t *testing.T) {
 			}
 		})
 	}
+	var envs []*servertest.Env
 	for range 3 {
-		servertest.Start(t, servertest.Options{Quiet: true, Simulator: sim, Upstream: count, Cold: true, Config: func(c *config.Config) {
+		envs = append(envs, servertest.Start(t, servertest.Options{Quiet: true, Simulator: sim, Upstream: count, Cold: true, Config: func(c *config.Config) {
 			noReplayCheck(c)
 			c.RateLimit.Backend = config.BackendRedis
 			c.RateLimit.Redis.URL = rs.URL()
 			c.Networks["mainnet"].Upstream.Budget = config.Rate{RPS: 1, Burst: 1}
 			c.Networks["mainnet"].Upstream.WSPinned = []string{pinned}
 			c.Networks["testnet"].Upstream.WSURL = ""
-		}})
+		}}))
 	}
 	require.Eventually(t, func() bool { return ok.Load() >= 3 }, 30*time.Second, 20*time.Millisecond,
 		"every replica has its origins")
-	assert.Zero(t, refused.Load(), "HEAD / answered 429")
+	fallbacks := 0.0
+	for _, e := range envs {
+		fallbacks += metricValue(t, e.Registry, "streamgate_redis_fallbacks_total", map[string]string{"mode": "open"})
+	}
+	assert.Zero(t, refused.Load(), "HEAD / answered 429 (%v Redis fallbacks)", fallbacks)
 }
 
 // statusWriter records the status of an answer.

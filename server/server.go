@@ -73,6 +73,8 @@ type Server struct {
 	// discoveryOf its budget for the hub's origin discovery.
 	backfillOf  map[string]*atomic.Pointer[backfillFunc]
 	discoveryOf map[string]*atomic.Pointer[budgetFunc]
+	// gwBuilt is closed once the hubs have the gateway's functions.
+	gwBuilt chan struct{}
 	gates       map[string]*don.Gate // report verification per network
 	status      *status.Sampler
 	version     string
@@ -299,6 +301,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 	s.hubs = map[string]*realtime.Hub{}
 	s.backfillOf = map[string]*atomic.Pointer[backfillFunc]{}
 	s.discoveryOf = map[string]*atomic.Pointer[budgetFunc]{}
+	s.gwBuilt = make(chan struct{})
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
@@ -336,10 +339,17 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			},
 			BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 			DiscoveryBudget: func(ctx context.Context) error {
+				// A hub with pinned streams discovers at once, maybe
+				// before the gateway and its budget are built: it waits.
+				select {
+				case <-s.gwBuilt:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 				if f := discovery.Load(); f != nil {
 					return (*f)(ctx)
 				}
-				return nil // the gateway is not built yet: no other call either
+				return nil
 			},
 		})
 		if err != nil {
@@ -381,6 +391,9 @@ func (s *Server) setBackfills() {
 		if f := s.gw.DiscoveryBudget(name); f != nil {
 			ref.Store(&f)
 		}
+	}
+	if s.gwBuilt != nil {
+		close(s.gwBuilt)
 	}
 }
 
