@@ -74,12 +74,12 @@ type Server struct {
 	backfillOf  map[string]*atomic.Pointer[backfillFunc]
 	discoveryOf map[string]*atomic.Pointer[budgetFunc]
 	// gwBuilt is closed once the hubs have the gateway's functions.
-	gwBuilt chan struct{}
-	gates       map[string]*don.Gate // report verification per network
-	status      *status.Sampler
-	version     string
-	loadedAt    atomic.Pointer[time.Time]     // when the configuration in force was loaded
-	reloaded    atomic.Pointer[status.Reload] // the last reload's outcome
+	gwBuilt  chan struct{}
+	gates    map[string]*don.Gate // report verification per network
+	status   *status.Sampler
+	version  string
+	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
