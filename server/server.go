@@ -69,17 +69,19 @@ type Server struct {
 	ownLimit bool
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
-	// backfillOf holds, per hub, the gateway's backfill once it is built;
-	// discoveryOf its budget for the hub's origin discovery.
-	backfillOf  map[string]*atomic.Pointer[backfillFunc]
+	// backfillOf holds, per hub, the gateway's backfill once it is built.
+	backfillOf map[string]*atomic.Pointer[backfillFunc]
+	gates      map[string]*don.Gate // report verification per network
+	status     *status.Sampler
+	version    string
+	loadedAt   atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded   atomic.Pointer[status.Reload] // the last reload's outcome
+
+	// discoveryOf holds, per hub, the gateway's budget for its origin
+	// discovery; gwBuilt is closed once the hubs have the gateway's
+	// functions.
 	discoveryOf map[string]*atomic.Pointer[budgetFunc]
-	// gwBuilt is closed once the hubs have the gateway's functions.
-	gwBuilt  chan struct{}
-	gates    map[string]*don.Gate // report verification per network
-	status   *status.Sampler
-	version  string
-	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
-	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
+	gwBuilt     chan struct{}
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
