@@ -437,6 +437,13 @@ type Realtime struct {
 	// the reports it missed before live ones. 0 disables resume. Default
 	// 60s.
 	ResumeWindow time.Duration `yaml:"resume_window" json:"resume_window"`
+	// ResumeRecordsPerTeam bounds the resume records one team has on a
+	// replica (one per client identity: key, network, streams, origin);
+	// beyond it the team's oldest record is dropped. Default 200.
+	ResumeRecordsPerTeam int `yaml:"resume_records_per_team" json:"resume_records_per_team"`
+	// ResumeRecords bounds the resume records of a replica, all teams
+	// together; beyond it the oldest is dropped. Default 5000.
+	ResumeRecords int `yaml:"resume_records" json:"resume_records"`
 	// BackfillMax bounds the gap of a stream that is filled from REST when
 	// its frames stop and start again (upstream drop or outage, a holder's
 	// crash): the newest BackfillMax of a longer gap are filled, the rest

@@ -33,7 +33,7 @@ const (
 	DefaultBudgetMargin    = 20 * time.Millisecond
 	DefaultMaxBulk         = 100
 
-	DefaultWSMaxConnections     = 4
+	DefaultWSMaxConnections     = 6
 	DefaultWSFeedsPerConnection = 50
 	DefaultClientQueue          = 256
 	DefaultPingInterval         = 15 * time.Second
@@ -42,6 +42,8 @@ const (
 	DefaultShareLease           = 3 * time.Second
 	DefaultDrainDelay           = 5 * time.Second
 	DefaultResumeWindow         = 60 * time.Second
+	DefaultResumeRecordsPerTeam = 200
+	DefaultResumeRecords        = 5000
 	DefaultBackfillMax          = 2 * time.Minute
 
 	DefaultMaxSkew = 5 * time.Second
@@ -207,17 +209,19 @@ func DefaultClientOrigins() []string { return []string{"001", "002"} }
 
 func defaultRealtime() Realtime {
 	return Realtime{
-		ClientQueue:      DefaultClientQueue,
-		PingInterval:     DefaultPingInterval,
-		TeamConnections:  DefaultTeamConnections,
-		Grace:            DefaultRealtimeGrace,
-		LatestFromStream: true,
-		Share:            true,
-		ShareLease:       DefaultShareLease,
-		ClientOrigins:    DefaultClientOrigins(),
-		DrainDelay:       DefaultDrainDelay,
-		ResumeWindow:     DefaultResumeWindow,
-		BackfillMax:      DefaultBackfillMax,
+		ClientQueue:          DefaultClientQueue,
+		PingInterval:         DefaultPingInterval,
+		TeamConnections:      DefaultTeamConnections,
+		Grace:                DefaultRealtimeGrace,
+		LatestFromStream:     true,
+		Share:                true,
+		ShareLease:           DefaultShareLease,
+		ClientOrigins:        DefaultClientOrigins(),
+		DrainDelay:           DefaultDrainDelay,
+		ResumeWindow:         DefaultResumeWindow,
+		ResumeRecordsPerTeam: DefaultResumeRecordsPerTeam,
+		ResumeRecords:        DefaultResumeRecords,
+		BackfillMax:          DefaultBackfillMax,
 	}
 }
 
@@ -316,6 +320,8 @@ func (c *Config) applyDefaults() {
 	}
 	d.dur("realtime.drain_delay", &rt.DrainDelay, drt.DrainDelay)
 	d.dur("realtime.resume_window", &rt.ResumeWindow, drt.ResumeWindow)
+	d.num("realtime.resume_records_per_team", &rt.ResumeRecordsPerTeam, drt.ResumeRecordsPerTeam)
+	d.num("realtime.resume_records", &rt.ResumeRecords, drt.ResumeRecords)
 	d.dur("realtime.backfill_max", &rt.BackfillMax, drt.BackfillMax)
 
 	for i := range c.Teams {

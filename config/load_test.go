@@ -122,7 +122,7 @@ func TestDefaults(t *testing.T) {
 					Budget:  Rate{RPS: 10, Burst: 10}, BudgetMargin: 20 * time.Millisecond,
 					MaxBulk: 100,
 
-					WSMaxConnections: 4, WSFeedsPerConnection: 50,
+					WSMaxConnections: 6, WSFeedsPerConnection: 50,
 				},
 			},
 		},
@@ -137,7 +137,7 @@ func TestDefaults(t *testing.T) {
 		},
 		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true,
 			Share: true, ShareLease: 3 * time.Second,
-			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, BackfillMax: 2 * time.Minute},
+			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, ResumeRecordsPerTeam: 200, ResumeRecords: 5000, BackfillMax: 2 * time.Minute},
 		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 0.01},
 	}
 	want.src = cfg.src

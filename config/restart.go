@@ -103,6 +103,8 @@ func restartSettings(cfg *Config) map[string]string {
 	m["realtime.client_origins"] = strings.Join(cfg.Realtime.ClientOrigins, ",")
 	m["realtime.drain_delay"] = cfg.Realtime.DrainDelay.String()
 	m["realtime.resume_window"] = cfg.Realtime.ResumeWindow.String()
+	m["realtime.resume_records_per_team"] = strconv.Itoa(cfg.Realtime.ResumeRecordsPerTeam)
+	m["realtime.resume_records"] = strconv.Itoa(cfg.Realtime.ResumeRecords)
 	m["realtime.backfill_max"] = cfg.Realtime.BackfillMax.String()
 	return m
 }

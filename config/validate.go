@@ -380,6 +380,12 @@ func (v *validator) realtime(r *Realtime) {
 		v.add("realtime.team_connections", "must be at least 1")
 	}
 	v.positive("realtime.grace", r.Grace)
+	if r.ResumeRecordsPerTeam < 1 {
+		v.add("realtime.resume_records_per_team", "must be at least 1")
+	}
+	if r.ResumeRecords < r.ResumeRecordsPerTeam {
+		v.add("realtime.resume_records", "must be at least realtime.resume_records_per_team (%d)", r.ResumeRecordsPerTeam)
+	}
 	if r.ShareLease < 300*time.Millisecond {
 		v.add("realtime.share_lease", "must be at least 300ms (its holder renews a lease every third of it)")
 	}

@@ -55,7 +55,7 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 
 	outcome := "HIT"
 	if len(missing) > 0 {
-		fetched, label, err := s.fetch(ctx, cred, missing, ts)
+		fetched, label, err := s.fetch(ctx, cred, missing, ts, false)
 		if err != nil {
 			stateOf(ctx).cache = "MISS"
 			writeError(w, err)
@@ -150,7 +150,9 @@ func bulkBuffer(size int) *[]byte {
 // fetch asks the upstream for the reports of feeds at ts, in chunks of
 // max_bulk made concurrently, and returns the report record of each stream
 // that had one. Identical chunks asked by concurrent requests share one call.
-func (s *bulkSource) fetch(ctx context.Context, cred *credential, feeds []string, ts int64) (map[string][]byte, string, error) {
+// fill marks a stream's backfill: its upstream calls take their token of
+// the budget's fill share first (upstream.waitFillShare).
+func (s *bulkSource) fetch(ctx context.Context, cred *credential, feeds []string, ts int64, fill bool) (map[string][]byte, string, error) {
 	chunk := max(s.maxBulk, 1)
 	type result struct {
 		reports map[string][]byte
@@ -168,7 +170,7 @@ func (s *bulkSource) fetch(ctx context.Context, cred *credential, feeds []string
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			reports, outcome, err := s.fetchChunk(ctx, calls, cred, part, ts)
+			reports, outcome, err := s.fetchChunk(ctx, calls, cred, part, ts, fill)
 			results[c] = result{reports, outcome, err}
 		}()
 	}
@@ -189,7 +191,7 @@ func (s *bulkSource) fetch(ctx context.Context, cred *credential, feeds []string
 	return all, label, nil
 }
 
-func (s *bulkSource) fetchChunk(ctx context.Context, calls *callCount, cred *credential, feeds []string, ts int64) (map[string][]byte, cache.Outcome, error) {
+func (s *bulkSource) fetchChunk(ctx context.Context, calls *callCount, cred *credential, feeds []string, ts int64, fill bool) (map[string][]byte, cache.Outcome, error) {
 	tsText := strconv.FormatInt(ts, 10)
 	ids := strings.Join(feeds, ",")
 	target := "/api/v1/reports/bulk?feedIDs=" + ids + "&timestamp=" + tsText
@@ -204,6 +206,11 @@ func (s *bulkSource) fetchChunk(ctx context.Context, calls *callCount, cred *cre
 			// Every report of the chunk stored by another replica: no call.
 			if e := s.sharedChunk(ctx, cred, feeds, ts); e != nil {
 				return e, nil
+			}
+			if fill {
+				if err := s.up.waitFillShare(ctx, cred); err != nil {
+					return nil, err
+				}
 			}
 			return s.fillChunk(ctx, calls, target, cred, feeds, ts)
 		}})

@@ -103,7 +103,17 @@ func passOn(resp *upstreamResponse) error {
 	return &upstreamAnswer{status: resp.status, body: resp.body, retryAfter: resp.retryAfter}
 }
 
+// errUpstreamThrottled is the gateway's answer for an upstream 429: the
+// upstream's budget is the gateway's business (it pauses and slows down,
+// ratelimit/adapt.go), so a client never sees the upstream's 429 or its
+// body, but a 503 of the gateway's with the pause as Retry-After.
+const errUpstreamThrottled = "the upstream is slowing this gateway down (its rate budget): retry after the time in Retry-After"
+
 func (e *upstreamAnswer) write(w http.ResponseWriter) {
+	if e.status == http.StatusTooManyRequests {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: errUpstreamThrottled, retryAfter: max(e.retryAfter, time.Second)})
+		return
+	}
 	retry := e.retryAfter
 	if retry <= 0 && e.status >= 500 {
 		retry = time.Second // a 5xx is worth a retry, but not at once

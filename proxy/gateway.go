@@ -209,7 +209,8 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if cfg.Realtime.ResumeWindow > 0 && len(deps.Hubs) > 0 {
-		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, deps.ResumeRedis, g.log)
+		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, cfg.Realtime.ResumeRecordsPerTeam, cfg.Realtime.ResumeRecords,
+			deps.ResumeRedis, g.log, g.now, g.metrics)
 	}
 	g.unknownHost = observe("unknown-host", accessLog, g.metrics, deps.Tracer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
@@ -323,6 +324,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		gate:    deps.Gates[name],
 		conns:   g.conns,
 		resume:  g.resume,
+		quota:   g.quota,
 		ws:      newWSSettings(rt.ClientQueue, rt.PingInterval, rt.TeamConnections, rt.ClientOrigins),
 		pol:     &g.pol,
 		metrics: g.metrics,

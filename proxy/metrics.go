@@ -41,6 +41,8 @@ type Metrics struct {
 	wsClientCloses    *prometheus.CounterVec
 	wsRefusals        *prometheus.CounterVec
 	wsStopped         *prometheus.CounterVec
+	resumeDropped     *prometheus.CounterVec
+	resumeRecords     prometheus.Gauge
 
 	// The children of the request path's vectors, looked up once for each
 	// set of label values and kept: a hit costs map lookups, not the
@@ -187,6 +189,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wsStopped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_ws_client_streams_stopped_total", Help: "Streams of open client WebSocket connections stopped by a reload that took them from the team's feeds, by network.",
 		}, []string{"network"}),
+		resumeDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_ws_resume_records_dropped_total", Help: "Stream clients' resume records this replica dropped to stay within its bounds, by reason (team: realtime.resume_records_per_team, total: realtime.resume_records); such a client starts live.",
+		}, []string{"reason"}),
+		resumeRecords: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "streamgate_ws_resume_records", Help: "Stream clients' resume records this replica keeps (in memory, or in Redis with the shared limits), within realtime.resume_records.",
+		}),
 		credRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to a credential the gateway signs with (answered 502), by network, credential (network: the network's upstream credential; team: a team's own upstream credential) and team (the team whose own credential it is, else empty): the operator must fix that credential.",
 		}, []string{"network", "credential", "team"}),
@@ -195,6 +203,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
 			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientsByOrigin, m.wsDrains, m.wsClientCloses, m.wsRefusals, m.wsStopped,
+			m.resumeDropped, m.resumeRecords,
 			m.latestAges, m.latestWaitTimeout, m.refreshes, m.refreshWaits,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
@@ -364,6 +373,18 @@ func (m *Metrics) wsClosed(network, reason string) {
 func (m *Metrics) wsStreamsStopped(network string, n int) {
 	if m != nil {
 		m.wsStopped.WithLabelValues(network).Add(float64(n))
+	}
+}
+
+func (m *Metrics) resumeRecordDropped(reason string) {
+	if m != nil {
+		m.resumeDropped.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) resumeRecordsKept(n int) {
+	if m != nil {
+		m.resumeRecords.Set(float64(n))
 	}
 }
 

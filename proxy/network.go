@@ -12,6 +12,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/don"
+	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
 
@@ -55,6 +56,9 @@ type network struct {
 	// resume keeps the stream clients' watermarks (wsresume.go); nil:
 	// realtime.resume_window is 0.
 	resume *resumeStore
+	// quota is the gateway's daily quota counter: a resumed stream
+	// client's fill is charged to its team's (resumeCharge).
+	quota ratelimit.Quota
 
 	pol     *atomic.Pointer[policy]
 	metrics *Metrics

@@ -404,7 +404,10 @@ func TestBudgetUpstream429Pause(t *testing.T) {
 
 	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Force429: 1}))
 	resp, body := c.Get(t, env.Mainnet, reportTarget(btc, base, 0))
-	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, string(body))
+	// The gateway's own answer, never the upstream's 429.
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+	requireAPIError(t, body)
+	assert.Equal(t, 60, retryAfter(t, resp), "the upstream's Retry-After")
 	require.Equal(t, int64(1), reportsCalls(env))
 	require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
 

@@ -230,6 +230,23 @@ func (u *upstream) waitBudget(ctx context.Context, key string) (err error) {
 	return u.budget.Wait(ctx, key, u.limit)
 }
 
+// fillShare is the part of the bulk endpoint's budget that stream
+// backfills (gaps, resumes) may take: the rest is always left to the
+// latest refreshes and the teams' own requests.
+const fillShare = 0.5
+
+// waitFillShare waits for a token of the fill share: a budget key of its
+// own ("backfill", per credential like the others, shared by the replicas
+// with the Redis budget) at fillShare of the configured rate, taken before
+// the bulk endpoint's own token. So backfills never take more than half of
+// the bulk calls, however many clients resume at once.
+func (u *upstream) waitFillShare(ctx context.Context, cred *credential) error {
+	if u.limit.Unlimited() {
+		return nil
+	}
+	return u.budget.Wait(ctx, budgetKey("backfill", cred), ratelimit.Limit{Rate: u.limit.Rate * fillShare, Burst: 1})
+}
+
 // throttled takes an upstream 429 for key into account: the endpoint pauses
 // for retryAfter (1 s when the upstream gave none), and, since the
 // upstream counts differently or allows less than the budget, its rate in

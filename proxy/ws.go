@@ -272,7 +272,11 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
-	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from)
+	var charge realtime.FillCharge
+	if len(from) > 0 {
+		charge = n.resumeCharge(team)
+	}
+	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from, charge)
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -295,7 +299,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
 	if n.resume != nil {
-		wc.mark = n.resume.track(resumeAs, from)
+		wc.mark = n.resume.track(team, resumeAs, from)
 	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)

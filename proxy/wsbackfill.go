@@ -3,9 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"streamgate/realtime"
 )
 
 // Backfill returns what the real-time hub of network name fetches the
@@ -37,6 +40,21 @@ func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []string
 	}
 }
 
+// DiscoveryBudget returns what the real-time hub of network name waits on
+// before each origin discovery (realtime.Config.DiscoveryBudget): a token
+// of the network's upstream budget under the key "root" (HEAD /), shared
+// by the replicas with the Redis budget. nil for a network the gateway
+// does not serve.
+func (g *Gateway) DiscoveryBudget(name string) func(ctx context.Context) error {
+	n := g.networks[name]
+	if n == nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		return n.up.budget.Wait(ctx, budgetKey("root", n.org), n.up.limit)
+	}
+}
+
 // errBackfillEmpty is returned for a backfill without feeds.
 var errBackfillEmpty = errors.New("backfill: no streams")
 
@@ -44,7 +62,7 @@ func (n *network) backfill(ctx context.Context, feeds []string, ts int64) (map[s
 	if len(feeds) == 0 {
 		return nil, errBackfillEmpty
 	}
-	records, _, err := n.bulk.fetch(ctx, n.org, feeds, ts)
+	records, _, err := n.bulk.fetch(ctx, n.org, feeds, ts, true)
 	if err != nil {
 		return nil, err
 	}
@@ -59,4 +77,33 @@ func (n *network) backfill(ctx context.Context, feeds []string, ts int64) (map[s
 func streamFrame(record []byte) []byte {
 	f := make([]byte, 0, len(reportPrefix)+len(record)+1)
 	return append(append(append(f, reportPrefix...), record...), '}')
+}
+
+// errResumeQuota refuses a second of a resume fill: the team's daily quota
+// is spent.
+var errResumeQuota = errors.New("proxy: resume fill: the team's daily quota is exhausted")
+
+// resumeCharge is what a resumed stream client's fill costs its team: each
+// second fetched for it takes one unit of the team's daily quota, the bulk
+// request at that second the client could have made itself. When the
+// quota is spent the fill stops there and the client goes on live; a team
+// without a daily quota is not charged (its fills are still bounded by
+// realtime.resume_window and take at most half of the bulk budget,
+// upstream.waitFillShare).
+func (n *network) resumeCharge(team string) realtime.FillCharge {
+	return func(ctx context.Context) error {
+		tp := n.policy().teams[team]
+		if tp == nil || tp.daily <= 0 {
+			return nil
+		}
+		d, err := n.quota.Take(ctx, tp.quota.key, tp.daily, n.now())
+		if err != nil {
+			return fmt.Errorf("proxy: resume fill charge: %w", err)
+		}
+		if !d.Allowed {
+			n.metrics.limited(team, "daily")
+			return errResumeQuota
+		}
+		return nil
+	}
 }

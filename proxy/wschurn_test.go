@@ -72,12 +72,13 @@ func (c *gaugeConn) Close() error {
 
 // TestWSChurnKeepsTheUpstreamCap: 40 clients each adding one stream
 // within about 1.2 s, then REST demand for 60 streams, never hold more
-// upstream connections than ws_max_connections plus one per origin (a
-// switch in flight), with two HA origins; every client still gets its
-// stream. The same with stream sharing on and its Redis down (each
-// replica falls back to its own connections).
+// upstream connections than ws_max_connections at any instant, switches
+// in flight included, with two HA origins (6: two chunks and room for a
+// switch); every client still gets its stream. The same with stream
+// sharing on and its Redis down (each replica falls back to its own
+// connections).
 func TestWSChurnKeepsTheUpstreamCap(t *testing.T) {
-	const maxConns, origins = 4, 2
+	const maxConns = 6
 	start := func(t *testing.T, g *wsGauge, cfg func(*config.Config)) *servertest.Env {
 		return servertest.Start(t, servertest.Options{
 			Quiet: true,
@@ -97,7 +98,7 @@ func TestWSChurnKeepsTheUpstreamCap(t *testing.T) {
 	}
 	t.Run("memory", func(t *testing.T) {
 		var g wsGauge
-		churn(t, start(t, &g, nil), &g, maxConns+origins)
+		churn(t, start(t, &g, nil), &g, maxConns)
 	})
 	t.Run("shared, Redis down", func(t *testing.T) {
 		rs := redistest.New(t)
@@ -115,7 +116,7 @@ func TestWSChurnKeepsTheUpstreamCap(t *testing.T) {
 		rs.Stop()
 		require.Eventually(t, func() bool { return !env.Server.Hub("mainnet").Stats().Share.Sharing },
 			30*time.Second, 20*time.Millisecond, "fallen back once Redis is down")
-		churn(t, env, &g, maxConns+origins)
+		churn(t, env, &g, maxConns)
 	})
 }
 

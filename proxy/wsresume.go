@@ -27,12 +27,18 @@ import (
 // stream, the observationsTimestamp of the last report written to it (its
 // watermark), in memory and, with the Redis limits, in Redis for every
 // replica (a record per client, written at most every resumeFlush and
-// when the connection ends, expiring after realtime.resume_window). A
-// client that connects with the same identity within the window gets,
-// before live reports, every report after its watermarks
-// (realtime.Hub.SubscribeFrom). A client that closed its connection itself
-// (a close frame) starts afresh next time: its record is deleted. One away
-// longer than the window starts live, like a new client.
+// when the connection ends). A client that connects with the same
+// identity within the window gets, before live reports, every report
+// after its watermarks (realtime.Hub.SubscribeFrom). A client that closed
+// its connection itself (a close frame) starts afresh next time: its
+// record is deleted.
+//
+// The window counts from the reports the client actually received: a
+// stream's watermark older than realtime.resume_window (by its
+// observationsTimestamp) is not resumed, and a record expires a window
+// after its newest watermark. A client that reconnects and drops without
+// receiving anything rewrites its record with the same watermarks, so it
+// extends nothing; a resume never fetches more than a window of seconds.
 
 // resumeFlush is how often the watermarks of open connections are written.
 const resumeFlush = 100 * time.Millisecond
@@ -50,16 +56,18 @@ type resumeRecord struct {
 // resumeStore keeps the clients' watermarks: in memory, and in Redis when
 // the replicas share one.
 type resumeStore struct {
-	window time.Duration
-	rc     *redis.Client // nil: memory only
-	log    *zap.Logger
-	now    func() time.Time
+	window  time.Duration
+	rc      *redis.Client // nil: memory only
+	log     *zap.Logger
+	now     func() time.Time
+	metrics *Metrics
 
 	// wmu orders the writes: a flush's snapshot is written before a
 	// connection's end writes or deletes its record.
 	wmu    sync.Mutex
 	mu     sync.Mutex
 	mem    map[string]resumeRecord  // memory only
+	index  *resumeIndex             // the records written, within their bounds
 	open   map[*resumeMark]struct{} // the connections streaming
 	stop   chan struct{}
 	done   chan struct{}
@@ -67,8 +75,8 @@ type resumeStore struct {
 	logged time.Time
 }
 
-func newResumeStore(window time.Duration, rc *redis.Client, log *zap.Logger) *resumeStore {
-	s := &resumeStore{window: window, rc: rc, log: log, now: time.Now,
+func newResumeStore(window time.Duration, perTeam, total int, rc *redis.Client, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
+	s := &resumeStore{window: window, rc: rc, log: log, now: now, metrics: m, index: newResumeIndex(perTeam, total),
 		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	return s
@@ -88,13 +96,40 @@ func resumeID(network, keyID, origin string, feeds []string) string {
 	return network + "\x00" + keyID + "\x00" + origin + "\x00" + strings.Join(sorted, ",")
 }
 
-// load returns the watermarks of id written within the window.
+// load returns the watermarks of id that are within the window: each no
+// older than realtime.resume_window by its report's
+// observationsTimestamp.
 func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bool) {
 	rec, ok := s.record(ctx, id)
-	if !ok || s.now().Sub(time.UnixMilli(rec.At)) > s.window || len(rec.Marks) == 0 {
+	if !ok {
 		return nil, false
 	}
-	return rec.Marks, true
+	oldest := s.now().Add(-s.window).Unix()
+	marks := make(map[string]int64, len(rec.Marks))
+	for f, ts := range rec.Marks {
+		if ts >= oldest {
+			marks[f] = ts
+		}
+	}
+	if len(marks) == 0 {
+		return nil, false
+	}
+	return marks, true
+}
+
+// newest returns the newest watermark of marks; 0 for none.
+func newest(marks map[string]int64) int64 {
+	var n int64
+	for _, ts := range marks {
+		n = max(n, ts)
+	}
+	return n
+}
+
+// ttl is how long a record of marks is worth keeping from now: until its
+// newest watermark is a window old; <= 0 when it already is.
+func (s *resumeStore) ttl(marks map[string]int64) time.Duration {
+	return time.Unix(newest(marks), 0).Add(s.window).Sub(s.now())
 }
 
 // reconnectedSince reports whether another connection than m's has written
@@ -135,12 +170,15 @@ func (s *resumeStore) record(ctx context.Context, id string) (resumeRecord, bool
 
 // forget deletes the record of id.
 func (s *resumeStore) forget(id string) {
+	s.mu.Lock()
+	s.index.remove(id)
+	s.metrics.resumeRecordsKept(s.index.len())
 	if s.rc == nil {
-		s.mu.Lock()
 		delete(s.mem, id)
 		s.mu.Unlock()
 		return
 	}
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
 	defer cancel()
 	if err := s.rc.Del(ctx, resumeKey(id)).Err(); err != nil {
@@ -151,6 +189,7 @@ func (s *resumeStore) forget(id string) {
 // resumeMark is one open connection's watermarks.
 type resumeMark struct {
 	id   string
+	team string
 	conn string // random: names the connection in its records
 	// closedByClient is set by the read loop when the client sent a close
 	// frame.
@@ -161,13 +200,13 @@ type resumeMark struct {
 	dirty bool
 }
 
-// track registers a connection of identity id whose watermarks start at
-// from (nil: none).
-func (s *resumeStore) track(id string, from map[string]int64) *resumeMark {
+// track registers a connection of team's, identity id, whose watermarks
+// start at from (nil: none).
+func (s *resumeStore) track(team, id string, from map[string]int64) *resumeMark {
 	s.start.Do(func() { go s.run() })
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	m := &resumeMark{id: id, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{}}
+	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{}}
 	for k, v := range from {
 		m.marks[k] = v
 	}
@@ -206,9 +245,9 @@ func (s *resumeStore) end(m *resumeMark, clientClosed bool) {
 		return
 	}
 	m.mu.Lock()
-	rec := resumeRecord{At: s.now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
+	rec := resumeRecord{At: time.Now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
 	m.mu.Unlock()
-	s.write(map[string]resumeRecord{m.id: rec})
+	s.write(map[string]resumeRecord{m.id: rec}, map[string]string{m.id: m.team})
 }
 
 func maps(m map[string]int64) map[string]int64 {
@@ -239,47 +278,84 @@ func (s *resumeStore) run() {
 func (s *resumeStore) flush() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	at := s.now().UnixMilli()
+	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
 	recs := map[string]resumeRecord{}
+	teams := map[string]string{}
 	s.mu.Lock()
 	for m := range s.open {
 		m.mu.Lock()
 		if m.dirty {
 			m.dirty = false
 			recs[m.id] = resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks)}
+			teams[m.id] = m.team
 		}
 		m.mu.Unlock()
 	}
 	if s.rc == nil {
 		for id, r := range s.mem {
-			if s.now().Sub(time.UnixMilli(r.At)) > s.window {
+			if s.ttl(r.Marks) <= 0 {
 				delete(s.mem, id)
 			}
 		}
 	}
+	s.index.prune(s.now())
+	s.metrics.resumeRecordsKept(s.index.len())
 	s.mu.Unlock()
 	if len(recs) > 0 {
-		s.write(recs)
+		s.write(recs, teams)
 	}
 }
 
-// write stores recs: in memory, or in one Redis pipeline, each expiring
-// after the window.
-func (s *resumeStore) write(recs map[string]resumeRecord) {
+// write stores recs (teams names the team of each): in memory, or in one
+// Redis pipeline, each expiring a window after its newest watermark; a
+// record whose newest watermark is a window old already is deleted
+// instead, as are the records dropped to stay within the bounds
+// (resumeIndex), counted.
+func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]string) {
+	now := s.now()
+	var drops []resumeDrop
+	s.mu.Lock()
+	for id, r := range recs {
+		if ttl := s.ttl(r.Marks); ttl >= time.Millisecond {
+			drops = append(drops, s.index.put(id, teams[id], now.Add(ttl))...)
+		} else {
+			s.index.remove(id)
+		}
+	}
+	s.metrics.resumeRecordsKept(s.index.len())
+	for _, d := range drops {
+		s.metrics.resumeRecordDropped(d.reason)
+		delete(recs, d.id) // written in this batch, then dropped by a later one
+	}
 	if s.rc == nil {
-		s.mu.Lock()
 		for id, r := range recs {
-			s.mem[id] = r
+			if s.ttl(r.Marks) >= time.Millisecond {
+				s.mem[id] = r
+			} else {
+				delete(s.mem, id)
+			}
+		}
+		for _, d := range drops {
+			delete(s.mem, d.id)
 		}
 		s.mu.Unlock()
 		return
 	}
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
 	defer cancel()
 	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, d := range drops {
+			p.Del(ctx, resumeKey(d.id))
+		}
 		for id, r := range recs {
+			ttl := s.ttl(r.Marks)
+			if ttl < time.Millisecond {
+				p.Del(ctx, resumeKey(id))
+				continue
+			}
 			b, _ := json.Marshal(r)
-			p.Set(ctx, resumeKey(id), b, s.window)
+			p.Set(ctx, resumeKey(id), b, ttl)
 		}
 		return nil
 	})

@@ -275,6 +275,11 @@ return left
 // whose tokens come 1/rate + margin apart. It returns {seconds to wait (0:
 // the token is taken), rate in force, direction of a change or ""}.
 //
+// The state read from Redis is not trusted (see the script's comment): a
+// rate in force written too high cannot raise the calls above the
+// configured rate, nor one <= 0 or not a number break the script, and
+// the state always expires.
+//
 // ARGV: 1 configured rate, 2 burst, 3 margin (s), 4 "wait" or "throttle",
 // 5 hold (s), 6 recovery step every (s), 7 ceiling step every (s), 8
 // steps, 9 floor divisor, 10 state ttl (ms).
@@ -286,13 +291,41 @@ local rate, burst, margin, op = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(A
 local hold, every, ceilEvery = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local step, floor = rate / tonumber(ARGV[8]), rate / tonumber(ARGV[9])
 
+-- The state is read as untrusted: whoever can write to the Redis can
+-- write it. A rate that is not a finite number > 0 resets it; the rates
+-- are clamped to [floor, rate] (ceil no lower than eff), the times to
+-- [0, now]; a state without an expiry (or a longer one) gets one.
+local function num(v)
+  local n = tonumber(v)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then
+    return nil
+  end
+  return n
+end
+local function at(v)
+  local n = num(v)
+  if n == nil or n < 0 then
+    return 0
+  end
+  return math.min(n, now)
+end
 local s = redis.call("HMGET", KEYS[3], "rate", "eff", "ceil", "changed", "down", "lifted")
 local eff, ceil, changed, down, lifted = rate, rate, 0, 0, 0
-if tonumber(s[1]) == rate and tonumber(s[2]) then
-  eff, ceil = tonumber(s[2]), tonumber(s[3])
-  changed, down, lifted = tonumber(s[4]), tonumber(s[5]), tonumber(s[6])
-end
 local dir, dirty = "", false
+if s[1] then
+  local e, c = num(s[2]), num(s[3])
+  if num(s[1]) == rate and e and c and e > 0 and c > 0 then
+    eff = math.min(math.max(e, floor), rate)
+    ceil = math.min(math.max(c, eff), rate)
+    changed, down, lifted = at(s[4]), at(s[5]), at(s[6])
+  else
+    dirty = true -- another rate's state, or a broken one: reset
+  end
+  local ttl = redis.call("PTTL", KEYS[3])
+  if ttl < 0 or ttl > tonumber(ARGV[10]) then
+    dirty = true
+  end
+end
 if ceil < rate then
   local n = math.floor((now - math.max(down, lifted)) / ceilEvery)
   if n > 0 then
@@ -328,8 +361,9 @@ if left > 0 then
   return {tostring(left / 1000), tostring(eff), dir}
 end
 local interval = 1 / eff + margin
-local tat = tonumber(redis.call("GET", KEYS[1]) or now) or now
-tat = math.max(tat, now)
+-- A time of arrival beyond the burst's reach is not one this script wrote.
+local tat = num(redis.call("GET", KEYS[1])) or now
+tat = math.min(math.max(tat, now), now + burst * interval)
 local allowAt = tat - (burst - 1) * interval
 if now < allowAt then
   return {tostring(allowAt - now), tostring(eff), dir}

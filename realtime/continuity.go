@@ -149,7 +149,7 @@ func (h *Hub) SubscribeFrom(feeds []string, queue int, from map[string]int64) (*
 	if len(from) == 0 {
 		return h.Subscribe(feeds, queue), 0
 	}
-	return h.subscribe(feeds, queue, from)
+	return h.subscribe(feeds, queue, from, nil)
 }
 
 // resumeFeed starts the replay of feed f for s after second from: the
@@ -219,7 +219,7 @@ const resumeLiveWait = 10 * time.Second
 
 func (r *resumeFill) job(lo, hi int64) *fillJob {
 	r.tries++
-	return &fillJob{feed: r.f.id, lo: lo, hi: hi, done: r.done}
+	return &fillJob{feed: r.f.id, lo: lo, hi: hi, done: r.done, sub: r.s}
 }
 
 func (r *resumeFill) done(got []histFrame) {
@@ -239,12 +239,15 @@ func (r *resumeFill) done(got []histFrame) {
 		}
 		next = x.ts
 	}
-	if gap > 0 && r.tries < maxResumeTries && h.ctx.Err() == nil {
+	// A fill for a subscription that ended, or whose charge was refused,
+	// goes no further.
+	gone := s.ended() || s.fillRefused.Load()
+	if gap > 0 && r.tries < maxResumeTries && h.ctx.Err() == nil && !gone {
 		h.bf.add(r.job(next+1, gap))
 		f.mu.Unlock()
 		return
 	}
-	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && h.cfg.Now().Before(r.waitUntil) && h.ctx.Err() == nil {
+	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && h.cfg.Now().Before(r.waitUntil) && h.ctx.Err() == nil && !gone {
 		// No live frame of the feed here yet: fetch the seconds published
 		// meanwhile and look again (a round is at least fillGather).
 		r.tries = 0
@@ -272,7 +275,17 @@ type fillJob struct {
 	feed   string
 	lo, hi int64
 	done   func([]histFrame)
+	// sub is the subscription a resume fetches for (nil: a gap of the
+	// feed, for all its subscribers): its end stops the job, and its
+	// charge is asked for each second.
+	sub *Subscription
 }
+
+// FillCharge accounts for a second fetched for one subscription's resume
+// (Hub.SubscribeWithinFrom), asked before the call for that second: an
+// error refuses it, and the subscription's fill stops there (the seconds
+// left are counted unfilled; the consumer goes on with live frames).
+type FillCharge func(ctx context.Context) error
 
 // backfiller fetches the seconds of fill jobs with Config.Backfill: the
 // jobs reported together share one call per second.
@@ -334,15 +347,18 @@ func (b *backfiller) run() {
 }
 
 // round fetches the seconds of jobs, the oldest first, one call per second
-// for every feed missing it, and completes each job.
+// for every feed missing it, and completes each job. A resume's job stops
+// when its subscription has ended, or when its FillCharge refuses a second
+// (the seconds left are then unfilled); a second no live job wants any
+// more is not fetched.
 func (b *backfiller) round(jobs []*fillJob) {
 	h := b.h
 	ctx, cancel := context.WithTimeout(h.ctx, fillTimeout)
 	defer cancel()
 	now := h.cfg.Now().Unix()
-	bySec := map[int64][]string{}
 	got := make([][]histFrame, len(jobs))
 	var clipped int64
+	secSet := map[int64]bool{}
 	for _, j := range jobs {
 		if b.max <= 0 {
 			clipped += j.hi - j.lo + 1
@@ -352,20 +368,22 @@ func (b *backfiller) round(jobs []*fillJob) {
 			j.lo = j.hi - b.max + 1
 		}
 		for s := j.lo; s <= j.hi; s++ {
-			if !slices.Contains(bySec[s], j.feed) {
-				bySec[s] = append(bySec[s], j.feed)
-			}
+			secSet[s] = true
 		}
 	}
-	secs := make([]int64, 0, len(bySec))
-	for s := range bySec {
+	secs := make([]int64, 0, len(secSet))
+	for s := range secSet {
 		secs = append(secs, s)
 	}
 	slices.Sort(secs)
-	var filled, unfilled int64
+	stopped := make([]bool, len(jobs))
+	var filled, unfilled, refused int64
 	var firstErr error
 	for _, s := range secs {
-		feeds := bySec[s]
+		feeds := b.wanted(ctx, jobs, stopped, s, &refused, &firstErr)
+		if len(feeds) == 0 {
+			continue
+		}
 		var frames map[string][]byte
 		var err error
 		if ctx.Err() == nil {
@@ -391,21 +409,24 @@ func (b *backfiller) round(jobs []*fillJob) {
 			}
 			filled++
 			for i, j := range jobs {
-				if j.feed == id && s >= j.lo && s <= j.hi {
+				if !stopped[i] && j.feed == id && s >= j.lo && s <= j.hi {
 					got[i] = append(got[i], histFrame{s, fr})
 				}
 			}
 		}
 	}
-	unfilled += clipped
+	unfilled += clipped + refused
 	h.mx.backfilled(filled)
 	if unfilled > 0 {
-		h.mx.unfilled(unfilled)
 		fields := []zap.Field{zap.Int64("seconds_unfilled", unfilled), zap.Int64("seconds_filled", filled),
 			zap.Int64("beyond_backfill_max", clipped)}
+		if refused > 0 {
+			fields = append(fields, zap.Int64("refused_by_charge", refused))
+		}
 		if firstErr != nil {
 			fields = append(fields, zap.Error(firstErr))
 		}
+		h.mx.unfilled(unfilled)
 		h.log.Warn("stream gap not filled whole", fields...)
 	} else if filled > 0 {
 		h.log.Info("stream gap filled", zap.Int64("seconds_filled", filled), zap.Int("streams", len(jobs)))
@@ -447,4 +468,48 @@ func (h *Hub) Recheck(admit func(frame []byte) bool) int {
 		f.mu.Unlock()
 	}
 	return dropped
+}
+
+// wanted returns the feeds whose jobs still want second s. A job of an
+// ended subscription stops; a subscription's FillCharge is asked once for
+// s, and a refusal stops every job of it (its seconds from s on are added
+// to refused).
+func (b *backfiller) wanted(ctx context.Context, jobs []*fillJob, stopped []bool, s int64, refused *int64, firstErr *error) []string {
+	var feeds []string
+	var charged map[*Subscription]bool
+	for i, j := range jobs {
+		if stopped[i] || s < j.lo || s > j.hi {
+			continue
+		}
+		if sub := j.sub; sub != nil {
+			if sub.ended() {
+				stopped[i] = true
+				continue
+			}
+			if sub.charge != nil {
+				if charged == nil {
+					charged = map[*Subscription]bool{}
+				}
+				ok, asked := charged[sub]
+				if !asked {
+					err := sub.charge(ctx)
+					if err != nil && *firstErr == nil {
+						*firstErr = err
+					}
+					ok = err == nil
+					charged[sub] = ok
+				}
+				if !ok {
+					sub.fillRefused.Store(true)
+					stopped[i] = true
+					*refused += j.hi - s + 1
+					continue
+				}
+			}
+		}
+		if !slices.Contains(feeds, j.feed) {
+			feeds = append(feeds, j.feed)
+		}
+	}
+	return feeds
 }

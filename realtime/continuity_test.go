@@ -354,3 +354,50 @@ func TestRecheckDropsWhatNoLongerPasses(t *testing.T) {
 	_, _, ok = h.Latest(feed)
 	assert.True(t, ok)
 }
+
+// TestUpstreamOutageLoggedOnce: an outage that drops and then refuses
+// every upstream connection of two origins, three connections each, is
+// one warning per origin when it starts and one line per origin when it
+// is over; the attempts in between are debug lines. Before, every
+// connection logged its loss, each refused attempt and its return.
+func TestUpstreamOutageLoggedOnce(t *testing.T) {
+	e := newEnv(t, func(c *simulatorConfig) { c.HAOrigins = []string{"001", "002"} })
+	core, logs := observer.New(zap.InfoLevel)
+	h := e.hub(t, func(c *Config) { c.Logger = zap.New(core); c.FeedsPerConnection = 1; c.MaxConnections = 8 })
+	feeds := e.crypto(t, 3)
+	e.run(t, 25*time.Millisecond)
+	c := collect(t, h.Subscribe(feeds, 4096))
+	allUp := func() bool {
+		st := h.Stats()
+		up := 0
+		for _, cs := range st.Connections {
+			if cs.State == stateUp {
+				up++
+			}
+		}
+		return len(st.Connections) == 6 && up == 6
+	}
+	require.Eventually(t, allUp, wait, 5*time.Millisecond, "three connections per origin up")
+	awaitMore(t, []*collector{c}, feeds[0], 2)
+	require.Equal(t, 0, logs.FilterLevelExact(zap.WarnLevel).Len(), "%v", logs.All())
+
+	require.Positive(t, e.sim.Outage(time.Second))
+	require.Eventually(t, func() bool { return logs.FilterMessage("upstream WebSocket back").Len() >= 2 }, wait, 10*time.Millisecond)
+	require.Eventually(t, allUp, wait, 5*time.Millisecond, "every connection up again")
+	awaitMore(t, []*collector{c}, feeds[0], 2)
+
+	warns := logs.FilterLevelExact(zap.WarnLevel).All()
+	origins := map[string]int{}
+	for _, w := range warns {
+		assert.Equal(t, "upstream WebSocket lost", w.Message)
+		origins[w.ContextMap()["origin"].(string)]++
+	}
+	assert.Equal(t, map[string]int{"001": 1, "002": 1}, origins, "one warning per origin")
+	back := map[string]int{}
+	for _, b := range logs.FilterMessage("upstream WebSocket back").All() {
+		back[b.ContextMap()["origin"].(string)]++
+		assert.Positive(t, b.ContextMap()["failures"])
+	}
+	assert.Equal(t, map[string]int{"001": 1, "002": 1}, back, "one line per origin when it is back")
+	assert.Zero(t, logs.FilterMessage("upstream WebSocket refused").Len(), "refusals in between are not warnings")
+}

@@ -128,6 +128,11 @@ type Config struct {
 	// drop, outage, a holder's crash) and for what a returning consumer
 	// missed beyond the history (SubscribeFrom). nil: gaps stay gaps.
 	Backfill func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+	// DiscoveryBudget, if set, waits for a token of the upstream budget
+	// before each origin discovery (HEAD /), so that replicas starting
+	// together do not draw the upstream's 429; an error skips that
+	// discovery (asked again later, as after a refusal).
+	DiscoveryBudget func(ctx context.Context) error
 	// BackfillMax bounds the seconds of one gap that are fetched: the
 	// newest BackfillMax; the rest are counted unfilled. 0 fetches none.
 	BackfillMax time.Duration
@@ -177,6 +182,7 @@ type Hub struct {
 	st     hubCounters
 	linkMu sync.Mutex
 	links  map[*link]struct{} // for Stats
+	health *linkHealth        // one log line per change of an origin's state
 	carry  atomic.Int64       // feeds carried
 	// carried and capacity are the feeds carried and how many the budget
 	// holds, as the last reconcile left them (for SubscribeWithin); nil and 0 before.
@@ -296,6 +302,7 @@ func New(cfg Config) (*Hub, error) {
 		demand: map[string]*demandRing{},
 		subs:   map[*Subscription]struct{}{},
 		links:  map[*link]struct{}{},
+		health: newLinkHealth(cfg.Logger.With(zap.String("network", cfg.Network))),
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	h.histSecs = int64(cfg.History / time.Second)
@@ -362,16 +369,17 @@ func (h *Hub) Close() {
 // over the connection budget get nothing (Stats.FeedsUncarried). After
 // Close, the subscription is returned already ended with ErrHubClosed.
 func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
-	s, _ := h.subscribe(feeds, queue, nil)
+	s, _ := h.subscribe(feeds, queue, nil, nil)
 	return s
 }
 
-// subscribe is Subscribe, and SubscribeFrom with from.
-func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64) (*Subscription, int) {
+// subscribe is Subscribe, and SubscribeFrom with from; charge is the
+// subscription's FillCharge (nil: none).
+func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, int) {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
-	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{})}
+	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -441,11 +449,11 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64) (*Subs
 }
 
 // subscribeFrom is Subscribe, or SubscribeFrom when from is not empty.
-func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64) *Subscription {
+func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
 	if len(from) == 0 {
 		from = nil
 	}
-	s, _ := h.subscribe(feeds, queue, from)
+	s, _ := h.subscribe(feeds, queue, from, charge)
 	return s
 }
 
@@ -462,28 +470,30 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // neither carried by the layout of the union its last tick read nor by a
 // connection of its own, and the union, with this hub's wants not yet in
 // it and the feeds nobody wants yet, is over what the layout can carry
-// (MaxConnections / origins × FeedsPerConnection). While sharing is down
+// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While sharing is down
 // (Redis), the hub checks its own wants as an unshared hub does. A hub
 // that has not yet connected, or not yet read the union, admits every
 // consumer. No Redis call: the figures are those of the last reconcile
 // and tick.
 func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
-	return h.SubscribeWithinFrom(feeds, queue, nil)
+	return h.SubscribeWithinFrom(feeds, queue, nil, nil)
 }
 
 // SubscribeWithinFrom is SubscribeWithin for a consumer that comes back
 // with its watermarks (see SubscribeFrom); nil from: a new consumer.
-func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64) (*Subscription, error) {
+// charge, if not nil, is asked before each second fetched for the
+// consumer's replay (see FillCharge).
+func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, error) {
 	if h.sh != nil && h.sh.shared.Load() {
 		if !h.roomShared(feeds, h.sh.room.Load()) {
 			return nil, ErrNoRoom
 		}
-		return h.subscribeFrom(feeds, queue, from), nil
+		return h.subscribeFrom(feeds, queue, from, charge), nil
 	}
 	capacity := h.capacity.Load()
 	carried := h.carried.Load()
 	if capacity == 0 || carried == nil {
-		return h.subscribeFrom(feeds, queue, from), nil
+		return h.subscribeFrom(feeds, queue, from, charge), nil
 	}
 	h.mu.Lock()
 	fresh, all := 0, true
@@ -502,7 +512,7 @@ func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int
 	h.mu.Unlock()
 	// A consumer admitted between the check and Subscribe may take the
 	// last room; the window is a few instructions wide.
-	return h.subscribeFrom(feeds, queue, from), nil
+	return h.subscribeFrom(feeds, queue, from, charge), nil
 }
 
 // roomShared reports whether the union u of a sharing hub's last tick has

@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,9 +245,10 @@ func TestWant(t *testing.T) {
 }
 
 // More feeds than fit: the budget holds, the rest is counted uncarried.
+// Of 3 connections, 2 carry chunks and 1 is kept for a switch.
 func TestMaxConnections(t *testing.T) {
 	e := newEnv(t, nil)
-	h := e.hub(t, func(c *Config) { c.MaxConnections = 2; c.FeedsPerConnection = 2 })
+	h := e.hub(t, func(c *Config) { c.MaxConnections = 3; c.FeedsPerConnection = 2 })
 	feeds := e.crypto(t, 5)
 	c := collect(t, h.Subscribe(feeds, 0))
 	e.run(t, 30*time.Millisecond)
@@ -325,4 +327,39 @@ func TestOriginDiscoveryAskedAgain(t *testing.T) {
 	for _, f := range feeds {
 		consecutive(t, c.of(f))
 	}
+}
+
+// TestSwitchWithoutRoomBreaksFirst: with room for a single chunk (2
+// connections, 2 origins), a change of the chunk's feeds closes the old
+// connections before the new ones open: the upstream never holds more
+// than 2, and the feeds added are carried.
+func TestSwitchWithoutRoomBreaksFirst(t *testing.T) {
+	e := newEnv(t, func(c *simulatorConfig) { c.HAOrigins = []string{"001", "002"} })
+	h := e.hub(t, func(c *Config) { c.MaxConnections = 2; c.FeedsPerConnection = 10 })
+	feeds := e.crypto(t, 3)
+	e.run(t, 25*time.Millisecond)
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // the upstream's own count, as often as it changes
+		defer close(sampled)
+		for {
+			peak.Store(max(peak.Load(), e.open()))
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+	a := collect(t, h.Subscribe(feeds[:1], 4096))
+	awaitMore(t, []*collector{a}, feeds[0], 2)
+	b := collect(t, h.Subscribe(feeds[1:], 4096))
+	awaitMore(t, []*collector{b}, feeds[1], 2)
+	awaitMore(t, []*collector{b}, feeds[2], 2)
+	close(stop)
+	<-sampled
+	assert.LessOrEqual(t, peak.Load(), int64(2), "upstream connections at once")
+	assert.Equal(t, 0, h.Stats().FeedsUncarried)
 }

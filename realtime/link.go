@@ -117,14 +117,13 @@ func (l *link) run() {
 	defer h.wg.Done()
 	defer func() {
 		l.setState(nil)
+		h.health.gone(l)
 		h.linkMu.Lock()
 		delete(h.links, l)
 		h.linkMu.Unlock()
 		// Room for a switch or a chunk that waited for it (see room).
 		h.kick()
 	}()
-	log := h.log.With(zap.String("origin", l.origin), zap.Int("feeds", len(l.feeds)))
-	var lostAt time.Time // when the connection was lost or first refused; zero while up
 	for attempt := 0; ; attempt++ {
 		l.setState(pConnecting)
 		c, err := l.dial()
@@ -132,17 +131,10 @@ func (l *link) run() {
 			if l.ctx.Err() != nil {
 				return
 			}
-			if lostAt.IsZero() {
-				lostAt = time.Now()
-			}
 			h.reconnected(reasonRefused)
-			log.Warn("upstream WebSocket refused", zap.Error(err), zap.Int("attempt", attempt+1))
+			h.health.failed(l, false, zap.Error(err), zap.Int("attempt", attempt+1))
 		} else {
-			if !lostAt.IsZero() {
-				log.Info("upstream WebSocket back", zap.Int("attempts", attempt+1),
-					zap.Duration("down", time.Since(lostAt).Round(time.Millisecond)))
-				lostAt = time.Time{}
-			}
+			h.health.up(l)
 			sess := &session{id: h.sessN.Add(1)}
 			sess.alive.Store(true)
 			l.sess.Store(sess)
@@ -157,8 +149,7 @@ func (l *link) run() {
 				return
 			}
 			h.reconnected(reason)
-			lostAt = time.Now()
-			log.Warn("upstream WebSocket lost", zap.String("reason", reason), zap.Int64("frames", frames))
+			h.health.failed(l, true, zap.String("reason", reason), zap.Int64("frames", frames))
 			if frames > 0 {
 				attempt = 0
 			}

@@ -148,7 +148,20 @@ func (h *Hub) shareStep() {
 // maxChunks returns how many chunks the budget allows, discovering the
 // origins first if need be. Called by the manager goroutine.
 func (h *Hub) maxChunks() int {
-	return h.cfg.MaxConnections / len(h.linkOrigins())
+	return chunkBudget(h.cfg.MaxConnections, len(h.linkOrigins()))
+}
+
+// chunkBudget is how many chunks maxConns connections carry with origins
+// connections each, keeping one chunk's connections free for a
+// make-before-break switch, so that the links open, the switch's included,
+// are never more than maxConns. When maxConns holds a single chunk, it
+// is all the budget and its switches are break-before-make (canSwitch).
+func chunkBudget(maxConns, origins int) int {
+	n := maxConns / max(origins, 1)
+	if n >= 2 {
+		return n - 1
+	}
+	return n
 }
 
 // linkOrigins returns the origins each chunk connects to ("" without HA).
@@ -202,7 +215,11 @@ func (h *Hub) reconcile() {
 		return
 	}
 	origins := h.linkOrigins()
-	maxChunks := h.cfg.MaxConnections / len(origins)
+	maxChunks := chunkBudget(h.cfg.MaxConnections, len(origins))
+	// Without a chunk's connections in reserve, a switch closes the old
+	// connections first, then opens the new ones when they have ended (the
+	// seconds between are a gap, filled from REST).
+	breakFirst := maxChunks*len(origins)+len(origins) > h.cfg.MaxConnections
 
 	// The sharing layer: the shared chunks this replica holds, and what is
 	// left for its own connections.
@@ -255,7 +272,7 @@ func (h *Hub) reconcile() {
 				l.retire(nil)
 			}
 			continue
-		case c.links == nil && !h.room():
+		case c.links == nil && !h.room(len(origins)):
 			// No room yet: the chunk waits, empty, for a later reconcile.
 			c.feeds = nil
 		case c.links == nil:
@@ -265,7 +282,15 @@ func (h *Hub) reconcile() {
 				c.links = append(c.links, l)
 				started = append(started, l)
 			}
-		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !h.room():
+		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && breakFirst:
+			// No room for both: the old connections go first; the chunk
+			// starts again, empty, when they have ended (their end kicks
+			// a reconcile).
+			for _, l := range c.links {
+				l.retire(nil)
+			}
+			c.links, c.feeds = nil, nil
+		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !h.room(len(origins)):
 			// A switch waits while another is in flight: the changes
 			// gathered meanwhile make one switch when there is room.
 		case !slices.Equal(c.feeds, c.next) || !c.on(origins):
@@ -292,7 +317,7 @@ func (h *Hub) reconcile() {
 		}
 	}
 	h.carried.Store(&carriedNow)
-	h.capacity.Store(int64(h.cfg.MaxConnections / len(origins) * h.cfg.FeedsPerConnection))
+	h.capacity.Store(int64(maxChunks * h.cfg.FeedsPerConnection))
 	h.carry.Store(int64(total))
 	h.mx.feeds.Set(float64(total))
 }
@@ -311,18 +336,18 @@ func (c *chunk) on(origins []string) bool {
 	return true
 }
 
-// room reports whether the links of one chunk (one per origin) may start
-// now: while the links alive, retiring ones included, are at most
-// MaxConnections. The chunks planned never need more than MaxConnections
-// links, so links beyond it are the old ones of switches in flight: the
-// upstream sees at most MaxConnections plus one per origin, whatever the
-// churn. A chunk or switch refused waits for a later reconcile (a link's
-// end kicks one), and the changes made meanwhile are applied together.
-// Called by the manager goroutine.
-func (h *Hub) room() bool {
+// room reports whether the links of one chunk (origins of them) may start
+// now: while the links alive, retiring ones included, and these are at
+// most MaxConnections. The chunks planned leave one chunk's links free
+// (chunkBudget), which a make-before-break switch takes: the upstream
+// never sees more than MaxConnections, whatever the churn. A chunk or
+// switch refused waits for a later reconcile (a link's end kicks one),
+// and the changes made meanwhile are applied together. Called by the
+// manager goroutine.
+func (h *Hub) room(origins int) bool {
 	h.linkMu.Lock()
 	defer h.linkMu.Unlock()
-	return len(h.links) <= h.cfg.MaxConnections
+	return len(h.links)+origins <= h.cfg.MaxConnections
 }
 
 // retireWhenUp closes old once every link of succ has delivered a frame,
@@ -387,6 +412,12 @@ func (h *Hub) discover() (origins []string, ok bool) {
 	if err != nil {
 		h.log.Warn("origin discovery", zap.Error(err))
 		return nil, false
+	}
+	if h.cfg.DiscoveryBudget != nil {
+		if err := h.cfg.DiscoveryBudget(ctx); err != nil {
+			h.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
+			return nil, false
+		}
 	}
 	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
 	resp, err := h.cfg.HTTPClient.Do(req)

@@ -42,7 +42,7 @@ const (
 //     demand, grace) to the sorted set <prefix><network>:wants, each with
 //     an expiry Lease ahead by Redis's clock, every Lease/3 (a tick).
 //   - The union of the wants is laid out in n chunks, n = ceil(feeds /
-//     FeedsPerConnection) at most MaxConnections / origins: a feed goes to
+//     FeedsPerConnection) at most chunkBudget(MaxConnections, origins): a feed goes to
 //     the chunk of its FNV-1a hash mod n (or, that chunk full, to the
 //     next one with room), so that a feed added or removed changes one
 //     chunk only, as long as n stays.

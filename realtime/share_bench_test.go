@@ -46,7 +46,7 @@ func shareRun(b *testing.B, shared bool, replicasN, feedsN, seconds int) (conns 
 	hubs := make([]*Hub, replicasN)
 	for i := range replicasN {
 		h := e.hub(b, func(cfg *Config) {
-			cfg.FeedsPerConnection, cfg.MaxConnections = 3, 4
+			cfg.FeedsPerConnection, cfg.MaxConnections = 3, 5 // 4 chunks and room for a switch
 			if shared {
 				c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
 				require.NoError(b, err)

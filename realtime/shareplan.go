@@ -44,6 +44,9 @@ func (h *Hub) sharedPlan(desired map[string]bool, maxChunks int) (held map[strin
 // goroutine; without sharing held is nil and only own chunks stay.
 func (h *Hub) applyShared(held map[string][]string, origins []string) (started, retiring []*link, total int) {
 	kept := make([]*chunk, 0, len(h.chunks)+len(held))
+	// As for own chunks (reconcile): without room in reserve, a switch
+	// closes the old connections first.
+	breakFirst := chunkBudget(h.cfg.MaxConnections, len(origins))*len(origins)+len(origins) > h.cfg.MaxConnections
 	for _, c := range h.chunks {
 		if c.tag == "" {
 			kept = append(kept, c)
@@ -54,7 +57,12 @@ func (h *Hub) applyShared(held map[string][]string, origins []string) (started, 
 		case !ok || len(feeds) == 0:
 			retiring = append(retiring, c.links...)
 			continue
-		case (!slices.Equal(c.feeds, feeds) || !c.on(origins)) && h.room():
+		case (!slices.Equal(c.feeds, feeds) || !c.on(origins)) && breakFirst:
+			for _, l := range c.links {
+				l.retire(nil)
+			}
+			continue // started again below once there is room
+		case (!slices.Equal(c.feeds, feeds) || !c.on(origins)) && h.room(len(origins)):
 			c.feeds = slices.Clone(feeds)
 			old := c.links
 			c.links = nil
@@ -68,7 +76,7 @@ func (h *Hub) applyShared(held map[string][]string, origins []string) (started, 
 		kept = append(kept, c)
 	}
 	for t, feeds := range held {
-		if len(feeds) == 0 || !h.room() {
+		if len(feeds) == 0 || !h.room(len(origins)) {
 			continue // no room yet: a later reconcile starts it
 		}
 		c := &chunk{tag: t, feeds: slices.Clone(feeds)}

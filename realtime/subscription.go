@@ -48,6 +48,13 @@ type Subscription struct {
 
 	releaseOnce sync.Once
 
+	// charge is asked before each second fetched for this subscription's
+	// resume (nil: nothing to charge).
+	charge FillCharge
+	// fillRefused is set once charge refused a second: the resume fills
+	// of the subscription stop.
+	fillRefused atomic.Bool
+
 	// dropped are the feeds dropped by Drop; nil before any.
 	dropped atomic.Pointer[map[string]bool]
 }
@@ -63,6 +70,14 @@ func (s *Subscription) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
+}
+
+// ended reports whether the subscription has ended (closed, overflowed,
+// or its hub closed).
+func (s *Subscription) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Close ends the subscription; the hub releases its feeds (an upstream

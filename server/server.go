@@ -79,6 +79,12 @@ type Server struct {
 	loadedAt   atomic.Pointer[time.Time]     // when the configuration in force was loaded
 	reloaded   atomic.Pointer[status.Reload] // the last reload's outcome
 
+	// discoveryOf holds, per hub, the gateway's budget for its origin
+	// discovery; gwBuilt is closed once the hubs have the gateway's
+	// functions.
+	discoveryOf map[string]*atomic.Pointer[budgetFunc]
+	gwBuilt     chan struct{}
+
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
 	admin     *served   // nil when disabled
@@ -319,6 +325,8 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
 	s.backfillOf = map[string]*atomic.Pointer[backfillFunc]{}
+	s.discoveryOf = map[string]*atomic.Pointer[budgetFunc]{}
+	s.gwBuilt = make(chan struct{})
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
@@ -340,6 +348,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 		}
 		// The gateway, built after the hubs, fetches the gaps' reports.
 		backfill := new(atomic.Pointer[backfillFunc])
+		discovery := new(atomic.Pointer[budgetFunc])
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
@@ -354,12 +363,26 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 				return (*f)(ctx, feeds, ts)
 			},
 			BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
+			DiscoveryBudget: func(ctx context.Context) error {
+				// A hub with pinned streams discovers at once, maybe
+				// before the gateway and its budget are built: it waits.
+				select {
+				case <-s.gwBuilt:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				if f := discovery.Load(); f != nil {
+					return (*f)(ctx)
+				}
+				return nil
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
 		}
 		s.hubs[name] = hub
 		s.backfillOf[name] = backfill
+		s.discoveryOf[name] = discovery
 	}
 	return nil
 }
@@ -379,12 +402,23 @@ var errNotStarted = errors.New("the gateway is not started yet")
 // backfillFunc is realtime.Config.Backfill.
 type backfillFunc = func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
 
+// budgetFunc is realtime.Config.DiscoveryBudget.
+type budgetFunc = func(ctx context.Context) error
+
 // setBackfills gives each hub the gateway's REST path for its gaps.
 func (s *Server) setBackfills() {
 	for name, ref := range s.backfillOf {
 		if f := s.gw.Backfill(name); f != nil {
 			ref.Store(&f)
 		}
+	}
+	for name, ref := range s.discoveryOf {
+		if f := s.gw.DiscoveryBudget(name); f != nil {
+			ref.Store(&f)
+		}
+	}
+	if s.gwBuilt != nil {
+		close(s.gwBuilt)
 	}
 }
 

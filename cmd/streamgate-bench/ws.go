@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"streamgate/catalog"
+	"streamgate/config"
 	"streamgate/simulator"
 )
 
@@ -405,6 +406,22 @@ func measureWS(ctx context.Context, o *options, s *stack, feeds []string, index 
 	maxLag := int64(0)
 	for _, f := range feeds {
 		maxLag = max(maxLag, lagOfStream(s.sim, mainnet, f))
+	}
+	if gateway {
+		// The window opens once the gateway's upstream connections are
+		// the layout's, one per chunk: the last make-before-break switch
+		// of the subscriptions (its old connection held until the new one
+		// delivers) is over. Otherwise a switch still in flight is counted
+		// as a connection held in the window.
+		chunks := int64((len(feeds) + config.DefaultWSFeedsPerConnection - 1) / config.DefaultWSFeedsPerConnection)
+		settle := time.Now().Add(10 * time.Second)
+		for s.sim.Counters().WSTotal(simulator.Mainnet).Open-int64(upstreamOthers) > chunks && time.Now().Before(settle) {
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	}
 	t0 := time.Now().Unix() + 2
 	t1 := t0 + secs - 1
