@@ -183,7 +183,7 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 		c.addr = "sentinel master " + t.Sentinel.Master
 		fo := &redis.FailoverOptions{
 			MasterName:       t.Sentinel.Master,
-			SentinelAddrs:    t.Sentinel.Addrs,
+			SentinelAddrs:    slices.Clone(t.Sentinel.Addrs),
 			SentinelPassword: t.Sentinel.SentinelPassword.Reveal(),
 			Password:         password,
 			TLSConfig:        tlsConf,
@@ -209,7 +209,9 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 		c.mode = ModeCluster
 		c.addr = "cluster " + strings.Join(t.Cluster.Addrs, ",")
 		c.UniversalClient = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:           t.Cluster.Addrs,
+			// A copy: the client appends the nodes it learns to it,
+			// and two clients may be given the same configuration.
+			Addrs:           slices.Clone(t.Cluster.Addrs),
 			Password:        password,
 			TLSConfig:       tlsConf,
 			DialTimeout:     opts.DialTimeout,
