@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,8 +75,18 @@ func checkFleet(t *testing.T, reps []*replica) {
 	demo := servertest.Demo()
 	demo.HTTP = hc
 
+	trips := func(name string) (n float64) {
+		for _, r := range reps {
+			n += metricValue(t, r.reg, name, map[string]string{"client": "ratelimit"})
+		}
+		return n
+	}
 	t.Run("team rate", func(t *testing.T) {
+		trips0, cmds0 := trips(redisconn.MetricRoundTrips), trips(redisconn.MetricCommands)
 		counts, elapsed := drive(t, reps, demo, 3, time.Second, func() string { return "/api/v1/feeds" })
+		n := float64(sum(counts))
+		t.Logf("the limits' Redis per request: %.2f round trips, %.2f commands (%d requests)",
+			(trips(redisconn.MetricRoundTrips)-trips0)/n, (trips(redisconn.MetricCommands)-cmds0)/n, sum(counts))
 		require.Equal(t, counts[http.StatusOK]+counts[http.StatusTooManyRequests], sum(counts), "only 200 and 429: %v", counts)
 		require.Greater(t, counts[http.StatusTooManyRequests], replicaBurst, "driven with more than the limit")
 		requireWithin5Percent(t, "admitted by three replicas", counts[http.StatusOK], replicaBurst, replicaRate, elapsed)
@@ -301,4 +312,41 @@ func TestRedisDownDegradedWithCause(t *testing.T) {
 		return strings.Contains(body, `"ready"`)
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.NotContains(t, headline(), "Redis")
+}
+
+// TestAdmissionRoundTrips measures what a signed request's admission costs
+// the limits' Redis when every check applies: the key's rate, the team's
+// rate, the daily quota and the replay record, one script call each, in
+// order (a refused check spares the next ones).
+func TestAdmissionRoundTrips(t *testing.T) {
+	srv := redistest.New(t)
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.RateLimit.Backend = config.BackendRedis
+		c.RateLimit.Redis.URL = srv.URL()
+		c.Realtime.Share = false
+		team := c.Team(config.DemoTeam)
+		team.Rate = config.Rate{RPS: 1000, Burst: 1000}
+		team.DailyQuota = 1_000_000
+		for i := range team.Keys {
+			team.Keys[i].Rate = config.Rate{RPS: 1000, Burst: 1000}
+		}
+	}})
+	require.True(t, env.Config.Auth.ReplayProtection)
+	demo := servertest.Demo()
+	trips := func() float64 {
+		return metricValue(t, env.Registry, redisconn.MetricRoundTrips, map[string]string{"client": "ratelimit"})
+	}
+	const requests = 50
+	before := trips()
+	for i := range requests {
+		// Distinct targets: distinct signatures, none a replay.
+		code, err := status(demo, env.Mainnet, "/api/v1/feeds?limit="+strconv.Itoa(100+i))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+	}
+	per := (trips() - before) / requests
+	t.Logf("a signed request with a key rate, a team rate, a daily quota and the replay record: %.2f Redis round trips", per)
+	// (A catalog page not in memory yet also spends the upstream budget,
+	// one more call.)
+	assert.InDelta(t, 4.0, per, 0.2, "key rate, team rate, daily quota, replay record: one call each")
 }
