@@ -2,8 +2,10 @@ package config
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -325,7 +327,36 @@ func TestValidate(t *testing.T) {
 		{name: "redis URL missing", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = ""
-		}, want: []string{"ratelimit.redis.url: required when backend is redis"}},
+		}, want: []string{"ratelimit.redis: give one of url, sentinel or cluster (required when backend is redis)"}},
+		{name: "redis sentinel", change: func(c *Config) {
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis = Redis{Sentinel: &RedisSentinel{Master: "mymaster", Addrs: []string{"10.0.0.1:26379", "[::1]:26379"}, SentinelPassword: "spw"},
+				TLS: true, Password: "pw", FailMode: "open"}
+		}},
+		{name: "redis cluster", change: func(c *Config) {
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis = Redis{Cluster: &RedisCluster{Addrs: []string{"redis-0.internal:6379"}}, FailMode: "open"}
+		}},
+		{name: "redis: two of url, sentinel and cluster, every problem named", change: func(c *Config) {
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis = Redis{URL: "redis://127.0.0.1:6379/0", TLS: true,
+				Sentinel: &RedisSentinel{Addrs: []string{"10.0.0.1", "10.0.0.1:0", "h:1", "h:1"}, SentinelPassword: "a", SentinelPasswordFile: "/f"},
+				Cluster:  &RedisCluster{}, FailMode: "open"}
+		}, want: []string{
+			"ratelimit.redis: give exactly one of url, sentinel or cluster, not url and sentinel and cluster",
+			"ratelimit.redis.tls: applies to sentinel and cluster; a url turns TLS on with rediss://",
+			"ratelimit.redis.sentinel.master: required: the name the sentinels monitor the master under",
+			`ratelimit.redis.sentinel.addrs[0]: "10.0.0.1" is not HOST:PORT`,
+			`ratelimit.redis.sentinel.addrs[1]: "10.0.0.1:0" has no valid port`,
+			`ratelimit.redis.sentinel.addrs[3]: "h:1" is given twice`,
+			"ratelimit.redis.sentinel.sentinel_password: give either sentinel_password or sentinel_password_file, not both",
+			"ratelimit.redis.cluster.addrs: required: at least one HOST:PORT",
+		}},
+		{name: "shared cache on a cluster", change: func(c *Config) {
+			c.Cache.Shared.Backend = "redis"
+			c.Cache.Shared.Cluster = &RedisCluster{Addrs: []string{"10.0.0.1:6379"}}
+			c.Cache.Shared.TLS = true
+		}},
 		{name: "redis URL with a password", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = "redis://:hunter2@127.0.0.1:6379"
@@ -341,7 +372,7 @@ func TestValidate(t *testing.T) {
 		}},
 		{name: "shared cache URL is only checked for the redis backend", change: func(c *Config) { c.Cache.Shared.URL = "::" }},
 		{name: "shared cache URL missing", change: func(c *Config) { c.Cache.Shared.Backend = "redis" },
-			want: []string{"cache.shared.url: required when backend is redis"}},
+			want: []string{"cache.shared: give one of url, sentinel or cluster (required when backend is redis)"}},
 		{name: "shared cache URL not redis", change: func(c *Config) {
 			c.Cache.Shared.Backend, c.Cache.Shared.URL = "redis", "http://127.0.0.1:6379"
 		}, want: []string{"cache.shared.url: must be a redis://, rediss:// or unix:// URL"}},
@@ -600,4 +631,39 @@ func TestValidateTwiceAfterReading(t *testing.T) {
 	assert.Equal(t, Problem{Path: "teams[1].keys[1].secret_file", Msg: "too short: 5 bytes, at least 16 are required"}, ps[1])
 	assert.Equal(t, "teams[1].keys[2].secret_file", ps[2].Path)
 	assert.Contains(t, ps[2].Msg, "no such file")
+}
+
+// FuzzRedisSentinelShape: any sentinel form is checked without a panic,
+// and one with a master and distinct HOST:PORT addresses (port 1 to
+// 65535) has no problem under ratelimit.redis, else at least one.
+func FuzzRedisSentinelShape(f *testing.F) {
+	f.Add("mymaster", "10.0.0.1:26379", "[::1]:26380")
+	f.Add("", "10.0.0.1", "h:0")
+	f.Add("m", "h:1", "h:1")
+	f.Add("m", ":1", "h:99999")
+	f.Fuzz(func(t *testing.T, master, a, b string) {
+		cfg := base()
+		cfg.RateLimit.Backend = BackendRedis
+		cfg.RateLimit.Redis = Redis{Sentinel: &RedisSentinel{Master: master, Addrs: []string{a, b}}, FailMode: FailModeOpen}
+		err := cfg.Validate()
+		var redisProblems int
+		var ps Problems
+		if errors.As(err, &ps) {
+			for _, p := range ps {
+				if strings.HasPrefix(p.Path, "ratelimit.redis") {
+					redisProblems++
+				}
+			}
+		}
+		valid := func(s string) bool {
+			host, port, err := net.SplitHostPort(s)
+			n, perr := strconv.Atoi(port)
+			return err == nil && host != "" && perr == nil && n >= 1 && n <= 65535
+		}
+		if master != "" && valid(a) && valid(b) && a != b {
+			assert.Zero(t, redisProblems, "%v", err)
+		} else {
+			assert.Positive(t, redisProblems)
+		}
+	})
 }

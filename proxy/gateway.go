@@ -47,6 +47,10 @@ type Deps struct {
 	Limiter ratelimit.Limiter
 	// Quota counts daily quotas. If nil, a memory quota is used.
 	Quota ratelimit.Quota
+	// Admitter, if non-nil, makes a signed request's rate and quota checks
+	// in one call (Redis: one script, one round trip); where it cannot,
+	// Limiter and Quota make them one by one.
+	Admitter ratelimit.Admitter
 	// Budgets spend the upstream budget of each network, by network name.
 	// A network without one gets a memory budget of its own: the
 	// configured budget always applies.
@@ -89,7 +93,7 @@ type Deps struct {
 	// ResumeRedis, if non-nil, shares the stream clients' watermarks with
 	// the other replicas, so that a client resumes on any of them
 	// (realtime.resume_window); nil: each replica keeps its own.
-	ResumeRedis *redis.Client
+	ResumeRedis redis.UniversalClient
 }
 
 // Upstream is an upstream's address and the organisation's credential
@@ -108,6 +112,7 @@ type Gateway struct {
 	networks map[string]*network
 	cache    *cache.Store
 	limiter  ratelimit.Limiter
+	admitter ratelimit.Admitter // nil: the checks one by one
 	quota    ratelimit.Quota
 	log      *zap.Logger
 	auditLog *zap.Logger
@@ -187,6 +192,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		conns:     &teamConns{counter: deps.Conns},
 		cache:     deps.Cache,
 		limiter:   deps.Limiter,
+		admitter:  deps.Admitter,
 		quota:     deps.Quota,
 		log:       deps.Logger,
 		metrics:   deps.Metrics,
@@ -338,7 +344,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 	n.handler = chain(name, accessLog, g.metrics, g.tracer,
 		requestCheck{passPaths: passPaths},
 		authenticator{network: name, pol: &g.pol, metrics: g.metrics, now: g.now},
-		admission{limiter: g.limiter, quota: g.quota, pol: &g.pol, metrics: g.metrics, now: g.now},
+		admission{limiter: g.limiter, quota: g.quota, admitter: g.admitter, pol: &g.pol, metrics: g.metrics, now: g.now},
 		recorder{network: name, pol: &g.pol, metrics: g.metrics},
 		http.HandlerFunc(n.serveRoute))
 	return n
@@ -404,14 +410,14 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	for _, t := range cfg.Teams {
 		at := auth.Team{Name: t.Name, Networks: t.Networks, Feeds: t.Feeds}
 		tp := &teamPolicy{
-			rate:     newLimitPolicy(ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst}, "team:"+t.Name, "team"),
+			rate:     newLimitPolicy(ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst}, ratelimit.TeamRateKey(t.Name), "team"),
 			keyRates: map[string]limitPolicy{},
 			daily:    t.DailyQuota,
 			creds:    map[string]*credential{},
 		}
 		if t.DailyQuota > 0 {
 			// As the Quota interface documents its Decision's Limit.
-			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, "daily:"+t.Name, "daily")
+			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, ratelimit.DailyKey(t.Name), "daily")
 		}
 		for _, k := range t.Keys {
 			ak := auth.Key{ID: k.ID, Cert: k.ClientCert.Rule()}
@@ -420,7 +426,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			}
 			at.Keys = append(at.Keys, ak)
 			if !k.Rate.Unlimited() {
-				tp.keyRates[k.ID] = newLimitPolicy(ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}, "key:"+k.ID, "key")
+				tp.keyRates[k.ID] = newLimitPolicy(ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}, ratelimit.KeyRateKey(t.Name, k.ID), "key")
 			}
 		}
 		for net, c := range t.Upstream {

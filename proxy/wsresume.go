@@ -57,7 +57,7 @@ type resumeRecord struct {
 // the replicas share one.
 type resumeStore struct {
 	window  time.Duration
-	rc      *redis.Client // nil: memory only
+	rc      redis.UniversalClient // nil: memory only
 	log     *zap.Logger
 	now     func() time.Time
 	metrics *Metrics
@@ -75,7 +75,7 @@ type resumeStore struct {
 	logged time.Time
 }
 
-func newResumeStore(window time.Duration, perTeam, total int, rc *redis.Client, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
+func newResumeStore(window time.Duration, perTeam, total int, rc redis.UniversalClient, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
 	s := &resumeStore{window: window, rc: rc, log: log, now: now, metrics: m, index: newResumeIndex(perTeam, total),
 		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}

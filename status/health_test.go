@@ -14,8 +14,8 @@ import (
 
 	"streamgate/cache/shared"
 	"streamgate/proxy"
-	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/redisconn"
 )
 
 // hubFixture is a fixture whose mainnet has a hub with the given
@@ -39,7 +39,7 @@ func TestHealthWellThenEachReason(t *testing.T) {
 	f := newFixture()
 	hub := &realtime.Stats{FeedsWanted: 3, FeedsSubscribed: 3, FeedsLive: 3, Reconnects: map[string]int64{},
 		Connections: []realtime.ConnStats{{Origin: "001", State: "up", Feeds: 3}, {Origin: "002", State: "up", Feeds: 3}}}
-	breaker := prometheus.NewGauge(prometheus.GaugeOpts{Name: ratelimit.MetricBreakerState})
+	breaker := prometheus.NewGauge(prometheus.GaugeOpts{Name: redisconn.MetricBreakerState})
 	replayFull := prometheus.NewCounter(prometheus.CounterOpts{Name: proxy.MetricReplayFull})
 	reconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: realtime.MetricReconnects}, []string{"network", "reason"})
 	f.reg.MustRegister(breaker, replayFull, reconnects)
@@ -196,4 +196,31 @@ func TestNoUpstreamCallShare(t *testing.T) {
 	assert.Contains(t, page, `<td class="n free-shared">2</td>`)
 	assert.Contains(t, page, "1xx 5", "WebSocket upgrades in the teams' answers")
 	assert.True(t, strings.Contains(page, `data-state="well"`))
+}
+
+// The Redis clients' own word (Facts.Redis) makes the headline, cause
+// included, in place of the bare breaker state.
+func TestHealthRedisCause(t *testing.T) {
+	f := newFixture()
+	breaker := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: redisconn.MetricBreakerState}, []string{"client"})
+	f.reg.MustRegister(breaker)
+	var redis []string
+	s := New(Options{Gatherer: f.reg, Interval: 10 * time.Second, Now: func() time.Time { return f.now },
+		Facts: func() Facts { return Facts{Redis: redis} }})
+	s.Sample()
+	assert.Equal(t, StateWell, s.Snapshot().Health.State)
+
+	breaker.WithLabelValues("ratelimit").Set(2)
+	redis = []string{"Redis (ratelimit, cluster) unavailable, breaker open: calls fail at once; last failure: dial tcp 10.0.0.1:6379: connect: connection refused"}
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+	h := s.Snapshot().Health
+	assert.Equal(t, []string{ReasonRedisBreaker}, codes(h), "one reason, with its cause")
+	assert.Equal(t, "Degraded: "+redis[0], h.Summary())
+
+	redis = nil
+	breaker.WithLabelValues("ratelimit").Set(0)
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+	assert.Equal(t, StateWell, s.Snapshot().Health.State)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -18,7 +17,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 // replica is one Tier with a Redis client of its own, as one gateway process
@@ -26,13 +25,13 @@ import (
 type replica struct {
 	tier *Tier
 	m    *Metrics
-	rc   *redis.Client
+	rc   *redisconn.Client
 	logs *observer.ObservedLogs
 }
 
 func newReplica(t *testing.T, url string, cfg Config) *replica {
 	t.Helper()
-	rc, err := ratelimit.NewRedisClient(url, "", ratelimit.RedisClientOptions{CommandTimeout: 100 * time.Millisecond, BreakerOpen: 50 * time.Millisecond})
+	rc, err := redisconn.NewURL(url, "", redisconn.Options{CommandTimeout: 100 * time.Millisecond, BreakerOpen: 50 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
 	m, err := NewMetrics(prometheus.NewRegistry())
@@ -108,11 +107,11 @@ func TestFillOnceForAllReplicas(t *testing.T) {
 	assert.EqualValues(t, 1, testutil.ToFloat64(b.m.saved))
 
 	// Namespaced key, an expiry, and the lease released.
-	ttl, err := a.rc.PTTL(ctx, DefaultPrefix+"report/k1").Result()
+	ttl, err := a.rc.PTTL(ctx, a.tier.Key("report/k1")).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, time.Duration(0))
 	assert.LessOrEqual(t, ttl, DefaultTTL)
-	n, err := a.rc.Exists(ctx, DefaultPrefix+"lease:report/k1").Result()
+	n, err := a.rc.Exists(ctx, a.tier.LeaseKey("report/k1")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "lease released")
 }
