@@ -81,7 +81,7 @@ type Deps struct {
 	// ResumeRedis, if non-nil, shares the stream clients' watermarks with
 	// the other replicas, so that a client resumes on any of them
 	// (realtime.resume_window); nil: each replica keeps its own.
-	ResumeRedis *redis.Client
+	ResumeRedis redis.UniversalClient
 }
 
 // Upstream is an upstream's address and the organisation's credential

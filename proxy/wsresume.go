@@ -51,7 +51,7 @@ type resumeRecord struct {
 // the replicas share one.
 type resumeStore struct {
 	window time.Duration
-	rc     *redis.Client // nil: memory only
+	rc     redis.UniversalClient // nil: memory only
 	log    *zap.Logger
 	now    func() time.Time
 
@@ -67,7 +67,7 @@ type resumeStore struct {
 	logged time.Time
 }
 
-func newResumeStore(window time.Duration, rc *redis.Client, log *zap.Logger) *resumeStore {
+func newResumeStore(window time.Duration, rc redis.UniversalClient, log *zap.Logger) *resumeStore {
 	s := &resumeStore{window: window, rc: rc, log: log, now: time.Now,
 		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}

@@ -79,10 +79,10 @@ const (
 // those up; D says one has ended) and <digest> is the FNV-1a hash of the
 // chunk's feeds.
 type ShareConfig struct {
-	// Client is the process's Redis client, as made by
-	// ratelimit.NewRedisClient: every call with a short deadline and a
-	// circuit breaker. Required.
-	Client *redis.Client
+	// Client is the process's Redis client (a single node, Sentinel or
+	// Cluster), every call with a short deadline and a circuit breaker.
+	// Required.
+	Client redis.UniversalClient
 	// Replica names this replica in the leases and messages; "" a random
 	// ID. Two replicas must never share one.
 	Replica string
@@ -102,7 +102,7 @@ const (
 // sharer is the sharing side of a hub.
 type sharer struct {
 	h       *Hub
-	c       *redis.Client
+	c       redis.UniversalClient
 	id      string
 	lease   time.Duration
 	tick    time.Duration

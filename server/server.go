@@ -343,11 +343,11 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 
 // resumeRedis is the Redis that shares the stream clients' watermarks:
 // the limits' when the replicas share the stream; nil otherwise.
-func (s *Server) resumeRedis(cfg *config.Config) *redis.Client {
-	if !cfg.Shared() {
-		return nil
+func (s *Server) resumeRedis(cfg *config.Config) redis.UniversalClient {
+	if rc := s.limits.Redis(); rc != nil && cfg.Shared() {
+		return rc
 	}
-	return s.limits.Redis()
+	return nil // not a typed nil: proxy tests the interface
 }
 
 // errNotStarted: a hub asked for a backfill before the gateway was built.
