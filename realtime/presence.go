@@ -24,13 +24,16 @@ import (
 // during a rolling deploy) is not known and its leases only expire.
 //
 // A replica frees nobody's lease until its own presence writes have
-// succeeded for presenceTTL in a row: after a Redis failover or restart
-// every replica is "not alive" until its next write, and the first one
-// back must not take the others' chunks for that.
+// succeeded for reapAfter in a row: after a Redis failover or outage
+// every replica is "not alive" until its next write, the replicas' clients
+// come back up to a second apart (a circuit breaker lets one call through
+// a second after it opened), and the first one back must not take the
+// others' chunks for that.
 const (
 	presenceEvery = 200 * time.Millisecond
 	presenceTTL   = 800 * time.Millisecond
 	knownTTL      = time.Minute
+	reapAfter     = presenceTTL + time.Second
 )
 
 // presenceScript writes replica ARGV[1] alive for ARGV[2] ms and known for
@@ -89,8 +92,10 @@ func (s *sharer) presence() {
 			return
 		}
 		now := time.Now()
+		reap := !okSince.IsZero() && now.Sub(okSince) >= reapAfter
+		s.reaping.Store(reap)
 		args[3] = "0"
-		if !okSince.IsZero() && now.Sub(okSince) >= presenceTTL {
+		if reap {
 			args[3] = "1"
 		}
 		ctx, cancel := context.WithTimeout(h.ctx, presenceEvery)

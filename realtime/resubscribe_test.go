@@ -112,3 +112,53 @@ func TestShareResubscribesWhenSilent(t *testing.T) {
 		}
 	}
 }
+
+// Redis stops taking writes for longer than a presence lasts but shorter
+// than the leases (a short failover) while every replica stays up: once
+// it takes them again, every replica looks dead until its next presence
+// write, but none frees another's lease for that: no lease is reaped and
+// the holder keeps its chunk.
+func TestShareOutageReapsNobody(t *testing.T) {
+	e := newEnv(t, nil)
+	rs := redistest.New(t)
+	feeds := e.crypto(t, 2)
+	hubs := make([]*Hub, 3)
+	cols := make([]*collector, 3)
+	for i := range hubs {
+		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.Share = &ShareConfig{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
+		})
+		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+	}
+	e.run(t, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	holder := holders(hubs)[0]
+	reaping := func(want bool) func() bool {
+		return func() bool {
+			for _, h := range hubs {
+				if h.sh.reaping.Load() != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, reaping(true), wait, 10*time.Millisecond, "every replica present long enough to free leases")
+
+	// Redis itself ends the pause, 1.5 s on by its clock: every presence
+	// (800 ms) has expired by then, no lease (9 s) has.
+	admin := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer admin.Close()
+	require.NoError(t, admin.Do(context.Background(), "CLIENT", "PAUSE", "1500", "WRITE").Err())
+	require.Eventually(t, reaping(false), wait, 10*time.Millisecond, "every replica's presence write failed")
+	require.Eventually(t, reaping(true), wait, 10*time.Millisecond, "every replica present again long enough to free leases")
+	awaitMore(t, cols, feeds[0], 10)
+	for i, h := range hubs {
+		assert.Zero(t, h.Stats().Share.Reaped, "replica %d freed a live replica's lease", i)
+	}
+	assert.Equal(t, []int{holder}, holders(hubs), "the holder kept its chunk")
+	assert.True(t, settled(e, hubs), "one upstream connection")
+}

@@ -138,6 +138,7 @@ type sharer struct {
 	stepNow chan struct{} // a tick at once: a dead holder's lease was freed
 	leftA   atomic.Bool   // left, for the presence goroutine
 	reaped  atomic.Int64  // leases of dead holders freed
+	reaping atomic.Bool   // the presence may free leases (see reapAfter)
 
 	// Owned by the manager goroutine.
 	ok        bool             // sharing: the last ticks succeeded
