@@ -30,6 +30,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	args func(s *Server) []string // the command line after the binary; nil: a plain server
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 	out  *syncBuffer
@@ -44,14 +45,28 @@ func Start(t testing.TB) (url string) {
 // New starts a server for t; it is stopped by t.Cleanup.
 func New(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return newServer(t, lookPath(t, "redis-server"), nil)
+}
+
+// lookPath finds a Redis binary, skipping t when it is missing (failing it
+// when CI is "true").
+func lookPath(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not installed, and CI=true requires the Redis tests to run (install redis-server)")
+			t.Fatalf("%s not installed, and CI=true requires the Redis tests to run (install redis-server and redis-sentinel)", name)
 		}
-		t.Skip("redis-server not installed; skipping Redis tests (install redis-server)")
+		t.Skipf("%s not installed; skipping Redis tests (install redis-server and redis-sentinel)", name)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	return bin
+}
+
+// newServer starts bin on a free port with the command line args returns
+// (a plain server's when args is nil); it is stopped by t.Cleanup.
+func newServer(t testing.TB, bin string, args func(s *Server) []string) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Stop)
 	var lastErr error
 	for range 3 { // another process may take the port between probe and start
@@ -109,7 +124,12 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
-// Restart starts the server again on the same port, empty. It stops it
+// Running reports whether the server's process is running (it has not
+// been stopped or killed).
+func (s *Server) Running() bool { return s.cmd != nil }
+
+// Restart starts the server again on the same port, empty (a cluster node
+// keeps its node configuration, so it rejoins its cluster). It stops it
 // first if it is running.
 func (s *Server) Restart() {
 	s.t.Helper()
@@ -121,14 +141,13 @@ func (s *Server) Restart() {
 
 func (s *Server) start() error {
 	s.out = &syncBuffer{}
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--logfile", "",
-		"--daemonize", "no")
+	var args []string
+	if s.args != nil {
+		args = s.args(s)
+	} else {
+		args = s.plainArgs()
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout = s.out
 	cmd.Stderr = s.out
 	if err := cmd.Start(); err != nil {
@@ -156,6 +175,19 @@ func (s *Server) start() error {
 			s.Stop()
 			return fmt.Errorf("redis-server on port %d did not answer PING within %v:\n%s", s.port, startTimeout, s.out.String())
 		}
+	}
+}
+
+// plainArgs is a data node's command line: loopback only, no persistence.
+func (s *Server) plainArgs() []string {
+	return []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", "",
+		"--daemonize", "no",
 	}
 }
 

@@ -2,9 +2,12 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestStartStopRestart(t *testing.T) {
@@ -61,4 +64,72 @@ func TestPauseResume(t *testing.T) {
 	}
 	s.Pause()
 	s.Stop() // a paused server can be stopped
+}
+
+func TestClusterFailover(t *testing.T) {
+	c := NewCluster(t)
+	if n := len(c.Masters()); n != 3 {
+		t.Fatalf("%d masters, want 3", n)
+	}
+	const key = "{team-a}:x"
+	setReplicated(t, c.MasterFor(key).Addr(), key)
+	killed := c.KillMaster(key)
+	took := c.WaitFailover(killed)
+	t.Logf("cluster failover took %v", took)
+	m := c.MasterFor(key)
+	if m == killed || !m.Running() {
+		t.Fatalf("slot of %q still on the killed master %s", key, killed.Addr())
+	}
+	if got, err := command(m.Addr(), "get", key); err != nil || got != "1" {
+		t.Fatalf("get %q on the new master %s = %q, %v; want the replicated 1", key, m.Addr(), got, err)
+	}
+	if n := len(c.Masters()); n != 3 {
+		t.Fatalf("%d masters after the failover, want 3", n)
+	}
+}
+
+func TestSentinelFailover(t *testing.T) {
+	s := NewSentinel(t)
+	old := s.Master()
+	if old != s.Data[0] {
+		t.Fatalf("master %s, want the first data server %s", old.Addr(), s.Data[0].Addr())
+	}
+	setReplicated(t, old.Addr(), "k")
+	killed := s.KillMaster()
+	next, took := s.WaitFailover(killed)
+	t.Logf("sentinel failover took %v", took)
+	if next == killed || s.Master() != next {
+		t.Fatalf("master after the failover %s, killed %s", s.Master().Addr(), killed.Addr())
+	}
+	if got, err := command(next.Addr(), "get", "k"); err != nil || got != "1" {
+		t.Fatalf("get k on the new master = %q, %v; want 1", got, err)
+	}
+	if _, err := do(next.Addr(), "set", "k", "2"); err != nil {
+		t.Fatalf("the new master refuses writes: %v", err)
+	}
+}
+
+func TestSlot(t *testing.T) {
+	// Values from the Redis Cluster specification's examples and
+	// CLUSTER KEYSLOT.
+	for key, want := range map[string]int{"123456789": 12739, "foo": 12182, "{user1000}.following": 3443, "{user1000}.followers": 3443, "foo{}{bar}": 8363} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// setReplicated sets key to 1 on the master at addr and waits until its
+// replica has it.
+func setReplicated(t *testing.T, addr, key string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, key, "1", 0).Err(); err != nil {
+		t.Fatalf("set %q on %s: %v", key, addr, err)
+	}
+	if n, err := c.Wait(ctx, 1, 10*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("wait for the replica of %s: %d, %v", addr, n, err)
+	}
 }
