@@ -640,9 +640,7 @@ func (s *sharer) receiver() {
 		}
 		if again != "" {
 			ps.Close()
-			if rc, ok := s.c.(interface{ ReloadState(context.Context) }); ok {
-				rc.ReloadState(h.ctx) // a cluster: where the slot is now
-			}
+			s.reloadState()
 			s.resubs.Add(1)
 			h.mx.shareResubscribed(again)
 			h.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
@@ -657,10 +655,22 @@ func (s *sharer) receiver() {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			// The connection broke and the client could not connect
+			// again (the node is gone): on a cluster, it asks where the
+			// slot is now before the next try.
+			s.reloadState()
 			if !s.pause(min(s.tick, 100*time.Millisecond)) {
 				return
 			}
 		}
+	}
+}
+
+// reloadState has a cluster client read the cluster's slots again (at
+// most every 200 ms, in the background); other clients need not.
+func (s *sharer) reloadState() {
+	if rc, ok := s.c.(interface{ ReloadState(context.Context) }); ok {
+		rc.ReloadState(s.h.ctx)
 	}
 }
 
