@@ -1,12 +1,15 @@
 package realtime
 
 import (
+	"context"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -147,4 +150,111 @@ func TestShareSentinelFailover(t *testing.T) {
 		_, took := sn.WaitFailover(sn.KillMaster())
 		return took
 	})
+}
+
+// moveSlot moves key's slot from the master that serves it to another one
+// (CLUSTER SETSLOT IMPORTING / MIGRATING, MIGRATE of its keys, SETSLOT
+// NODE on every master), as an operator's resharding does, and returns
+// when every master names the new owner.
+func moveSlot(t *testing.T, cl *redistest.Cluster, key string) {
+	t.Helper()
+	ctx := context.Background()
+	slot := redistest.Slot(key)
+	src := cl.MasterFor(key)
+	var dst *redistest.Server
+	for _, m := range cl.Masters() {
+		if m != src {
+			dst = m
+			break
+		}
+	}
+	require.NotNil(t, dst)
+	node := func(s *redistest.Server) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	sc, dc := node(src), node(dst)
+	srcID, err := sc.ClusterMyID(ctx).Result()
+	require.NoError(t, err)
+	dstID, err := dc.ClusterMyID(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, dc.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	require.NoError(t, sc.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, err := net.SplitHostPort(dst.Addr())
+	require.NoError(t, err)
+	for {
+		keys, err := sc.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		require.NoError(t, err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "REPLACE", "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		require.NoError(t, sc.Do(ctx, args...).Err())
+	}
+	for _, m := range cl.Masters() {
+		require.NoError(t, node(m).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	}
+	require.Eventually(t, func() bool { return cl.MasterFor(key) == dst }, wait, 10*time.Millisecond)
+}
+
+// The network's slot moves to another master (a resharding) while three
+// replicas share one upstream connection: the old owner ends the shard
+// channel's subscriptions (SUNSUBSCRIBE), each replica subscribes again on
+// the new owner, and they go on sharing one connection; every subscription
+// gets every second once, in order.
+func TestShareClusterSlotMoves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis Cluster resharding: not with -short")
+	}
+	cl := redistest.NewCluster(t)
+	e := newEnv(t, nil)
+	feeds := e.crypto(t, 2)
+	var calls atomic.Int64
+	hubs := make([]*Hub, 3)
+	cols := make([]*collector, 3)
+	for i := range hubs {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
+			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { c.Close() })
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+			cfg.Backfill, cfg.BackfillMax = e.restBackfill(&calls), 10*time.Minute
+		})
+		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
+	}
+	e.run(t, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	awaitMore(t, cols, feeds[0], 3)
+
+	moveSlot(t, cl, shareKey)
+	require.Eventually(t, func() bool {
+		for _, h := range hubs {
+			if testutil.ToFloat64(h.mx.m.shareResubs.WithLabelValues("mainnet", "ended")) < 1 {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "every replica's subscription ended by the old owner and made again")
+	received := make([]int64, len(hubs))
+	for i, h := range hubs {
+		received[i] = h.Stats().Share.Received
+	}
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	awaitMore(t, cols, feeds[0], 10)
+	require.True(t, settled(e, hubs), "one upstream connection")
+	holder := holders(hubs)[0]
+	for i, h := range hubs {
+		if i != holder {
+			require.Greater(t, h.Stats().Share.Received, received[i], "follower %d receives on the new owner", i)
+		}
+	}
+	for _, c := range cols {
+		for _, f := range feeds {
+			consecutive(t, c.of(f))
+		}
+	}
 }
