@@ -16,8 +16,8 @@ import (
 // It sits on every signed request's path and has no fallback of its own:
 // FirstUse returns Redis's error and the Verifier's local record decides.
 // So give it a client whose calls are short and fail at once while Redis
-// is down or hung, as ratelimit.NewRedisClient makes them: a deadline on
-// every call and a circuit breaker, whose error (ratelimit.ErrCircuitOpen)
+// is down or hung, as redisconn.New makes them: a deadline on
+// every call and a circuit breaker, whose error (redisconn.ErrCircuitOpen)
 // FirstUse then returns without waiting.
 type RedisReplay struct {
 	client redis.UniversalClient

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 func TestRedisReplay(t *testing.T) {
@@ -89,10 +89,10 @@ func TestRedisReplay(t *testing.T) {
 func TestRedisReplayHangingRedis(t *testing.T) {
 	srv := redistest.New(t)
 	reg := prometheus.NewRegistry()
-	m, err := ratelimit.NewMetrics(reg)
+	m, err := redisconn.NewMetrics(reg)
 	require.NoError(t, err)
 	core, logs := observer.New(zapcore.InfoLevel)
-	client, err := ratelimit.NewRedisClient(srv.URL(), "", ratelimit.RedisClientOptions{
+	client, err := redisconn.NewURL(srv.URL(), "", redisconn.Options{
 		CommandTimeout: 50 * time.Millisecond, BreakerOpen: 100 * time.Millisecond,
 		Metrics: m, Logger: zap.New(core),
 	})
@@ -119,14 +119,14 @@ func TestRedisReplayHangingRedis(t *testing.T) {
 	for i := range calls {
 		_, err := first(i)
 		require.Error(t, err)
-		if errors.Is(err, ratelimit.ErrCircuitOpen) {
+		if errors.Is(err, redisconn.ErrCircuitOpen) {
 			rejected++
 		}
 	}
 	probes := int64(counterValue(t, reg, "streamgate_redis_breaker_transitions_total", "half-open"))
 	waited := hook.Reached.Load() - base
 	assert.Equal(t, waited, hook.Failed.Load(), "every call that reached the hung Redis failed")
-	assert.EqualValues(t, ratelimit.DefaultBreakerFailures+probes, waited,
+	assert.EqualValues(t, redisconn.DefaultBreakerFailures+probes, waited,
 		"the calls that waited for the deadline: those that opened the breaker and one probe per window")
 	assert.EqualValues(t, calls-waited, rejected, "the others failed at once")
 	assert.LessOrEqual(t, waited, int64(calls/10))

@@ -294,7 +294,9 @@ func (c *Config) applyDefaults() {
 
 	r, dr := &c.RateLimit, defaultRateLimit()
 	enum(d, "ratelimit.backend", &r.Backend, dr.Backend)
-	d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
+	if !d.has("ratelimit.redis.sentinel") && !d.has("ratelimit.redis.cluster") {
+		d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
+	}
 	enum(d, "ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
 
 	rt, drt := &c.Realtime, defaultRealtime()

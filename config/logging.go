@@ -89,9 +89,23 @@ func (n *Network) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	return enc.AddObject("upstream", &n.Upstream)
 }
 
-// MarshalLogObject logs the Redis URL, fail mode and a redacted password.
+// MarshalLogObject logs the Redis URL or the sentinels or cluster nodes,
+// the fail mode and a redacted password.
 func (r *Redis) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	enc.AddString("url", r.URL)
+	enc.AddString("mode", r.Target().Mode())
+	switch {
+	case r.Sentinel != nil:
+		enc.AddString("master", r.Sentinel.Master)
+		if err := enc.AddArray("sentinels", stringList(r.Sentinel.Addrs)); err != nil {
+			return err
+		}
+	case r.Cluster != nil:
+		if err := enc.AddArray("nodes", stringList(r.Cluster.Addrs)); err != nil {
+			return err
+		}
+	default:
+		enc.AddString("url", r.URL)
+	}
 	enc.AddString("password", r.Password.String())
 	enc.AddString("fail_mode", string(r.FailMode))
 	return nil

@@ -57,12 +57,18 @@ func restartSettings(cfg *Config) map[string]string {
 		"cache.max_bytes":              strconv.FormatInt(int64(cfg.Cache.MaxBytes), 10),
 		"cache.shared.backend":         string(cfg.Cache.Shared.Backend),
 		"cache.shared.url":             cfg.Cache.Shared.URL,
+		"cache.shared.sentinel":        sentinelSetting(cfg.Cache.Shared.Sentinel, digest),
+		"cache.shared.cluster":         clusterSetting(cfg.Cache.Shared.Cluster),
+		"cache.shared.tls":             strconv.FormatBool(cfg.Cache.Shared.TLS),
 		"cache.shared.password":        digest(cfg.Cache.Shared.Password),
 		"cache.shared.ttl":             cfg.Cache.Shared.TTL.String(),
 		"cache.shared.max_entry_bytes": strconv.FormatInt(int64(cfg.Cache.Shared.MaxEntryBytes), 10),
 		"cache.shared.lease":           cfg.Cache.Shared.Lease.String(),
 		"ratelimit.backend":            string(cfg.RateLimit.Backend),
 		"ratelimit.redis.url":          cfg.RateLimit.Redis.URL,
+		"ratelimit.redis.sentinel":     sentinelSetting(cfg.RateLimit.Redis.Sentinel, digest),
+		"ratelimit.redis.cluster":      clusterSetting(cfg.RateLimit.Redis.Cluster),
+		"ratelimit.redis.tls":          strconv.FormatBool(cfg.RateLimit.Redis.TLS),
 		"ratelimit.redis.password":     digest(cfg.RateLimit.Redis.Password),
 		"ratelimit.redis.fail_mode":    string(cfg.RateLimit.Redis.FailMode),
 		"realtime.client_queue":        strconv.Itoa(cfg.Realtime.ClientQueue),
@@ -100,4 +106,21 @@ func restartSettings(cfg *Config) map[string]string {
 	m["realtime.resume_window"] = cfg.Realtime.ResumeWindow.String()
 	m["realtime.backfill_max"] = cfg.Realtime.BackfillMax.String()
 	return m
+}
+
+// sentinelSetting represents a Sentinel target for comparison, its
+// password by digest.
+func sentinelSetting(s *RedisSentinel, digest func(Secret) string) string {
+	if s == nil {
+		return ""
+	}
+	return s.Master + " " + strings.Join(s.Addrs, ",") + " " + digest(s.SentinelPassword)
+}
+
+// clusterSetting represents a Cluster target for comparison.
+func clusterSetting(c *RedisCluster) string {
+	if c == nil {
+		return ""
+	}
+	return strings.Join(c.Addrs, ",")
 }

@@ -82,6 +82,11 @@ func (c *Config) readSecretFiles() {
 	if r := &c.Cache.Shared; r.PasswordFile != "" && r.Password == "" {
 		read(r.PasswordFile, &r.file, &r.Password)
 	}
+	for _, s := range []*RedisSentinel{c.RateLimit.Redis.Sentinel, c.Cache.Shared.Sentinel} {
+		if s != nil && s.SentinelPasswordFile != "" && s.SentinelPassword == "" {
+			read(s.SentinelPasswordFile, &s.file, &s.SentinelPassword)
+		}
+	}
 	for i := range c.Teams {
 		t := &c.Teams[i]
 		for _, cr := range t.Upstream {

@@ -425,7 +425,7 @@ func (v *validator) cache(c *Cache) {
 	sh := &c.Shared
 	switch {
 	case sh.Backend == SharedRedis:
-		v.redisURL("cache.shared.url", sh.URL)
+		v.redisTarget("cache.shared", sh.Target())
 	case !sh.Backend.valid():
 		v.add("cache.shared.backend", "%q is not one of off, redis", sh.Backend)
 	}
@@ -446,7 +446,7 @@ func (v *validator) cache(c *Cache) {
 func (v *validator) rateLimit(r *RateLimit) {
 	switch {
 	case r.Backend == BackendRedis:
-		v.redisURL("ratelimit.redis.url", r.Redis.URL)
+		v.redisTarget("ratelimit.redis", r.Redis.Target())
 	case !r.Backend.valid():
 		v.add("ratelimit.backend", "%q is not one of memory, redis", r.Backend)
 	}
@@ -459,6 +459,71 @@ func (v *validator) rateLimit(r *RateLimit) {
 		v.add("ratelimit.redis.password", "give either password or password_file, not both")
 	case r.Redis.PasswordFile != "":
 		v.secretFile("ratelimit.redis.password_file", r.Redis.file, r.Redis.Password)
+	}
+}
+
+// redisTarget checks that p gives exactly one of url, sentinel and
+// cluster, each well formed.
+func (v *validator) redisTarget(p string, t RedisTarget) {
+	var given []string
+	if t.URL != "" {
+		given = append(given, "url")
+	}
+	if t.Sentinel != nil {
+		given = append(given, "sentinel")
+	}
+	if t.Cluster != nil {
+		given = append(given, "cluster")
+	}
+	switch len(given) {
+	case 0:
+		v.add(p, "give one of url, sentinel or cluster (required when backend is redis)")
+	case 1:
+	default:
+		v.add(p, "give exactly one of url, sentinel or cluster, not %s", strings.Join(given, " and "))
+	}
+	if t.URL != "" {
+		v.redisURL(p+".url", t.URL)
+		if t.TLS {
+			v.add(p+".tls", "applies to sentinel and cluster; a url turns TLS on with rediss://")
+		}
+	}
+	if s := t.Sentinel; s != nil {
+		if s.Master == "" {
+			v.add(p+".sentinel.master", "required: the name the sentinels monitor the master under")
+		}
+		v.redisAddrs(p+".sentinel.addrs", s.Addrs)
+		inline := s.SentinelPassword != "" && !s.file.read
+		switch {
+		case inline && s.SentinelPasswordFile != "":
+			v.add(p+".sentinel.sentinel_password", "give either sentinel_password or sentinel_password_file, not both")
+		case s.SentinelPasswordFile != "":
+			v.secretFile(p+".sentinel.sentinel_password_file", s.file, s.SentinelPassword)
+		}
+	}
+	if c := t.Cluster; c != nil {
+		v.redisAddrs(p+".cluster.addrs", c.Addrs)
+	}
+}
+
+// redisAddrs checks a list of HOST:PORT addresses.
+func (v *validator) redisAddrs(p string, addrs []string) {
+	if len(addrs) == 0 {
+		v.add(p, "required: at least one HOST:PORT")
+	}
+	seen := map[string]bool{}
+	for i, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		n, perr := strconv.Atoi(port)
+		switch {
+		case err != nil || host == "":
+			v.add(fmt.Sprintf("%s[%d]", p, i), "%q is not HOST:PORT", a)
+		case perr != nil || n < 1 || n > 65535:
+			v.add(fmt.Sprintf("%s[%d]", p, i), "%q has no valid port", a)
+		case seen[a]:
+			v.add(fmt.Sprintf("%s[%d]", p, i), "%q is given twice", a)
+		}
+		seen[a] = true
 	}
 }
 

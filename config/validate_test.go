@@ -282,7 +282,36 @@ func TestValidate(t *testing.T) {
 		{name: "redis URL missing", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = ""
-		}, want: []string{"ratelimit.redis.url: required when backend is redis"}},
+		}, want: []string{"ratelimit.redis: give one of url, sentinel or cluster (required when backend is redis)"}},
+		{name: "redis sentinel", change: func(c *Config) {
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis = Redis{Sentinel: &RedisSentinel{Master: "mymaster", Addrs: []string{"10.0.0.1:26379", "[::1]:26379"}, SentinelPassword: "spw"},
+				TLS: true, Password: "pw", FailMode: "open"}
+		}},
+		{name: "redis cluster", change: func(c *Config) {
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis = Redis{Cluster: &RedisCluster{Addrs: []string{"redis-0.internal:6379"}}, FailMode: "open"}
+		}},
+		{name: "redis: two of url, sentinel and cluster, every problem named", change: func(c *Config) {
+			c.RateLimit.Backend = "redis"
+			c.RateLimit.Redis = Redis{URL: "redis://127.0.0.1:6379/0", TLS: true,
+				Sentinel: &RedisSentinel{Addrs: []string{"10.0.0.1", "10.0.0.1:0", "h:1", "h:1"}, SentinelPassword: "a", SentinelPasswordFile: "/f"},
+				Cluster:  &RedisCluster{}, FailMode: "open"}
+		}, want: []string{
+			"ratelimit.redis: give exactly one of url, sentinel or cluster, not url and sentinel and cluster",
+			"ratelimit.redis.tls: applies to sentinel and cluster; a url turns TLS on with rediss://",
+			"ratelimit.redis.sentinel.master: required: the name the sentinels monitor the master under",
+			`ratelimit.redis.sentinel.addrs[0]: "10.0.0.1" is not HOST:PORT`,
+			`ratelimit.redis.sentinel.addrs[1]: "10.0.0.1:0" has no valid port`,
+			`ratelimit.redis.sentinel.addrs[3]: "h:1" is given twice`,
+			"ratelimit.redis.sentinel.sentinel_password: give either sentinel_password or sentinel_password_file, not both",
+			"ratelimit.redis.cluster.addrs: required: at least one HOST:PORT",
+		}},
+		{name: "shared cache on a cluster", change: func(c *Config) {
+			c.Cache.Shared.Backend = "redis"
+			c.Cache.Shared.Cluster = &RedisCluster{Addrs: []string{"10.0.0.1:6379"}}
+			c.Cache.Shared.TLS = true
+		}},
 		{name: "redis URL with a password", change: func(c *Config) {
 			c.RateLimit.Backend = "redis"
 			c.RateLimit.Redis.URL = "redis://:hunter2@127.0.0.1:6379"
@@ -298,7 +327,7 @@ func TestValidate(t *testing.T) {
 		}},
 		{name: "shared cache URL is only checked for the redis backend", change: func(c *Config) { c.Cache.Shared.URL = "::" }},
 		{name: "shared cache URL missing", change: func(c *Config) { c.Cache.Shared.Backend = "redis" },
-			want: []string{"cache.shared.url: required when backend is redis"}},
+			want: []string{"cache.shared: give one of url, sentinel or cluster (required when backend is redis)"}},
 		{name: "shared cache URL not redis", change: func(c *Config) {
 			c.Cache.Shared.Backend, c.Cache.Shared.URL = "redis", "http://127.0.0.1:6379"
 		}, want: []string{"cache.shared.url: must be a redis://, rediss:// or unix:// URL"}},

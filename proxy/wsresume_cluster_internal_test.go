@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"streamgate/config"
 	"streamgate/internal/redistest"
+	"streamgate/redisconn"
 )
 
 // TestResumeStoreOnCluster: on a Redis Cluster, one replica's flush writes
@@ -23,7 +25,8 @@ func TestResumeStoreOnCluster(t *testing.T) {
 	}
 	cl := redistest.NewCluster(t)
 	client := func() redis.UniversalClient {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+		c, err := redisconn.New(config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}}, redisconn.Options{})
+		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}

@@ -63,7 +63,7 @@ const DefaultConnsTTL = 30 * time.Second
 // own connections alone (Fallback) against the same limit: a limit held
 // per replica rather than no limit at all.
 type RedisConns struct {
-	c        *redis.Client
+	c        redis.UniversalClient
 	prefix   string
 	ttl      time.Duration
 	replica  string
@@ -104,9 +104,9 @@ return 1
 `)
 
 // NewRedisConns returns a RedisConns on c (a client with deadlines and a
-// breaker, as NewRedisClient makes) whose keys start with prefix; ttl 0
+// breaker, as redisconn.New makes) whose keys start with prefix; ttl 0
 // means DefaultConnsTTL. It renews its slots until Close.
-func NewRedisConns(c *redis.Client, prefix string, ttl time.Duration) *RedisConns {
+func NewRedisConns(c redis.UniversalClient, prefix string, ttl time.Duration) *RedisConns {
 	if ttl <= 0 {
 		ttl = DefaultConnsTTL
 	}

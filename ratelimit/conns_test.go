@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
+	"streamgate/redisconn"
 )
 
 // TestRedisConns: two replicas share a key's limit; a release frees its
@@ -17,7 +18,7 @@ import (
 func TestRedisConns(t *testing.T) {
 	srv := redistest.New(t)
 	client := func() *RedisConns {
-		c, err := NewRedisClient(srv.URL(), "", RedisClientOptions{CommandTimeout: 100 * time.Millisecond, BreakerOpen: 100 * time.Millisecond})
+		c, err := redisconn.NewURL(srv.URL(), "", redisconn.Options{CommandTimeout: 100 * time.Millisecond, BreakerOpen: 100 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		r := NewRedisConns(c, "test:conns:", 3*time.Second)

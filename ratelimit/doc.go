@@ -14,9 +14,10 @@
 // ErrUnavailable (FailClosed). It tries Redis again after RetryInterval and
 // goes back to it as soon as Redis answers.
 //
-// NewRedisClient makes the one Redis client of the process: every call has
-// a short deadline and goes through a circuit breaker, so that a Redis that
-// hangs rather than refuses costs a few timeouts, not one per request.
+// Package redisconn makes the Redis client of the process (a single node,
+// Sentinel or Cluster): every call has a short deadline and goes through a
+// circuit breaker, so that a Redis that hangs rather than refuses costs a
+// few timeouts, not one per request.
 //
 // Decisions can be advertised to clients with Decision.SetHeaders, which
 // writes the RateLimit-Policy and RateLimit fields of

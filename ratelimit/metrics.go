@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 )
 
 // Metrics holds the package's Prometheus collectors. Create it once with
@@ -25,10 +24,6 @@ type Metrics struct {
 	budgetAdjusts  *prometheus.CounterVec   // network, endpoint, direction
 	redisErrors    *prometheus.CounterVec   // op
 	fallbacks      *prometheus.CounterVec   // mode
-
-	breakerState       prometheus.Gauge
-	breakerTransitions *prometheus.CounterVec // to
-	breakerRejections  prometheus.Counter
 }
 
 // Values of the "result" label of streamgate_ratelimit_decisions_total.
@@ -46,7 +41,6 @@ const (
 	MetricBudgetRPS          = "streamgate_upstream_budget_rps"               // gauge; network, endpoint: as configured
 	MetricBudgetEffectiveRPS = "streamgate_upstream_budget_effective_rps"     // gauge; network, endpoint: in force
 	MetricBudgetAdjustments  = "streamgate_upstream_budget_adjustments_total" // counter; network, endpoint, direction
-	MetricBreakerState       = "streamgate_redis_breaker_state"               // gauge: 0 closed, 1 half-open, 2 open
 )
 
 // NewMetrics creates the collectors and registers them with reg:
@@ -60,12 +54,9 @@ const (
 //	streamgate_upstream_budget_adjustments_total{network,endpoint,direction}
 //	streamgate_redis_errors_total{op}
 //	streamgate_redis_fallbacks_total{mode}
-//	streamgate_redis_breaker_state
-//	streamgate_redis_breaker_transitions_total{to}
-//	streamgate_redis_breaker_rejected_total
 //
-// The breaker's are those of the client of NewRedisClient; the label "to"
-// is one of "closed", "half-open" and "open".
+// The Redis clients' own metrics (commands, round trips, errors by kind,
+// failovers, the circuit breaker) are package redisconn's.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -105,25 +96,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "streamgate_redis_fallbacks_total",
 			Help: "Requests decided without Redis, by fail mode (open: by local limits; closed: refused).",
 		}, []string{"mode"}),
-		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricBreakerState,
-			Help: "State of the Redis circuit breaker: 0 closed (calls go to Redis), 1 half-open (one probe goes), 2 open (calls fail at once and the limits fall back).",
-		}),
-		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_redis_breaker_transitions_total",
-			Help: "Transitions of the Redis circuit breaker, by the state entered (closed, half-open, open).",
-		}, []string{"to"}),
-		breakerRejections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "streamgate_redis_breaker_rejected_total",
-			Help: "Redis calls failed at once by the circuit breaker, without waiting for Redis.",
-		}),
-	}
-	for _, s := range []gobreaker.State{gobreaker.StateClosed, gobreaker.StateHalfOpen, gobreaker.StateOpen} {
-		m.breakerTransitions.WithLabelValues(s.String())
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.decisions, m.budgetWaits, m.budgetRefusals, m.budgetWait, m.budgetRPS, m.budgetEff, m.budgetAdjusts, m.redisErrors, m.fallbacks,
-		m.breakerState, m.breakerTransitions, m.breakerRejections} {
+	for _, c := range []prometheus.Collector{m.decisions, m.budgetWaits, m.budgetRefusals, m.budgetWait, m.budgetRPS, m.budgetEff, m.budgetAdjusts, m.redisErrors, m.fallbacks} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -173,19 +148,6 @@ func (m *Metrics) redisError(op string) {
 func (m *Metrics) fallback(mode FailMode) {
 	if m != nil {
 		m.fallbacks.WithLabelValues(mode.String()).Inc()
-	}
-}
-
-func (m *Metrics) breakerChanged(to gobreaker.State) {
-	if m != nil {
-		m.breakerState.Set(float64(to))
-		m.breakerTransitions.WithLabelValues(to.String()).Inc()
-	}
-}
-
-func (m *Metrics) breakerRejected() {
-	if m != nil {
-		m.breakerRejections.Inc()
 	}
 }
 

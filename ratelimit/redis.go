@@ -21,10 +21,10 @@ import (
 // Memory limiter (FailOpen) or refused with ErrUnavailable (FailClosed).
 // Then one request tries Redis again; when it answers, all requests go back
 // to it. Calls to Redis are bounded by the client's own timeouts, and
-// requests wait on them: use the client of NewRedisClient, whose calls have
-// a short deadline, no retries and a circuit breaker shared by every user of
-// the client, so that a hanging Redis costs at most a timeout per breaker
-// window and the others fail at once with ErrCircuitOpen.
+// requests wait on them: use a client of redisconn.New, whose calls have a
+// short deadline, bounded retries and a circuit breaker shared by every user
+// of the client, so that a hanging Redis costs at most a timeout per breaker
+// window and the others fail at once with redisconn.ErrCircuitOpen.
 type Redis struct {
 	gcra     *redis_rate.Limiter
 	prefix   string

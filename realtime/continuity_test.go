@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -20,7 +19,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 	"streamgate/simulator"
 )
 
@@ -268,9 +267,9 @@ func TestShareTakeoverWithoutGap(t *testing.T) {
 	var calls atomic.Int64
 	hubs := make([]*Hub, 3)
 	cols := make([]*collector, 3)
-	clients := make([]*redis.Client, 3)
+	clients := make([]*redisconn.Client, 3)
 	for i := range hubs {
-		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		clients[i] = c

@@ -13,12 +13,23 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/config"
 	"streamgate/internal/redistest"
+	"streamgate/redisconn"
 	"streamgate/simulator"
 )
 
 // shareKey is a key of mainnet's sharing: its slot is the network's.
 const shareKey = DefaultSharePrefix + "{mainnet}:wants"
+
+// redisClient is the process's Redis client for target, as the server
+// builds it (deadline and circuit breaker included).
+func redisClient(t *testing.T, target config.RedisTarget) *redisconn.Client {
+	t.Helper()
+	c, err := redisconn.New(target, redisconn.Options{})
+	require.NoError(t, err)
+	return c
+}
 
 // failoverRun is what a failover cost three sharing replicas.
 type failoverRun struct {
@@ -125,8 +136,7 @@ func TestShareClusterFailover(t *testing.T) {
 	}
 	cl := redistest.NewCluster(t)
 	shareThroughFailover(t, func() redis.UniversalClient {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
-			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		return redisClient(t, config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}})
 	}, func() time.Duration {
 		killed := cl.KillMaster(shareKey)
 		return cl.WaitFailover(killed)
@@ -144,8 +154,7 @@ func TestShareSentinelFailover(t *testing.T) {
 	}
 	sn := redistest.NewSentinel(t)
 	shareThroughFailover(t, func() redis.UniversalClient {
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: sn.Addrs(),
-			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		return redisClient(t, config.RedisTarget{Sentinel: &config.RedisSentinel{Master: redistest.SentinelMaster, Addrs: sn.Addrs()}})
 	}, func() time.Duration {
 		_, took := sn.WaitFailover(sn.KillMaster())
 		return took
@@ -217,8 +226,7 @@ func TestShareClusterSlotMoves(t *testing.T) {
 	hubs := make([]*Hub, 3)
 	cols := make([]*collector, 3)
 	for i := range hubs {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
-			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		c := redisClient(t, config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}})
 		t.Cleanup(func() { c.Close() })
 		hubs[i] = e.hub(t, func(cfg *Config) {
 			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 // holes is a go-redis hook whose Swallow makes every connection the client
@@ -83,7 +83,7 @@ func TestShareResubscribesWhenSilent(t *testing.T) {
 	cols := make([]*collector, 3)
 	hs := make([]*holes, 3)
 	for i := range hubs {
-		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 		require.NoError(t, err)
 		hs[i] = &holes{}
 		c.AddHook(hs[i])
@@ -125,7 +125,7 @@ func TestShareOutageReapsNobody(t *testing.T) {
 	hubs := make([]*Hub, 3)
 	cols := make([]*collector, 3)
 	for i := range hubs {
-		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		hubs[i] = e.hub(t, func(cfg *Config) {

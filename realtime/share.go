@@ -93,9 +93,9 @@ const (
 // chunk's feeds. P is a replica's presence, every tick: it hears its own
 // to know its subscription delivers.
 type ShareConfig struct {
-	// Client is the process's Redis client (a single node, Sentinel or
-	// Cluster), every call with a short deadline and a circuit breaker.
-	// Required.
+	// Client is the process's Redis client, as made by redisconn.New (a
+	// single node, Sentinel or Cluster): every call with a short deadline
+	// and a circuit breaker. Required.
 	Client redis.UniversalClient
 	// Replica names this replica in the leases and messages; "" a random
 	// ID. Two replicas must never share one.

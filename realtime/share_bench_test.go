@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 // BenchmarkShareReplicas measures what the upstream sees and what the
@@ -48,7 +48,7 @@ func shareRun(b *testing.B, shared bool, replicasN, feedsN, seconds int) (conns 
 		h := e.hub(b, func(cfg *Config) {
 			cfg.FeedsPerConnection, cfg.MaxConnections = 3, 4
 			if shared {
-				c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+				c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 				require.NoError(b, err)
 				b.Cleanup(func() { c.Close() })
 				cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}

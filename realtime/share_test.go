@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 	"streamgate/simulator"
 )
 
@@ -23,13 +22,13 @@ const shareLease = 900 * time.Millisecond
 // replicas starts n sharing hubs on e, each with a Redis client of its
 // own (as n processes would have) on rs, and a subscription of each to
 // feeds.
-func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redis.Client) {
+func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redisconn.Client) {
 	t.Helper()
 	hubs := make([]*Hub, n)
 	cols := make([]*collector, n)
-	clients := make([]*redis.Client, n)
+	clients := make([]*redisconn.Client, n)
 	for i := range hubs {
-		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		clients[i] = c
@@ -472,7 +471,7 @@ func TestShareSubscribeWithin(t *testing.T) {
 	fs := e.crypto(t, 4)
 	hubs := make([]*Hub, 2)
 	for i := range hubs {
-		c, err := ratelimit.NewRedisClient(rs.URL(), "", ratelimit.RedisClientOptions{})
+		c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		hubs[i] = e.hub(t, func(cfg *Config) {

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -35,6 +37,13 @@ func (s *Server) adminHandler() http.Handler {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, `{"status":"waiting for every upstream to answer"}`+"\n")
 		default:
+			// Redis is shared by every replica: taking this one out of
+			// the balancer would not help, so it stays ready, degraded,
+			// as the fail mode prescribes.
+			if d := s.redisDegraded(); len(d) > 0 {
+				_ = json.NewEncoder(w).Encode(map[string]string{"status": "degraded: " + strings.Join(d, "; ")})
+				return
+			}
 			io.WriteString(w, `{"status":"ready"}`+"\n")
 		}
 	})

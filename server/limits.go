@@ -12,6 +12,7 @@ import (
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 // Limits are the team limits, daily quotas and upstream budgets of a
@@ -25,13 +26,28 @@ type Limits struct {
 	// Conns counts each team's WebSocket connections across the replicas;
 	// nil with the memory backend (each process counts its own).
 	Conns  *ratelimit.RedisConns
-	client *redis.Client
+	client *redisconn.Client
 }
 
 // Redis returns the Redis client of the limits, nil with the memory
-// backend: the process's one client, which the real-time hubs also use to
-// share their upstream connections.
-func (l *Limits) Redis() *redis.Client { return l.client }
+// backend: the process's one client for them, which the real-time hubs
+// also use to share their upstream connections and the stream clients'
+// resume records.
+func (l *Limits) Redis() redis.UniversalClient {
+	if l.client == nil {
+		return nil
+	}
+	return l.client
+}
+
+// RedisHealth says why the limits' Redis cannot be used now, "" while it
+// can (or with the memory backend).
+func (l *Limits) RedisHealth() string {
+	if l.client == nil {
+		return ""
+	}
+	return l.client.Health()
+}
 
 // Close releases the Redis client, if any.
 func (l *Limits) Close() {
@@ -53,6 +69,12 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) { l.s.Debug
 // daily quota follow now (nil: time.Now); the upstream budgets always
 // follow the wall clock.
 func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, now func() time.Time) (*Limits, error) {
+	return newLimits(cfg, reg, nil, log, now)
+}
+
+// newLimits is NewLimits with the Redis clients' metrics rm, made and
+// registered with reg when nil and needed.
+func newLimits(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metrics, log *zap.Logger, now func() time.Time) (*Limits, error) {
 	m, err := ratelimit.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -92,14 +114,31 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 	// circuit breaker logs each outage and recovery once, and so do the
 	// limiters.
 	redis.SetLogger(redisLog{log.Named("redis").Sugar()})
-	// One client for the limits and the replay record: short deadlines, no
-	// retries, and one circuit breaker, so that a hanging Redis costs at
-	// most a timeout per breaker window before every caller falls back.
-	l.client, err = ratelimit.NewRedisClient(rc.URL, rc.Password.Reveal(), ratelimit.RedisClientOptions{
-		Metrics: m, Logger: log.Named("redis"),
+	// One client for the limits and the replay record: short deadlines,
+	// the library's few retries within them, and one circuit breaker, so
+	// that a hanging Redis costs at most a timeout per breaker window
+	// before every caller falls back.
+	if rm == nil {
+		if rm, err = redisconn.NewMetrics(reg); err != nil {
+			return nil, err
+		}
+	}
+	l.client, err = redisconn.New(rc.Target(), redisconn.Options{
+		Name: "ratelimit", Metrics: rm, Logger: log.Named("redis"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit.redis: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	reachable, err := l.client.CheckServer(pctx)
+	if err != nil {
+		l.client.Close()
+		return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+	}
+	if !reachable {
+		log.Warn("redis not reachable at start; limits follow the fail mode until it is",
+			zap.String("fail_mode", string(rc.FailMode)), zap.String("mode", string(l.client.Mode())))
 	}
 	ropts := func(name, network string) ratelimit.Options {
 		o := opts(name, network)
@@ -119,10 +158,5 @@ func NewLimits(cfg *config.Config, reg prometheus.Registerer, log *zap.Logger, n
 	}
 	l.ReplayStore = auth.NewRedisReplay(l.client, "streamgate:replay:")
 	l.Conns = ratelimit.NewRedisConns(l.client, "streamgate:wsconns:", 0)
-	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := l.client.Ping(pctx).Err(); err != nil {
-		log.Warn("redis not reachable at start; limits follow the fail mode until it is", zap.String("fail_mode", string(rc.FailMode)), zap.Error(err))
-	}
 	return l, nil
 }

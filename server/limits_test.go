@@ -20,6 +20,7 @@ import (
 	"streamgate/config"
 	"streamgate/internal/redistest"
 	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 // gathered returns the value of the metric name whose labels include
@@ -90,14 +91,14 @@ func TestLimitsHangingRedis(t *testing.T) {
 		require.True(t, d.Allowed)
 		err = firstUse(i)
 		require.Error(t, err)
-		if errors.Is(err, ratelimit.ErrCircuitOpen) {
+		if errors.Is(err, redisconn.ErrCircuitOpen) {
 			rejected++
 		}
 	}
 	probes := gathered(t, reg, "streamgate_redis_breaker_transitions_total", map[string]string{"to": "half-open"})
 	waited := hook.Reached.Load() - base
 	assert.Equal(t, waited, hook.Failed.Load(), "every call that reached the hung Redis failed")
-	assert.EqualValues(t, ratelimit.DefaultBreakerFailures+int(probes), waited,
+	assert.EqualValues(t, redisconn.DefaultBreakerFailures+int(probes), waited,
 		"calls that waited for the deadline: those that opened the breaker, one probe per window")
 	assert.GreaterOrEqual(t, rejected, calls-int(waited), "replay calls failed at once")
 	assert.Equal(t, 1, countLogs(logs, "redis unavailable: circuit breaker open"))

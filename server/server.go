@@ -31,6 +31,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/redisconn"
 	"streamgate/status"
 )
 
@@ -63,8 +64,8 @@ type Server struct {
 	cfg      atomic.Pointer[config.Config] // in force
 	emb      embedded                      // the embedded upstream, or nil
 	store    *cache.Store
-	shared   *shared.Tier  // nil: off
-	sharedRC *redis.Client // the shared tier's client, nil when off
+	shared   *shared.Tier      // nil: off
+	sharedRC *redisconn.Client // the shared tier's client, nil when off
 	limits   *Limits
 	ownLimit bool
 	gw       *proxy.Gateway
@@ -123,7 +124,13 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.shared, s.sharedRC, err = newShared(cfg, s.reg, s.log.Named("cache"), opts.Now); err != nil {
+	var rm *redisconn.Metrics // every Redis client's
+	if cfg.RateLimit.Backend == config.BackendRedis || cfg.Cache.Shared.Backend == config.SharedRedis {
+		if rm, err = redisconn.NewMetrics(s.reg); err != nil {
+			return nil, err
+		}
+	}
+	if s.shared, s.sharedRC, err = newShared(cfg, s.reg, rm, s.log.Named("cache"), opts.Now); err != nil {
 		return nil, err
 	}
 	var tier cache.Tier // the Store asks the shared tier, when there is one
@@ -146,7 +153,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 
 	s.limits = opts.Limits
 	if s.limits == nil {
-		if s.limits, err = NewLimits(cfg, s.reg, s.log, opts.Now); err != nil {
+		if s.limits, err = newLimits(cfg, s.reg, rm, s.log, opts.Now); err != nil {
 			return nil, err
 		}
 		s.ownLimit = true
@@ -344,10 +351,10 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 // resumeRedis is the Redis that shares the stream clients' watermarks:
 // the limits' when the replicas share the stream; nil otherwise.
 func (s *Server) resumeRedis(cfg *config.Config) redis.UniversalClient {
-	if rc := s.limits.Redis(); rc != nil && cfg.Shared() {
-		return rc
+	if !cfg.Shared() {
+		return nil
 	}
-	return nil // not a typed nil: proxy tests the interface
+	return s.limits.Redis()
 }
 
 // errNotStarted: a hub asked for a backfill before the gateway was built.
@@ -466,11 +473,30 @@ func (s *Server) ReloadRefused(err error) {
 	s.reloaded.Store(&status.Reload{At: time.Now(), OK: false, Error: err.Error()})
 }
 
+// redisDegraded says, for each Redis client that cannot use Redis now,
+// why and what follows; nil while all can.
+func (s *Server) redisDegraded() []string {
+	var out []string
+	if s.limits != nil {
+		if h := s.limits.RedisHealth(); h != "" {
+			mode := s.cfg.Load().RateLimit.Redis.FailMode
+			out = append(out, fmt.Sprintf("%s; the limits and the replay record follow ratelimit.redis.fail_mode (%s)", h, mode))
+		}
+	}
+	if s.sharedRC != nil {
+		if h := s.sharedRC.Health(); h != "" {
+			out = append(out, h+"; each replica caches alone")
+		}
+	}
+	return out
+}
+
 // statusFacts are what the status page shows besides the metrics: the
 // configuration in force (teams by name, never their keys) and the hubs.
 func (s *Server) statusFacts() status.Facts {
 	cfg := s.cfg.Load()
 	f := status.Facts{Version: s.version, LoadedAt: *s.loadedAt.Load(), LastReload: s.reloaded.Load(), MaxBytes: int64(cfg.Cache.MaxBytes)}
+	f.Redis = s.redisDegraded()
 	for _, name := range cfg.NetworkNames() {
 		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
 		if h := s.hubs[name]; h != nil {

@@ -10,6 +10,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/redisconn"
 )
 
 // Metric names of the budget, exported for the tests that register them
@@ -40,7 +41,7 @@ const (
 	ReasonUpstreamDown    = "upstream_down"     // the network's last REST calls failed
 	ReasonStreamDown      = "stream_down"       // every upstream WebSocket connection is down
 	ReasonOriginDown      = "origin_down"       // every connection to one HA origin is down
-	ReasonRedisBreaker    = "redis_breaker"     // the limits' Redis circuit breaker is open
+	ReasonRedisBreaker    = "redis_breaker"     // a Redis client cannot use Redis: its circuit breaker is open
 	ReasonSharedCache     = "shared_cache_down" // the shared cache tier's Redis does not answer
 	ReasonBudgetSaturated = "budget_saturated"  // an endpoint used its whole upstream budget
 	ReasonBudgetAdapting  = "budget_adapting"   // an endpoint's budget in force is below the configured one
@@ -76,7 +77,7 @@ const (
 // health computes the headline from the snapshot built so far and the
 // samples: cur the newest, minute and five the samples a minute and five
 // minutes back.
-func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample) Health {
+func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample, redis []string) Health {
 	var rs []Reason
 	add := func(code, network, format string, a ...any) {
 		rs = append(rs, Reason{Code: code, Network: network, Text: fmt.Sprintf(format, a...)})
@@ -130,7 +131,10 @@ func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample) Health {
 			add(ReasonGapUnfilled, n.Name, "network %s: %.0f gaps of the stream were not filled in the last %s", n.Name, g, recent)
 		}
 	}
-	if v, ok := cur.value(ratelimit.MetricBreakerState, nil); ok && v != 0 {
+	for _, text := range redis {
+		add(ReasonRedisBreaker, "", "%s", text)
+	}
+	if v, ok := cur.value(redisconn.MetricBreakerState, nil); ok && v != 0 && len(redis) == 0 {
 		state := "open"
 		if v == 1 {
 			state = "half-open"

@@ -14,8 +14,8 @@ import (
 
 	"streamgate/cache/shared"
 	"streamgate/proxy"
-	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/redisconn"
 )
 
 // hubFixture is a fixture whose mainnet has a hub with the given
@@ -39,7 +39,7 @@ func TestHealthWellThenEachReason(t *testing.T) {
 	f := newFixture()
 	hub := &realtime.Stats{FeedsWanted: 3, FeedsSubscribed: 3, FeedsLive: 3, Reconnects: map[string]int64{},
 		Connections: []realtime.ConnStats{{Origin: "001", State: "up", Feeds: 3}, {Origin: "002", State: "up", Feeds: 3}}}
-	breaker := prometheus.NewGauge(prometheus.GaugeOpts{Name: ratelimit.MetricBreakerState})
+	breaker := prometheus.NewGauge(prometheus.GaugeOpts{Name: redisconn.MetricBreakerState})
 	replayFull := prometheus.NewCounter(prometheus.CounterOpts{Name: proxy.MetricReplayFull})
 	reconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: realtime.MetricReconnects}, []string{"network", "reason"})
 	f.reg.MustRegister(breaker, replayFull, reconnects)

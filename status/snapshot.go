@@ -418,7 +418,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		t.AdmittedToday = int64(today[name] - s.day.base[name])
 		snap.Teams = append(snap.Teams, *t)
 	}
-	snap.Health = s.health(snap, cur, minute, five)
+	snap.Health = s.health(snap, cur, minute, five, f.Redis)
 	return snap
 }
 

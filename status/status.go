@@ -27,6 +27,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/redisconn"
 )
 
 // Defaults of Options.
@@ -62,6 +63,10 @@ type Facts struct {
 	MaxBytes   int64
 	Networks   []NetworkInfo
 	Teams      []TeamInfo
+	// Redis says, for each Redis client that cannot use Redis now, why
+	// and what follows ("Redis (ratelimit, sentinel) unavailable, …");
+	// empty while every client can.
+	Redis []string
 }
 
 // Reload is the outcome of the last reload.
@@ -199,7 +204,7 @@ var families = map[string]bool{
 	ratelimit.MetricBudgetAdjustments: true,
 	shared.MetricFillsSaved:           true,
 	shared.MetricUp:                   true,
-	ratelimit.MetricBreakerState:      true,
+	redisconn.MetricBreakerState:      true,
 	proxy.MetricReplayFull:            true,
 	realtime.MetricReconnects:         true,
 	MetricBudgetRPS:                   true,

@@ -21,7 +21,7 @@
 // key echoed, lengths), is deleted and counted as corrupt, never served.
 //
 // Redis failing is never fatal: every command goes through the client's
-// deadline and circuit breaker (ratelimit.NewRedisClient), and a failed
+// deadline and circuit breaker (redisconn.New), and a failed
 // lookup or write means the fill runs as without the tier. The tier logs
 // once when it becomes unavailable and once when it recovers.
 //
@@ -66,9 +66,9 @@ const (
 
 // Config configures a Tier. Client is required.
 type Config struct {
-	// Client is the Redis client, as ratelimit.NewRedisClient makes it
+	// Client is the Redis client, as redisconn.New makes it
 	// (deadline and circuit breaker on every command).
-	Client *redis.Client
+	Client redis.UniversalClient
 	// Prefix namespaces the keys. Empty: DefaultPrefix.
 	Prefix string
 	// TTL bounds how long an entry is kept in Redis; an entry with an
@@ -101,7 +101,7 @@ var _ cache.Tier = (*Tier)(nil)
 // Tier is the shared cache tier. It is safe for concurrent use. A nil *Tier
 // is valid and off: Fill runs the fill, Get finds nothing, Set does nothing.
 type Tier struct {
-	rc       *redis.Client
+	rc       redis.UniversalClient
 	prefix   string
 	ttl      time.Duration
 	maxBytes int

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -18,7 +17,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/internal/redistest"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 )
 
 // replica is one Tier with a Redis client of its own, as one gateway process
@@ -26,13 +25,13 @@ import (
 type replica struct {
 	tier *Tier
 	m    *Metrics
-	rc   *redis.Client
+	rc   *redisconn.Client
 	logs *observer.ObservedLogs
 }
 
 func newReplica(t *testing.T, url string, cfg Config) *replica {
 	t.Helper()
-	rc, err := ratelimit.NewRedisClient(url, "", ratelimit.RedisClientOptions{CommandTimeout: 100 * time.Millisecond, BreakerOpen: 50 * time.Millisecond})
+	rc, err := redisconn.NewURL(url, "", redisconn.Options{CommandTimeout: 100 * time.Millisecond, BreakerOpen: 50 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
 	m, err := NewMetrics(prometheus.NewRegistry())

@@ -19,7 +19,7 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
-	"streamgate/ratelimit"
+	"streamgate/redisconn"
 	"streamgate/server"
 	"streamgate/simulator"
 )
@@ -219,7 +219,7 @@ func hitLatency(ctx context.Context, o *options, redisURL string, admin *redis.C
 		diff(l2.quantile(0.5), l1.quantile(0.5)), diff(l2.quantile(0.9), l1.quantile(0.9)))
 
 	// The tier's lookup alone: one EVALSHA, decode, checksum, Check.
-	rc, err := ratelimit.NewRedisClient(redisURL, "", ratelimit.RedisClientOptions{})
+	rc, err := redisconn.NewURL(redisURL, "", redisconn.Options{})
 	if err != nil {
 		return err
 	}

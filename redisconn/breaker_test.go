@@ -1,4 +1,4 @@
-package ratelimit
+package redisconn
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -25,7 +26,7 @@ import (
 const testCommandTimeout = 50 * time.Millisecond
 
 // reach counts the calls that got past the circuit breaker, that is, that
-// went to Redis, and how they ended. Added to a client of NewRedisClient,
+// went to Redis, and how they ended. Added to a client of NewURL,
 // it runs inside the breaker's hook.
 type reach struct {
 	calls, replies, timeouts, otherFailures atomic.Int64
@@ -34,7 +35,7 @@ type reach struct {
 func (r *reach) count(err error) {
 	r.calls.Add(1)
 	switch {
-	case err == nil || isReply(err):
+	case err == nil || answered(err):
 		r.replies.Add(1)
 	case isTimeout(err):
 		r.timeouts.Add(1)
@@ -77,17 +78,17 @@ func (r *reach) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-// breakerTest is a client of NewRedisClient on a real redis-server, with
+// breakerTest is a client of NewURL on a real redis-server, with
 // its metrics, its log and the calls that reached Redis.
 type breakerTest struct {
 	srv    *redistest.Server
-	client *redis.Client
+	client *Client
 	m      *Metrics
 	logs   *observer.ObservedLogs
 	reach  *reach
 }
 
-func newBreakerTest(t *testing.T, srv *redistest.Server, opts RedisClientOptions) *breakerTest {
+func newBreakerTest(t *testing.T, srv *redistest.Server, opts Options) *breakerTest {
 	t.Helper()
 	if srv == nil {
 		srv = redistest.New(t)
@@ -98,7 +99,7 @@ func newBreakerTest(t *testing.T, srv *redistest.Server, opts RedisClientOptions
 		opts.CommandTimeout = testCommandTimeout
 	}
 	opts.Metrics, opts.Logger = bt.m, zap.New(core)
-	c, err := NewRedisClient(srv.URL(), "", opts)
+	c, err := NewURL(srv.URL(), "", opts)
 	require.NoError(t, err)
 	c.AddHook(bt.reach)
 	t.Cleanup(func() { _ = c.Close() })
@@ -107,15 +108,15 @@ func newBreakerTest(t *testing.T, srv *redistest.Server, opts RedisClientOptions
 }
 
 func (bt *breakerTest) transitions(to gobreaker.State) int {
-	return int(testutil.ToFloat64(bt.m.breakerTransitions.WithLabelValues(to.String())))
+	return int(testutil.ToFloat64(bt.m.breakerTransitions.WithLabelValues("redis", to.String())))
 }
 
 func (bt *breakerTest) state() gobreaker.State {
-	return gobreaker.State(testutil.ToFloat64(bt.m.breakerState))
+	return gobreaker.State(testutil.ToFloat64(bt.m.breakerState.WithLabelValues("redis")))
 }
 
 func (bt *breakerTest) rejected() int {
-	return int(testutil.ToFloat64(bt.m.breakerRejections))
+	return int(testutil.ToFloat64(bt.m.breakerRejections.WithLabelValues("redis")))
 }
 
 // logged counts the log lines whose message starts with prefix.
@@ -135,7 +136,7 @@ var hangScript = redis.NewScript(`return redis.call('INCR', KEYS[1])`)
 // transaction) fails, only the first DefaultBreakerFailures wait for the
 // deadline, and the others fail at once with ErrCircuitOpen.
 func TestRedisClientBreakerOpensOnHang(t *testing.T) {
-	bt := newBreakerTest(t, nil, RedisClientOptions{BreakerOpen: time.Hour}) // no probe within the test
+	bt := newBreakerTest(t, nil, Options{BreakerOpen: time.Hour}) // no probe within the test
 	ctx := context.Background()
 	require.NoError(t, bt.client.Set(ctx, "k", "v", 0).Err())
 	require.NoError(t, hangScript.Run(ctx, bt.client, []string{"n"}).Err())
@@ -186,7 +187,7 @@ func TestRedisClientBreakerOpensOnHang(t *testing.T) {
 // The breaker opens for every failure that is not a reply, not only
 // timeouts: here, a refused connection.
 func TestRedisClientBreakerOpensOnRefusedConnection(t *testing.T) {
-	bt := newBreakerTest(t, nil, RedisClientOptions{BreakerOpen: time.Hour})
+	bt := newBreakerTest(t, nil, Options{BreakerOpen: time.Hour})
 	ctx := context.Background()
 	require.NoError(t, bt.client.Ping(ctx).Err())
 	bt.srv.Stop()
@@ -204,7 +205,7 @@ func TestRedisClientBreakerOpensOnRefusedConnection(t *testing.T) {
 // which is logged once, and calls reach Redis again.
 func TestRedisClientBreakerRecovers(t *testing.T) {
 	const window = 100 * time.Millisecond
-	bt := newBreakerTest(t, nil, RedisClientOptions{BreakerOpen: window})
+	bt := newBreakerTest(t, nil, Options{BreakerOpen: window})
 	ctx := context.Background()
 	require.NoError(t, bt.client.Ping(ctx).Err())
 	before := bt.reach.calls.Load()
@@ -252,7 +253,7 @@ func TestRedisClientBreakerRecovers(t *testing.T) {
 // closed however many there are. Calls that the caller itself gave up on
 // count neither way.
 func TestRedisClientBreakerIgnoresRepliesAndCallerContext(t *testing.T) {
-	bt := newBreakerTest(t, nil, RedisClientOptions{BreakerOpen: time.Hour})
+	bt := newBreakerTest(t, nil, Options{BreakerOpen: time.Hour})
 	ctx := context.Background()
 	require.NoError(t, bt.client.Set(ctx, "str", "v", 0).Err())
 	failing := redis.NewScript(`return redis.error_reply('NOPE a script error')`)
@@ -284,7 +285,7 @@ func TestRedisClientBreakerIgnoresRepliesAndCallerContext(t *testing.T) {
 
 // While the breaker is open, no dial is attempted.
 func TestRedisClientBreakerDialHook(t *testing.T) {
-	h := newBreakerHook("127.0.0.1:1", RedisClientOptions{BreakerFailures: 2, BreakerOpen: time.Hour, CommandTimeout: time.Second, Logger: zap.NewNop()})
+	h := newBreakerHook("127.0.0.1:1", Options{BreakerFailures: 2, BreakerOpen: time.Hour, CommandTimeout: time.Second, Logger: zap.NewNop()}, &clientMetrics{})
 	dials := 0
 	dial := h.DialHook(func(context.Context, string, string) (net.Conn, error) {
 		dials++
@@ -306,102 +307,36 @@ func TestRedisClientBreakerDialHook(t *testing.T) {
 // A call that panics counts as a failure: a half-open breaker is not left
 // waiting for its probe.
 func TestRedisClientBreakerPanic(t *testing.T) {
-	h := newBreakerHook("127.0.0.1:1", RedisClientOptions{BreakerFailures: 1, BreakerOpen: time.Hour, CommandTimeout: time.Second, Logger: zap.NewNop()})
+	h := newBreakerHook("127.0.0.1:1", Options{BreakerFailures: 1, BreakerOpen: time.Hour, CommandTimeout: time.Second, Logger: zap.NewNop()}, &clientMetrics{})
 	process := h.ProcessHook(func(context.Context, redis.Cmder) error { panic("boom") })
 	assert.Panics(t, func() { _ = process(context.Background(), redis.NewCmd(context.Background(), "get", "k")) })
 	assert.Equal(t, gobreaker.StateOpen, h.cb.State())
 }
 
-// The limits fall back as their fail mode says as soon as the breaker is
-// open: every Redis implementation shares one client, hence one breaker,
-// and the calls that wait are those that opened it.
-func TestRedisClientBreakerFailModes(t *testing.T) {
-	srv := redistest.New(t)
-	ctx := context.Background()
-	l := Limit{Rate: 0.001, Burst: 5}
-	// RetryInterval of a nanosecond: the limits would try Redis at every
-	// call; only the breaker keeps them from waiting.
-	const retry = time.Nanosecond
-
-	open := newBreakerTest(t, srv, RedisClientOptions{BreakerOpen: time.Hour})
-	limiter, err := NewRedis(open.client, Options{Name: "team", RetryInterval: retry})
+func newMetrics(t *testing.T) *Metrics {
+	t.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
-	quota, err := NewRedisQuota(open.client, Options{Name: "daily", RetryInterval: retry})
-	require.NoError(t, err)
-	budget, err := NewRedisBudget(open.client, Options{RetryInterval: retry})
-	require.NoError(t, err)
-
-	closed := newBreakerTest(t, srv, RedisClientOptions{BreakerOpen: time.Hour})
-	strict, err := NewRedis(closed.client, Options{Name: "team", FailMode: FailClosed, RetryInterval: retry})
-	require.NoError(t, err)
-
-	for _, r := range []*Redis{limiter, strict} {
-		d, err := r.Allow(ctx, "warm", l)
-		require.NoError(t, err)
-		require.True(t, d.Allowed)
-	}
-	base, strictBase := open.reach.calls.Load(), closed.reach.calls.Load()
-
-	srv.Pause()
-	const calls = 200
-	allowed, refused := 0, 0
-	for range calls {
-		d, err := limiter.Allow(ctx, "trading", l)
-		require.NoError(t, err, "fail open decides locally")
-		if d.Allowed {
-			allowed++
-		} else {
-			refused++
-		}
-	}
-	assert.Equal(t, l.Burst, allowed, "the local limit applies")
-	assert.Equal(t, calls-l.Burst, refused)
-	now := time.Now()
-	taken := 0
-	for range calls {
-		d, err := quota.Take(ctx, "trading", 7, now)
-		require.NoError(t, err)
-		if d.Allowed {
-			taken++
-		}
-	}
-	assert.Equal(t, 7, taken, "the local quota applies")
-	for range 20 {
-		require.NoError(t, budget.Wait(ctx, "endpoint", Limit{Rate: 1000, Burst: 1000}))
-	}
-	budget.Pause("endpoint", time.Millisecond)
-	assert.EqualValues(t, DefaultBreakerFailures, open.reach.calls.Load()-base, "calls that reached the hanging Redis")
-	assert.EqualValues(t, DefaultBreakerFailures, open.reach.timeouts.Load())
-
-	unavailable := 0
-	for range calls {
-		d, err := strict.Allow(ctx, "trading", l)
-		require.ErrorIs(t, err, ErrUnavailable, "fail closed refuses")
-		assert.False(t, d.Allowed)
-		if errors.Is(err, ErrCircuitOpen) {
-			unavailable++
-		}
-	}
-	assert.Equal(t, calls-DefaultBreakerFailures, unavailable, "refused without waiting")
-	assert.EqualValues(t, DefaultBreakerFailures, closed.reach.calls.Load()-strictBase, "calls that reached the hanging Redis")
+	return m
 }
 
-func TestNewRedisClientOptions(t *testing.T) {
-	c, err := NewRedisClient("redis://127.0.0.1:1/2", "pw", RedisClientOptions{})
+func TestNewOptions(t *testing.T) {
+	c, err := NewURL("redis://127.0.0.1:1/2", "pw", Options{})
 	require.NoError(t, err)
 	defer c.Close()
-	o := c.Options()
+	assert.Equal(t, ModeSingle, c.Mode())
+	o := c.UniversalClient.(*redis.Client).Options()
 	assert.Equal(t, "pw", o.Password)
 	assert.Equal(t, 2, o.DB)
-	assert.Equal(t, DefaultRedisCommandTimeout, o.ReadTimeout)
-	assert.Equal(t, DefaultRedisDialTimeout, o.DialTimeout)
+	assert.Equal(t, DefaultCommandTimeout, o.ReadTimeout)
+	assert.Equal(t, DefaultDialTimeout, o.DialTimeout)
 	assert.True(t, o.ContextTimeoutEnabled)
-	assert.Zero(t, o.MaxRetries, "go-redis turns the -1 given into 0, no retry")
+	assert.Equal(t, maxRetries, o.MaxRetries, "the library retries a failover's errors within the deadline")
 	assert.Equal(t, 1, o.DialerRetries)
 
-	_, err = NewRedisClient("http://x", "", RedisClientOptions{})
+	_, err = NewURL("http://x", "", Options{})
 	assert.Error(t, err)
-	_, err = NewRedisClient("redis://127.0.0.1:1/0", "", RedisClientOptions{BreakerOpen: -1})
+	_, err = NewURL("redis://127.0.0.1:1/0", "", Options{BreakerOpen: -1})
 	assert.Error(t, err)
 }
 
@@ -410,7 +345,7 @@ func TestRedisClientBreakerLogsNoSecret(t *testing.T) {
 	srv := redistest.New(t)
 	core, logs := observer.New(zapcore.DebugLevel)
 	const password = "hunter2-do-not-log"
-	c, err := NewRedisClient(srv.URL(), password, RedisClientOptions{
+	c, err := NewURL(srv.URL(), password, Options{
 		CommandTimeout: testCommandTimeout, BreakerOpen: time.Hour, Logger: zap.New(core), Metrics: newMetrics(t),
 	})
 	require.NoError(t, err)

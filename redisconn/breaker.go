@@ -1,0 +1,223 @@
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"go.uber.org/zap"
+)
+
+// ErrCircuitOpen reports a Redis call that was not sent because the
+// client's circuit breaker is open (or half-open with its one probe already
+// out): Redis failed or hung recently, and the call fails at once instead of
+// waiting for it. Every user of a client treats it as any other Redis
+// failure and falls back as its fail mode says.
+var ErrCircuitOpen = errors.New("redisconn: redis circuit breaker open")
+
+// The errors of a rejected call, made once: a rejection must cost nothing.
+var (
+	errOpenState       = fmt.Errorf("%w: %w", ErrCircuitOpen, gobreaker.ErrOpenState)
+	errTooManyRequests = fmt.Errorf("%w: %w", ErrCircuitOpen, gobreaker.ErrTooManyRequests)
+	// errExcluded tells the breaker that a call says nothing about Redis.
+	errExcluded = errors.New("redisconn: redis call neither succeeded nor failed")
+	errPanic    = errors.New("redisconn: redis call panicked")
+)
+
+// breakerHook is the redis.Hook of New: a deadline and a circuit
+// breaker around every call.
+type breakerHook struct {
+	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	timeout  time.Duration
+	failures int
+	open     time.Duration
+	addr     string // host:port or socket path: never a password
+	log      *zap.Logger
+	metrics  *clientMetrics
+
+	lastErr  atomic.Pointer[error] // the last failure, for the log line
+	openedAt time.Time             // guarded by cb's lock: set in onStateChange
+}
+
+var _ redis.Hook = (*breakerHook)(nil)
+
+func newBreakerHook(addr string, opts Options, m *clientMetrics) *breakerHook {
+	h := &breakerHook{
+		timeout:  opts.CommandTimeout,
+		failures: opts.BreakerFailures,
+		open:     opts.BreakerOpen,
+		addr:     addr,
+		log:      opts.Logger,
+		metrics:  m,
+	}
+	failures := uint32(opts.BreakerFailures)
+	h.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "redis",
+		MaxRequests: 1, // one probe when half-open
+		Timeout:     opts.BreakerOpen,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		IsExcluded:  func(err error) bool { return err == errExcluded },
+		// IsSuccessful is err == nil: report classifies.
+		OnStateChange: h.onStateChange,
+	})
+	return h
+}
+
+// allow asks the breaker for a call; the error wraps ErrCircuitOpen.
+func (h *breakerHook) allow() (done func(error), err error) {
+	done, err = h.cb.Allow()
+	if err == nil {
+		return done, nil
+	}
+	h.metrics.breakerRejected()
+	h.metrics.failed(KindCircuitOpen)
+	if errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return nil, errTooManyRequests
+	}
+	return nil, errOpenState
+}
+
+// report tells the breaker how a call made with the caller's ctx went.
+func (h *breakerHook) report(ctx context.Context, done func(error), err error) {
+	switch {
+	case err == nil || answered(err):
+		done(nil)
+	case callerDone(ctx) || errors.Is(err, redis.ErrClosed):
+		// The caller gave up, or the client is closing: not Redis's doing.
+		done(errExcluded)
+	default:
+		h.lastErr.Store(&err)
+		done(err)
+	}
+}
+
+// callerDone reports whether the caller's ctx has ended. Its deadline is
+// checked too: the socket's deadline is the same instant, and the read can
+// time out before ctx's timer has run.
+func callerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// answered reports whether err is a reply of Redis (redis.Nil included)
+// that says it serves, rather than a failure to get one or a reply that
+// says it cannot serve now (READONLY, LOADING, CLUSTERDOWN, MASTERDOWN,
+// TRYAGAIN, a MOVED or ASK the client's redirects did not resolve): those
+// are the failures of a failover, which the client's own retries did not
+// outlast, and count as failures.
+func answered(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !unavailable(kindOf(err))
+}
+
+func (h *breakerHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		// A dial belongs to a command that the breaker let through, or
+		// is the pool's own; while the breaker is open, do not wait for
+		// one.
+		if h.cb.State() == gobreaker.StateOpen {
+			return nil, errOpenState
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+// isRejection reports whether err is the breaker's own, for a call that it
+// did not let through.
+func isRejection(err error) bool { return err == errOpenState || err == errTooManyRequests }
+
+// inCall marks the context of a call that the breaker let through. The
+// commands that go-redis sends to set up a new connection (HELLO, CLIENT
+// SETINFO, SELECT) go through the hooks again, inside the call that needs
+// the connection: they are part of it, not calls of their own, and must
+// not take the half-open breaker's one probe, nor a deadline of their own.
+type inCall struct{}
+
+// call runs next for the caller's ctx under the breaker and the deadline.
+func (h *breakerHook) call(ctx context.Context, next func(context.Context) error) error {
+	done, err := h.allow()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	reported := false
+	defer func() {
+		// next panicked: report a failure all the same, or a half-open
+		// breaker would wait for its probe forever.
+		if !reported {
+			done(errPanic)
+		}
+	}()
+	err = next(context.WithValue(cctx, inCall{}, true))
+	reported = true
+	h.report(ctx, done, err)
+	if err != nil && err != redis.Nil && !callerDone(ctx) {
+		h.metrics.failed(kindOf(err))
+	}
+	return err
+}
+
+func (h *breakerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(inCall{}) != nil {
+			return next(ctx, cmd)
+		}
+		h.metrics.sent(1)
+		err := h.call(ctx, func(ctx context.Context) error { return next(ctx, cmd) })
+		if isRejection(err) {
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (h *breakerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if ctx.Value(inCall{}) != nil {
+			return next(ctx, cmds)
+		}
+		h.metrics.sent(len(cmds))
+		err := h.call(ctx, func(ctx context.Context) error { return next(ctx, cmds) })
+		if isRejection(err) {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+		}
+		return err
+	}
+}
+
+// onStateChange runs under the breaker's lock, once per transition.
+func (h *breakerHook) onStateChange(_ string, from, to gobreaker.State) {
+	h.metrics.breakerChanged(to)
+	switch {
+	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
+		h.openedAt = time.Now()
+		var cause error
+		if p := h.lastErr.Load(); p != nil {
+			cause = *p
+		}
+		h.log.Warn("redis unavailable: circuit breaker open, falling back",
+			zap.String("addr", h.addr),
+			zap.Int("consecutive_failures", h.failures),
+			zap.Duration("command_timeout", h.timeout),
+			zap.Duration("probe_interval", h.open),
+			zap.Error(cause))
+	case to == gobreaker.StateClosed:
+		h.log.Info("redis recovered: circuit breaker closed",
+			zap.String("addr", h.addr),
+			zap.Duration("unavailable_for", time.Since(h.openedAt).Round(time.Millisecond)))
+	default: // a probe is let through, or failed: the same outage
+		h.log.Debug("redis circuit breaker",
+			zap.Stringer("from", from), zap.Stringer("to", to))
+	}
+}
