@@ -118,9 +118,9 @@ func shareThroughFailover(t *testing.T, client func() redis.UniversalClient, kil
 			consecutive(t, c.of(f))
 		}
 	}
-	t.Logf("failover %v; shared again %v after it; upstream connections: %d at most, %d opened meanwhile, 1 after; "+
+	t.Logf("failover %v; shared again %v after it; upstream connections: %d at most, %d opened meanwhile, %d after; "+
 		"subscriptions made again %d; fallbacks %d; gap fills %d; replicas restarted %d",
-		run.failover.Round(time.Millisecond), run.recovery.Round(time.Millisecond), run.peak, run.opened,
+		run.failover.Round(time.Millisecond), run.recovery.Round(time.Millisecond), run.peak, run.opened, e.open(),
 		run.resubs, run.fallbacks, run.backfilled, run.restarts)
 	return run
 }
