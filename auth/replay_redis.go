@@ -63,10 +63,14 @@ return 0
 // signature kept is in them) are bounded by u.TeamMax, so that no team
 // fills the store for the others.
 func (s *RedisReplay) FirstUse(ctx context.Context, u ReplayUse) (bool, error) {
-	k := s.prefix + strconv.Itoa(len(u.Key)) + ":" + u.Key + ":" + hex.EncodeToString(u.Sig)
+	// Every key of one call carries the team's hash tag: one Redis
+	// Cluster slot per team. A key belongs to one team, so its signatures
+	// are the team's.
+	tag := "{" + u.Team + "}:"
+	k := s.prefix + tag + strconv.Itoa(len(u.Key)) + ":" + u.Key + ":" + hex.EncodeToString(u.Sig)
 	ttl := max(u.TTL.Milliseconds(), 1)
 	period := u.Now.UnixMilli() / ttl
-	team := s.prefix + "team:" + strconv.Itoa(len(u.Team)) + ":" + u.Team + ":"
+	team := s.prefix + tag + "team:"
 	n, err := replayScript.Run(ctx, s.client,
 		[]string{k, team + strconv.FormatInt(period, 10), team + strconv.FormatInt(period-1, 10)},
 		u.Now.UnixMilli(), ttl, u.Grace.Milliseconds(), max(u.TeamMax, 0)).Int()

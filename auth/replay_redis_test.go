@@ -59,7 +59,7 @@ func TestRedisReplay(t *testing.T) {
 	require.NoError(t, err)
 	var keys []string // the signatures, not the teams' counts
 	for _, k := range all {
-		if !strings.HasPrefix(k, "test:replay:team:") {
+		if !strings.HasPrefix(k, "test:replay:{trading}:team:") {
 			keys = append(keys, k)
 		}
 	}

@@ -506,3 +506,49 @@ func TestParseRedactsSecretsInYAMLErrors(t *testing.T) {
 		})
 	}
 }
+
+// A sentinel or cluster form takes the place of the default url; the
+// sentinels' password comes from its file; check names a problem of each
+// form at its path.
+func TestParseRedisForms(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sentinel-pw"), []byte("sentinel-secret\n"), 0o600))
+	base := `
+networks:
+  mainnet: {listen: "127.0.0.1:0"}
+teams:
+  - name: t
+    networks: [mainnet]
+    feeds: ["*"]
+    keys: [{id: k, secret: "0123456789abcdef"}]
+`
+	cfg, err := Parse([]byte(base+`
+ratelimit:
+  backend: redis
+  redis:
+    sentinel: {master: mymaster, addrs: ["10.0.0.1:26379", "10.0.0.2:26379"], sentinel_password_file: `+filepath.Join(dir, "sentinel-pw")+`}
+    tls: true
+cache:
+  shared: {backend: redis, cluster: {addrs: ["10.0.0.1:6379"]}}
+`), fakeEnv(nil))
+	require.NoError(t, err)
+	r := cfg.RateLimit.Redis
+	assert.Empty(t, r.URL, "no default url beside a sentinel")
+	require.NotNil(t, r.Sentinel)
+	assert.Equal(t, "mymaster", r.Sentinel.Master)
+	assert.Equal(t, "sentinel-secret", r.Sentinel.SentinelPassword.Reveal())
+	assert.Equal(t, "sentinel", r.Target().Mode())
+	assert.True(t, r.Target().TLS)
+	assert.Equal(t, "cluster", cfg.Cache.Shared.Target().Mode())
+
+	_, err = Parse([]byte(base+`
+ratelimit:
+  backend: redis
+  redis:
+    url: redis://127.0.0.1:6379/0
+    cluster: {addrs: []}
+`), fakeEnv(nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ratelimit.redis: give exactly one of url, sentinel or cluster, not url and cluster")
+	assert.Contains(t, err.Error(), "ratelimit.redis.cluster.addrs: required: at least one HOST:PORT")
+}

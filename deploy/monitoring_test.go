@@ -22,6 +22,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/redisconn"
 )
 
 // metric is one metric family the gateway exposes.
@@ -47,6 +48,9 @@ func registeredMetrics(t *testing.T) map[string]metric {
 	realtime.NewMetrics(rec)
 	don.NewMetrics(rec)
 	if _, err := shared.NewMetrics(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redisconn.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}
 	// Registered by cmd/streamgate (serve.go) next to the cache and the

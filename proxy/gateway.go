@@ -387,14 +387,14 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	for _, t := range cfg.Teams {
 		at := auth.Team{Name: t.Name, Networks: t.Networks, Feeds: t.Feeds}
 		tp := &teamPolicy{
-			rate:     newLimitPolicy(ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst}, "team:"+t.Name, "team"),
+			rate:     newLimitPolicy(ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst}, ratelimit.TeamRateKey(t.Name), "team"),
 			keyRates: map[string]limitPolicy{},
 			daily:    t.DailyQuota,
 			creds:    map[string]*credential{},
 		}
 		if t.DailyQuota > 0 {
 			// As the Quota interface documents its Decision's Limit.
-			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, "daily:"+t.Name, "daily")
+			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, ratelimit.DailyKey(t.Name), "daily")
 		}
 		for _, k := range t.Keys {
 			ak := auth.Key{ID: k.ID}
@@ -403,7 +403,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			}
 			at.Keys = append(at.Keys, ak)
 			if !k.Rate.Unlimited() {
-				tp.keyRates[k.ID] = newLimitPolicy(ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}, "key:"+k.ID, "key")
+				tp.keyRates[k.ID] = newLimitPolicy(ratelimit.Limit{Rate: k.Rate.RPS, Burst: k.Rate.Burst}, ratelimit.KeyRateKey(t.Name, k.ID), "key")
 			}
 		}
 		for net, c := range t.Upstream {

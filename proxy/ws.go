@@ -95,7 +95,7 @@ func (tc *teamConns) wait() {
 // acquire takes one of the team's limit connections; release gives it
 // back.
 func (tc *teamConns) acquire(ctx context.Context, team string, limit int) (release func(), ok bool) {
-	return tc.counter.Acquire(ctx, "team:"+team, limit)
+	return tc.counter.Acquire(ctx, ratelimit.TeamRateKey(team), limit)
 }
 
 func (tc *teamConns) add(c *wsClient) {

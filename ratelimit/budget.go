@@ -381,9 +381,9 @@ func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, e
 		client:   client,
 		network:  opts.Network,
 		margin:   opts.BudgetMargin,
-		rateKey:  opts.Prefix + "budget:" + opts.Network + ":",
-		pauseKey: opts.Prefix + "pause:" + opts.Network + ":",
-		adaptKey: opts.Prefix + "adapt:" + opts.Network + ":",
+		rateKey:  opts.Prefix + "budget:{" + opts.Network + ":",
+		pauseKey: opts.Prefix + "pause:{" + opts.Network + ":",
+		adaptKey: opts.Prefix + "adapt:{" + opts.Network + ":",
 		fb:       newFallback(opts, "budget"),
 		local:    newMemoryBudget(opts),
 		metrics:  opts.Metrics,
@@ -447,7 +447,8 @@ func (b *RedisBudget) budgetArgs(l Limit, op string) []any {
 // step runs budgetScript for key; it returns the wait, the rate in force
 // and the direction of a change.
 func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) (time.Duration, float64, string, error) {
-	res, err := budgetScript.Run(ctx, b.client, []string{b.rateKey + key, b.pauseKey + key, b.adaptKey + key}, b.budgetArgs(l, op)...).StringSlice()
+	// The three keys share the hash tag {network:key}: one cluster slot.
+	res, err := budgetScript.Run(ctx, b.client, []string{b.rateKey + key + "}", b.pauseKey + key + "}", b.adaptKey + key + "}"}, b.budgetArgs(l, op)...).StringSlice()
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -472,7 +473,7 @@ func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) 
 // zero; otherwise it returns how long to wait before trying again.
 func (b *RedisBudget) next(ctx context.Context, key string, l Limit) (time.Duration, error) {
 	if l.Unlimited() {
-		left, err := b.client.PTTL(ctx, b.pauseKey+key).Result()
+		left, err := b.client.PTTL(ctx, b.pauseKey+key+"}").Result()
 		if err != nil {
 			return 0, err
 		}
@@ -504,7 +505,7 @@ func (b *RedisBudget) Pause(key string, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), pauseTimeout)
 	defer cancel()
 	ms := max((d+time.Millisecond-1)/time.Millisecond, 1)
-	if err := pauseScript.Run(ctx, b.client, []string{b.pauseKey + key}, int64(ms)).Err(); err != nil {
+	if err := pauseScript.Run(ctx, b.client, []string{b.pauseKey + key + "}"}, int64(ms)).Err(); err != nil {
 		b.fb.failed("pause", err)
 		return
 	}

@@ -162,9 +162,12 @@ type Options struct {
 
 	// Prefix starts every Redis key. Default "streamgate:rl:". Keys are
 	// Prefix+"rate:"+key for a Limiter, Prefix+"quota:"+key+":"+YYYY-MM-DD
-	// for a Quota, and Prefix+"budget:"+network+":"+key,
-	// Prefix+"pause:"+network+":"+key and (the rate learned from upstream
-	// 429s) Prefix+"adapt:"+network+":"+key for a Budget. Redis only.
+	// for a Quota, and Prefix+"budget:{"+network+":"+key+"}",
+	// Prefix+"pause:{"+network+":"+key+"}" and (the rate learned from
+	// upstream 429s) Prefix+"adapt:{"+network+":"+key+"}" for a Budget,
+	// the three of one key in one Redis Cluster slot. Callers give a
+	// team's keys its hash tag (TeamRateKey, KeyRateKey, DailyKey). Redis
+	// only.
 	Prefix string
 	// FailMode is what to do while Redis fails. Default FailOpen. Redis
 	// only.

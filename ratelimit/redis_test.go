@@ -477,7 +477,7 @@ func TestRedisBudgetFailModes(t *testing.T) {
 
 		ft.recover(t,
 			func() { _ = b.Wait(withTimeout(t), "/b", l) },
-			func() bool { return ft.exists(t, "streamgate:rl:budget:mainnet:/b") })
+			func() bool { return ft.exists(t, "streamgate:rl:budget:{mainnet:/b}") })
 	})
 	t.Run("closed", func(t *testing.T) {
 		ft := newFailTest(t, FailClosed)

@@ -177,27 +177,34 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	password := t.Password.Reveal()
+	// The options the Sentinel and Cluster clients share, in go-redis's
+	// own universal form.
+	uo := &redis.UniversalOptions{
+		Password:        password,
+		TLSConfig:       tlsConf,
+		DialTimeout:     opts.DialTimeout,
+		ReadTimeout:     opts.CommandTimeout,
+		WriteTimeout:    opts.CommandTimeout,
+		MaxRetries:      maxRetries,
+		MinRetryBackoff: minRetryBackoff,
+		MaxRetryBackoff: maxRetryBackoff,
+		DialerRetries:   1,
+		// A node that failed is tried again after a second, not
+		// fifteen: after a failover it may be back as a replica.
+		FailingTimeoutSeconds: 1,
+
+		ContextTimeoutEnabled: true,
+	}
 	switch {
 	case t.Sentinel != nil:
 		c.mode, c.master = ModeSentinel, t.Sentinel.Master
 		c.addr = "sentinel master " + t.Sentinel.Master
-		fo := &redis.FailoverOptions{
-			MasterName:       t.Sentinel.Master,
-			SentinelAddrs:    t.Sentinel.Addrs,
-			SentinelPassword: t.Sentinel.SentinelPassword.Reveal(),
-			Password:         password,
-			TLSConfig:        tlsConf,
-			DialTimeout:      opts.DialTimeout,
-			ReadTimeout:      opts.CommandTimeout,
-			WriteTimeout:     opts.CommandTimeout,
-			MaxRetries:       maxRetries,
-			MinRetryBackoff:  minRetryBackoff,
-			MaxRetryBackoff:  maxRetryBackoff,
-			DialerRetries:    1,
-
-			ContextTimeoutEnabled: true,
-		}
-		c.UniversalClient = redis.NewFailoverClient(fo)
+		uo.MasterName = t.Sentinel.Master
+		uo.SentinelPassword = t.Sentinel.SentinelPassword.Reveal()
+		// A copy: the client may append to it, and two clients may be
+		// given the same configuration.
+		uo.Addrs = slices.Clone(t.Sentinel.Addrs)
+		c.UniversalClient = redis.NewFailoverClient(uo.Failover())
 		for _, a := range t.Sentinel.Addrs {
 			c.sentinels = append(c.sentinels, redis.NewSentinelClient(&redis.Options{
 				Addr: a, Password: t.Sentinel.SentinelPassword.Reveal(), TLSConfig: tlsConf,
@@ -208,23 +215,8 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 	case t.Cluster != nil:
 		c.mode = ModeCluster
 		c.addr = "cluster " + strings.Join(t.Cluster.Addrs, ",")
-		c.UniversalClient = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:           t.Cluster.Addrs,
-			Password:        password,
-			TLSConfig:       tlsConf,
-			DialTimeout:     opts.DialTimeout,
-			ReadTimeout:     opts.CommandTimeout,
-			WriteTimeout:    opts.CommandTimeout,
-			MaxRetries:      maxRetries,
-			MinRetryBackoff: minRetryBackoff,
-			MaxRetryBackoff: maxRetryBackoff,
-			DialerRetries:   1,
-			// A node that failed is tried again after a second, not
-			// fifteen: after a failover it may be back as a replica.
-			FailingTimeoutSeconds: 1,
-
-			ContextTimeoutEnabled: true,
-		})
+		uo.Addrs = slices.Clone(t.Cluster.Addrs) // the client appends the nodes it learns
+		c.UniversalClient = redis.NewClusterClient(uo.Cluster())
 	default:
 		c.mode = ModeSingle
 		ro, err := redis.ParseURL(t.URL)

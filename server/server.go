@@ -508,7 +508,7 @@ func (s *Server) statusFacts() status.Facts {
 		ti := status.TeamInfo{Name: t.Name, DailyQuota: t.DailyQuota}
 		if t.DailyQuota > 0 && s.limits.Quota != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			if n, err := s.limits.Quota.Used(ctx, "daily:"+t.Name, time.Now()); err == nil {
+			if n, err := s.limits.Quota.Used(ctx, ratelimit.DailyKey(t.Name), time.Now()); err == nil {
 				ti.DailyUsed = &n
 			}
 			cancel()

@@ -197,3 +197,30 @@ func TestNoUpstreamCallShare(t *testing.T) {
 	assert.Contains(t, page, "1xx 5", "WebSocket upgrades in the teams' answers")
 	assert.True(t, strings.Contains(page, `data-state="well"`))
 }
+
+// The Redis clients' own word (Facts.Redis) makes the headline, cause
+// included, in place of the bare breaker state.
+func TestHealthRedisCause(t *testing.T) {
+	f := newFixture()
+	breaker := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: redisconn.MetricBreakerState}, []string{"client"})
+	f.reg.MustRegister(breaker)
+	var redis []string
+	s := New(Options{Gatherer: f.reg, Interval: 10 * time.Second, Now: func() time.Time { return f.now },
+		Facts: func() Facts { return Facts{Redis: redis} }})
+	s.Sample()
+	assert.Equal(t, StateWell, s.Snapshot().Health.State)
+
+	breaker.WithLabelValues("ratelimit").Set(2)
+	redis = []string{"Redis (ratelimit, cluster) unavailable, breaker open: calls fail at once; last failure: dial tcp 10.0.0.1:6379: connect: connection refused"}
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+	h := s.Snapshot().Health
+	assert.Equal(t, []string{ReasonRedisBreaker}, codes(h), "one reason, with its cause")
+	assert.Equal(t, "Degraded: "+redis[0], h.Summary())
+
+	redis = nil
+	breaker.WithLabelValues("ratelimit").Set(0)
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+	assert.Equal(t, StateWell, s.Snapshot().Health.State)
+}

@@ -25,8 +25,9 @@
 // lookup or write means the fill runs as without the tier. The tier logs
 // once when it becomes unavailable and once when it recovers.
 //
-// Keys are Prefix + the cache key, Prefix + "lease:" + the cache key for
-// leases, and Prefix + "lead:" + a name for the leads of Lead
+// Keys are Prefix + "{" + the cache key + "}", Prefix + "lease:{" + the
+// cache key + "}" for leases (an entry and its lease share their Redis
+// Cluster hash tag, so the scripts that touch both work on a cluster), and Prefix + "lead:" + a name for the leads of Lead
 // (DefaultPrefix: streamgate:cache:v1:).
 package shared
 
@@ -155,10 +156,10 @@ func New(cfg Config) (*Tier, error) {
 }
 
 // Key returns the Redis key of a cache key.
-func (t *Tier) Key(key string) string { return t.prefix + key }
+func (t *Tier) Key(key string) string { return t.prefix + "{" + key + "}" }
 
 // LeaseKey returns the Redis key of a cache key's lease.
-func (t *Tier) LeaseKey(key string) string { return t.prefix + "lease:" + key }
+func (t *Tier) LeaseKey(key string) string { return t.prefix + "lease:{" + key + "}" }
 
 // getOrLease returns the entry's value ({1, value}); else takes the lease
 // ({2}); else reports the lease held by another ({3}).
@@ -399,12 +400,24 @@ func (t *Tier) GetMany(ctx context.Context, keys []string, checkOf func(key stri
 	if t == nil || len(keys) == 0 || t.down.Load() {
 		return out
 	}
-	rkeys := make([]string, len(keys))
+	// A pipeline of GETs, not MGET: each key has its own hash tag, and
+	// on a Redis Cluster the client sends one pipeline per node, in
+	// parallel, where MGET would be refused (CROSSSLOT). On a single node
+	// it is one round trip as MGET is.
+	pipe := t.rc.Pipeline()
+	gets := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
-		rkeys[i] = t.Key(k)
+		gets[i] = pipe.Get(ctx, t.Key(k))
 	}
-	vals, err := t.rc.MGet(ctx, rkeys...).Result()
-	if err != nil {
+	_, err := pipe.Exec(ctx)
+	for _, get := range gets { // Exec tells only the first error
+		if gerr := get.Err(); err == nil || errors.Is(err, redis.Nil) {
+			if gerr != nil && !errors.Is(gerr, redis.Nil) {
+				err = gerr
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
 		t.failed(err)
 		for range keys {
 			t.m.lookup(LookupError)
@@ -412,9 +425,9 @@ func (t *Tier) GetMany(ctx context.Context, keys []string, checkOf func(key stri
 		return out
 	}
 	t.ok()
-	for i, v := range vals {
-		raw, ok := v.(string)
-		if !ok {
+	for i, get := range gets {
+		raw, err := get.Result()
+		if err != nil { // redis.Nil: no entry
 			t.m.lookup(LookupMiss)
 			continue
 		}

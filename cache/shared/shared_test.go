@@ -107,11 +107,11 @@ func TestFillOnceForAllReplicas(t *testing.T) {
 	assert.EqualValues(t, 1, testutil.ToFloat64(b.m.saved))
 
 	// Namespaced key, an expiry, and the lease released.
-	ttl, err := a.rc.PTTL(ctx, DefaultPrefix+"report/k1").Result()
+	ttl, err := a.rc.PTTL(ctx, a.tier.Key("report/k1")).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, time.Duration(0))
 	assert.LessOrEqual(t, ttl, DefaultTTL)
-	n, err := a.rc.Exists(ctx, DefaultPrefix+"lease:report/k1").Result()
+	n, err := a.rc.Exists(ctx, a.tier.LeaseKey("report/k1")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "lease released")
 }

@@ -62,7 +62,7 @@ func TestStoreLoadFromTiers(t *testing.T) {
 	_, _, err = b.LoadFrom(ctx, "report/local", cache.Source{Fill: fc.fill})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, fc.calls.Load())
-	n, err := ra.rc.Exists(ctx, DefaultPrefix+"report/local").Result()
+	n, err := ra.rc.Exists(ctx, ra.tier.Key("report/local")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a key without a Check is not written to the tier")
 }
@@ -85,7 +85,7 @@ func TestStoreNotInMemory(t *testing.T) {
 	_, state := a.Get(key)
 	assert.Equal(t, cache.Missing, state, "not kept in memory")
 	assert.Zero(t, a.Bytes())
-	n, err := ra.rc.Exists(ctx, DefaultPrefix+key).Result()
+	n, err := ra.rc.Exists(ctx, ra.tier.Key(key)).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n, "kept in the tier")
 

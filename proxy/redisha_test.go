@@ -1,0 +1,352 @@
+package proxy_test
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/config"
+	"streamgate/internal/redistest"
+	"streamgate/ratelimit"
+	"streamgate/redisconn"
+	"streamgate/server/servertest"
+	"streamgate/simulator"
+)
+
+// pollTeam has a rate far above what the tests send: every request of its
+// costs a decision in Redis and none is refused.
+const pollTeam, pollKey, pollSecret = "poller", "poller-key", "poller-secret-0123456789"
+
+// shareAgainBound is the longest a replica may take, after a failover has
+// ended as the Redis servers see it, to decide by Redis again.
+const shareAgainBound = 2 * time.Second
+
+// startHAReplicas starts three gateways, each with its own simulator,
+// whose limits and shared cache tier live in the Redis that redis
+// configures (sentinel or cluster), each built from the configuration as
+// the binary builds it.
+func startHAReplicas(t *testing.T, redis func(*config.Redis)) []*replica {
+	t.Helper()
+	out := make([]*replica, 3)
+	for i := range out {
+		env := servertest.Start(t, servertest.Options{Quiet: true, Upstream: retryAfter60, Config: func(c *config.Config) {
+			replicaConfig(c)
+			c.Teams = append(c.Teams, config.Team{
+				Name: pollTeam, Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
+				Rate: config.Rate{RPS: 1e6, Burst: 1e6},
+				Keys: []config.Key{{ID: pollKey, Secret: pollSecret}},
+			})
+			c.RateLimit.Backend = config.BackendRedis
+			c.RateLimit.Redis = config.Redis{FailMode: config.FailModeOpen}
+			redis(&c.RateLimit.Redis)
+			c.Cache.Shared.Backend = config.SharedRedis
+			c.Cache.Shared.Sentinel, c.Cache.Shared.Cluster = c.RateLimit.Redis.Sentinel, c.RateLimit.Redis.Cluster
+			c.Realtime.Share = false // the stream's sharing is tested on its own
+		}})
+		out[i] = &replica{env: env, reg: env.Registry}
+	}
+	return out
+}
+
+// redisFailures is a replica's failed Redis calls of kind, of both its
+// clients (the limits' and the shared cache tier's).
+func redisFailures(t *testing.T, r *replica, kind string) float64 {
+	t.Helper()
+	var n float64
+	for _, client := range []string{"ratelimit", "shared"} {
+		n += metricValue(t, r.reg, redisconn.MetricCommandErrors, map[string]string{"client": client, "kind": kind})
+	}
+	return n
+}
+
+// checkFleet drives the three replicas and checks that they behave as one
+// gateway: the team rate within ±5 % of the configured one, the daily
+// quota exact, a report fetched once for all, every decision made in Redis.
+func checkFleet(t *testing.T, reps []*replica) {
+	hc := replicaHTTP(t)
+	demo := servertest.Demo()
+	demo.HTTP = hc
+
+	trips := func(name string) (n float64) {
+		for _, r := range reps {
+			n += metricValue(t, r.reg, name, map[string]string{"client": "ratelimit"})
+		}
+		return n
+	}
+	t.Run("team rate", func(t *testing.T) {
+		trips0, cmds0 := trips(redisconn.MetricRoundTrips), trips(redisconn.MetricCommands)
+		counts, elapsed := drive(t, reps, demo, 3, time.Second, func() string { return "/api/v1/feeds" })
+		n := float64(sum(counts))
+		t.Logf("the limits' Redis per request: %.2f round trips, %.2f commands (%d requests)",
+			(trips(redisconn.MetricRoundTrips)-trips0)/n, (trips(redisconn.MetricCommands)-cmds0)/n, sum(counts))
+		require.Equal(t, counts[http.StatusOK]+counts[http.StatusTooManyRequests], sum(counts), "only 200 and 429: %v", counts)
+		require.Greater(t, counts[http.StatusTooManyRequests], replicaBurst, "driven with more than the limit")
+		requireWithin5Percent(t, "admitted by three replicas", counts[http.StatusOK], replicaBurst, replicaRate, elapsed)
+	})
+	t.Run("daily quota", func(t *testing.T) {
+		daily := &servertest.Client{Key: dailyKey, Secret: dailySecret, HTTP: hc}
+		counts, _ := drive(t, reps, daily, 3, 500*time.Millisecond, func() string { return "/api/v1/feeds" })
+		require.Greater(t, counts[http.StatusTooManyRequests], 0, "driven with more than the quota")
+		assert.Equal(t, dailyQuota, counts[http.StatusOK], "a day's count is exact across replicas")
+	})
+	t.Run("a report fetched once for all replicas", func(t *testing.T) {
+		batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
+		btc := reps[0].env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+		target := reportTarget(btc, pastTS(), 7)
+		before := reportCallsOf(reps)
+		for i, r := range reps {
+			code, err := status(batch, r.env.Mainnet, target)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, code, "replica %d", i)
+		}
+		assert.Equal(t, int64(1), reportCallsOf(reps)-before, "one upstream call for three replicas")
+	})
+	for i, r := range reps {
+		assert.Zero(t, r.fallbacks(t, ratelimit.FailOpen), "replica %d decided without Redis", i)
+		// (A NOSCRIPT answer, kind reply, is the library loading a script.)
+		for _, kind := range []string{redisconn.KindCrossSlot, redisconn.KindMoved, redisconn.KindAsk} {
+			assert.Zero(t, redisFailures(t, r, kind), "replica %d: Redis answered %s", i, kind)
+		}
+	}
+}
+
+// failoverUnderLoad polls every replica while kill takes the master away
+// and wait waits for the failover's end, and checks that no client saw an
+// answer other than 200 (fail_mode open decides locally meanwhile) and
+// that each replica decides by Redis again within shareAgainBound of the
+// failover's end, without a restart.
+func failoverUnderLoad(t *testing.T, reps []*replica, kill func(), wait func()) {
+	hc := replicaHTTP(t)
+	poll := &servertest.Client{Key: pollKey, Secret: pollSecret, HTTP: hc}
+	var (
+		stop             = make(chan struct{})
+		wg               sync.WaitGroup
+		mu               sync.Mutex
+		answers          = map[int]int{}
+		sent, transports atomic.Int64
+	)
+	const maxPerWorker = 20000 // a bound on the load, whatever happens
+	for _, r := range reps {
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range maxPerWorker {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					code, err := status(poll, r.env.Mainnet, "/api/v1/feeds")
+					sent.Add(1)
+					if err != nil {
+						transports.Add(1)
+						continue
+					}
+					mu.Lock()
+					answers[code]++
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	// Load before the failover: every replica decides by Redis.
+	waitSent := func(n int64) {
+		require.Eventually(t, func() bool { return sent.Load() >= n }, 30*time.Second, 5*time.Millisecond)
+	}
+	waitSent(300)
+	kill()
+	wait()
+	ended := time.Now()
+
+	// A replica shares again when, between two looks, it made Redis calls
+	// and decided nothing without Redis.
+	type look struct{ fallbacks, trips, errs float64 }
+	lookAt := func(r *replica) look {
+		return look{
+			fallbacks: r.fallbacks(t, ratelimit.FailOpen),
+			trips:     metricValue(t, r.reg, redisconn.MetricRoundTrips, map[string]string{"client": "ratelimit"}),
+			errs:      metricSum(t, r.reg, redisconn.MetricCommandErrors),
+		}
+	}
+	var worst time.Duration
+	for i, r := range reps {
+		prev := lookAt(r)
+		for {
+			time.Sleep(20 * time.Millisecond) // the pace of the looks
+			cur := lookAt(r)
+			if cur.fallbacks == prev.fallbacks && cur.errs == prev.errs && cur.trips > prev.trips {
+				break
+			}
+			prev = cur
+			require.Less(t, time.Since(ended), 30*time.Second, "replica %d never shares again", i)
+		}
+		took := time.Since(ended) - 20*time.Millisecond // sharing since the previous look
+		t.Logf("replica %d shares again %v after the failover's end", i, took.Round(time.Millisecond))
+		worst = max(worst, took)
+	}
+	waitSent(sent.Load() + 300) // load after the failover too
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{}) // for the deferred close
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("answers during the failover: %v (transport errors %d) of %d requests; every replica shared again within %v",
+		answers, transports.Load(), sent.Load(), worst.Round(time.Millisecond))
+	assert.Zero(t, transports.Load(), "no request failed")
+	assert.Equal(t, answers[http.StatusOK], sum(answers), "fail_mode open: every answer 200: %v", answers)
+	assert.LessOrEqual(t, worst, shareAgainBound, "every replica shares again within %v of the failover's end", shareAgainBound)
+	var fell float64
+	for _, r := range reps {
+		fell += r.fallbacks(t, ratelimit.FailOpen)
+	}
+	t.Logf("requests decided without Redis (fail_mode open) during the failover: %.0f", fell)
+}
+
+func TestFleetOnRedisCluster(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	reps := startHAReplicas(t, func(r *config.Redis) {
+		r.Cluster = &config.RedisCluster{Addrs: cl.Addrs()[:3]}
+	})
+	checkFleet(t, reps)
+	t.Run("failover under load", func(t *testing.T) {
+		var killed *redistest.Server
+		failoverUnderLoad(t, reps,
+			func() { killed = cl.KillMaster("{" + pollTeam + "}") },
+			func() { t.Logf("cluster failover took %v", cl.WaitFailover(killed)) })
+		for i, r := range reps {
+			require.Eventually(t, func() bool {
+				return metricValue(t, r.reg, redisconn.MetricFailovers, map[string]string{"client": "ratelimit"}) > 0
+			}, 5*time.Second, 10*time.Millisecond, "replica %d counts the failover", i)
+		}
+	})
+}
+
+func TestFleetOnRedisSentinel(t *testing.T) {
+	s := redistest.NewSentinel(t)
+	reps := startHAReplicas(t, func(r *config.Redis) {
+		r.Sentinel = &config.RedisSentinel{Master: redistest.SentinelMaster, Addrs: s.Addrs()}
+	})
+	checkFleet(t, reps)
+	t.Run("failover under load", func(t *testing.T) {
+		var killed *redistest.Server
+		failoverUnderLoad(t, reps,
+			func() { killed = s.KillMaster() },
+			func() {
+				_, took := s.WaitFailover(killed)
+				t.Logf("sentinel failover took %v", took)
+			})
+		for i, r := range reps {
+			require.Eventually(t, func() bool {
+				return metricValue(t, r.reg, redisconn.MetricFailovers, map[string]string{"client": "ratelimit"}) == 1
+			}, 5*time.Second, 10*time.Millisecond, "replica %d counts the failover once", i)
+		}
+	})
+}
+
+// While the limits' Redis cannot be used, /readyz stays 200 (Redis is
+// every replica's: taking one out would not help) and says "degraded:
+// Redis …" with the cause, as the status page's headline and /status.json
+// do; once Redis answers again they say nothing of it.
+func TestRedisDownDegradedWithCause(t *testing.T) {
+	srv := redistest.New(t)
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.RateLimit.Backend = config.BackendRedis
+		c.RateLimit.Redis.URL = srv.URL()
+		c.Realtime.Share = false
+		c.Server.AdminListen = "127.0.0.1:0"
+		c.Team(config.DemoTeam).Rate = config.Rate{RPS: 1000, Burst: 1000}
+	}})
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + env.Server.Addr("admin") + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	headline := func() string {
+		env.Server.Status().Sample()
+		return env.Server.Status().Snapshot().Health.Summary()
+	}
+	code, body := readyz()
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"status":"ready"}`, body)
+	assert.NotContains(t, headline(), "Redis")
+
+	srv.Stop()
+	demo := servertest.Demo()
+	// Requests fail over to the local limits (fail_mode open) until the
+	// breaker has seen enough failures to open.
+	require.Eventually(t, func() bool {
+		code, err := status(demo, env.Mainnet, "/api/v1/feeds")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code, "fail_mode open")
+		_, body := readyz()
+		return strings.Contains(body, "degraded")
+	}, 10*time.Second, 5*time.Millisecond)
+	code, body = readyz()
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"status":"degraded: Redis (ratelimit, single) unavailable, breaker`)
+	assert.Contains(t, body, "connection refused", "the cause")
+	assert.Contains(t, body, "ratelimit.redis.fail_mode (open)")
+	assert.Contains(t, headline(), "Degraded: Redis (ratelimit, single) unavailable")
+
+	srv.Restart()
+	require.Eventually(t, func() bool {
+		_, _ = status(demo, env.Mainnet, "/api/v1/feeds")
+		_, body := readyz()
+		return strings.Contains(body, `"ready"`)
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.NotContains(t, headline(), "Redis")
+}
+
+// TestAdmissionRoundTrips measures what a signed request's admission costs
+// the limits' Redis when every check applies: the key's rate, the team's
+// rate, the daily quota and the replay record, one script call each, in
+// order (a refused check spares the next ones).
+func TestAdmissionRoundTrips(t *testing.T) {
+	srv := redistest.New(t)
+	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.RateLimit.Backend = config.BackendRedis
+		c.RateLimit.Redis.URL = srv.URL()
+		c.Realtime.Share = false
+		team := c.Team(config.DemoTeam)
+		team.Rate = config.Rate{RPS: 1000, Burst: 1000}
+		team.DailyQuota = 1_000_000
+		for i := range team.Keys {
+			team.Keys[i].Rate = config.Rate{RPS: 1000, Burst: 1000}
+		}
+	}})
+	require.True(t, env.Config.Auth.ReplayProtection)
+	demo := servertest.Demo()
+	trips := func() float64 {
+		return metricValue(t, env.Registry, redisconn.MetricRoundTrips, map[string]string{"client": "ratelimit"})
+	}
+	const requests = 50
+	before := trips()
+	for i := range requests {
+		// Distinct targets: distinct signatures, none a replay.
+		code, err := status(demo, env.Mainnet, "/api/v1/feeds?limit="+strconv.Itoa(100+i))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+	}
+	per := (trips() - before) / requests
+	t.Logf("a signed request with a key rate, a team rate, a daily quota and the replay record: %.2f Redis round trips", per)
+	// (A catalog page not in memory yet also spends the upstream budget,
+	// one more call.)
+	assert.InDelta(t, 4.0, per, 0.2, "key rate, team rate, daily quota, replay record: one call each")
+}
