@@ -131,9 +131,8 @@ type sharer struct {
 	// The receiver's check of its subscription: the presence message the
 	// publisher sent last that the receiver has not heard back (Unix ns,
 	// 0 none), and how many times it subscribed again.
-	echoSent   atomic.Int64
-	resubs     atomic.Int64
-	subscribed chan struct{} // a subscription was (re)made, for tests
+	echoSent atomic.Int64
+	resubs   atomic.Int64
 
 	stepNow chan struct{} // a tick at once: a dead holder's lease was freed
 	leftA   atomic.Bool   // left, for the presence goroutine
@@ -276,7 +275,7 @@ func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 	return &sharer{
 		h: h, c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
 		kWants: base + "wants", kLease: base + "lease:", kBase: base, channel: base + "frames",
-		kAlive: base + "alive", kKnown: base + "known", subscribed: make(chan struct{}, 1),
+		kAlive: base + "alive", kKnown: base + "known",
 		stepNow: make(chan struct{}, 1),
 		held:    map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
 		pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{},
@@ -615,6 +614,7 @@ func (s *sharer) receiver() {
 	ps := s.subscribe()
 	defer func() { ps.Close() }()
 	echoWait := max(2*s.tick, minEchoWait)
+	logged := false // a resubscription logged since the last message
 	for {
 		msg, err := ps.ReceiveTimeout(h.ctx, s.tick)
 		if h.ctx.Err() != nil {
@@ -625,6 +625,7 @@ func (s *sharer) receiver() {
 		again, why := "", ""
 		switch m := msg.(type) {
 		case *redis.Message:
+			logged = false
 			s.receive([]byte(m.Payload))
 		case *redis.Subscription:
 			if m.Kind == "sunsubscribe" || m.Kind == "unsubscribe" {
@@ -643,7 +644,10 @@ func (s *sharer) receiver() {
 			s.reloadState()
 			s.resubs.Add(1)
 			h.mx.shareResubscribed(again)
-			h.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
+			if !logged { // once until a message comes through again
+				logged = true
+				h.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
+			}
 			if !s.pause(min(s.tick, 100*time.Millisecond)) {
 				return
 			}
@@ -678,12 +682,7 @@ func (s *sharer) reloadState() {
 // in flight is not waited for any more.
 func (s *sharer) subscribe() *redis.PubSub {
 	s.echoSent.Store(0)
-	ps := s.c.SSubscribe(s.h.ctx, s.channel)
-	select {
-	case s.subscribed <- struct{}{}:
-	default:
-	}
-	return ps
+	return s.c.SSubscribe(s.h.ctx, s.channel)
 }
 
 // pause waits d, or until the hub closes (false).
