@@ -31,6 +31,30 @@ func redisClient(t *testing.T, target config.RedisTarget) *redisconn.Client {
 	return c
 }
 
+// sharingHubs starts three sharing hubs on e whose Redis clients come
+// from client (one per hub, as three processes have), each with a
+// subscription to feeds and its gaps filled from REST (counted in calls),
+// runs the upstream's clock ten seconds a second, and returns once they
+// share one upstream connection and deliver.
+func sharingHubs(t *testing.T, e *env, feeds []string, calls *atomic.Int64, client func() redis.UniversalClient) ([]*Hub, []*collector) {
+	t.Helper()
+	hubs := make([]*Hub, 3)
+	cols := make([]*collector, 3)
+	for i := range hubs {
+		c := client()
+		t.Cleanup(func() { c.Close() })
+		hubs[i] = e.hub(t, func(cfg *Config) {
+			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+			cfg.Backfill, cfg.BackfillMax = e.restBackfill(calls), 10*time.Minute
+		})
+		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
+	}
+	e.run(t, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
+	awaitMore(t, cols, feeds[0], 3)
+	return hubs, cols
+}
+
 // failoverRun is what a failover cost three sharing replicas.
 type failoverRun struct {
 	failover   time.Duration // from the kill until Redis had a master again
@@ -54,20 +78,7 @@ func shareThroughFailover(t *testing.T, client func() redis.UniversalClient, kil
 	e := newEnv(t, nil)
 	feeds := e.crypto(t, 2)
 	var calls atomic.Int64
-	hubs := make([]*Hub, 3)
-	cols := make([]*collector, 3)
-	for i := range hubs {
-		c := client()
-		t.Cleanup(func() { c.Close() })
-		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
-			cfg.Backfill, cfg.BackfillMax = e.restBackfill(&calls), 10*time.Minute
-		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
-	}
-	e.run(t, 100*time.Millisecond)
-	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
-	awaitMore(t, cols, feeds[0], 3)
+	hubs, cols := sharingHubs(t, e, feeds, &calls, client)
 
 	// The upstream connections open, sampled until the end.
 	var peak atomic.Int64
@@ -223,20 +234,9 @@ func TestShareClusterSlotMoves(t *testing.T) {
 	e := newEnv(t, nil)
 	feeds := e.crypto(t, 2)
 	var calls atomic.Int64
-	hubs := make([]*Hub, 3)
-	cols := make([]*collector, 3)
-	for i := range hubs {
-		c := redisClient(t, config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}})
-		t.Cleanup(func() { c.Close() })
-		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
-			cfg.Backfill, cfg.BackfillMax = e.restBackfill(&calls), 10*time.Minute
-		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
-	}
-	e.run(t, 100*time.Millisecond)
-	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
-	awaitMore(t, cols, feeds[0], 3)
+	hubs, cols := sharingHubs(t, e, feeds, &calls, func() redis.UniversalClient {
+		return redisClient(t, config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}})
+	})
 
 	moveSlot(t, cl, shareKey)
 	require.Eventually(t, func() bool {
