@@ -2,8 +2,10 @@ package config
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -576,4 +578,39 @@ func TestValidateTwiceAfterReading(t *testing.T) {
 	assert.Equal(t, Problem{Path: "teams[1].keys[1].secret_file", Msg: "too short: 5 bytes, at least 16 are required"}, ps[1])
 	assert.Equal(t, "teams[1].keys[2].secret_file", ps[2].Path)
 	assert.Contains(t, ps[2].Msg, "no such file")
+}
+
+// FuzzRedisSentinelShape: any sentinel form is checked without a panic,
+// and one with a master and distinct HOST:PORT addresses (port 1 to
+// 65535) has no problem under ratelimit.redis, else at least one.
+func FuzzRedisSentinelShape(f *testing.F) {
+	f.Add("mymaster", "10.0.0.1:26379", "[::1]:26380")
+	f.Add("", "10.0.0.1", "h:0")
+	f.Add("m", "h:1", "h:1")
+	f.Add("m", ":1", "h:99999")
+	f.Fuzz(func(t *testing.T, master, a, b string) {
+		cfg := base()
+		cfg.RateLimit.Backend = BackendRedis
+		cfg.RateLimit.Redis = Redis{Sentinel: &RedisSentinel{Master: master, Addrs: []string{a, b}}, FailMode: FailModeOpen}
+		err := cfg.Validate()
+		var redisProblems int
+		var ps Problems
+		if errors.As(err, &ps) {
+			for _, p := range ps {
+				if strings.HasPrefix(p.Path, "ratelimit.redis") {
+					redisProblems++
+				}
+			}
+		}
+		valid := func(s string) bool {
+			host, port, err := net.SplitHostPort(s)
+			n, perr := strconv.Atoi(port)
+			return err == nil && host != "" && perr == nil && n >= 1 && n <= 65535
+		}
+		if master != "" && valid(a) && valid(b) && a != b {
+			assert.Zero(t, redisProblems, "%v", err)
+		} else {
+			assert.Positive(t, redisProblems)
+		}
+	})
 }

@@ -138,11 +138,12 @@ func (a authenticator) wrap(next http.Handler) http.Handler {
 // client address. Refusals are 429 with Retry-After; every decision's state
 // is reported in the RateLimit headers.
 type admission struct {
-	limiter ratelimit.Limiter
-	quota   ratelimit.Quota
-	pol     *atomic.Pointer[policy]
-	metrics *Metrics
-	now     func() time.Time
+	limiter  ratelimit.Limiter
+	quota    ratelimit.Quota
+	admitter ratelimit.Admitter // nil: the checks one by one
+	pol      *atomic.Pointer[policy]
+	metrics  *Metrics
+	now      func() time.Time
 }
 
 func (a admission) wrap(next http.Handler) http.Handler {
@@ -196,6 +197,29 @@ func (a admission) team(ctx context.Context, w http.ResponseWriter, pol *policy,
 		nMade++
 		return nil
 	}
+	if a.admitter != nil {
+		ds, names, policies, ok, err := a.together(ctx, tp, p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			for i, d := range ds {
+				switch {
+				case d.Allowed:
+					made[nMade] = admitted{name: names[i], d: d, policy: policies[i]}
+					nMade++
+				case names[i] == "daily":
+					return refuse(d, "daily", "daily quota exhausted for this team")
+				default:
+					return refuse(d, names[i], "rate limit exceeded for "+names[i]+": slow down and retry after the time in Retry-After")
+				}
+			}
+			if nMade > 0 {
+				stateOf(ctx).rateLimitHeaders(w.Header(), made[:nMade])
+			}
+			return nil
+		}
+	}
 	if lp, ok := tp.keyRates[p.KeyID]; ok {
 		if err := check("key", &lp); err != nil {
 			return err
@@ -219,6 +243,37 @@ func (a admission) team(ctx context.Context, w http.ResponseWriter, pol *policy,
 		stateOf(ctx).rateLimitHeaders(w.Header(), made[:nMade])
 	}
 	return nil
+}
+
+// together makes the team checks (the key's rate, the team's, the daily
+// quota) in one call of the Admitter. It returns their decisions in
+// order, up to the first refusal, each with its limit's name and policy;
+// ok is false when the Admitter could not (ratelimit.ErrAdmitApart): the
+// checks are then made one by one.
+func (a admission) together(ctx context.Context, tp *teamPolicy, p *auth.Principal) (
+	ds []ratelimit.Decision, names [3]string, policies [3]*limitPolicy, ok bool, err error) {
+	var rates [2]ratelimit.AdmitRate
+	n := 0
+	if lp, found := tp.keyRates[p.KeyID]; found && !lp.limit.Unlimited() {
+		policies[n], names[n], rates[n] = &lp, "key", ratelimit.AdmitRate{Key: lp.key, Limit: lp.limit}
+		n++
+	}
+	if !tp.rate.limit.Unlimited() {
+		policies[n], names[n], rates[n] = &tp.rate, "team", ratelimit.AdmitRate{Key: tp.rate.key, Limit: tp.rate.limit}
+		n++
+	}
+	adm := ratelimit.Admission{Rates: rates[:n], Now: stateOf(ctx).clock(a.now)}
+	if tp.daily > 0 {
+		adm.DailyKey, adm.Daily = tp.quota.key, tp.daily
+		policies[n], names[n] = &tp.quota, "daily"
+	} else if n == 0 {
+		return nil, names, policies, true, nil // nothing to check
+	}
+	ds, err = a.admitter.Admit(ctx, adm)
+	if errors.Is(err, ratelimit.ErrAdmitApart) {
+		return nil, names, policies, false, nil
+	}
+	return ds, names, policies, err == nil, err
 }
 
 // admitted is a decision that let a request through.

@@ -46,6 +46,10 @@ type Deps struct {
 	Limiter ratelimit.Limiter
 	// Quota counts daily quotas. If nil, a memory quota is used.
 	Quota ratelimit.Quota
+	// Admitter, if non-nil, makes a signed request's rate and quota checks
+	// in one call (Redis: one script, one round trip); where it cannot,
+	// Limiter and Quota make them one by one.
+	Admitter ratelimit.Admitter
 	// Budgets spend the upstream budget of each network, by network name.
 	// A network without one gets a memory budget of its own: the
 	// configured budget always applies.
@@ -100,6 +104,7 @@ type Gateway struct {
 	networks map[string]*network
 	cache    *cache.Store
 	limiter  ratelimit.Limiter
+	admitter ratelimit.Admitter // nil: the checks one by one
 	quota    ratelimit.Quota
 	log      *zap.Logger
 	auditLog *zap.Logger
@@ -176,6 +181,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		conns:    &teamConns{counter: deps.Conns},
 		cache:    deps.Cache,
 		limiter:  deps.Limiter,
+		admitter: deps.Admitter,
 		quota:    deps.Quota,
 		log:      deps.Logger,
 		metrics:  deps.Metrics,
@@ -321,7 +327,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 	n.handler = chain(name, accessLog, g.metrics,
 		requestCheck{passPaths: passPaths},
 		authenticator{network: name, pol: &g.pol, metrics: g.metrics, now: g.now},
-		admission{limiter: g.limiter, quota: g.quota, pol: &g.pol, metrics: g.metrics, now: g.now},
+		admission{limiter: g.limiter, quota: g.quota, admitter: g.admitter, pol: &g.pol, metrics: g.metrics, now: g.now},
 		recorder{network: name, pol: &g.pol, metrics: g.metrics},
 		http.HandlerFunc(n.serveRoute))
 	return n

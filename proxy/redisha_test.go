@@ -1,8 +1,11 @@
 package proxy_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,8 +319,8 @@ func TestRedisDownDegradedWithCause(t *testing.T) {
 
 // TestAdmissionRoundTrips measures what a signed request's admission costs
 // the limits' Redis when every check applies: the key's rate, the team's
-// rate, the daily quota and the replay record, one script call each, in
-// order (a refused check spares the next ones).
+// rate and the daily quota in one script call (a refused check spares the
+// next ones), then the replay record's.
 func TestAdmissionRoundTrips(t *testing.T) {
 	srv := redistest.New(t)
 	env := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
@@ -348,5 +351,62 @@ func TestAdmissionRoundTrips(t *testing.T) {
 	t.Logf("a signed request with a key rate, a team rate, a daily quota and the replay record: %.2f Redis round trips", per)
 	// (A catalog page not in memory yet also spends the upstream budget,
 	// one more call.)
-	assert.InDelta(t, 4.0, per, 0.2, "key rate, team rate, daily quota, replay record: one call each")
+	assert.InDelta(t, 2.0, per, 0.2, "the rates and the quota in one call, the replay record in another")
+}
+
+// The admission in one Redis call answers as the checks one by one in
+// memory do: the same statuses, RateLimit fields and Retry-After, for a
+// key's rate, its team's and the daily quota, each refusing in turn.
+func TestAdmissionTogetherAnswersAsOneByOne(t *testing.T) {
+	url := redistest.Start(t)
+	limits := func(c *config.Config) {
+		noReplayCheck(c)
+		c.Realtime.Share = false
+		team := c.Team(config.DemoTeam)
+		team.Rate = config.Rate{RPS: 0.001, Burst: 4}
+		team.DailyQuota = 3
+		team.Keys[0].Rate = config.Rate{RPS: 0.001, Burst: 2}
+		team.Keys = append(team.Keys, config.Key{ID: "second-key", Secret: "second-key-secret-0123456789"})
+	}
+	memory := servertest.Start(t, servertest.Options{Quiet: true, Config: limits})
+	inRedis := servertest.Start(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		limits(c)
+		c.RateLimit.Backend = config.BackendRedis
+		c.RateLimit.Redis.URL = url
+	}})
+	type answer struct {
+		code                 int
+		policy, state, retry string
+	}
+	ask := func(env *servertest.Env, c *servertest.Client) answer {
+		req, err := c.Request(context.Background(), env.Mainnet, "/api/v1/feeds")
+		require.NoError(t, err)
+		resp, err := c.HTTP.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return answer{resp.StatusCode, resp.Header.Get("RateLimit-Policy"), resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After")}
+	}
+	first, second := servertest.Demo(), &servertest.Client{Key: "second-key", Secret: "second-key-secret-0123456789", HTTP: http.DefaultClient}
+	// The first key's rate refuses its third request (sparing the team's
+	// rate and the quota); the daily quota the second key's second (after
+	// the team's rate admitted it); the team's rate, empty, the rest.
+	sequence := []*servertest.Client{first, first, first, second, second, second}
+	codes := map[int]int{}
+	resets := regexp.MustCompile(`;t=\d+`) // seconds to a reset: each clock's own
+	for i, c := range sequence {
+		want, got := ask(memory, c), ask(inRedis, c)
+		assert.Equal(t, want.code, got.code, "request %d", i)
+		assert.Equal(t, want.policy, got.policy, "request %d", i)
+		assert.Equal(t, resets.ReplaceAllString(want.state, ""), resets.ReplaceAllString(got.state, ""), "request %d", i)
+		if want.retry != "" || got.retry != "" {
+			w, err1 := strconv.Atoi(want.retry)
+			g, err2 := strconv.Atoi(got.retry)
+			require.NoError(t, errors.Join(err1, err2), "request %d", i)
+			assert.InDelta(t, w, g, 1, "request %d: Retry-After", i)
+		}
+		codes[got.code]++
+	}
+	assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}, codes)
+	assert.Positive(t, metricValue(t, inRedis.Registry, redisconn.MetricRoundTrips, map[string]string{"client": "ratelimit"}))
 }

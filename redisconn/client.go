@@ -313,7 +313,7 @@ func (c *Client) CheckServer(ctx context.Context) (reachable bool, err error) {
 	}
 	info, err := c.Info(ctx, "cluster", "replication").Result()
 	if err != nil {
-		return false, nil //nolint:nilerr // unreachable is the fail mode's business
+		return false, nil // unreachable is the fail mode's business, not an error
 	}
 	if strings.Contains(info, "cluster_enabled:1") {
 		return true, fmt.Errorf("%w: %s is a Redis Cluster node (CLUSTER INFO: cluster_enabled); configure cluster: {addrs: [...]} instead of url", ErrNotMaster, c.addr)

@@ -21,6 +21,7 @@ import (
 type Limits struct {
 	Limiter     ratelimit.Limiter
 	Quota       ratelimit.Quota
+	Admitter    ratelimit.Admitter // nil with the memory backend
 	Budgets     map[string]ratelimit.Budget
 	ReplayStore auth.ReplayStore // nil with the memory backend
 	// Conns counts each team's WebSocket connections across the replicas;
@@ -145,12 +146,16 @@ func newLimits(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metr
 		o.FailMode = mode
 		return o
 	}
-	if l.Limiter, err = ratelimit.NewRedis(l.client, ropts("team", "")); err != nil {
+	limiter, err := ratelimit.NewRedis(l.client, ropts("team", ""))
+	if err != nil {
 		return nil, err
 	}
-	if l.Quota, err = ratelimit.NewRedisQuota(l.client, ropts("daily", "")); err != nil {
+	quota, err := ratelimit.NewRedisQuota(l.client, ropts("daily", ""))
+	if err != nil {
 		return nil, err
 	}
+	// A request's rates and daily quota in one script call.
+	l.Limiter, l.Quota, l.Admitter = limiter, quota, ratelimit.NewRedisAdmitter(limiter, quota)
 	for _, name := range cfg.NetworkNames() {
 		if l.Budgets[name], err = ratelimit.NewRedisBudget(l.client, ropts("budget", name)); err != nil {
 			return nil, err

@@ -178,6 +178,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Shared:      s.shared,
 		Limiter:     s.limits.Limiter,
 		Quota:       s.limits.Quota,
+		Admitter:    s.limits.Admitter,
 		Budgets:     s.limits.Budgets,
 		ReplayStore: s.limits.ReplayStore,
 		Conns:       connsOf(s.limits),

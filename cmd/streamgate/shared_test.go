@@ -247,7 +247,7 @@ func TestSharedCacheLeaseHolderKilled(t *testing.T) {
 	require.NoError(t, err)
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	leaseKey := shared.DefaultPrefix + "lease:" + cache.ReportKey(simulator.Mainnet, "", feed, ts)
+	leaseKey := shared.DefaultPrefix + "lease:{" + cache.ReportKey(simulator.Mainnet, "", feed, ts) + "}" // the tier's LeaseKey
 	holderToken, err := rc.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err, "the holder holds the key's lease while it fills")
 
