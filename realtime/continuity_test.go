@@ -286,8 +286,8 @@ func TestShareTakeoverWithoutGap(t *testing.T) {
 	awaitMore(t, cols, feeds[0], 3)
 	// The holder has made itself known (its first presence).
 	require.Eventually(t, func() bool {
-		n, err := clients[old].Exists(context.Background(), "streamgate:ws:v1:mainnet:known:r"+strconv.Itoa(old)).Result()
-		return err == nil && n == 1
+		_, err := clients[old].ZScore(context.Background(), "streamgate:ws:v2:{mainnet}:known", "r"+strconv.Itoa(old)).Result()
+		return err == nil
 	}, wait, 10*time.Millisecond)
 	// Crash: no handover, no lease released, no presence deleted.
 	clients[old].Close()

@@ -35,7 +35,7 @@ func TestFrameFromTheFutureIsDropped(t *testing.T) {
 		[]byte(`"observationsTimestamp":`+strconv.FormatInt(ahead, 10)), 1)
 	require.NotEqual(t, real.data, forged)
 	msg := append([]byte("sg1 F 1/0 forger 1\n"), forged...)
-	require.NoError(t, clients[0].Publish(context.Background(), "streamgate:ws:v1:mainnet:frames", msg).Err())
+	require.NoError(t, clients[0].SPublish(context.Background(), "streamgate:ws:v2:{mainnet}:frames", msg).Err())
 
 	awaitMore(t, cols, feeds[0], 3)
 	for i, c := range cols {

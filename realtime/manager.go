@@ -548,6 +548,10 @@ func (x *hubMetrics) sharePublished(n int) {
 	x.m.sharePublished.WithLabelValues(x.network).Add(float64(n))
 }
 
+func (x *hubMetrics) shareResubscribed(reason string) {
+	x.m.shareResubs.WithLabelValues(x.network, reason).Inc()
+}
+
 func (x *hubMetrics) sharePublishFailed(n int) {
 	x.m.sharePubFailed.WithLabelValues(x.network).Add(float64(n))
 }
@@ -629,7 +633,10 @@ type ShareStats struct {
 	Held int
 	// Reaped counts the leases of dead holders this replica freed for
 	// takeover.
-	Reaped              int64
+	Reaped int64
+	// Resubscribed counts the subscriptions to the channel made again
+	// (ended or refused by Redis, or silent).
+	Resubscribed        int64
 	Published, Received int64 // frames through Redis
 	Fallbacks           int64
 	// Union is how many feeds every replica wants together, as the last
@@ -660,7 +667,7 @@ func (h *Hub) Stats() Stats {
 	if h.sh != nil {
 		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
 			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load(),
-			Reaped: h.sh.reaped.Load()}
+			Reaped: h.sh.reaped.Load(), Resubscribed: h.sh.resubs.Load()}
 		if u := h.sh.room.Load(); u != nil {
 			s.Share.Union, s.Share.UnionCapacity = len(u.feeds), u.capacity
 		}

@@ -32,6 +32,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_share_frames_published_total{network}       frames published to the other replicas
 //	streamgate_ws_share_frames_received_total{network}        frames received from the other replicas
 //	streamgate_ws_share_publish_failed_total{network}         messages not published (queue full or Redis failing)
+//	streamgate_ws_share_resubscribed_total{network,reason}    subscriptions to the channel made again: ended (by Redis), refused (an error reply), silent (own presence not heard back)
 type Metrics struct {
 	conns        *prometheus.GaugeVec
 	feeds        *prometheus.GaugeVec
@@ -56,6 +57,7 @@ type Metrics struct {
 	sharePublished *prometheus.CounterVec
 	shareReceived  *prometheus.CounterVec
 	sharePubFailed *prometheus.CounterVec
+	shareResubs    *prometheus.CounterVec
 }
 
 // MetricReconnects is the name of the counter of upstream WebSocket
@@ -117,13 +119,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Report frames received from the other replicas through Redis."}, []string{"network"}),
 		sharePubFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_publish_failed_total",
 			Help: "Messages (frames, heartbeats) not published: queue full or Redis failing."}, []string{"network"}),
+		shareResubs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_resubscribed_total",
+			Help: "Subscriptions to the sharing channel made again: ended by Redis, refused (an error reply), or silent (this replica's own presence message not heard back)."}, []string{"network", "reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
 			m.duplicates, m.slowCloses, m.reconnects, m.latestServed, m.future,
 			m.backfilled, m.unfilled, m.resumed, m.replayed,
 			m.shareSharing, m.shareFallbacks, m.shareHolder, m.shareLeases, m.sharePublished,
-			m.shareReceived, m.sharePubFailed)
+			m.shareReceived, m.sharePubFailed, m.shareResubs)
 	}
 	return m
 }

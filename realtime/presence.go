@@ -12,32 +12,52 @@ import (
 // Presence: a chunk's holder that dies is noticed within about a second,
 // not a whole lease.
 //
-// Every sharing replica writes, every presenceEvery, two keys:
-// <prefix><network>:alive:<replica> expiring after presenceTTL, and
-// <prefix><network>:known:<replica> expiring after a minute. And every
-// presenceEvery it frees the leases whose holder is known but no longer
-// alive (reapScript): the holder crashed or lost Redis. Then it runs a
-// share tick at once, so that it (or another replica, at its own next
-// tick) takes the chunk; the frames the dead holder had not relayed are
-// filled from REST as any gap (see continuity.go). A replica that never
-// wrote a presence (an older version during a rolling deploy) is not known
-// and its leases only expire.
+// Every sharing replica writes, every presenceEvery, its presence in two
+// sorted sets of the network, scored with an expiry by Redis's clock:
+// <prefix>{<network>}:alive (presenceTTL ahead) and <prefix>{<network>}:known
+// (a minute ahead). In the same script it frees the leases whose holder is
+// known but no longer alive (presenceScript): the holder crashed or lost
+// Redis. Then it runs a share tick at once, so that it (or another
+// replica, at its own next tick) takes the chunk; the frames the dead
+// holder had not relayed are filled from REST as any gap (see
+// continuity.go). A replica that never wrote a presence (an older version
+// during a rolling deploy) is not known and its leases only expire.
+//
+// A replica frees nobody's lease until its own presence writes have
+// succeeded for reapAfter in a row: after a Redis failover or outage
+// every replica is "not alive" until its next write, the replicas' clients
+// come back up to a second apart (a circuit breaker lets one call through
+// a second after it opened), and the first one back must not take the
+// others' chunks for that.
 const (
 	presenceEvery = 200 * time.Millisecond
 	presenceTTL   = 800 * time.Millisecond
 	knownTTL      = time.Minute
+	reapAfter     = presenceTTL + time.Second
 )
 
-// reapScript deletes, among the leases KEYS, those whose holder is known
-// (ARGV[1] .. holder exists) but not alive (ARGV[2] .. holder does not).
-// It returns how many it deleted.
-var reapScript = redis.NewScript(`
+// presenceScript writes replica ARGV[1] alive for ARGV[2] ms and known for
+// ARGV[3] ms in the sorted sets KEYS[1] and KEYS[2], drops the expired
+// members, and, when ARGV[4] is "1", deletes among the leases KEYS[3…]
+// those whose holder is known but not alive. It returns how many it
+// deleted. Every key is declared and shares the network's hash tag.
+var presenceScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
 local n = 0
-for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v and redis.call('EXISTS', ARGV[1] .. v) == 1 and redis.call('EXISTS', ARGV[2] .. v) == 0 then
-    redis.call('DEL', k)
-    n = n + 1
+if ARGV[4] == '1' then
+  for i = 3, #KEYS do
+    local v = redis.call('GET', KEYS[i])
+    if v and redis.call('ZSCORE', KEYS[2], v) and not redis.call('ZSCORE', KEYS[1], v) then
+      redis.call('DEL', KEYS[i])
+      n = n + 1
+    end
   end
 end
 return n
@@ -49,9 +69,14 @@ return n
 func (s *sharer) presence() {
 	h := s.h
 	defer h.wg.Done()
-	kAlive, kKnown := s.kBase+"alive:", s.kBase+"known:"
+	keys := []string{s.kAlive, s.kKnown}
+	for i := range h.cfg.MaxConnections {
+		keys = append(keys, s.kLease+strconv.Itoa(i))
+	}
+	args := []any{s.id, presenceTTL.Milliseconds(), knownTTL.Milliseconds(), "0"}
 	t := time.NewTicker(presenceEvery)
 	defer t.Stop()
+	var okSince time.Time // the first of the writes that succeeded in a row
 	for first := true; ; first = false {
 		if !first {
 			select {
@@ -62,33 +87,35 @@ func (s *sharer) presence() {
 		}
 		if s.leftA.Load() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			s.c.Del(ctx, kAlive+s.id)
+			s.c.ZRem(ctx, s.kAlive, s.id)
 			cancel()
 			return
 		}
+		now := time.Now()
+		reap := !okSince.IsZero() && now.Sub(okSince) >= reapAfter
+		s.reaping.Store(reap)
+		args[3] = "0"
+		if reap {
+			args[3] = "1"
+		}
 		ctx, cancel := context.WithTimeout(h.ctx, presenceEvery)
-		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, kAlive+s.id, "1", presenceTTL)
-			p.Set(ctx, kKnown+s.id, "1", knownTTL)
-			return nil
-		})
-		if err == nil {
-			keys := make([]string, h.cfg.MaxConnections)
-			for i := range keys {
-				keys[i] = s.kLease + strconv.Itoa(i)
-			}
-			var n int64
-			n, err = reapScript.Run(ctx, s.c, keys, kKnown, kAlive).Int64()
-			if err == nil && n > 0 {
-				s.reaped.Add(n)
-				h.mx.lease("reaped")
-				h.log.Info("a chunk's holder is gone: its lease freed for takeover", zap.Int64("leases", n))
-				select {
-				case s.stepNow <- struct{}{}:
-				default:
-				}
+		n, err := presenceScript.Run(ctx, s.c, keys, args...).Int64()
+		cancel()
+		if err != nil {
+			okSince = time.Time{}
+			continue
+		}
+		if okSince.IsZero() {
+			okSince = now
+		}
+		if n > 0 {
+			s.reaped.Add(n)
+			h.mx.lease("reaped")
+			h.log.Info("a chunk's holder is gone: its lease freed for takeover", zap.Int64("leases", n))
+			select {
+			case s.stepNow <- struct{}{}:
+			default:
 			}
 		}
-		cancel()
 	}
 }

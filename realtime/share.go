@@ -22,7 +22,7 @@ import (
 // Defaults of ShareConfig.
 const (
 	DefaultShareLease  = 3 * time.Second
-	DefaultSharePrefix = "streamgate:ws:v1:"
+	DefaultSharePrefix = "streamgate:ws:v2:"
 	// minShareLease bounds the tick (Lease/3) from below: each tick costs
 	// a few Redis calls.
 	minShareLease = 300 * time.Millisecond
@@ -32,14 +32,21 @@ const (
 	// are dropped (and counted).
 	publishQueue = 4096
 	publishBatch = 128
+	// minEchoWait bounds from below how long the receiver waits for its
+	// own presence message before it subscribes again (two ticks).
+	minEchoWait = 600 * time.Millisecond
 )
 
 // ShareConfig configures the sharing of a hub's upstream connections with
 // the other replicas of the same network through Redis (Config.Share). The
-// replicas agree through Redis on who holds which upstream connection:
+// replicas agree through Redis on who holds which upstream connection.
+// Every key and the channel of a network carry the hash tag {<network>}:
+// on Redis Cluster they live in one slot, on one shard, so that each
+// script works there, and the channel is a shard channel (SPUBLISH,
+// SSUBSCRIBE; Redis 7 takes them on a single node too).
 //
 //   - Every replica adds the feeds it wants (subscriptions, pinned, REST
-//     demand, grace) to the sorted set <prefix><network>:wants, each with
+//     demand, grace) to the sorted set <prefix>{<network>}:wants, each with
 //     an expiry Lease ahead by Redis's clock, every Lease/3 (a tick).
 //   - The union of the wants is laid out in n chunks, n = ceil(feeds /
 //     FeedsPerConnection) at most chunkBudget(MaxConnections, origins): a feed goes to
@@ -47,12 +54,12 @@ const (
 //     next one with room), so that a feed added or removed changes one
 //     chunk only, as long as n stays.
 //   - A chunk is held by the replica whose ID its lease
-//     <prefix><network>:lease:<i> holds (SET NX PX Lease, renewed every
+//     <prefix>{<network>}:lease:<i> holds (SET NX PX Lease, renewed every
 //     tick by the holder, deleted by it when it lets go or closes; a
 //     crashed holder's lease expires). The holder connects upstream for
 //     the chunk, as an unshared hub would, and publishes every frame it
-//     reads on the channel <prefix><network>:frames, with a heartbeat per
-//     chunk every tick.
+//     reads on the shard channel <prefix>{<network>}:frames, with a
+//     heartbeat per chunk every tick.
 //   - Every replica reads the channel and feeds the frames of the others
 //     into its hub as if they came from its own connection: the watermark
 //     drops the duplicates, Latest answers while the holder's heartbeats
@@ -67,6 +74,11 @@ const (
 //   - A closing hub hands its chunks over: it deletes its leases and keeps
 //     its connections until another replica's connection for each chunk
 //     delivers, within a lease.
+//   - The subscription follows Redis: the client reconnects it after a
+//     failover, and the receiver subscribes again when Redis ends it
+//     (SUNSUBSCRIBE when a slot moves), answers it with an error, or when
+//     the replica's own presence message, published every tick, is not
+//     heard back within two ticks.
 //
 // A message on the channel is a header line and, for a frame, the
 // upstream's bytes unchanged:
@@ -74,14 +86,16 @@ const (
 //	sg1 F <n>/<i> <replica> <session>\n<frame>
 //	sg1 H <n>/<i> <replica> <digest> <session>,<session>…\n
 //	sg1 D <n>/<i> <replica> <session>\n
+//	sg1 P <replica>\n
 //
 // where <session> numbers one upstream connection of the holder (H lists
 // those up; D says one has ended) and <digest> is the FNV-1a hash of the
-// chunk's feeds.
+// chunk's feeds. P is a replica's presence, every tick: it hears its own
+// to know its subscription delivers.
 type ShareConfig struct {
-	// Client is the process's Redis client, as made by
-	// redisconn.New: every call with a short deadline and a
-	// circuit breaker. Required.
+	// Client is the process's Redis client, as made by redisconn.New (a
+	// single node, Sentinel or Cluster): every call with a short deadline
+	// and a circuit breaker. Required.
 	Client redis.UniversalClient
 	// Replica names this replica in the leases and messages; "" a random
 	// ID. Two replicas must never share one.
@@ -89,7 +103,8 @@ type ShareConfig struct {
 	// Lease is how long a chunk's lease lasts unless renewed; ticks are
 	// Lease/3 apart. Default 3s, at least 300ms.
 	Lease time.Duration
-	// Prefix starts every key and channel; default "streamgate:ws:v1:".
+	// Prefix starts every key and channel; default "streamgate:ws:v2:".
+	// It must not contain '{' or '}': the hash tag is the network's.
 	Prefix string
 }
 
@@ -108,12 +123,21 @@ type sharer struct {
 	tick    time.Duration
 	kWants  string
 	kLease  string // + chunk index
-	kBase   string // <prefix><network>:
+	kBase   string // <prefix>{<network>}:
+	kAlive  string // presence: replica → expiry (ms, Redis's clock)
+	kKnown  string // replicas seen within knownTTL
 	channel string
+
+	// The receiver's check of its subscription: the presence message the
+	// publisher sent last that the receiver has not heard back (Unix ns,
+	// 0 none), and how many times it subscribed again.
+	echoSent atomic.Int64
+	resubs   atomic.Int64
 
 	stepNow chan struct{} // a tick at once: a dead holder's lease was freed
 	leftA   atomic.Bool   // left, for the presence goroutine
 	reaped  atomic.Int64  // leases of dead holders freed
+	reaping atomic.Bool   // the presence may free leases (see reapAfter)
 
 	// Owned by the manager goroutine.
 	ok        bool             // sharing: the last ticks succeeded
@@ -244,10 +268,14 @@ func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 	if strings.ContainsAny(id, " \n,/") {
 		return nil, errors.New("realtime: Share.Replica must not contain spaces, commas, slashes or newlines")
 	}
-	base := cfg.Prefix + h.cfg.Network + ":"
+	if strings.ContainsAny(cfg.Prefix+h.cfg.Network, "{}") {
+		return nil, errors.New("realtime: Share.Prefix and the network must not contain '{' or '}'")
+	}
+	base := cfg.Prefix + "{" + h.cfg.Network + "}:"
 	return &sharer{
 		h: h, c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
 		kWants: base + "wants", kLease: base + "lease:", kBase: base, channel: base + "frames",
+		kAlive: base + "alive", kKnown: base + "known",
 		stepNow: make(chan struct{}, 1),
 		held:    map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
 		pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{},
@@ -363,6 +391,7 @@ func (s *sharer) step(local []string, maxChunks int) {
 	now := time.Now()
 	if err == nil {
 		s.lastOK = now
+		s.queue([]byte("sg1 P " + s.id + "\n"))
 	}
 	switch {
 	case err != nil && s.ok && now.Sub(s.lastOK) < s.lease/2:
@@ -544,14 +573,24 @@ func (s *sharer) publisher() {
 			}
 		}
 		pipe := s.c.Pipeline()
-		frames := 0
+		frames, echo := 0, false
 		for _, m := range batch {
-			pipe.Publish(h.ctx, s.channel, m)
-			if m[4] == 'F' {
+			pipe.SPublish(h.ctx, s.channel, m)
+			switch m[4] {
+			case 'F':
 				frames++
+			case 'P':
+				echo = true
 			}
 		}
+		// The presence message is awaited from before it is sent: the
+		// receiver may hear it before Exec returns.
+		sent := time.Now().UnixNano()
+		awaited := echo && s.echoSent.CompareAndSwap(0, sent)
 		if _, err := pipe.Exec(h.ctx); err != nil {
+			if awaited {
+				s.echoSent.CompareAndSwap(sent, 0)
+			}
 			h.mx.sharePublishFailed(len(batch))
 			continue
 		}
@@ -561,34 +600,100 @@ func (s *sharer) publisher() {
 
 // receiver reads the channel and hands the other replicas' frames to the
 // hub; it also lets the remote sessions silent for two ticks die.
+//
+// The client reconnects the subscription when its connection breaks (on a
+// failover, to the new master or the slot's new owner). The receiver
+// subscribes afresh when that is not enough: Redis ended the subscription
+// (SUNSUBSCRIBE, sent when the channel's slot leaves the node), refused it
+// (an error reply, such as MOVED), or the subscription delivers nothing
+// any more: this replica's own presence message, published every tick,
+// not heard back within two ticks.
 func (s *sharer) receiver() {
 	h := s.h
 	defer h.wg.Done()
-	ps := s.c.Subscribe(h.ctx, s.channel)
-	defer ps.Close()
+	ps := s.subscribe()
+	defer func() { ps.Close() }()
+	echoWait := max(2*s.tick, minEchoWait)
+	logged := false // a resubscription logged since the last message
 	for {
 		msg, err := ps.ReceiveTimeout(h.ctx, s.tick)
 		if h.ctx.Err() != nil {
 			return
 		}
-		s.expire(time.Now())
+		now := time.Now()
+		s.expire(now)
+		again, why := "", ""
+		switch m := msg.(type) {
+		case *redis.Message:
+			logged = false
+			s.receive([]byte(m.Payload))
+		case *redis.Subscription:
+			if m.Kind == "sunsubscribe" || m.Kind == "unsubscribe" {
+				again, why = "ended", "Redis ended the subscription"
+			}
+		}
+		var reply redis.Error
+		if err != nil && errors.As(err, &reply) {
+			again, why = "refused", err.Error()
+		}
+		if sent := s.echoSent.Load(); again == "" && sent != 0 && now.Sub(time.Unix(0, sent)) > echoWait {
+			again, why = "silent", "this replica's presence message not heard back within "+echoWait.String()
+		}
+		if again != "" {
+			ps.Close()
+			s.reloadState()
+			s.resubs.Add(1)
+			h.mx.shareResubscribed(again)
+			if !logged { // once until a message comes through again
+				logged = true
+				h.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
+			}
+			if !s.pause(min(s.tick, 100*time.Millisecond)) {
+				return
+			}
+			ps = s.subscribe()
+			continue
+		}
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			t := time.NewTimer(min(s.tick, 100*time.Millisecond))
-			select {
-			case <-h.ctx.Done():
-				t.Stop()
+			// The connection broke and the client could not connect
+			// again (the node is gone): on a cluster, it asks where the
+			// slot is now before the next try.
+			s.reloadState()
+			if !s.pause(min(s.tick, 100*time.Millisecond)) {
 				return
-			case <-t.C:
 			}
-			continue
 		}
-		if m, ok := msg.(*redis.Message); ok {
-			s.receive([]byte(m.Payload))
-		}
+	}
+}
+
+// reloadState has a cluster client read the cluster's slots again (at
+// most every 200 ms, in the background); other clients need not.
+func (s *sharer) reloadState() {
+	if rc, ok := s.c.(interface{ ReloadState(context.Context) }); ok {
+		rc.ReloadState(s.h.ctx)
+	}
+}
+
+// subscribe opens the subscription to the channel; the presence message
+// in flight is not waited for any more.
+func (s *sharer) subscribe() *redis.PubSub {
+	s.echoSent.Store(0)
+	return s.c.SSubscribe(s.h.ctx, s.channel)
+}
+
+// pause waits d, or until the hub closes (false).
+func (s *sharer) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.h.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -616,6 +721,12 @@ func (s *sharer) receive(m []byte) {
 		return
 	}
 	f := strings.Fields(string(line[4:]))
+	if len(f) == 2 && f[0] == "P" {
+		if f[1] == s.id {
+			s.echoSent.Store(0) // heard: the subscription delivers
+		}
+		return
+	}
 	if len(f) < 4 || f[2] == s.id {
 		return
 	}

@@ -350,8 +350,9 @@ func TestShareLayout(t *testing.T) {
 	assert.Equal(t, 80, newLayout(feeds, 4, 10).over, "over 4 × 10")
 }
 
-// A message on the channel, whatever its bytes, never panics, and only a
-// well-formed frame of another replica reaches the subscriptions.
+// A message on the channel, whatever its bytes, never panics, only a
+// well-formed frame of another replica reaches the subscriptions, and only
+// this replica's own presence message counts as heard back.
 func FuzzShareMessage(f *testing.F) {
 	feed := "0x" + strings.Repeat("ab", 32)
 	report := `{"report":{"feedID":"` + feed + `","fullReport":"0x00","validFromTimestamp":1,"observationsTimestamp":7}}`
@@ -361,6 +362,8 @@ func FuzzShareMessage(f *testing.F) {
 	f.Add([]byte("sg1 D 1/0 other 3\n"))
 	f.Add([]byte("sg1 H 1/0 other\n"))
 	f.Add([]byte("sg1\n"))
+	f.Add([]byte("sg1 P me\n"))
+	f.Add([]byte("sg1 P other\n"))
 	f.Fuzz(func(t *testing.T, m []byte) {
 		h, err := New(Config{Network: "mainnet", URL: "ws://127.0.0.1:1", APIKey: "k", Secret: []byte("s")})
 		require.NoError(t, err)
@@ -368,10 +371,16 @@ func FuzzShareMessage(f *testing.F) {
 		s := &sharer{h: h, id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{}}
 		sub := h.Subscribe([]string{feed}, 4)
 		defer sub.Close()
+		s.echoSent.Store(1)
 		s.receive(m)
+		header, _, _ := strings.Cut(string(m), "\n")
+		if rest, ok := strings.CutPrefix(header, "sg1 "); ok && slices.Equal(strings.Fields(rest), []string{"P", "me"}) {
+			assert.Zero(t, s.echoSent.Load(), "its own presence heard back")
+		} else {
+			assert.Equal(t, int64(1), s.echoSent.Load(), "not its own presence")
+		}
 		select {
 		case got := <-sub.C():
-			header, _, _ := strings.Cut(string(m), "\n")
 			fields := strings.Fields(header)
 			require.GreaterOrEqual(t, len(fields), 5)
 			assert.Equal(t, []string{"sg1", "F"}, fields[:2])

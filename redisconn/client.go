@@ -276,6 +276,15 @@ func NewURL(url, password string, opts Options) (*Client, error) {
 // Mode is how the client reaches Redis.
 func (c *Client) Mode() Mode { return c.mode }
 
+// ReloadState has a cluster client read where the slots are again (in the
+// background, at most every 200 ms); other clients need not. The stream
+// sharing calls it when its subscription must move to another node.
+func (c *Client) ReloadState(ctx context.Context) {
+	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
+}
+
 // Health reports whether the client can use Redis now, and if not, why:
 // "" while its breaker is closed, else a sentence naming the client, its
 // mode and the last failure (never a password).

@@ -92,7 +92,16 @@ type cluster struct {
 
 func startCluster(t *testing.T, replicas int) *cluster {
 	t.Helper()
-	srv := redistest.New(t)       // skips when redis-server is missing
+	srv := redistest.New(t) // skips when redis-server is missing
+	c := startFleet(t, replicas, func(upstream string) string { return continuityConfig(upstream, srv.URL()) })
+	c.redis = srv
+	return c
+}
+
+// startFleet starts the simulator, the balancer and replicas gateways
+// whose configuration cfg makes from the simulator's URL.
+func startFleet(t *testing.T, replicas int, cfg func(upstream string) string) *cluster {
+	t.Helper()
 	simCfg := simulator.Default() // 10 requests per second per key and endpoint, the strictest count
 	simCfg.HAOrigins = []string{"001", "002"}
 	sim, err := simulator.New(simCfg)
@@ -103,7 +112,7 @@ func startCluster(t *testing.T, replicas int) *cluster {
 	bal, err := balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { bal.Close() })
-	c := &cluster{t: t, sim: sim, redis: srv, cfg: continuityConfig(up.URL, srv.URL()), bal: bal}
+	c := &cluster{t: t, sim: sim, cfg: cfg(up.URL), bal: bal}
 	for range replicas {
 		c.reps = append(c.reps, c.startReplica())
 	}
@@ -315,6 +324,75 @@ func (sc *streamClient) highestOf(feed string) int64 {
 	return sc.highest[feed]
 }
 
+// streamClients starts the continuityClients clients of feeds through the
+// balancer (the last two HA), and waits until every one receives every
+// stream.
+func (c *cluster) streamClients(ctx context.Context, wg *sync.WaitGroup, feeds []string, phase *atomic.Int32) []*streamClient {
+	t := c.t
+	t.Helper()
+	var clients []*streamClient
+	for i := range continuityClients {
+		id, secret := clientKey(i)
+		sc := &streamClient{name: fmt.Sprintf("plain-%d", i), ha: i >= 4, feeds: feeds, base: "ws://" + c.bal.Addr(),
+			s: newSigner(id, secret), phase: phase, got: map[string][]received{}, highest: map[string]int64{}}
+		if sc.ha {
+			sc.name = fmt.Sprintf("ha-%d", i-4)
+		}
+		clients = append(clients, sc)
+		sc.run(ctx, wg)
+	}
+	require.Eventually(t, func() bool {
+		for _, sc := range clients {
+			for _, f := range feeds {
+				if sc.highestOf(f) == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "every client receives every stream")
+	return clients
+}
+
+// settle marks the end of a scenario's window: it notes, per stream, the
+// newest second the upstream has published, waits (at most 60 s) until
+// some client has a second at least 2 later (the stream flows again after
+// the event), then takes per stream the newest second any client has and
+// waits (at most 60 s more) until every client has it.
+func (c *cluster) settle(feeds []string, clients []*streamClient) map[string]int64 {
+	t := c.t
+	t.Helper()
+	hi := map[string]int64{}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, f := range feeds {
+		_, published, ok := c.sim.Window(simulator.Mainnet, f)
+		require.True(t, ok)
+		for time.Now().Before(deadline) {
+			for _, sc := range clients {
+				hi[f] = max(hi[f], sc.highestOf(f))
+			}
+			if hi[f] >= published+2 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, f := range feeds {
+		for _, sc := range clients {
+			hi[f] = max(hi[f], sc.highestOf(f))
+		}
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for _, sc := range clients {
+		for _, f := range feeds {
+			for sc.highestOf(f) < hi[f] && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	return hi
+}
+
 // tally is what one client saw of one scenario.
 type tally struct {
 	missing    int      // (stream, second) pairs of the scenario's window never received
@@ -362,6 +440,63 @@ func (sc *streamClient) count(phase int32, lo, hi map[string]int64) tally {
 	return t
 }
 
+// scenario is one event of a continuity test.
+type scenario struct {
+	name string
+	run  func()
+}
+
+// runScenarios runs each scenario in turn and settles after each (the
+// window of the first starts once the clients have settled), then stops
+// the clients, logs what each client saw of each scenario and checks it:
+// every second of every stream once (plain clients) or at least once (HA):
+// 0 missing, 0 repeated, 0 out of order.
+func (c *cluster) runScenarios(feeds []string, clients []*streamClient, phase *atomic.Int32, stop func(), scenarios []scenario) {
+	t := c.t
+	t.Helper()
+	lo := c.settle(feeds, clients)
+	type row struct {
+		scenario string
+		client   *streamClient
+		tally
+	}
+	var rows []row
+	for i, sc := range scenarios {
+		phase.Store(int32(i + 1))
+		t.Logf("scenario %d: %s", i+1, sc.name)
+		sc.run()
+		hi := c.settle(feeds, clients)
+		for _, f := range feeds {
+			assert.Greater(t, hi[f], lo[f], "%s: the clients received seconds of the scenario", sc.name)
+		}
+		for _, cl := range clients {
+			rows = append(rows, row{sc.name, cl, cl.count(int32(i+1), lo, hi)})
+		}
+		lo = hi
+	}
+	stop()
+
+	var report strings.Builder
+	fmt.Fprintf(&report, "%-52s %-8s %8s %9s %11s %9s\n", "scenario", "client", "missing", "repeated", "disordered", "connects")
+	for _, r := range rows {
+		r.client.mu.Lock()
+		fmt.Fprintf(&report, "%-52s %-8s %8d %9d %11d %9d %v %v\n", r.scenario, r.client.name, r.missing, r.repeated, r.disordered,
+			r.client.connects, r.first, r.odd)
+		r.client.mu.Unlock()
+	}
+	t.Logf("(stream, second) pairs per client and scenario:\n%s", report.String())
+	for _, sc := range clients {
+		t.Logf("%s: origins %q, connections %d, HA twins dropped %d, last error %q", sc.name, sc.origins, sc.connects, sc.twins, sc.lastErr)
+	}
+	for _, r := range rows {
+		assert.Zero(t, r.missing, "%s: %s missed (stream, second) pairs: %v", r.scenario, r.client.name, r.first)
+		if !r.client.ha {
+			assert.Zero(t, r.repeated, "%s: %s received reports twice: %v", r.scenario, r.client.name, r.odd)
+			assert.Zero(t, r.disordered, "%s: %s received reports out of order: %v", r.scenario, r.client.name, r.odd)
+		}
+	}
+}
+
 // TestStreamingContinuity: three replicas behind a readiness-aware
 // balancer, plain and HA clients of three streams, and one after another:
 // a rolling restart of every replica (the second SIGKILLed), the replica
@@ -380,72 +515,8 @@ func TestStreamingContinuity(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	var clients []*streamClient
-	for i := range continuityClients {
-		id, secret := clientKey(i)
-		sc := &streamClient{name: fmt.Sprintf("plain-%d", i), ha: i >= 4, feeds: feeds, base: "ws://" + c.bal.Addr(),
-			s: newSigner(id, secret), phase: &phase, got: map[string][]received{}, highest: map[string]int64{}}
-		if sc.ha {
-			sc.name = fmt.Sprintf("ha-%d", i-4)
-		}
-		clients = append(clients, sc)
-		sc.run(ctx, &wg)
-	}
-
-	// settle marks the end of a scenario's window: it notes, per stream,
-	// the newest second the upstream has published, waits (at most 60 s)
-	// until some client has a second at least 2 later (the stream flows
-	// again after the event), then takes per stream the newest second any
-	// client has and waits (at most 60 s more) until every client has it.
-	settle := func() map[string]int64 {
-		t.Helper()
-		hi := map[string]int64{}
-		deadline := time.Now().Add(60 * time.Second)
-		for _, f := range feeds {
-			_, published, ok := c.sim.Window(simulator.Mainnet, f)
-			require.True(t, ok)
-			for time.Now().Before(deadline) {
-				for _, sc := range clients {
-					hi[f] = max(hi[f], sc.highestOf(f))
-				}
-				if hi[f] >= published+2 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
-		for _, f := range feeds {
-			for _, sc := range clients {
-				hi[f] = max(hi[f], sc.highestOf(f))
-			}
-		}
-		deadline = time.Now().Add(60 * time.Second)
-		for _, sc := range clients {
-			for _, f := range feeds {
-				for sc.highestOf(f) < hi[f] && time.Now().Before(deadline) {
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-		}
-		return hi
-	}
-	// Every client live on every stream first.
-	require.Eventually(t, func() bool {
-		for _, sc := range clients {
-			for _, f := range feeds {
-				if sc.highestOf(f) == 0 {
-					return false
-				}
-			}
-		}
-		return true
-	}, 30*time.Second, 50*time.Millisecond, "every client receives every stream")
-	lo := settle()
-
-	scenarios := []struct {
-		name string
-		run  func()
-	}{
+	clients := c.streamClients(ctx, &wg, feeds, &phase)
+	c.runScenarios(feeds, clients, &phase, func() { cancel(); wg.Wait() }, []scenario{
 		{"rolling restart (replica 2 SIGKILLed)", func() {
 			c.replace(0, syscall.SIGTERM)
 			c.replace(1, syscall.SIGKILL)
@@ -476,48 +547,7 @@ func TestStreamingContinuity(t *testing.T) {
 			c.redis.Restart()
 			time.Sleep(6 * time.Second) // two share leases: the replicas fall back, then share again
 		}},
-	}
-	type row struct {
-		scenario string
-		client   *streamClient
-		tally
-	}
-	var rows []row
-	for i, sc := range scenarios {
-		phase.Store(int32(i + 1))
-		t.Logf("scenario %d: %s", i+1, sc.name)
-		sc.run()
-		hi := settle()
-		for _, f := range feeds {
-			assert.Greater(t, hi[f], lo[f], "%s: the clients received seconds of the scenario", sc.name)
-		}
-		for _, cl := range clients {
-			rows = append(rows, row{sc.name, cl, cl.count(int32(i+1), lo, hi)})
-		}
-		lo = hi
-	}
-	cancel()
-	wg.Wait()
-
-	var report strings.Builder
-	fmt.Fprintf(&report, "%-52s %-8s %8s %9s %11s %9s\n", "scenario", "client", "missing", "repeated", "disordered", "connects")
-	for _, r := range rows {
-		r.client.mu.Lock()
-		fmt.Fprintf(&report, "%-52s %-8s %8d %9d %11d %9d %v %v\n", r.scenario, r.client.name, r.missing, r.repeated, r.disordered,
-			r.client.connects, r.first, r.odd)
-		r.client.mu.Unlock()
-	}
-	t.Logf("(stream, second) pairs per client and scenario:\n%s", report.String())
-	for _, sc := range clients {
-		t.Logf("%s: origins %q, connections %d, HA twins dropped %d, last error %q", sc.name, sc.origins, sc.connects, sc.twins, sc.lastErr)
-	}
-	for _, r := range rows {
-		assert.Zero(t, r.missing, "%s: %s missed (stream, second) pairs: %v", r.scenario, r.client.name, r.first)
-		if !r.client.ha {
-			assert.Zero(t, r.repeated, "%s: %s received reports twice: %v", r.scenario, r.client.name, r.odd)
-			assert.Zero(t, r.disordered, "%s: %s received reports out of order: %v", r.scenario, r.client.name, r.odd)
-		}
-	}
+	})
 	for _, sc := range clients {
 		if sc.ha {
 			assert.Len(t, sc.origins, 2, "%s: the gateway advertises two origins, so an HA client holds two connections", sc.name)

@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"streamgate/config"
+	"streamgate/internal/redistest"
+	"streamgate/redisconn"
+)
+
+// TestResumeStoreOnCluster: on a Redis Cluster, one replica's flush writes
+// the records of many clients, whose keys fall in many slots, in one
+// pipeline; another replica's store reads each of them back, and a record
+// deleted (its client closed the connection) is gone for both.
+func TestResumeStoreOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis Cluster: not with -short")
+	}
+	cl := redistest.NewCluster(t)
+	client := func() redis.UniversalClient {
+		c, err := redisconn.New(config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}}, redisconn.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a := newResumeStore(time.Minute, client(), zap.NewNop())
+	b := newResumeStore(time.Minute, client(), zap.NewNop())
+	defer a.close()
+	defer b.close()
+
+	recs := map[string]resumeRecord{}
+	slots := map[int]bool{}
+	for i := range 64 {
+		id := resumeID("mainnet", "key-"+strconv.Itoa(i), "", []string{"0x01", "0x02"})
+		recs[id] = resumeRecord{At: time.Now().UnixMilli(), Conn: "c" + strconv.Itoa(i), Marks: map[string]int64{"0x01": int64(1000 + i), "0x02": int64(2000 + i)}}
+		slots[redistest.Slot(resumeKey(id))] = true
+	}
+	require.Greater(t, len(slots), 3, "the records fall in many slots")
+	a.write(recs)
+	for id, want := range recs {
+		marks, ok := b.load(context.Background(), id)
+		require.True(t, ok, "the other replica finds the record of %q", id)
+		require.Equal(t, want.Marks, marks)
+	}
+	var gone string
+	for id := range recs {
+		gone = id
+		break
+	}
+	b.forget(gone)
+	_, ok := a.load(context.Background(), gone)
+	require.False(t, ok, "a deleted record is gone")
+}
