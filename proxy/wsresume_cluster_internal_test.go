@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"streamgate/config"
 	"streamgate/internal/redistest"
 	"streamgate/redisconn"
 )
@@ -25,25 +24,28 @@ func TestResumeStoreOnCluster(t *testing.T) {
 	}
 	cl := redistest.NewCluster(t)
 	client := func() redis.UniversalClient {
-		c, err := redisconn.New(config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}}, redisconn.Options{})
+		c, err := redisconn.New(redisconn.Target{Cluster: cl.Addrs()}, redisconn.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	a := newResumeStore(time.Minute, client(), zap.NewNop())
-	b := newResumeStore(time.Minute, client(), zap.NewNop())
+	a := newResumeStore(time.Minute, 200, 5000, client(), zap.NewNop(), time.Now, nil)
+	b := newResumeStore(time.Minute, 200, 5000, client(), zap.NewNop(), time.Now, nil)
 	defer a.close()
 	defer b.close()
 
 	recs := map[string]resumeRecord{}
+	teams := map[string]string{}
 	slots := map[int]bool{}
+	now := time.Now().Unix() // marks within the window: the records are kept
 	for i := range 64 {
 		id := resumeID("mainnet", "key-"+strconv.Itoa(i), "", []string{"0x01", "0x02"})
-		recs[id] = resumeRecord{At: time.Now().UnixMilli(), Conn: "c" + strconv.Itoa(i), Marks: map[string]int64{"0x01": int64(1000 + i), "0x02": int64(2000 + i)}}
+		recs[id] = resumeRecord{At: time.Now().UnixMilli(), Conn: "c" + strconv.Itoa(i), Marks: map[string]int64{"0x01": now - int64(i%5), "0x02": now - int64(i%7)}}
+		teams[id] = "team-" + strconv.Itoa(i%4)
 		slots[redistest.Slot(resumeKey(id))] = true
 	}
 	require.Greater(t, len(slots), 3, "the records fall in many slots")
-	a.write(recs)
+	a.write(recs, teams)
 	for id, want := range recs {
 		marks, ok := b.load(context.Background(), id)
 		require.True(t, ok, "the other replica finds the record of %q", id)

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/config"
 	"streamgate/internal/redistest"
 	"streamgate/redisconn"
 	"streamgate/simulator"
@@ -24,7 +23,7 @@ const shareKey = DefaultSharePrefix + "{mainnet}:wants"
 
 // redisClient is the process's Redis client for target, as the server
 // builds it (deadline and circuit breaker included).
-func redisClient(t *testing.T, target config.RedisTarget) *redisconn.Client {
+func redisClient(t *testing.T, target redisconn.Target) *redisconn.Client {
 	t.Helper()
 	c, err := redisconn.New(target, redisconn.Options{})
 	require.NoError(t, err)
@@ -147,7 +146,7 @@ func TestShareClusterFailover(t *testing.T) {
 	}
 	cl := redistest.NewCluster(t)
 	shareThroughFailover(t, func() redis.UniversalClient {
-		return redisClient(t, config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}})
+		return redisClient(t, redisconn.Target{Cluster: cl.Addrs()})
 	}, func() time.Duration {
 		killed := cl.KillMaster(shareKey)
 		return cl.WaitFailover(killed)
@@ -165,7 +164,7 @@ func TestShareSentinelFailover(t *testing.T) {
 	}
 	sn := redistest.NewSentinel(t)
 	shareThroughFailover(t, func() redis.UniversalClient {
-		return redisClient(t, config.RedisTarget{Sentinel: &config.RedisSentinel{Master: redistest.SentinelMaster, Addrs: sn.Addrs()}})
+		return redisClient(t, redisconn.Target{Sentinel: &redisconn.Sentinel{Master: redistest.SentinelMaster, Addrs: sn.Addrs()}})
 	}, func() time.Duration {
 		_, took := sn.WaitFailover(sn.KillMaster())
 		return took
@@ -235,7 +234,7 @@ func TestShareClusterSlotMoves(t *testing.T) {
 	feeds := e.crypto(t, 2)
 	var calls atomic.Int64
 	hubs, cols := sharingHubs(t, e, feeds, &calls, func() redis.UniversalClient {
-		return redisClient(t, config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()}})
+		return redisClient(t, redisconn.Target{Cluster: cl.Addrs()})
 	})
 
 	moveSlot(t, cl, shareKey)
