@@ -45,9 +45,15 @@ const (
 	// unfilled.
 	fillTimeout = 60 * time.Second
 	// fillUnpublished: a second this recent that Backfill does not return
-	// may not be published yet (some streams publish seconds late); it is
-	// not counted as unfilled.
+	// may not be published yet (some streams publish seconds late): it is
+	// asked again (fetch) rather than given up.
 	fillUnpublished = 5
+	// fillRetryFirst, fillRetryMax and fillTries pace the calls for a
+	// second that failed or is not published yet: 250 ms, 500 ms, 1 s,
+	// 2 s, 2 s apart, six calls at most, about 6 s: past fillUnpublished.
+	fillRetryFirst = 250 * time.Millisecond
+	fillRetryMax   = 2 * time.Second
+	fillTries      = 6
 )
 
 // record keeps frame in f's history, dropping what is older than the
@@ -355,7 +361,6 @@ func (b *backfiller) round(jobs []*fillJob) {
 	h := b.h
 	ctx, cancel := context.WithTimeout(h.ctx, fillTimeout)
 	defer cancel()
-	now := h.cfg.Now().Unix()
 	got := make([][]histFrame, len(jobs))
 	var clipped int64
 	secSet := map[int64]bool{}
@@ -384,27 +389,14 @@ func (b *backfiller) round(jobs []*fillJob) {
 		if len(feeds) == 0 {
 			continue
 		}
-		var frames map[string][]byte
-		var err error
-		if ctx.Err() == nil {
-			frames, err = h.cfg.Backfill(ctx, feeds, s)
-		} else {
-			err = ctx.Err()
-		}
+		frames, err := b.fetch(ctx, feeds, s)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 		for _, id := range feeds {
 			fr, ok := frames[id]
-			if ok {
-				if fid, ts, pok := parseFrame(fr); !pok || string(fid) != id || ts != s {
-					ok = false // not the report asked for
-				}
-			}
 			if !ok {
-				if s < now-fillUnpublished {
-					unfilled++
-				}
+				unfilled++
 				continue
 			}
 			filled++
@@ -433,6 +425,56 @@ func (b *backfiller) round(jobs []*fillJob) {
 	}
 	for i, j := range jobs {
 		j.done(got[i])
+	}
+}
+
+// fetch asks Backfill for second s of feeds, and asks again for what is
+// still missing while the call fails (the upstream's budget refused it, a
+// Redis failover left each replica spending its own, the upstream was
+// away) or while s is recent enough that a stream may not have published
+// it yet (fillUnpublished): after fillRetryFirst, doubling to
+// fillRetryMax, at most fillTries calls. A frame that is not the report of
+// the feed and second asked is not taken. It returns the frames got and
+// the last call's error.
+func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[string][]byte, error) {
+	h := b.h
+	got := make(map[string][]byte, len(feeds))
+	missing := feeds
+	wait := fillRetryFirst
+	var err error
+	for try := 1; ; try++ {
+		if err = ctx.Err(); err != nil {
+			return got, err
+		}
+		var frames map[string][]byte
+		frames, err = h.cfg.Backfill(ctx, missing, s)
+		left := missing[:0:0]
+		for _, id := range missing {
+			fr, ok := frames[id]
+			if ok {
+				if fid, ts, pok := parseFrame(fr); !pok || string(fid) != id || ts != s {
+					ok = false // not the report asked for
+				}
+			}
+			if ok {
+				got[id] = fr
+			} else {
+				left = append(left, id)
+			}
+		}
+		missing = left
+		recent := s >= h.cfg.Now().Unix()-fillUnpublished
+		if len(missing) == 0 || try == fillTries || (err == nil && !recent) {
+			return got, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return got, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, fillRetryMax)
 	}
 }
 

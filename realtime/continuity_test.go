@@ -3,12 +3,14 @@ package realtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,6 +104,49 @@ func TestGapBackfilled(t *testing.T) {
 		}
 	}
 	consecutive(t, b.of(feeds[0]))
+}
+
+// TestGapFillAskedAgain: a gap's fill whose first call for a second fails
+// (the upstream's budget refused it, as when a Redis failover leaves each
+// replica spending the budget alone and the upstream answers 429) is asked
+// again, and every second still reaches every subscriber; before, a
+// recent second lost that way was neither delivered nor counted.
+func TestGapFillAskedAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	var calls, failed atomic.Int64
+	rest := e.restBackfill(&calls)
+	var mu sync.Mutex
+	asked := map[int64]bool{}
+	flaky := func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+		mu.Lock()
+		first := !asked[ts]
+		asked[ts] = true
+		mu.Unlock()
+		if first {
+			failed.Add(1)
+			return nil, errors.New("upstream budget exhausted: retry after 1s")
+		}
+		return rest(ctx, feeds, ts)
+	}
+	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = flaky, 2*time.Minute })
+	feeds := e.crypto(t, 2)
+	e.run(t, 25*time.Millisecond)
+	a := collect(t, h.Subscribe(feeds, 4096))
+	awaitMore(t, []*collector{a}, feeds[0], 3)
+
+	e.sim.Outage(time.Hour)
+	time.Sleep(300 * time.Millisecond) // a dozen seconds of the clock
+	e.sim.Outage(0)
+	before := a.count(feeds[0])
+	awaitMore(t, []*collector{a}, feeds[0], before+5)
+
+	st := h.Stats()
+	assert.Positive(t, failed.Load(), "the first call of each second failed")
+	assert.Positive(t, st.Backfilled)
+	assert.Zero(t, st.Unfilled)
+	for _, f := range feeds {
+		consecutive(t, a.of(f))
+	}
 }
 
 // TestGapBeyondBackfillMax: of a gap longer than backfill_max, the newest
