@@ -26,17 +26,7 @@ func TestReplayAcrossReplicas(t *testing.T) {
 		}})
 	}
 	a, b := replica(), replica()
-	send := func(base string, req *http.Request) int {
-		out := req.Clone(req.Context())
-		var err error
-		out.URL, err = out.URL.Parse(base + "/api/v1/feeds")
-		require.NoError(t, err)
-		out.Host = ""
-		resp, err := http.DefaultClient.Do(out)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	send := func(base string, req *http.Request) int { return sendTo(t, base, req) }
 	req, err := servertest.Demo().Request(t.Context(), a.Mainnet, "/api/v1/feeds")
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, send(a.Mainnet, req))
@@ -65,17 +55,7 @@ func TestReplayAcrossReplicasSparesTheLimits(t *testing.T) {
 		}})
 	}
 	a, b := replica(), replica()
-	send := func(base string, req *http.Request) int {
-		out := req.Clone(req.Context())
-		var err error
-		out.URL, err = out.URL.Parse(base + req.URL.RequestURI())
-		require.NoError(t, err)
-		out.Host = ""
-		resp, err := http.DefaultClient.Do(out)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	send := func(base string, req *http.Request) int { return sendTo(t, base, req) }
 	sign := func(base, target string) *http.Request {
 		req, err := servertest.Demo().Request(t.Context(), base, target)
 		require.NoError(t, err)
@@ -97,4 +77,19 @@ func TestReplayAcrossReplicasSparesTheLimits(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, send(a.Mainnet, alone), "the replica's own record refuses a replay of what it admitted")
 	assert.Equal(t, http.StatusOK, send(b.Mainnet, alone), "another replica's own record has not seen it")
 	assert.Positive(t, metricValue(t, a.Registry, "streamgate_replay_store_errors_total", nil), "the shared record's failure counted")
+}
+
+// sendTo sends req, as signed, to the gateway at base, and returns the
+// answer's status.
+func sendTo(t *testing.T, base string, req *http.Request) int {
+	t.Helper()
+	out := req.Clone(req.Context())
+	var err error
+	out.URL, err = out.URL.Parse(base + req.URL.RequestURI())
+	require.NoError(t, err)
+	out.Host = ""
+	resp, err := http.DefaultClient.Do(out)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
 }

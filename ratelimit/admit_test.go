@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -12,11 +13,11 @@ import (
 	"streamgate/internal/redistest"
 )
 
-// The admission in one script decides as the checks one by one do, on the
-// same buckets, in one round trip.
-func TestRedisAdmitterDecidesAsOneByOne(t *testing.T) {
-	url := redistest.Start(t)
-	client := newClient(t, url)
+// newAdmitter returns a RedisAdmitter on a Redis of its own, with its
+// Limiter and Quota, and its client's count of round trips.
+func newAdmitter(t *testing.T) (*redis.Client, *redistest.ReachHook, *Redis, *RedisQuota, *RedisAdmitter) {
+	t.Helper()
+	client := newClient(t, redistest.Start(t))
 	reach := &redistest.ReachHook{}
 	client.AddHook(reach)
 	m := newMetrics(t)
@@ -24,7 +25,13 @@ func TestRedisAdmitterDecidesAsOneByOne(t *testing.T) {
 	require.NoError(t, err)
 	quota, err := NewRedisQuota(client, Options{Name: "daily", Metrics: m})
 	require.NoError(t, err)
-	adm := NewRedisAdmitter(limiter, quota)
+	return client, reach, limiter, quota, NewRedisAdmitter(limiter, quota)
+}
+
+// The admission in one script decides as the checks one by one do, on the
+// same buckets, in one round trip.
+func TestRedisAdmitterDecidesAsOneByOne(t *testing.T) {
+	_, reach, limiter, quota, adm := newAdmitter(t)
 	ctx := context.Background()
 	now := time.Now()
 	keyLimit, teamLimit := Limit{Rate: 0.001, Burst: 3}, Limit{Rate: 0.001, Burst: 5}
@@ -122,16 +129,7 @@ func TestRedisAdmitterApartWhileRedisFails(t *testing.T) {
 // signature or a full team before any rate or quota is taken, and records
 // a first use only when every check admits it: one round trip each.
 func TestRedisAdmitterFirstUse(t *testing.T) {
-	url := redistest.Start(t)
-	client := newClient(t, url)
-	reach := &redistest.ReachHook{}
-	client.AddHook(reach)
-	m := newMetrics(t)
-	limiter, err := NewRedis(client, Options{Name: "team", Metrics: m})
-	require.NoError(t, err)
-	quota, err := NewRedisQuota(client, Options{Name: "daily", Metrics: m})
-	require.NoError(t, err)
-	adm := NewRedisAdmitter(limiter, quota)
+	client, reach, _, _, adm := newAdmitter(t)
 	ctx := context.Background()
 	apart, together := auth.NewRedisReplay(client, "apart:"), auth.NewRedisReplay(client, "together:")
 	base := time.UnixMilli(1_800_000_000_000)
