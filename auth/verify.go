@@ -264,6 +264,11 @@ func (v *Verifier) CheckAt(ks *KeyStore, r *http.Request, now time.Time) (Result
 // shared store's failures go to SharedFailed, and the verifier's own record
 // decides meanwhile. With replay protection off it does nothing.
 func (v *Verifier) Record(ctx context.Context, res Result) error {
+	return v.recordUse(ctx, res, true)
+}
+
+// recordUse is Record, asking the shared store when shared is set.
+func (v *Verifier) recordUse(ctx context.Context, res Result, shared bool) error {
 	if !res.checked {
 		return errUnchecked
 	}
@@ -276,11 +281,9 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 	if err := v.replay.use(res.key, res.Principal.Team.Name, res.at, v.grace, res.gen, res.unseen); err != nil {
 		return err
 	}
-	if v.shared != nil {
-		sig := res.sig // only this copy escapes, and only here
-		team := res.Principal.Team.Name
-		ok, err := v.shared.FirstUse(ctx, ReplayUse{Team: team, TeamMax: v.shares[team],
-			Key: res.Principal.KeyID, Sig: sig[:], Now: res.at, TTL: 2 * v.maxSkew, Grace: v.grace})
+	if shared && v.shared != nil {
+		u, _, _ := v.SharedUse(res) // only its copy of the signature escapes, and only here
+		ok, err := v.shared.FirstUse(ctx, u)
 		switch {
 		case errors.Is(err, ErrReplayFull):
 			return err
@@ -293,6 +296,27 @@ func (v *Verifier) Record(ctx context.Context, res Result) error {
 		}
 	}
 	return nil
+}
+
+// SharedUse returns the use of res that Record would give the shared
+// store (VerifierConfig.Shared), and that store; ok is false when there
+// is none, replay protection being off or not shared. A caller that
+// records the use there itself, in one call with its admission's checks,
+// then calls RecordLocally, not Record, once it admitted the request. res
+// must be a Result that Check accepted.
+func (v *Verifier) SharedUse(res Result) (u ReplayUse, store ReplayStore, ok bool) {
+	if v.replay == nil || v.shared == nil || !res.checked {
+		return ReplayUse{}, nil, false
+	}
+	team := res.Principal.Team.Name
+	return ReplayUse{Team: team, TeamMax: v.shares[team], Key: res.Principal.KeyID, Sig: res.sig[:],
+		Now: res.at, TTL: 2 * v.maxSkew, Grace: v.grace}, v.shared, true
+}
+
+// RecordLocally is Record without the shared store: for a request whose
+// use (SharedUse) the caller recorded there itself.
+func (v *Verifier) RecordLocally(res Result) error {
+	return v.recordUse(context.Background(), res, false)
 }
 
 // StillSigns reports whether r's authentication headers hold a valid

@@ -139,8 +139,13 @@ func (a authenticator) wrap(next http.Handler) http.Handler {
 // its own, tighter limit takes nothing from its team's rate, so that it
 // cannot starve the team's other keys); for an unsigned one the rate of its
 // client address. Refusals are 429 with Retry-After; every decision's state
-// is reported in the RateLimit headers.
+// is reported in the RateLimit headers. With an Admitter and the shared
+// replay record in its Redis (auth.RedisReplay), a signed request's
+// signature is checked there first and recorded if admitted, in the same
+// call: a replay is 401 and a team at its share 503, as the recorder
+// answers them, before any rate or quota is taken.
 type admission struct {
+	network  string
 	limiter  ratelimit.Limiter
 	quota    ratelimit.Quota
 	admitter ratelimit.Admitter // nil: the checks one by one
@@ -201,11 +206,19 @@ func (a admission) team(ctx context.Context, w http.ResponseWriter, pol *policy,
 		return nil
 	}
 	if a.admitter != nil {
-		ds, names, policies, ok, err := a.together(ctx, tp, p)
-		if err != nil {
+		st := stateOf(ctx)
+		fu, keys := a.firstUse(pol, st)
+		ds, names, policies, ok, err := a.together(ctx, tp, p, fu)
+		switch {
+		case errors.Is(err, ratelimit.ErrSeen):
+			return a.replayRefused(st, auth.ErrReplay)
+		case errors.Is(err, ratelimit.ErrGroupFull):
+			return a.replayRefused(st, keys.FullError(fu.At))
+		case err != nil:
 			return err
 		}
 		if ok {
+			st.sharedRecorded = fu != nil // (refused: nothing to record)
 			for i, d := range ds {
 				switch {
 				case d.Allowed:
@@ -248,12 +261,39 @@ func (a admission) team(ctx context.Context, w http.ResponseWriter, pol *policy,
 	return nil
 }
 
+// firstUse returns the replay record's check of a signed request for
+// the Admitter's call, with its keys, when the shared replay record is
+// the Admitter's Redis (an auth.RedisReplay); nil when it is not, or
+// replay protection is off: the recorder then records it.
+func (a admission) firstUse(pol *policy, st *reqState) (*ratelimit.AdmitFirstUse, auth.RedisKeys) {
+	u, store, ok := pol.verifier.SharedUse(st.verified)
+	if !ok {
+		return nil, auth.RedisKeys{}
+	}
+	rr, ok := store.(*auth.RedisReplay)
+	if !ok {
+		return nil, auth.RedisKeys{}
+	}
+	k := rr.Keys(u)
+	return &ratelimit.AdmitFirstUse{Key: k.Sig, Counts: k.Counts, At: u.Now, TTL: k.TTL, Grace: u.Grace, Most: u.TeamMax}, k
+}
+
+// replayRefused refuses a request whose signature the shared replay
+// record refused in the admission's call, as the recorder refuses one.
+func (a admission) replayRefused(st *reqState, err error) error {
+	st.authError = auth.Reason(err)
+	a.metrics.authFailure(a.network, st.authError)
+	return err
+}
+
 // together makes the team checks (the key's rate, the team's, the daily
-// quota) in one call of the Admitter. It returns their decisions in
-// order, up to the first refusal, each with its limit's name and policy;
-// ok is false when the Admitter could not (ratelimit.ErrAdmitApart): the
-// checks are then made one by one.
-func (a admission) together(ctx context.Context, tp *teamPolicy, p *auth.Principal) (
+// quota) in one call of the Admitter, after the replay record's (fu), if
+// any. It returns their decisions in order, up to the first refusal, each
+// with its limit's name and policy; ok is false when the Admitter could
+// not (ratelimit.ErrAdmitApart): the checks are then made one by one, and
+// the recorder records the signature. fu's refusals are the Admitter's
+// errors (ratelimit.ErrSeen, ratelimit.ErrGroupFull).
+func (a admission) together(ctx context.Context, tp *teamPolicy, p *auth.Principal, fu *ratelimit.AdmitFirstUse) (
 	ds []ratelimit.Decision, names [3]string, policies [3]*limitPolicy, ok bool, err error) {
 	var rates [2]ratelimit.AdmitRate
 	n := 0
@@ -265,11 +305,11 @@ func (a admission) together(ctx context.Context, tp *teamPolicy, p *auth.Princip
 		policies[n], names[n], rates[n] = &tp.rate, "team", ratelimit.AdmitRate{Key: tp.rate.key, Limit: tp.rate.limit}
 		n++
 	}
-	adm := ratelimit.Admission{Rates: rates[:n], Now: stateOf(ctx).clock(a.now)}
+	adm := ratelimit.Admission{Rates: rates[:n], Now: stateOf(ctx).clock(a.now), FirstUse: fu}
 	if tp.daily > 0 {
 		adm.DailyKey, adm.Daily = tp.quota.key, tp.daily
 		policies[n], names[n] = &tp.quota, "daily"
-	} else if n == 0 {
+	} else if n == 0 && fu == nil {
 		return nil, names, policies, true, nil // nothing to check
 	}
 	ds, err = a.admitter.Admit(ctx, adm)
@@ -343,9 +383,9 @@ func (a admission) anonymous(ctx context.Context, w http.ResponseWriter, r *http
 }
 
 // recorder enters the signature of an admitted request in the replay record
-// (and the replicas' shared one): a request refused earlier costs the
-// record nothing. Of identical requests admitted at once, those past the
-// replay grace are refused here.
+// (and the replicas' shared one, unless admission recorded it there in its
+// call): a request refused earlier costs the record nothing. Of identical
+// requests admitted at once, those past the replay grace are refused here.
 type recorder struct {
 	network string
 	pol     *atomic.Pointer[policy]
@@ -356,7 +396,14 @@ func (rc recorder) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := stateOf(r.Context())
 		if st.principal != nil {
-			if err := rc.pol.Load().verifier.Record(r.Context(), st.verified); err != nil {
+			v := rc.pol.Load().verifier
+			var err error
+			if st.sharedRecorded {
+				err = v.RecordLocally(st.verified)
+			} else {
+				err = v.Record(r.Context(), st.verified)
+			}
+			if err != nil {
 				st.authError = auth.Reason(err)
 				rc.metrics.authFailure(rc.network, st.authError)
 				writeError(w, err)

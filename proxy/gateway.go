@@ -56,7 +56,11 @@ type Deps struct {
 	// configured budget always applies.
 	Budgets map[string]ratelimit.Budget
 	// ReplayStore, if non-nil, shares the record of signatures seen with
-	// the other replicas (see auth.VerifierConfig.Shared).
+	// the other replicas (see auth.VerifierConfig.Shared). An
+	// *auth.RedisReplay given with an Admitter must be on the Admitter's
+	// Redis: a signed request's use is then recorded in its admission's
+	// call (ratelimit.Admission.FirstUse), FirstUse being called only
+	// while the checks go one by one.
 	ReplayStore auth.ReplayStore
 	// Transport makes upstream calls. If nil, a clone of
 	// http.DefaultTransport tuned for one busy upstream host is used.
@@ -344,7 +348,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 	n.handler = chain(name, accessLog, g.metrics, g.tracer,
 		requestCheck{passPaths: passPaths},
 		authenticator{network: name, pol: &g.pol, metrics: g.metrics, now: g.now},
-		admission{limiter: g.limiter, quota: g.quota, admitter: g.admitter, pol: &g.pol, metrics: g.metrics, now: g.now},
+		admission{network: name, limiter: g.limiter, quota: g.quota, admitter: g.admitter, pol: &g.pol, metrics: g.metrics, now: g.now},
 		recorder{network: name, pol: &g.pol, metrics: g.metrics},
 		http.HandlerFunc(n.serveRoute))
 	return n

@@ -43,6 +43,9 @@ type reqState struct {
 	route     *route          // matched by checkRequest
 	principal *auth.Principal // set by authenticate; nil for an unsigned request
 	verified  auth.Result     // what authenticate checked, for record
+	// sharedRecorded: admission recorded the signature in the shared
+	// replay record in its script call; record keeps it locally only.
+	sharedRecorded bool
 
 	start  time.Time
 	now    time.Time // the network's clock, read once (reqState.clock)
