@@ -71,8 +71,9 @@ func redisFailures(t *testing.T, r *replica, kind string) float64 {
 }
 
 // checkFleet drives the three replicas and checks that they behave as one
-// gateway: the team rate within ±5 % of the configured one, the daily
-// quota exact, a report fetched once for all, every decision made in Redis.
+// gateway: a catalog view fetched once for all, the team rate within ±5 %
+// of the configured one, the daily quota exact, a report fetched once for
+// all, every decision made in Redis.
 func checkFleet(t *testing.T, reps []*replica) {
 	hc := replicaHTTP(t)
 	demo := servertest.Demo()
@@ -84,6 +85,31 @@ func checkFleet(t *testing.T, reps []*replica) {
 		}
 		return n
 	}
+	// First, while no replica has read a view but the warm-up's.
+	t.Run("the catalog once per view", func(t *testing.T) {
+		catalogCalls := func() (n int64) {
+			for _, r := range reps {
+				c := r.env.Sim.Counters()
+				n += c.ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery) + c.ByEndpoint(simulator.Mainnet, simulator.EndpointFeeds)
+			}
+			return n
+		}
+		batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
+		var fetched int64
+		for _, view := range []string{"/api/v1/feeds", "/api/v1/feeds?hidden=true", "/api/v1/discovery?asset_class=Crypto"} {
+			before := catalogCalls()
+			for i, r := range reps {
+				code, err := status(batch, r.env.Mainnet, view)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, code, "%s on replica %d", view, i)
+			}
+			n := catalogCalls() - before
+			t.Logf("%s: %d upstream calls for three replicas", view, n)
+			assert.LessOrEqual(t, n, int64(1), "%s: one upstream call at most for three replicas", view)
+			fetched += n
+		}
+		assert.Positive(t, fetched, "a view no replica held was fetched (once)")
+	})
 	t.Run("team rate", func(t *testing.T) {
 		trips0, cmds0 := trips(redisconn.MetricRoundTrips), trips(redisconn.MetricCommands)
 		counts, elapsed := drive(t, reps, demo, 3, time.Second, func() string { return "/api/v1/feeds" })
