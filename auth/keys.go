@@ -23,6 +23,7 @@ type Team struct {
 type Key struct {
 	ID      string
 	Secrets []string
+	Cert    *CertRule // the client certificate the key must come with; nil for none
 }
 
 // Principal is an authenticated caller: the key that signed the request and
@@ -30,6 +31,7 @@ type Key struct {
 type Principal struct {
 	KeyID   string
 	Team    *Team
+	Cert    *CertRule // nil: the key may be used over any connection
 	secrets []*macPool
 }
 
@@ -94,7 +96,7 @@ func NewKeyStore(teams []Team) (*KeyStore, error) {
 				errs = append(errs, fmt.Errorf("auth: key %q has no secret", k.ID))
 				continue
 			}
-			p := &Principal{KeyID: k.ID, Team: tp}
+			p := &Principal{KeyID: k.ID, Team: tp, Cert: k.Cert}
 			for _, s := range k.Secrets {
 				p.secrets = append(p.secrets, newMACPool([]byte(s)))
 			}

@@ -37,6 +37,8 @@ func Reason(err error) string {
 		return "replay"
 	case errors.Is(err, ErrReplayFull):
 		return "replay_full"
+	case errors.Is(err, ErrClientCert):
+		return "client_cert"
 	default:
 		return "other"
 	}

@@ -3,6 +3,10 @@ package cache
 import (
 	"context"
 	"time"
+
+	"go.opentelemetry.io/otel/codes"
+
+	"streamgate/tracing"
 )
 
 // Check validates an entry read from the shared tier for one kind of key
@@ -57,7 +61,13 @@ func (s *Store) origin(key string, src Source) FillFunc {
 	fill := src.Fill
 	if s.tier != nil && src.Check != nil {
 		fill = func(ctx context.Context) (*Entry, error) {
-			return s.tier.FillAfter(ctx, key, src.Check, src.Grace, src.Fill)
+			ctx, span := tracing.Start(ctx, "shared tier")
+			e, err := s.tier.FillAfter(ctx, key, src.Check, src.Grace, src.Fill)
+			if err != nil && span.IsRecording() {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			return e, err
 		}
 	}
 	if !src.NotInMemory {

@@ -2,6 +2,7 @@ package compat
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,9 +20,9 @@ import (
 )
 
 // TestSDKDecodedView fetches the decoded view of reports of every schema
-// through a gateway, adds the real testnet V3 report as the don package
-// decodes it, and has decoded.test.mjs compare each with the official
-// SDK's decodeReport.
+// (V1 to V14) through a gateway, adds the four real testnet V3 reports as
+// the don package decodes them, and has decoded.test.mjs compare each with
+// the official SDK's decodeReport (V2 to V13; V1 and V14 it refuses).
 func TestSDKDecodedView(t *testing.T) {
 	node, npm := tools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -33,11 +35,11 @@ func TestSDKDecodedView(t *testing.T) {
 	var records []json.RawMessage
 	start := time.Now().Add(-time.Hour).Unix()
 	for _, s := range env.Sim.Streams(simulator.Mainnet) {
-		if s.Status != "live" || perSchema[s.SchemaVersion] >= 3 {
+		if s.Status != "live" || perSchema[s.SchemaVersion] >= 2 {
 			continue
 		}
 		perSchema[s.SchemaVersion]++
-		target := "/api/v1/reports/page?feedID=" + s.FeedID + "&startTimestamp=" + strconv.FormatInt(start, 10) + "&limit=4"
+		target := "/api/v1/reports/page?feedID=" + s.FeedID + "&startTimestamp=" + strconv.FormatInt(start, 10) + "&limit=3"
 		req, err := c.Request(ctx, env.Mainnet, target)
 		if err != nil {
 			t.Fatal(err)
@@ -60,10 +62,12 @@ func TestSDKDecodedView(t *testing.T) {
 		}
 		records = append(records, doc.Reports...)
 	}
-	for _, schema := range []string{"V3", "V7", "V11"} {
-		if perSchema[schema] == 0 {
-			t.Fatalf("no live %s stream on the simulator", schema)
+	var schemas []string
+	for _, s := range don.Schemas {
+		if perSchema[s.String()] == 0 {
+			t.Fatalf("no live %s stream on the simulator", s)
 		}
+		schemas = append(schemas, s.String())
 	}
 
 	// The real report: its record, decoded by the don package as the
@@ -83,21 +87,58 @@ func TestSDKDecodedView(t *testing.T) {
 	if err := json.Unmarshal(data, &real); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(simulator.Report{FeedID: real.FeedID, ValidFromTimestamp: real.Decoded.ValidFromTimestamp,
-		ObservationsTimestamp: real.Decoded.ObservationsTimestamp, FullReport: real.FullReport})
-	view, err := don.AppendDecodedRecord(nil, rec, func(string, string) don.Verification { return don.Verification{Mode: don.ModeOff} })
+	reals := []simulator.Report{{FeedID: real.FeedID, ValidFromTimestamp: real.Decoded.ValidFromTimestamp,
+		ObservationsTimestamp: real.Decoded.ObservationsTimestamp, FullReport: real.FullReport}}
+	// And the three real testnet reports, their timestamps read from
+	// their blobs.
+	data, err = os.ReadFile(filepath.Join("..", "don", "testdata", "real-testnet-reports.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	records = append(records, view)
+	var testnet struct {
+		Reports []simulator.Report `json:"reports"`
+	}
+	if err := json.Unmarshal(data, &testnet); err != nil || len(testnet.Reports) != 3 {
+		t.Fatalf("real testnet reports: %d (%v)", len(testnet.Reports), err)
+	}
+	for _, r := range testnet.Reports {
+		env, err := don.DecodeEnvelope(hexBytes(t, r.FullReport))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := don.BlobHeader(env.ReportBlob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ValidFromTimestamp, r.ObservationsTimestamp = int64(h.ValidFromTimestamp), int64(h.ObservationsTimestamp)
+		reals = append(reals, r)
+	}
+	for _, r := range reals {
+		rec, _ := json.Marshal(r)
+		view, err := don.AppendDecodedRecord(nil, rec, func(string, string) don.Verification { return don.Verification{Mode: don.ModeOff} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, view)
+	}
 
 	path := filepath.Join(t.TempDir(), "decoded.json")
 	out, _ := json.Marshal(records)
 	if err := os.WriteFile(path, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d records (%v per schema, and the real V3 report)", len(records), perSchema)
-	if err := run(ctx, t, exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "decoded.test.mjs"), []string{"COMPAT_DECODED=" + path}); err != nil {
+	t.Logf("%d records (%v streams per schema, and the four real V3 reports)", len(records), perSchema)
+	if err := run(ctx, t, exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "decoded.test.mjs"),
+		[]string{"COMPAT_DECODED=" + path, "COMPAT_SCHEMAS=" + strings.Join(schemas, ",")}); err != nil {
 		t.Fatalf("node --test decoded.test.mjs: %v", err)
 	}
+}
+
+func hexBytes(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(strings.TrimPrefix(s, "0x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

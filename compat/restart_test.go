@@ -137,7 +137,7 @@ teams:
 	var feeds []string
 	for _, s := range sim.Streams(simulator.Mainnet) {
 		first, last, ok := sim.Window(simulator.Mainnet, s.FeedID)
-		if ok && s.Status == "live" && !slices.Contains(sim.Hidden(simulator.Mainnet), s.FeedID) &&
+		if ok && s.Status == "live" && sdkAccepts(s.SchemaVersion) && !slices.Contains(sim.Hidden(simulator.Mainnet), s.FeedID) &&
 			time.Now().Unix()-last <= 1 && first < last && len(feeds) < 3 {
 			feeds = append(feeds, s.FeedID)
 		}

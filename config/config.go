@@ -35,6 +35,7 @@ type Config struct {
 	Cache     Cache               `yaml:"cache" json:"cache"`
 	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
 	Realtime  Realtime            `yaml:"realtime" json:"realtime"`
+	Tracing   Tracing             `yaml:"tracing" json:"tracing"`
 	Teams     []Team              `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config
@@ -79,6 +80,10 @@ type Server struct {
 	// not on loopback. A profile costs CPU while it is taken; nothing is
 	// spent while none is asked for. Default false.
 	Pprof bool `yaml:"pprof" json:"pprof"`
+	// AdminTLS, when set, serves the admin listener over TLS (see TLS).
+	// Default none (plain HTTP: keep the admin listener on loopback or a
+	// private network).
+	AdminTLS *TLS `yaml:"admin_tls" json:"admin_tls"`
 
 	file fileState
 }
@@ -104,6 +109,10 @@ type Network struct {
 	// Hosts are the Host names (no scheme, no port; lower-cased at load)
 	// routed to this network on a shared listener. Default none.
 	Hosts []string `yaml:"hosts" json:"hosts"`
+	// TLS, when set, serves this network over HTTPS and WSS (see TLS).
+	// Networks sharing a listener share its TLS block: give them the same
+	// one. Default none (plain HTTP).
+	TLS *TLS `yaml:"tls" json:"tls"`
 	// PassThrough lists extra paths under /api/v1/ that are forwarded to
 	// the upstream as they are (GET or HEAD, authenticated, re-signed with
 	// the organisation's credential, within the budget), for upstream
@@ -596,6 +605,11 @@ type Key struct {
 	// Rate optionally limits this key on its own, within the team's rate.
 	// Default no limit.
 	Rate Rate `yaml:"rate" json:"rate"`
+	// ClientCert, when set, binds the key to a client certificate (see
+	// ClientCert): every network of its team must verify client
+	// certificates (tls.client_auth verify_if_given or require). Default
+	// none: the key works over any connection.
+	ClientCert *ClientCert `yaml:"client_cert" json:"client_cert"`
 
 	file fileState
 }

@@ -132,6 +132,7 @@ func Default() *Config {
 		Cache:     defaultCache(),
 		RateLimit: defaultRateLimit(),
 		Realtime:  defaultRealtime(),
+		Tracing:   Tracing{Protocol: TracingHTTP, SampleRatio: DefaultSampleRatio},
 		Teams: []Team{
 			{
 				Name:     DemoTeam,
@@ -265,6 +266,11 @@ func (c *Config) applyDefaults() {
 		d.num(p+".max_bulk", &u.MaxBulk, du.MaxBulk)
 		d.num(p+".ws_max_connections", &u.WSMaxConnections, du.WSMaxConnections)
 		d.num(p+".ws_feeds_per_connection", &u.WSFeedsPerConnection, du.WSFeedsPerConnection)
+	}
+
+	d.str("tracing.protocol", &c.Tracing.Protocol, TracingHTTP)
+	if !d.has("tracing.sample_ratio") {
+		c.Tracing.SampleRatio = DefaultSampleRatio
 	}
 
 	a, da := &c.Auth, defaultAuth()

@@ -159,6 +159,7 @@ func parse(data []byte, lookup func(string) (string, bool), baseDir string) (*Co
 	cfg.applyDefaults()
 	cfg.normalize()
 	cfg.readSecretFiles()
+	cfg.loadTLS()
 	if err := cfg.Validate(); err != nil {
 		var vp Problems
 		if !errors.As(err, &vp) {

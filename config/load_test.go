@@ -138,6 +138,7 @@ func TestDefaults(t *testing.T) {
 		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true,
 			Share: true, ShareLease: 3 * time.Second,
 			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, BackfillMax: 2 * time.Minute},
+		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 0.01},
 	}
 	want.src = cfg.src
 	assert.Equal(t, want, cfg)
@@ -157,6 +158,7 @@ func TestExampleDocumentsTheDefaults(t *testing.T) {
 	assert.Equal(t, defaults.Cache, example.Cache)
 	assert.Equal(t, defaults.RateLimit, example.RateLimit)
 	assert.Equal(t, defaults.Realtime, example.Realtime)
+	assert.Equal(t, defaults.Tracing, example.Tracing)
 
 	// The example's mainnet spells every upstream key out; its testnet
 	// gives only the url.

@@ -76,6 +76,9 @@ func restartSettings(cfg *Config) map[string]string {
 		"realtime.grace":               cfg.Realtime.Grace.String(),
 		"realtime.team_connections":    strconv.Itoa(cfg.Realtime.TeamConnections),
 	}
+	// A listener's TLS files and client policy are applied by a reload;
+	// turning TLS on or off changes the listener itself.
+	m["server.admin_tls"] = strconv.FormatBool(cfg.Server.AdminTLS != nil)
 	for name, n := range cfg.Networks {
 		p := "networks." + name
 		m[p] = "configured"
@@ -85,6 +88,7 @@ func restartSettings(cfg *Config) map[string]string {
 		up := n.Upstream
 		m[p+".listen"] = n.Listen
 		m[p+".hosts"] = strings.Join(n.Hosts, ",")
+		m[p+".tls"] = strconv.FormatBool(n.TLS != nil)
 		m[p+".pass_through"] = strings.Join(n.PassThrough, ",")
 		m[p+".upstream.url"] = up.URL
 		m[p+".upstream.api_key"] = up.APIKey
@@ -99,6 +103,7 @@ func restartSettings(cfg *Config) map[string]string {
 		m[p+".upstream.ws_feeds_per_connection"] = strconv.Itoa(up.WSFeedsPerConnection)
 		m[p+".upstream.ws_pinned"] = strings.Join(up.WSPinned, ",")
 	}
+	m["tracing"] = fmt.Sprint(cfg.Tracing)
 	m["realtime.share"] = strconv.FormatBool(cfg.Realtime.Share)
 	m["realtime.share_lease"] = cfg.Realtime.ShareLease.String()
 	m["realtime.client_origins"] = strings.Join(cfg.Realtime.ClientOrigins, ",")

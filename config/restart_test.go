@@ -17,7 +17,7 @@ func TestRestartOnly(t *testing.T) {
 	network := func(name string) []string {
 		p := "networks." + name
 		out := []string{p}
-		for _, k := range []string{"listen", "hosts", "pass_through", "upstream.url", "upstream.api_key",
+		for _, k := range []string{"listen", "hosts", "tls", "pass_through", "upstream.url", "upstream.api_key",
 			"upstream.api_secret", "upstream.timeout", "upstream.retries", "upstream.budget", "upstream.budget_margin", "upstream.max_bulk",
 			"upstream.ws_url", "upstream.ws_max_connections", "upstream.ws_feeds_per_connection", "upstream.ws_pinned"} {
 			out = append(out, p+"."+k)
@@ -87,6 +87,11 @@ func TestRestartOnly(t *testing.T) {
 			c.Log.Level = LogLevelError
 			c.Teams = nil
 		}, want: []string{"log.level", "networks.testnet.upstream.retries", "server.idle_timeout"}},
+		{name: "TLS turned on: the listener changes; its files change by a reload", change: func(c *Config) {
+			c.Networks["mainnet"].TLS = &TLS{CertFile: "a.crt", KeyFile: "a.key"}
+			c.Server.AdminTLS = &TLS{CertFile: "a.crt", KeyFile: "a.key"}
+		}, want: []string{"networks.mainnet.tls", "server.admin_tls"}},
+		{name: "tracing", change: func(c *Config) { c.Tracing.SampleRatio = 1 }, want: []string{"tracing"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -238,8 +238,8 @@ func TestPointerFormats(t *testing.T) {
 		arg    any
 		want   string
 	}{
-		{"%v", nets, "map[mainnet:&{:8080 [] [] {https://a.example {k REDACTED  {false <nil>}} 0s 0 {0 0} 0s 0  0 0 []} { []  [] {false <nil>}}}]"},
-		{"%+v", n, "&{Listen::8080 Hosts:[] PassThrough:[] Upstream:{URL:https://a.example Credentials:{APIKey:k APISecret:REDACTED APISecretFile: file:{read:false err:<nil>}} Timeout:0s Retries:0 Budget:{RPS:0 Burst:0} BudgetMargin:0s MaxBulk:0 WSURL: WSMaxConnections:0 WSFeedsPerConnection:0 WSPinned:[]} Verify:{Mode: DONs:[] DONsFile: fileDONs:[] file:{read:false err:<nil>}}}"},
+		{"%v", nets, "map[mainnet:&{:8080 [] <nil> [] {https://a.example {k REDACTED  {false <nil>}} 0s 0 {0 0} 0s 0  0 0 []} { []  [] {false <nil>}}}]"},
+		{"%+v", n, "&{Listen::8080 Hosts:[] TLS:<nil> PassThrough:[] Upstream:{URL:https://a.example Credentials:{APIKey:k APISecret:REDACTED APISecretFile: file:{read:false err:<nil>}} Timeout:0s Retries:0 Budget:{RPS:0 Burst:0} BudgetMargin:0s MaxBulk:0 WSURL: WSMaxConnections:0 WSFeedsPerConnection:0 WSPinned:[]} Verify:{Mode: DONs:[] DONsFile: fileDONs:[] file:{read:false err:<nil>}}}"},
 		{"%s", creds, "map[mainnet:&{k REDACTED  {%!s(bool=false) <nil>}}]"},
 		{"%v", &n.Upstream, "&{https://a.example {k REDACTED  {false <nil>}} 0s 0 {0 0} 0s 0  0 0 []}"},
 		{"%v", (*Network)(nil), "<nil>"},

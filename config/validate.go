@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"streamgate/auth"
 	"streamgate/don"
 )
 
@@ -93,6 +94,7 @@ func (c *Config) Validate() error {
 	}
 	v.cache(&c.Cache)
 	v.realtime(&c.Realtime)
+	v.tracing(&c.Tracing)
 	v.rateLimit(&c.RateLimit)
 	v.teams(c.Teams, c.Networks)
 	if len(v.problems) == 0 {
@@ -143,6 +145,12 @@ func (v *validator) server(s *Server, networks map[string]*Network) {
 		v.add("server.admin_token", "give either admin_token or admin_token_file, not both")
 	case s.AdminTokenFile != "":
 		v.secretFile("server.admin_token_file", s.file, s.AdminToken)
+	}
+	if s.AdminTLS != nil {
+		if s.AdminListen == "" {
+			v.add("server.admin_tls", "needs server.admin_listen, which it serves")
+		}
+		v.tls("server.admin_tls", s.AdminTLS)
 	}
 	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
 	v.positive("server.read_header_timeout", s.ReadHeaderTimeout)
@@ -215,6 +223,9 @@ func (v *validator) networks(networks map[string]*Network) {
 		}
 		v.upstream(p+".upstream", name, &n.Upstream)
 		v.verify(p+".verify", n)
+		if n.TLS != nil {
+			v.tls(p+".tls", n.TLS)
+		}
 	}
 
 	listens := make([]string, 0, len(byListen))
@@ -228,6 +239,11 @@ func (v *validator) networks(networks map[string]*Network) {
 			continue
 		}
 		hostOwner := map[string]string{}
+		for _, name := range names[1:] {
+			if !sameTLS(networks[names[0]].TLS, networks[name].TLS) {
+				v.add("networks."+name+".tls", "listen address %q is shared with networks.%s, whose tls block differs: networks on one listener share its TLS", l, names[0])
+			}
+		}
 		for _, name := range names {
 			n, p := networks[name], "networks."+name
 			if len(n.Hosts) == 0 {
@@ -622,6 +638,7 @@ func (v *validator) teams(teams []Team, networks map[string]*Network) {
 				keyAt[k.ID] = kp
 			}
 			v.keySecrets(kp, k)
+			v.clientCert(kp+".client_cert", t, k, networks)
 			v.rate(kp+".rate", k.Rate, false)
 			v.demoSecret(kp, t, k, networks)
 		}
@@ -815,5 +832,55 @@ func (v *validator) don(p string, d DON) {
 			v.add(fmt.Sprintf("%s.signers[%d]", p, i), "%s is given twice", s)
 		}
 		seen[strings.ToLower(s)] = true
+	}
+}
+
+// tls checks a listener's TLS block; its files were read at load.
+func (v *validator) tls(p string, t *TLS) {
+	if t.CertFile == "" {
+		v.add(p+".cert_file", "required: the listener's PEM certificate")
+	}
+	if t.KeyFile == "" {
+		v.add(p+".key_file", "required: the certificate's PEM private key")
+	}
+	switch {
+	case !t.ClientAuth.Valid():
+		v.add(p+".client_auth", "%q: want none, verify_if_given or require", t.ClientAuth)
+	case t.asksClientCerts() && t.ClientCAFile == "":
+		v.add(p+".client_ca_file", "required by client_auth %s: the CA certificates that verify clients", t.ClientAuth)
+	case !t.asksClientCerts() && t.ClientCAFile != "":
+		v.add(p+".client_ca_file", "set, but client_auth is none: no client certificate is asked for (use verify_if_given or require)")
+	}
+	if t.err != nil {
+		v.add(p, "%v", t.err)
+	}
+}
+
+func sameTLS(a, b *TLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Files() == b.Files()
+}
+
+// clientCert checks a key's client certificate binding: a pin that parses,
+// and networks that ask for client certificates.
+func (v *validator) clientCert(p string, t *Team, k *Key, networks map[string]*Network) {
+	c := k.ClientCert
+	if c == nil {
+		return
+	}
+	if c.SPKISHA256 == "" && c.SAN == "" {
+		v.add(p, "give spki_sha256, san or both: the certificate the key must come with")
+	}
+	if c.SPKISHA256 != "" {
+		if _, err := auth.ParseSPKI(c.SPKISHA256); err != nil {
+			v.add(p+".spki_sha256", "want the SHA-256 of the certificate's public key, 64 hex digits or 44 base64 characters")
+		}
+	}
+	for _, name := range t.Networks {
+		if n := networks[name]; n != nil && !n.TLS.asksClientCerts() {
+			v.add(p, "network %s does not verify client certificates: set networks.%s.tls.client_auth to verify_if_given or require (with client_ca_file)", name, name)
+		}
 	}
 }

@@ -209,6 +209,49 @@ func TestValidate(t *testing.T) {
 			c.Server.Pprof, c.Server.AdminListen, c.Server.AdminToken = true, "0.0.0.0:9090", "admin-token-0123456789"
 		}},
 		{name: "IPv6 listen address", change: func(c *Config) { c.Networks["mainnet"].Listen = "[::1]:8080" }},
+		{name: "a tls block without its files, with an unknown client_auth", change: func(c *Config) {
+			c.Networks["mainnet"].TLS = &TLS{ClientAuth: "maybe"}
+		}, want: []string{
+			"networks.mainnet.tls.cert_file: required: the listener's PEM certificate",
+			"networks.mainnet.tls.key_file: required: the certificate's PEM private key",
+			`networks.mainnet.tls.client_auth: "maybe": want none, verify_if_given or require`,
+		}},
+		{name: "client certificates asked for without a CA, and a CA without asking", change: func(c *Config) {
+			c.Networks["mainnet"].TLS = &TLS{CertFile: "a.crt", KeyFile: "a.key", ClientAuth: "require"}
+			c.Networks["testnet"].TLS = &TLS{CertFile: "a.crt", KeyFile: "a.key", ClientCAFile: "ca.crt"}
+		}, want: []string{
+			"networks.mainnet.tls.client_ca_file: required by client_auth require: the CA certificates that verify clients",
+			"networks.testnet.tls.client_ca_file: set, but client_auth is none: no client certificate is asked for (use verify_if_given or require)",
+		}},
+		{name: "networks on one listener with different tls blocks", change: func(c *Config) {
+			c.Networks["testnet"].Listen = c.Networks["mainnet"].Listen
+			c.Networks["mainnet"].Hosts = []string{"mainnet.local"}
+			c.Networks["testnet"].Hosts = []string{"testnet.local"}
+			c.Networks["mainnet"].TLS = &TLS{CertFile: "a.crt", KeyFile: "a.key"}
+		}, want: []string{`networks.testnet.tls: listen address "127.0.0.1:8080" is shared with networks.mainnet, whose tls block differs: networks on one listener share its TLS`}},
+		{name: "a key bound to a certificate on networks that do not ask for one, with a bad pin", change: func(c *Config) {
+			c.Teams[1].Keys[0].ClientCert = &ClientCert{SPKISHA256: "abc"}
+		}, want: []string{
+			"teams[1].keys[0].client_cert.spki_sha256: want the SHA-256 of the certificate's public key, 64 hex digits or 44 base64 characters",
+			"teams[1].keys[0].client_cert: network testnet does not verify client certificates: set networks.testnet.tls.client_auth to verify_if_given or require (with client_ca_file)",
+		}},
+		{name: "tracing to a collector", change: func(c *Config) {
+			c.Tracing = Tracing{OTLPEndpoint: "http://otel-collector:4318", Protocol: TracingHTTP, SampleRatio: 1}
+		}},
+		{name: "tracing badly configured", change: func(c *Config) {
+			c.Tracing = Tracing{OTLPEndpoint: "otel-collector:4318", Protocol: "thrift", SampleRatio: 2}
+		}, want: []string{
+			"tracing.otlp_endpoint: want the collector's base URL, http:// or https:// with a host, such as http://otel-collector:4318",
+			`tracing.protocol: "thrift": want http/protobuf or grpc`,
+			"tracing.sample_ratio: must be between 0 and 1",
+		}},
+		{name: "a grpc endpoint with a path", change: func(c *Config) {
+			c.Tracing = Tracing{OTLPEndpoint: "http://otel-collector:4317/v1/traces", Protocol: TracingGRPC, SampleRatio: 0.5}
+		}, want: []string{"tracing.otlp_endpoint: a grpc endpoint has no path: give scheme, host and port"}},
+		{name: "a key bound to nothing", change: func(c *Config) {
+			c.Networks["testnet"].TLS = &TLS{CertFile: "a.crt", KeyFile: "a.key", ClientCAFile: "ca.crt", ClientAuth: "verify_if_given"}
+			c.Teams[1].Keys[0].ClientCert = &ClientCert{}
+		}, want: []string{"teams[1].keys[0].client_cert: give spki_sha256, san or both: the certificate the key must come with"}},
 		{name: "shared listen address with hosts", change: func(c *Config) {
 			c.Networks["testnet"].Listen = c.Networks["mainnet"].Listen
 			c.Networks["mainnet"].Hosts = []string{"mainnet.local"}

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"streamgate/config"
+	"streamgate/internal/testpki"
 )
 
 const kubeDir = "kubernetes"
@@ -503,6 +504,22 @@ func TestKubernetes(t *testing.T) {
 	})
 }
 
+// mountedFromSecret reports whether path lies in a directory the
+// container mounts whole (no subPath) from a Secret volume.
+func mountedFromSecret(gw *appsv1.Deployment, ctr *corev1.Container, path string) bool {
+	for _, vm := range ctr.VolumeMounts {
+		if vm.SubPath != "" || filepath.Dir(path) != filepath.Clean(vm.MountPath) {
+			continue
+		}
+		for _, v := range gw.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // checkGatewayConfig checks the ConfigMap's config.yaml: every ${VAR} comes
 // from the Secret through the container's environment, the file is valid
 // for package config, and it agrees with the manifests.
@@ -552,12 +569,33 @@ func checkGatewayConfig(t *testing.T, m *manifests, gw *appsv1.Deployment, ctr *
 	if t.Failed() {
 		return
 	}
-	cfg, err := config.Parse([]byte(text), func(name string) (string, bool) {
+	// The listeners' certificate comes from a Secret the cluster mounts:
+	// a test certificate stands in for it, in a directory of the test's
+	// own, and the files are checked below to be mounted from a Secret.
+	tlsDir := t.TempDir()
+	leaf := testpki.NewCA(t, "deploy test CA").Issue(t, testpki.Options{})
+	for name, data := range map[string][]byte{"tls.crt": leaf.CertPEM, "tls.key": leaf.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(tlsDir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const tlsMount = "/etc/streamgate-tls"
+	cfg, err := config.Parse([]byte(strings.ReplaceAll(text, tlsMount+"/", tlsDir+"/")), func(name string) (string, bool) {
 		v, ok := env[name]
 		return v, ok
 	})
 	if err != nil {
 		t.Fatalf("%s of ConfigMap %s is not a valid configuration:\n%v", configKey, cm.Name, err)
+	}
+	onCluster := func(path string) string { return strings.Replace(path, tlsDir, tlsMount, 1) }
+	for _, name := range cfg.NetworkNames() {
+		if tb := cfg.Networks[name].TLS; tb != nil {
+			for _, f := range []string{tb.CertFile, tb.KeyFile, tb.ClientCAFile} {
+				if f = onCluster(f); f != "" && !mountedFromSecret(gw, ctr, f) {
+					t.Errorf("networks.%s.tls: %s is not in a directory mounted from a Secret (whole, without subPath: a subPath mount never sees a renewal)", name, f)
+				}
+			}
+		}
 	}
 
 	// The ports agree with the container and the probes.

@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"streamgate/cache/shared"
+	"streamgate/certs"
 	"streamgate/don"
 	"streamgate/proxy"
 	"streamgate/ratelimit"
@@ -47,6 +48,7 @@ func registeredMetrics(t *testing.T) map[string]metric {
 	}
 	realtime.NewMetrics(rec)
 	don.NewMetrics(rec)
+	certs.NewMetrics(rec)
 	if _, err := shared.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +224,7 @@ func loadRules(t *testing.T) ruleFile {
 // The alerts operators rely on; deploy/README.md explains each one.
 var wantAlerts = []string{
 	"StreamgateInstanceDown",
+	"StreamgateCertificateExpiresSoon",
 	"StreamgateFleetDegraded",
 	"StreamgateReplicasNotReady",
 	"StreamgateHigh5xxRatio",

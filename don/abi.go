@@ -1,6 +1,7 @@
 package don
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/big"
@@ -67,81 +68,117 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 // Schema is a report schema version, the first two bytes of a stream ID.
 type Schema uint16
 
-// The schemas decoded.
-const (
-	SchemaV3  Schema = 0x0003
-	SchemaV7  Schema = 0x0007
-	SchemaV11 Schema = 0x000b
-)
-
-// String returns "V3", "V7" or "V11".
+// String returns "V3", "V7", "V11"…
 func (s Schema) String() string { return fmt.Sprintf("V%d", uint16(s)) }
 
-// The fields every schema starts with, then each schema's own.
-var (
-	commonFields = []field{
-		{"feedId", "bytes32"}, {"validFromTimestamp", "uint32"}, {"observationsTimestamp", "uint32"},
-		{"nativeFee", "uint192"}, {"linkFee", "uint192"}, {"expiresAt", "uint32"},
-	}
-	schemaFields = map[Schema][]field{
-		SchemaV3: {{"price", "int192"}, {"bid", "int192"}, {"ask", "int192"}},
-		SchemaV7: {{"exchangeRate", "int192"}},
-		SchemaV11: {{"mid", "int192"}, {"lastSeenTimestampNs", "uint64"}, {"bid", "int192"}, {"bidVolume", "int192"},
-			{"ask", "int192"}, {"askVolume", "int192"}, {"lastTradedPrice", "int192"}, {"marketStatus", "uint32"}},
-	}
-	schemaArgs = map[Schema]abi.Arguments{}
-)
-
-type field struct{ name, typ string }
-
-func init() {
-	for s, own := range schemaFields {
-		all := append(append([]field(nil), commonFields...), own...)
-		types := make([]string, len(all))
-		for i, f := range all {
-			types[i] = f.typ
-		}
-		schemaFields[s] = all
-		schemaArgs[s] = args(types...)
-	}
-}
+// ErrUnknownSchema is returned by DecodeBlob and BlobHeader for a blob of
+// a schema not in the table (schemas.go). It wraps ErrMalformed for the
+// callers that only tell decoded from not, but the decoded view shows such
+// a report as "unknown schema", never as an error.
+var ErrUnknownSchema = fmt.Errorf("%w: unknown schema", ErrMalformed)
 
 // Field is one decoded field of a report blob, in schema order.
 type Field struct {
 	Name string
-	Type string // the Solidity type: bytes32, uint32, uint64, uint192, int192
-	// Value is [32]byte, uint32, uint64 or *big.Int.
+	// Type is the Solidity type: bytes32, string, uint8, uint32, uint64,
+	// uint192 or int192.
+	Type string
+	// Value is [32]byte, string, uint8, uint32, uint64 or *big.Int.
 	Value any
+	// Scaled: the integer carries 18 decimals (a price, rate, volume, fee
+	// or multiplier); the decoded view states it also with the point
+	// placed.
+	Scaled bool
 }
 
-// DecodeBlob decodes a reportBlob of schema V3, V7 or V11 (read from the
-// first two bytes of its feedId); the blob must have exactly its schema's
-// length.
+// SchemaOf returns the schema a blob (or a stream ID) states in its first
+// two bytes.
+func SchemaOf(blob []byte) Schema {
+	if len(blob) < 2 {
+		return 0
+	}
+	return Schema(uint16(blob[0])<<8 | uint16(blob[1]))
+}
+
+// DecodeBlob decodes a reportBlob (its schema read from the first two
+// bytes of its feedId). A blob of a static schema must have exactly its
+// schema's length; one with a dynamic member (V14's string) must be the
+// canonical ABI encoding of what it decodes to. A schema not in the table
+// gives ErrUnknownSchema and the schema.
 func DecodeBlob(blob []byte) (Schema, []Field, error) {
 	if len(blob) < 32 {
 		return 0, nil, fmt.Errorf("%w: blob of %d bytes", ErrMalformed, len(blob))
 	}
-	s := Schema(uint16(blob[0])<<8 | uint16(blob[1]))
-	a, ok := schemaArgs[s]
+	s := SchemaOf(blob)
+	sc, ok := schemas[s]
 	if !ok {
-		return s, nil, fmt.Errorf("%w: unknown schema %#04x", ErrMalformed, uint16(s))
+		return s, nil, fmt.Errorf("%w %#04x", ErrUnknownSchema, uint16(s))
 	}
-	if len(blob) != 32*len(a) {
-		return s, nil, fmt.Errorf("%w: %s blob of %d bytes, want %d", ErrMalformed, s, len(blob), 32*len(a))
+	if !sc.dynamic && len(blob) != 32*len(sc.args) {
+		return s, nil, fmt.Errorf("%w: %s blob of %d bytes, want %d", ErrMalformed, s, len(blob), 32*len(sc.args))
 	}
-	vals, err := a.Unpack(blob)
+	vals, err := sc.args.Unpack(blob)
 	if err != nil {
-		return s, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return s, nil, fmt.Errorf("%w: %s: %v", ErrMalformed, s, err)
 	}
-	fs := schemaFields[s]
-	out := make([]Field, len(fs))
-	for i, f := range fs {
+	if sc.dynamic {
+		again, err := sc.args.Pack(vals...)
+		if err != nil || !bytes.Equal(again, blob) {
+			return s, nil, fmt.Errorf("%w: %s blob is not the canonical encoding of its fields", ErrMalformed, s)
+		}
+	}
+	out := make([]Field, len(sc.fields))
+	for i, f := range sc.fields {
 		switch vals[i].(type) {
-		case [32]byte, uint32, uint64, *big.Int:
+		case [32]byte, string, uint8, uint32, uint64, *big.Int:
 		default:
 			return s, nil, fmt.Errorf("%w: %s decoded as %T", ErrMalformed, f.name, vals[i])
 		}
-		out[i] = Field{Name: f.name, Type: f.typ, Value: vals[i]}
+		out[i] = Field{Name: f.name, Type: f.typ, Value: vals[i], Scaled: f.scaled}
 	}
 	return s, out, nil
+}
+
+// Header is what every schema's blob says of its report's place: the
+// fields a record's feedID, validFromTimestamp and observationsTimestamp
+// must match.
+type Header struct {
+	Schema Schema
+	FeedID [32]byte
+	// ValidFromTimestamp is zero and HasValidFrom false for V1, whose blob
+	// has none (it states block numbers instead).
+	ValidFromTimestamp    uint64
+	HasValidFrom          bool
+	ObservationsTimestamp uint64
+}
+
+// BlobHeader decodes a blob and returns its header fields, for every
+// schema of the table (ErrUnknownSchema for another).
+func BlobHeader(blob []byte) (Header, error) {
+	s, fields, err := DecodeBlob(blob)
+	if err != nil {
+		return Header{Schema: s}, err
+	}
+	h := Header{Schema: s}
+	for _, f := range fields {
+		switch f.Name {
+		case "feedId":
+			h.FeedID = f.Value.([32]byte)
+		case "validFromTimestamp":
+			h.ValidFromTimestamp, h.HasValidFrom = asUint64(f.Value), true
+		case "observationsTimestamp":
+			h.ObservationsTimestamp = asUint64(f.Value)
+		}
+	}
+	return h, nil
+}
+
+func asUint64(v any) uint64 {
+	switch x := v.(type) {
+	case uint32:
+		return uint64(x)
+	case uint64:
+		return x
+	}
+	return 0
 }

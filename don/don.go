@@ -7,9 +7,12 @@
 // keccak256(keccak256(reportBlob) ‖ reportContext[0] ‖ reportContext[1] ‖
 // reportContext[2]); signature i is (rawRs[i], rawSs[i], v = byte i of
 // rawVs), and the signer is found by secp256k1 public-key recovery. A
-// report is verified when its config digest (reportContext[0]) is one the
-// operator trusts, and more than f distinct signers of that configuration,
-// and no one else, signed it.
+// report is verified, exactly as the Verifier contract decides, when its
+// config digest (reportContext[0]) is one the operator trusts and it
+// carries exactly f+1 signatures, each by a distinct signer of that
+// configuration. The contract reverts with IncorrectSignatureCount on any
+// other number of signatures, so a report with f+2 valid signatures, which
+// no on-chain consumer could verify, is refused too (too_many_signers).
 //
 // The trust comes from the configuration alone: the config digests, f and
 // the signer addresses of each DON configuration, which an operator copies
@@ -33,7 +36,7 @@ type Config struct {
 	// Digest is the config digest, the first word of a report's context.
 	Digest [32]byte
 	// F is the number of faulty signers the configuration tolerates: a
-	// report needs at least F+1 signatures of distinct signers of it.
+	// report needs exactly F+1 signatures of distinct signers of it.
 	F int
 	// Signers are the configuration's signer addresses.
 	Signers []common.Address
@@ -46,9 +49,10 @@ type Cause string
 // value of the gateway's counters.
 const (
 	// CauseMalformed: the fullReport is not the ABI encoding of the
-	// envelope, its reportBlob is not one of a known schema, the
-	// signature lists differ in length, or the record's feedID is not the
-	// report's.
+	// envelope, the signature lists differ in length, or the record's
+	// feedID is not the report's. The blob's fields are not read: a
+	// report of a schema the gateway does not decode verifies as any
+	// other.
 	CauseMalformed Cause = "malformed"
 	// CauseUnknownDigest: the config digest is none of the trusted
 	// configurations. Most likely the DON changed its configuration (new
@@ -64,10 +68,14 @@ const (
 	CauseDuplicateSigner Cause = "duplicate_signer"
 	// CauseTooFewSigners: no more than f signatures.
 	CauseTooFewSigners Cause = "too_few_signers"
+	// CauseTooManySigners: more than f+1 signatures, all valid and
+	// distinct: the chain's Verifier requires exactly f+1 and reverts
+	// (IncorrectSignatureCount).
+	CauseTooManySigners Cause = "too_many_signers"
 )
 
 // Causes lists every cause.
-var Causes = []Cause{CauseMalformed, CauseUnknownDigest, CauseInvalidSignature, CauseUnknownSigner, CauseDuplicateSigner, CauseTooFewSigners}
+var Causes = []Cause{CauseMalformed, CauseUnknownDigest, CauseInvalidSignature, CauseUnknownSigner, CauseDuplicateSigner, CauseTooFewSigners, CauseTooManySigners}
 
 // Meaning is what a cause tells an operator.
 func (c Cause) Meaning() string {
@@ -84,6 +92,8 @@ func (c Cause) Meaning() string {
 		return "the report carries two signatures of the same signer: forged"
 	case CauseTooFewSigners:
 		return "the report has no more than f signatures of its DON configuration"
+	case CauseTooManySigners:
+		return "the report has more than f+1 signatures of its DON configuration: the chain's Verifier, which requires exactly f+1, would reject it"
 	}
 	return "verified"
 }
@@ -115,7 +125,7 @@ type trusted struct {
 
 // NewVerifier returns a Verifier of configs. Each digest may appear once;
 // each configuration needs more than f signers, all distinct, and f ≥ 1
-// is not required (f = 0 trusts one signature).
+// is not required (f = 0 trusts exactly one signature).
 func NewVerifier(configs []Config) (*Verifier, error) {
 	v := &Verifier{configs: make(map[[32]byte]*trusted, len(configs))}
 	for i, c := range configs {
@@ -220,6 +230,8 @@ func (v *Verifier) verifyEnvelope(env *Envelope) Result {
 		res.Cause = cause
 	case res.Signers <= t.f:
 		res.Cause = CauseTooFewSigners
+	case res.Signers > t.f+1:
+		res.Cause = CauseTooManySigners
 	}
 	return res
 }

@@ -1,6 +1,7 @@
 package don_test
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -138,8 +139,8 @@ func someFeeds(t testing.TB, sim *simulator.Simulator) map[string]string {
 			out[s.SchemaVersion] = s.FeedID
 		}
 	}
-	if len(out) != 3 {
-		t.Fatalf("streams of schemas %v, want V3, V7 and V11", out)
+	if len(out) != len(don.Schemas) {
+		t.Fatalf("streams of schemas %v, want one of each of %v", out, don.Schemas)
 	}
 	return out
 }
@@ -170,6 +171,7 @@ func TestSimulatorDON(t *testing.T) {
 		simulator.ForgeSignature:     don.CauseUnknownSigner,
 		simulator.ForgeOutsider:      don.CauseUnknownSigner,
 		simulator.ForgeTooFew:        don.CauseTooFewSigners,
+		simulator.ForgeTooMany:       don.CauseTooManySigners,
 		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
 		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
 	}
@@ -238,4 +240,194 @@ func BenchmarkVerify(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The exact-count rule of the chain's Verifier, on reports signed by the
+// simulator's DON (f = 1 of 4 signers): f signatures are too few, f+1
+// verify, f+2 genuine and distinct signatures are too many; each refusal
+// has its own cause, on every schema.
+func TestExactSignatureCount(t *testing.T) {
+	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
+	sim, v := simDON(t, at)
+	cases := []struct {
+		forge simulator.Forgery
+		sigs  int
+		cause don.Cause
+	}{
+		{simulator.ForgeTooFew, simulator.DONF, don.CauseTooFewSigners},
+		{"", simulator.DONF + 1, ""},
+		{simulator.ForgeTooMany, simulator.DONF + 2, don.CauseTooManySigners},
+	}
+	for _, c := range cases {
+		if err := sim.SetFaults(simulator.Faults{Forge: c.forge}); err != nil {
+			t.Fatal(err)
+		}
+		for schema, feed := range someFeeds(t, sim) {
+			for ts := at.Unix() - 4; ts < at.Unix(); ts++ { // each first signer in turn
+				r, _ := sim.Report(simulator.Mainnet, feed, ts)
+				env, err := don.DecodeEnvelope(unhex(t, r.FullReport))
+				if err != nil {
+					t.Fatal(err)
+				}
+				addrs, err := don.Recover(env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				distinct := map[common.Address]bool{}
+				for _, a := range addrs {
+					distinct[a] = true
+				}
+				if len(addrs) != c.sigs || len(distinct) != c.sigs {
+					t.Fatalf("%s %q: %d signatures of %d signers, want %d distinct", schema, c.forge, len(addrs), len(distinct), c.sigs)
+				}
+				res := v.VerifyHex(r.FullReport, r.FeedID)
+				if res.Cause != c.cause || res.OK() != (c.cause == "") {
+					t.Fatalf("%s with %d signatures: %+v, want cause %q", schema, c.sigs, res, c.cause)
+				}
+				if res.Signers != c.sigs {
+					t.Errorf("%s with %d signatures: %d signers counted", schema, c.sigs, res.Signers)
+				}
+			}
+		}
+	}
+	// f = 0 is exactly one signature: the DON's f+1 = 2 are too many.
+	sim.SetFaults(simulator.Faults{})
+	r, _ := sim.Report(simulator.Mainnet, feedV3, at.Unix()-1)
+	cfgs := FromSimulator(t, sim.DON(simulator.Mainnet))
+	for i := range cfgs {
+		cfgs[i].F = 0
+	}
+	v0, err := don.NewVerifier(cfgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := v0.VerifyHex(r.FullReport, r.FeedID); res.Cause != don.CauseTooManySigners {
+		t.Fatalf("f = 0, two signatures: %+v", res)
+	}
+	for _, c := range don.Causes {
+		if c.Meaning() == "verified" || c.Meaning() == "" {
+			t.Errorf("cause %s has no meaning of its own", c)
+		}
+	}
+}
+
+// realTestnet is testdata/real-testnet-reports.json: three real testnet
+// reports of one DON configuration, as published in public projects.
+type realTestnet struct {
+	Reports []struct {
+		Name       string `json:"name"`
+		FeedID     string `json:"feedID"`
+		FullReport string `json:"fullReport"`
+	} `json:"reports"`
+}
+
+// Reports no code of ours produced: the three real testnet reports and
+// the real report of the documentation share one config digest; their
+// signers are recovered, trusted with the f their count implies, and each
+// verifies; one byte changed anywhere in the signed part and it does not.
+func TestRealTestnetReports(t *testing.T) {
+	b, err := os.ReadFile("testdata/real-testnet-reports.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data realTestnet
+	if err := json.Unmarshal(b, &data); err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Reports) != 3 {
+		t.Fatalf("%d reports", len(data.Reports))
+	}
+	type rep struct{ name, feed, full string }
+	reps := []rep{{"docs", loadReal(t).FeedID, loadReal(t).FullReport}}
+	for _, r := range data.Reports {
+		reps = append(reps, rep{r.Name, r.FeedID, r.FullReport})
+	}
+	var digest [32]byte
+	signers := map[common.Address]int{}
+	perReport := -1
+	for i, r := range reps {
+		env, err := don.DecodeEnvelope(unhex(t, r.full))
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		if i == 0 {
+			digest = env.ReportContext[0]
+		} else if env.ReportContext[0] != digest {
+			t.Fatalf("%s: config digest %x, not %x", r.name, env.ReportContext[0], digest)
+		}
+		schema, fields, err := don.DecodeBlob(env.ReportBlob)
+		if err != nil || schema != don.SchemaV3 || len(fields) != 9 {
+			t.Fatalf("%s: %v %v", r.name, schema, err)
+		}
+		addrs, err := don.Recover(env)
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		if perReport >= 0 && len(addrs) != perReport {
+			t.Fatalf("%s: %d signatures, the others %d", r.name, len(addrs), perReport)
+		}
+		perReport = len(addrs)
+		seen := map[common.Address]bool{}
+		for _, a := range addrs {
+			if seen[a] {
+				t.Fatalf("%s: %s signed twice", r.name, a.Hex())
+			}
+			seen[a] = true
+			signers[a]++
+		}
+	}
+	// Every report carries the same number of signatures: f+1, so f is one
+	// less. A configuration of n signers tolerates f = (n-1)/3 faults.
+	f := perReport - 1
+	var set []common.Address
+	for a, n := range signers {
+		set = append(set, a)
+		t.Logf("signer %s: %d of the %d reports", a.Hex(), n, len(reps))
+	}
+	t.Logf("config digest 0x%x: %d signatures a report, so f = %d; %d distinct signers seen", digest, perReport, f, len(set))
+	if f != 1 {
+		t.Fatalf("f = %d, want 1 (2 signatures a report)", f)
+	}
+	if len(set) < f+2 {
+		t.Fatalf("%d distinct signers across the reports: not more than f+1", len(set))
+	}
+	v, err := don.NewVerifier([]don.Config{{Digest: digest, F: f, Signers: set}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		if res := v.VerifyHex(r.full, r.feed); !res.OK() || res.Signers != f+1 {
+			t.Fatalf("%s: %+v (%s)", r.name, res, res.Cause.Meaning())
+		}
+		// A byte changed in the blob (its price), the context or a
+		// signature: refused.
+		raw := unhex(t, r.full)
+		env, _ := don.DecodeEnvelope(raw)
+		// The blob's content starts at word 8 (after the head's 7 words
+		// and its length word); its price is its word 6.
+		if !bytes.Equal(raw[8*32:8*32+len(env.ReportBlob)], env.ReportBlob) {
+			t.Fatalf("%s: the blob is not at word 8", r.name)
+		}
+		for _, pos := range []int{
+			len(raw) - 1,                   // the last byte of the last s
+			(8+6)*32 + 31,                  // the last byte of the price
+			32 + 31,                        // reportContext[1]
+			8*32 + len(env.ReportBlob) - 1, // the last byte of the blob (ask)
+		} {
+			bad := append([]byte(nil), raw...)
+			bad[pos] ^= 0x01
+			res := v.Verify(bad)
+			if res.OK() {
+				t.Fatalf("%s with byte %d changed: verified", r.name, pos)
+			}
+			if res.Cause != don.CauseUnknownSigner && res.Cause != don.CauseInvalidSignature {
+				t.Errorf("%s with byte %d changed: cause %s", r.name, pos, res.Cause)
+			}
+		}
+		// Trusted with f = 2 (three signatures wanted): too few.
+		v2, _ := don.NewVerifier([]don.Config{{Digest: digest, F: 2, Signers: set}})
+		if res := v2.VerifyHex(r.full, r.feed); res.Cause != don.CauseTooFewSigners {
+			t.Errorf("%s under f = 2: %+v", r.name, res)
+		}
+	}
 }

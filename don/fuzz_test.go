@@ -3,7 +3,9 @@ package don_test
 import (
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math/big"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,53 +58,56 @@ func FuzzDecode(f *testing.F) {
 }
 
 // sameBlob checks that a blob both decoders accept decodes to the same
-// fields.
+// fields, in the same order, with the same values, and that BlobHeader
+// gives its header fields.
 func sameBlob(t *testing.T, blob []byte) {
 	schema, fields, err := don.DecodeBlob(blob)
 	simFields, simErr := simulator.DecodeReportBlob(blob)
 	if err != nil || simErr != nil {
 		return
 	}
-	{
-		if uint16(schema) != uint16(simFields.Schema) {
-			t.Fatalf("schema %v, simulator %v", schema, simFields.Schema)
+	if uint16(schema) != uint16(simFields.Schema) {
+		t.Fatalf("schema %v, simulator %v", schema, simFields.Schema)
+	}
+	if len(fields) != len(simFields.Named) {
+		t.Fatalf("%s: %d fields, simulator %d", schema, len(fields), len(simFields.Named))
+	}
+	for i, fd := range fields {
+		sim := simFields.Named[i]
+		if fd.Name != sim.Name || fieldString(fd) != sim.Value {
+			t.Fatalf("%s field %d: %s = %s, simulator %s = %s", schema, i, fd.Name, fieldString(fd), sim.Name, sim.Value)
 		}
-		want := map[string]string{
-			"validFromTimestamp": big.NewInt(int64(simFields.ValidFromTimestamp)).String(),
-			"nativeFee":          simFields.NativeFee.String(),
-			"linkFee":            simFields.LinkFee.String(),
-			"expiresAt":          big.NewInt(int64(simFields.ExpiresAt)).String(),
-		}
-		switch schema {
-		case don.SchemaV3:
-			want["price"], want["bid"], want["ask"] = simFields.Price.String(), simFields.Bid.String(), simFields.Ask.String()
-		case don.SchemaV7:
-			want["exchangeRate"] = simFields.ExchangeRate.String()
-		case don.SchemaV11:
-			want["mid"], want["lastTradedPrice"] = simFields.Mid.String(), simFields.LastTradedPrice.String()
-			want["bidVolume"], want["askVolume"] = simFields.BidVolume.String(), simFields.AskVolume.String()
-			want["lastSeenTimestampNs"] = new(big.Int).SetUint64(simFields.LastSeenTimestampNs).String()
-			want["marketStatus"] = big.NewInt(int64(simFields.MarketStatus)).String()
-		}
-		for _, fd := range fields {
-			w, ok := want[fd.Name]
-			if !ok {
-				continue
-			}
-			var got string
-			switch x := fd.Value.(type) {
-			case *big.Int:
-				got = x.String()
-			case uint32:
-				got = big.NewInt(int64(x)).String()
-			case uint64:
-				got = new(big.Int).SetUint64(x).String()
-			}
-			if got != w {
-				t.Fatalf("%s: %s, simulator %s", fd.Name, got, w)
-			}
+		if fd.Scaled != sim.Wide {
+			t.Fatalf("%s: %s scaled %v, simulator's 192-bit %v", schema, fd.Name, fd.Scaled, sim.Wide)
 		}
 	}
+	h, err := don.BlobHeader(blob)
+	if err != nil || h.Schema != schema || h.FeedID != simFields.FeedID {
+		t.Fatalf("header %+v: %v", h, err)
+	}
+	if schema != don.SchemaV14 && (uint32(h.ObservationsTimestamp) != simFields.ObservationsTimestamp ||
+		uint32(h.ValidFromTimestamp) != simFields.ValidFromTimestamp || h.HasValidFrom == (schema == don.SchemaV1)) {
+		t.Fatalf("%s header %+v, simulator %d %d", schema, h, simFields.ValidFromTimestamp, simFields.ObservationsTimestamp)
+	}
+}
+
+// fieldString is a field's value as the simulator's decoder states it.
+func fieldString(fd don.Field) string {
+	switch x := fd.Value.(type) {
+	case *big.Int:
+		return x.String()
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint32:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case [32]byte:
+		return "0x" + hex.EncodeToString(x[:])
+	case string:
+		return x
+	}
+	return fmt.Sprintf("%T", fd.Value)
 }
 
 // The real report decodes to the values the official SDK gave (testdata).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -12,11 +13,15 @@ import (
 // The decoded view: a report record as the upstream sent it, its fields
 // untouched (fullReport included), with three more members:
 //
-//	"decoded":      every field of the report's schema, in schema order:
-//	                feedId as 0x and hex, every integer as a decimal string
-//	                (V11 adds marketStatusName);
-//	"decimal":      the 18-decimal values (prices, volumes, fees) as decimal
-//	                strings with the point placed: "4204.150104000000000000";
+//	"decoded":      every field of the report's schema (schemas.go), in
+//	                schema order: feedId as 0x and hex, every integer as a
+//	                decimal string, a marketStatus followed by its
+//	                marketStatusName, a ripcord by its ripcordName; a schema
+//	                not in the table is {"schema":"unknown schema",
+//	                "version":"V15"}, never an error;
+//	"decimal":      the scaled values (18 decimals: prices, rates, volumes,
+//	                fees…) as decimal strings with the point placed:
+//	                "4204.150104000000000000";
 //	"verification": the DON verification of the report under the
 //	                configuration in force: {"mode", "verified", "signers",
 //	                "configDigest"} and, when it did not verify, "cause" and
@@ -30,32 +35,6 @@ const DecodedMediaType = "application/vnd.streamgate.decoded+json"
 type Verification struct {
 	Mode   string // enforce, report or off
 	Result Result // meaningless in mode off
-}
-
-// decimalFields are the fields with 18 decimals.
-var decimalFields = map[string]bool{
-	"nativeFee": true, "linkFee": true,
-	"price": true, "bid": true, "ask": true, "exchangeRate": true, "mid": true,
-	"bidVolume": true, "askVolume": true, "lastTradedPrice": true,
-}
-
-// MarketStatusName names a V11 market status.
-func MarketStatusName(s uint32) string {
-	switch s {
-	case 0:
-		return "unknown"
-	case 1:
-		return "pre-market"
-	case 2:
-		return "regular"
-	case 3:
-		return "post-market"
-	case 4:
-		return "overnight"
-	case 5:
-		return "closed"
-	}
-	return "status-" + strconv.FormatUint(uint64(s), 10)
 }
 
 // DecodeFullReport decodes a fullReport given as 0x and hex: its envelope
@@ -73,42 +52,56 @@ func DecodeFullReport(fullReport string) (Schema, []Field, error) {
 }
 
 // AppendFields appends the "decoded" and "decimal" objects of fields (as
-// `"decoded":{…},"decimal":{…}`) to dst.
+// `"decoded":{…},"decimal":{…}`) to dst: every field in schema order, its
+// integers as decimal strings, a marketStatus followed by its name
+// (marketStatusName) and a ripcord by its (ripcordName); "decimal" holds the
+// scaled fields with the point placed.
 func AppendFields(dst []byte, schema Schema, fields []Field) []byte {
 	dst = append(dst, `"decoded":{"schema":"`...)
 	dst = append(dst, schema.String()...)
 	dst = append(dst, '"')
-	var status *uint32
 	for _, f := range fields {
 		dst = append(dst, `,"`...)
 		dst = append(dst, f.Name...)
-		dst = append(dst, `":"`...)
+		dst = append(dst, `":`...)
+		var status uint64
 		switch v := f.Value.(type) {
 		case [32]byte:
-			dst = append(dst, "0x"...)
+			dst = append(dst, `"0x`...)
 			dst = hex.AppendEncode(dst, v[:])
+			dst = append(dst, '"')
+		case string:
+			m, _ := json.Marshal(v)
+			dst = append(dst, m...)
+		case uint8:
+			status = uint64(v)
+			dst = appendQuotedUint(dst, status)
 		case uint32:
-			dst = strconv.AppendUint(dst, uint64(v), 10)
-			if f.Name == "marketStatus" {
-				status = &v
-			}
+			status = uint64(v)
+			dst = appendQuotedUint(dst, status)
 		case uint64:
-			dst = strconv.AppendUint(dst, v, 10)
+			dst = appendQuotedUint(dst, v)
 		case *big.Int:
+			dst = append(dst, '"')
 			dst = v.Append(dst, 10)
+			dst = append(dst, '"')
 		}
-		dst = append(dst, '"')
-	}
-	if status != nil {
-		dst = append(dst, `,"marketStatusName":"`...)
-		dst = append(dst, MarketStatusName(*status)...)
-		dst = append(dst, '"')
+		switch f.Name {
+		case "marketStatus":
+			dst = append(dst, `,"marketStatusName":"`...)
+			dst = append(dst, MarketStatusName(schema, uint32(status))...)
+			dst = append(dst, '"')
+		case "ripcord":
+			dst = append(dst, `,"ripcordName":"`...)
+			dst = append(dst, RipcordName(uint32(status))...)
+			dst = append(dst, '"')
+		}
 	}
 	dst = append(dst, `},"decimal":{`...)
 	first := true
 	for _, f := range fields {
 		v, ok := f.Value.(*big.Int)
-		if !ok || !decimalFields[f.Name] {
+		if !ok || !f.Scaled {
 			continue
 		}
 		if !first {
@@ -122,6 +115,24 @@ func AppendFields(dst []byte, schema Schema, fields []Field) []byte {
 		dst = append(dst, '"')
 	}
 	return append(dst, '}')
+}
+
+// UnknownSchema is the decoded view's "schema" of a report whose schema
+// streamgate does not decode.
+const UnknownSchema = "unknown schema"
+
+// appendUnknown appends the decoded view of a report of an unknown schema:
+// `"decoded":{"schema":"unknown schema","version":"V15"},"decimal":{}`.
+func appendUnknown(dst []byte, s Schema) []byte {
+	dst = append(dst, `"decoded":{"schema":"`+UnknownSchema+`","version":"`...)
+	dst = append(dst, s.String()...)
+	return append(dst, `"},"decimal":{}`...)
+}
+
+func appendQuotedUint(dst []byte, v uint64) []byte {
+	dst = append(dst, '"')
+	dst = strconv.AppendUint(dst, v, 10)
+	return append(dst, '"')
 }
 
 // AppendDecimal appends v·10⁻ᵈ with all d decimals: "-0.000000000000000001".
@@ -175,7 +186,8 @@ type record struct {
 // object as the upstream sent it) to dst: the record's members unchanged,
 // then "decoded", "decimal" and "verification" (verify gives the latter
 // for the record's feedID and fullReport). A fullReport that does not
-// decode gets "decodeError" instead of "decoded" and "decimal".
+// decode gets "decodeError" instead of "decoded" and "decimal"; one of a
+// schema not in the table is shown as "unknown schema".
 func AppendDecodedRecord(dst, rec []byte, verify func(feedID, fullReport string) Verification) ([]byte, error) {
 	var r record
 	trimmed := bytes.TrimSpace(rec)
@@ -187,11 +199,14 @@ func AppendDecodedRecord(dst, rec []byte, verify func(feedID, fullReport string)
 		dst = append(dst, ',')
 	}
 	schema, fields, err := DecodeFullReport(r.FullReport)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrUnknownSchema):
+		dst = appendUnknown(dst, schema)
+	case err != nil:
 		dst = append(dst, `"decodeError":`...)
 		m, _ := json.Marshal(err.Error())
 		dst = append(dst, m...)
-	} else {
+	default:
 		dst = AppendFields(dst, schema, fields)
 	}
 	dst = append(dst, ',')

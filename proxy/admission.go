@@ -113,8 +113,11 @@ func (a authenticator) wrap(next http.Handler) http.Handler {
 		}
 		if err == nil {
 			st.team, st.keyID = res.Principal.Team.Name, res.Principal.KeyID
-			if !res.Principal.Team.UsesNetwork(a.network) {
+			switch {
+			case !res.Principal.Team.UsesNetwork(a.network):
 				err = errNetwork
+			case !res.Principal.Cert.Matches(r.TLS):
+				err = auth.ErrClientCert
 			}
 		}
 		if err != nil {

@@ -66,28 +66,19 @@ func checkDecoded(t *testing.T, r decodedRecord) {
 	require.NoError(t, err)
 	f, err := simulator.DecodeReportBlob(full.ReportBlob)
 	require.NoError(t, err)
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	want := map[string]string{
-		"schema": f.Schema.String(), "feedId": "0x" + hex.EncodeToString(f.FeedID[:]),
-		"validFromTimestamp": u(uint64(f.ValidFromTimestamp)), "observationsTimestamp": u(uint64(f.ObservationsTimestamp)),
-		"nativeFee": f.NativeFee.String(), "linkFee": f.LinkFee.String(), "expiresAt": u(uint64(f.ExpiresAt)),
-	}
-	wantDec := map[string]string{"nativeFee": decimal18(f.NativeFee), "linkFee": decimal18(f.LinkFee)}
-	ints := map[string]*big.Int{}
-	switch f.Schema {
-	case simulator.SchemaV3:
-		ints = map[string]*big.Int{"price": f.Price, "bid": f.Bid, "ask": f.Ask}
-	case simulator.SchemaV7:
-		ints = map[string]*big.Int{"exchangeRate": f.ExchangeRate}
-	case simulator.SchemaV11:
-		ints = map[string]*big.Int{"mid": f.Mid, "bid": f.Bid, "ask": f.Ask, "bidVolume": f.BidVolume,
-			"askVolume": f.AskVolume, "lastTradedPrice": f.LastTradedPrice}
-		want["lastSeenTimestampNs"] = u(f.LastSeenTimestampNs)
-		want["marketStatus"] = u(uint64(f.MarketStatus))
-		want["marketStatusName"] = don.MarketStatusName(f.MarketStatus)
-	}
-	for k, v := range ints {
-		want[k], wantDec[k] = v.String(), decimal18(v)
+	want := map[string]string{"schema": f.Schema.String()}
+	wantDec := map[string]string{}
+	for _, nv := range f.Named {
+		want[nv.Name] = nv.Value
+		if nv.Wide {
+			wantDec[nv.Name] = decimal18(nv.Int)
+		}
+		switch nv.Name {
+		case "marketStatus":
+			want["marketStatusName"] = don.MarketStatusName(don.Schema(f.Schema), uint32(nv.Int.Uint64()))
+		case "ripcord":
+			want["ripcordName"] = don.RipcordName(uint32(nv.Int.Uint64()))
+		}
 	}
 	assert.Equal(t, want, r.Decoded, "decoded fields of %s", f.Schema)
 	assert.Equal(t, wantDec, r.Decimal, "decimal fields of %s", f.Schema)
@@ -207,14 +198,24 @@ func TestDecodedViewStatesRefusal(t *testing.T) {
 }
 
 // The stream's decoded view: opted in at the upgrade (Accept), one text
-// frame per report, decoded and verified.
+// frame per report, decoded and verified, on a stream of every schema.
 func TestDecodedStream(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Quiet: true, Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	ids := []string{eth}
+	schemaOf := map[string]string{eth: "V3"}
+	have := map[string]bool{"V3": true}
+	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+		if s.Status == "live" && !have[s.SchemaVersion] {
+			ids = append(ids, s.FeedID)
+			schemaOf[s.FeedID], have[s.SchemaVersion] = s.SchemaVersion, true
+		}
+	}
+	require.Len(t, ids, len(simulator.Schemas), "a live stream of every schema")
 	c := servertest.Demo()
-	target := "/api/v1/ws?feedIDs=" + eth
+	target := "/api/v1/ws?feedIDs=" + strings.Join(ids, ",")
 	req, err := http.NewRequest(http.MethodGet, env.Mainnet+target, nil)
 	require.NoError(t, err)
 	auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
@@ -226,16 +227,19 @@ func TestDecodedStream(t *testing.T) {
 	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(env.Mainnet, "http")+target, &websocket.DialOptions{HTTPHeader: h})
 	require.NoError(t, err)
 	defer conn.CloseNow()
-	for range 2 {
+	seen := map[string]int{}
+	for len(seen) < len(ids) {
 		typ, data, err := conn.Read(ctx)
-		require.NoError(t, err)
+		require.NoError(t, err, "frames of %v", seen)
 		assert.Equal(t, websocket.MessageText, typ)
 		var doc struct{ Report decodedRecord }
 		require.NoError(t, json.Unmarshal(data, &doc), "%s", data)
 		checkDecoded(t, doc.Report)
+		assert.Equal(t, schemaOf[doc.Report.FeedID], doc.Report.Decoded["schema"])
+		seen[doc.Report.FeedID]++
 	}
 	// Without the opt-in, the upstream's binary frames.
-	raw, _, err := dialWS(ctx, c, env.Mainnet, target, "")
+	raw, _, err := dialWS(ctx, c, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 	require.NoError(t, err)
 	defer raw.CloseNow()
 	f := readFrames(t, ctx, raw, 1)[0]

@@ -74,6 +74,8 @@ func statusOf(err error) (status int, msg string, retryAfter time.Duration) {
 		return http.StatusUnauthorized, "authentication failed: unknown key or signature mismatch", 0
 	case errors.Is(err, auth.ErrSkew):
 		return http.StatusUnauthorized, "authentication failed: timestamp outside the allowed clock skew", 0
+	case errors.Is(err, auth.ErrClientCert):
+		return http.StatusUnauthorized, "authentication failed: this key is bound to a client certificate; connect over TLS with that certificate", 0
 	case errors.Is(err, auth.ErrReplay):
 		return http.StatusUnauthorized, "authentication failed: this signature was already used; sign every request afresh", 0
 	case errors.Is(err, context.DeadlineExceeded):

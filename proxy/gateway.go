@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"streamgate/auth"
@@ -82,6 +83,13 @@ type Deps struct {
 	// Gates check the DON's signatures of the reports of each network
 	// where they enter (don.Gate); a network without one checks none.
 	Gates map[string]*don.Gate
+	// Tracer, if non-nil, makes a server span per request (and the spans
+	// of its cache tiers, budget wait and upstream attempts below it);
+	// nil: no span at all.
+	Tracer trace.Tracer
+	// PropagateUpstream sends the traceparent of each upstream call to the
+	// upstream (tracing.propagate_upstream).
+	PropagateUpstream bool
 	// ResumeRedis, if non-nil, shares the stream clients' watermarks with
 	// the other replicas, so that a client resumes on any of them
 	// (realtime.resume_window); nil: each replica keeps its own.
@@ -120,6 +128,9 @@ type Gateway struct {
 	replayStore  auth.ReplayStore
 	replayRecord *auth.ReplayRecord // the signatures seen, kept across reloads
 	replayLogged atomic.Int64       // Unix seconds of the last log line of a replay store failure
+
+	tracer    trace.Tracer // nil: no spans
+	propagate bool         // upstream calls carry the traceparent
 }
 
 // replayStoreFailed counts a failure of the shared replay store and logs it
@@ -177,15 +188,17 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 		return nil, errors.New("proxy: Deps.Cache is required")
 	}
 	g := &Gateway{
-		networks: map[string]*network{},
-		conns:    &teamConns{counter: deps.Conns},
-		cache:    deps.Cache,
-		limiter:  deps.Limiter,
-		admitter: deps.Admitter,
-		quota:    deps.Quota,
-		log:      deps.Logger,
-		metrics:  deps.Metrics,
-		now:      deps.Now,
+		networks:  map[string]*network{},
+		conns:     &teamConns{counter: deps.Conns},
+		cache:     deps.Cache,
+		limiter:   deps.Limiter,
+		admitter:  deps.Admitter,
+		quota:     deps.Quota,
+		log:       deps.Logger,
+		metrics:   deps.Metrics,
+		now:       deps.Now,
+		tracer:    deps.Tracer,
+		propagate: deps.PropagateUpstream,
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
@@ -204,7 +217,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if cfg.Realtime.ResumeWindow > 0 && len(deps.Hubs) > 0 {
 		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, deps.ResumeRedis, g.log)
 	}
-	g.unknownHost = observe("unknown-host", accessLog, g.metrics, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.unknownHost = observe("unknown-host", accessLog, g.metrics, deps.Tracer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
 		writeError(w, errorf(http.StatusNotFound, "unknown host: no network is served under this name"))
 	}))
@@ -284,6 +297,8 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		log:     g.log,
 		metrics: g.metrics,
 		store:   g.cache,
+
+		propagate: g.propagate,
 	}
 	records := &checker{network: name, gate: deps.Gates[name], metrics: g.metrics}
 	ans := &answerer{network: name, gate: deps.Gates[name], metrics: g.metrics, now: g.now}
@@ -324,7 +339,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		passPaths[p] = true
 	}
 	n.rp = n.reverseProxy(base, transport)
-	n.handler = chain(name, accessLog, g.metrics,
+	n.handler = chain(name, accessLog, g.metrics, g.tracer,
 		requestCheck{passPaths: passPaths},
 		authenticator{network: name, pol: &g.pol, metrics: g.metrics, now: g.now},
 		admission{limiter: g.limiter, quota: g.quota, admitter: g.admitter, pol: &g.pol, metrics: g.metrics, now: g.now},
@@ -403,7 +418,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 			tp.quota = newLimitPolicy(ratelimit.Limit{Rate: float64(t.DailyQuota) / 86400, Burst: int(t.DailyQuota)}, ratelimit.DailyKey(t.Name), "daily")
 		}
 		for _, k := range t.Keys {
-			ak := auth.Key{ID: k.ID}
+			ak := auth.Key{ID: k.ID, Cert: k.ClientCert.Rule()}
 			for _, s := range k.Secrets() {
 				ak.Secrets = append(ak.Secrets, s.Reveal())
 			}

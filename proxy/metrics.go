@@ -210,7 +210,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) request(network, endpoint string, code int, team string, d time.Duration) {
+// request counts a request and its duration; a traced request's
+// duration carries its trace ID as an exemplar (shown when /metrics is
+// scraped as OpenMetrics).
+func (m *Metrics) request(network, endpoint string, code int, team string, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
@@ -220,9 +223,14 @@ func (m *Metrics) request(network, endpoint string, code int, team string, d tim
 	m.requestsBy.get(requestLabels{network, endpoint, code, team}, func() prometheus.Counter {
 		return m.requests.WithLabelValues(network, endpoint, strconv.Itoa(code), team)
 	}).Inc()
-	m.durationBy.get([2]string{network, endpoint}, func() prometheus.Observer {
+	o := m.durationBy.get([2]string{network, endpoint}, func() prometheus.Observer {
 		return m.requestDuration.WithLabelValues(network, endpoint)
-	}).Observe(d.Seconds())
+	})
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && traceID != "" {
+		eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
+		return
+	}
+	o.Observe(d.Seconds())
 }
 
 func (m *Metrics) cacheResult(network, kind, result string) {

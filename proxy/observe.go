@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -53,6 +54,7 @@ type reqState struct {
 	ctx    stateCtx
 	fields [1]zap.Field
 	room   answerRoom
+	span   trace.Span // the server span; nil when tracing is off
 }
 
 // callCount counts the upstream calls made for one request. It is the
@@ -233,13 +235,17 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // observe is the outermost middleware of a network: it recovers from panics
 // (answering 500), gives the request an ID, and writes one access log line
 // and the request metrics when the request ends.
-func observe(network string, log *zap.Logger, m *Metrics, next http.Handler) http.Handler {
+func observe(network string, log *zap.Logger, m *Metrics, tr trace.Tracer, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := &reqState{start: time.Now(), network: network, method: r.Method}
 		st.route, st.endpoint = routeOf(r)
 		st.id = requestID(r, &st.room.text)
 		st.sw.ResponseWriter = w
-		st.ctx = stateCtx{Context: r.Context(), st: st}
+		ctx := r.Context()
+		if tr != nil {
+			ctx, st.span = startServerSpan(ctx, tr, r)
+		}
+		st.ctx = stateCtx{Context: ctx, st: st}
 		sw := &st.sw
 		st.room.setHeader(sw.Header(), "X-Request-Id", st.id)
 		defer func() {
@@ -260,7 +266,10 @@ func observe(network string, log *zap.Logger, m *Metrics, next http.Handler) htt
 			if r.Context().Err() != nil && st.status >= 500 {
 				st.status = 499 // the client went away; not the upstream's fault
 			}
-			m.request(network, st.endpoint, st.status, st.team, st.dur)
+			m.request(network, st.endpoint, st.status, st.team, st.dur, traceIDOf(st.span))
+			if st.span != nil {
+				endServerSpan(st)
+			}
 			if ce := log.Check(zap.InfoLevel, "request"); ce != nil {
 				st.fields[0] = zap.Inline(st)
 				ce.Write(st.fields[:]...)
@@ -289,6 +298,11 @@ func (st *reqState) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	}
 	if st.authError != "" {
 		enc.AddString("auth_error", st.authError)
+	}
+	if st.span != nil {
+		if sc := st.span.SpanContext(); sc.IsValid() {
+			enc.AddString("trace_id", sc.TraceID().String())
+		}
 	}
 	return nil
 }

@@ -15,11 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/ratelimit"
+	"streamgate/tracing"
 )
 
 // maxUpstreamBody bounds what is read of one upstream answer.
@@ -68,6 +71,8 @@ type upstream struct {
 	store *cache.Store
 
 	answered atomic.Bool // the upstream has answered at least once
+
+	propagate bool // send the attempt's traceparent (tracing.propagate_upstream)
 }
 
 // upstreamResponse is one upstream answer, read whole.
@@ -214,7 +219,9 @@ func (u *upstream) refusedCredential(endpoint string, cred *credential, status i
 // with no time to answer. Such a wait is refused at once with a
 // *ratelimit.BudgetError, whose Retry-After the caller gets. When less than
 // a timeout is left (a late retry), it waits within ctx as it is.
-func (u *upstream) waitBudget(ctx context.Context, key string) error {
+func (u *upstream) waitBudget(ctx context.Context, key string) (err error) {
+	ctx, span := tracing.Start(ctx, "budget wait", attribute.String("streamgate.budget", key))
+	defer func() { endSpan(span, err) }()
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > u.timeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-u.timeout))
@@ -272,7 +279,15 @@ func (u *upstream) backoff(ctx context.Context, attempt int) bool {
 	}
 }
 
-func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential) (*upstreamResponse, error) {
+func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential) (out *upstreamResponse, err error) {
+	ctx, span := tracing.Start(ctx, "upstream attempt", attribute.String("streamgate.network", u.network),
+		attribute.String("streamgate.upstream.endpoint", endpoint), attribute.String("server.address", u.base.Host))
+	defer func() {
+		if out != nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", out.status))
+		}
+		endSpan(span, err)
+	}()
 	actx, cancel := context.WithTimeout(ctx, u.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, u.base.String()+target, nil)
@@ -285,6 +300,9 @@ func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *c
 		// The wall clock, not the injectable one: the signature must carry
 		// the time the upstream will check it against.
 		auth.Sign(req, cred.key, cred.secret, time.Now())
+	}
+	if u.propagate && span.IsRecording() {
+		tracing.Propagator.Inject(actx, propagation.HeaderCarrier(req.Header))
 	}
 	start := time.Now()
 	resp, err := u.client.Do(req)
@@ -300,7 +318,7 @@ func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *c
 		u.metrics.upstreamError(u.network, endpoint, errReason(err))
 		return nil, fmt.Errorf("proxy: reading upstream answer: %w", err)
 	}
-	out := &upstreamResponse{status: resp.StatusCode, body: body, contentType: resp.Header.Get("Content-Type")}
+	out = &upstreamResponse{status: resp.StatusCode, body: body, contentType: resp.Header.Get("Content-Type")}
 	out.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	out.maxAge = parseMaxAge(resp.Header.Get("Cache-Control"))
 	if u.log != nil && resp.StatusCode >= 500 {

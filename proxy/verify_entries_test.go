@@ -47,6 +47,7 @@ func TestVerifyStream(t *testing.T) {
 		{simulator.ForgeSignature, don.CauseUnknownSigner},
 		{simulator.ForgeOutsider, don.CauseUnknownSigner},
 		{simulator.ForgeTooFew, don.CauseTooFewSigners},
+		{simulator.ForgeTooMany, don.CauseTooManySigners},
 		{simulator.ForgeDuplicate, don.CauseDuplicateSigner},
 		{simulator.ForgeUnknownDigest, don.CauseUnknownDigest},
 	}

@@ -58,6 +58,7 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 		simulator.ForgeSignature:     don.CauseUnknownSigner,
 		simulator.ForgeOutsider:      don.CauseUnknownSigner,
 		simulator.ForgeTooFew:        don.CauseTooFewSigners,
+		simulator.ForgeTooMany:       don.CauseTooManySigners,
 		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
 		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
 	}

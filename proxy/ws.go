@@ -154,6 +154,7 @@ const (
 	reasonSecretGone  = "revoked: the key's secret that signed this connection was removed"
 	reasonNetworkGone = "revoked: the team may no longer use this network"
 	reasonNoStream    = "revoked: none of this connection's streams is permitted any more"
+	reasonCertGone    = "revoked: the key is now bound to a client certificate this connection did not present"
 )
 
 // stillSigns reports whether the upgrade request r still verifies under
@@ -184,6 +185,8 @@ func (c *wsClient) recheck(pol *policy) {
 		reason = reasonSecretGone
 	case !p.Team.UsesNetwork(c.network):
 		reason = reasonNetworkGone
+	case !p.Cert.Matches(c.upgrade.TLS):
+		reason = reasonCertGone
 	}
 	if reason == "" {
 		var gone, kept []string
@@ -284,6 +287,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer conn.Close()
+	upgraded(r.Context(), len(rq.feeds), from != nil)
 	n.metrics.wsClient(n.name, origin, 1)
 	defer n.metrics.wsClient(n.name, origin, -1)
 

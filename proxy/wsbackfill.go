@@ -3,6 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Backfill returns what the real-time hub of network name fetches the
@@ -18,7 +21,20 @@ func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []string
 	if n == nil {
 		return nil
 	}
-	return n.backfill
+	if g.tracer == nil {
+		return n.backfill
+	}
+	// A backfill runs for the hub, outside any request: its span is the
+	// root of a trace of its own, sampled by ratio like a request, with
+	// the shared tier, budget wait and upstream attempts of its bulk call
+	// below it.
+	return func(ctx context.Context, feeds []string, ts int64) (_ map[string][]byte, err error) {
+		ctx, span := g.tracer.Start(ctx, "ws backfill", trace.WithAttributes(
+			attribute.String("streamgate.network", name), attribute.Int("streamgate.streams", len(feeds)),
+			attribute.Int64("streamgate.second", ts)))
+		defer func() { endSpan(span, err) }()
+		return n.backfill(ctx, feeds, ts)
+	}
 }
 
 // errBackfillEmpty is returned for a backfill without feeds.

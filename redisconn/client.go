@@ -23,8 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
-
-	"streamgate/config"
 )
 
 // Mode is how a client reaches Redis.
@@ -164,9 +162,32 @@ type Client struct {
 	closeOnce sync.Once
 }
 
+// Target is the Redis one client speaks to: exactly one of URL (a single
+// node), Sentinel and Cluster.
+type Target struct {
+	// URL is a redis://, rediss:// or unix:// URL of a single node.
+	URL string
+	// Sentinel names a master that Redis Sentinel monitors.
+	Sentinel *Sentinel
+	// Cluster are some of a Redis Cluster's nodes, HOST:PORT each.
+	Cluster []string
+	// TLS turns TLS on for Sentinel or Cluster.
+	TLS bool
+	// Password is the data nodes' password; if not empty it replaces a
+	// URL's.
+	Password string
+}
+
+// Sentinel is a master that Redis Sentinel monitors.
+type Sentinel struct {
+	Master   string   // the name the sentinels monitor it under
+	Addrs    []string // the sentinels, HOST:PORT each
+	Password string   // the sentinels' own, if any
+}
+
 // New builds the client t describes. It does not dial: a Redis that is
 // down at start is reached when it answers.
-func New(t config.RedisTarget, opts Options) (*Client, error) {
+func New(t Target, opts Options) (*Client, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -176,7 +197,7 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 	if t.TLS {
 		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	password := t.Password.Reveal()
+	password := t.Password
 	// The options the Sentinel and Cluster clients share, in go-redis's
 	// own universal form.
 	uo := &redis.UniversalOptions{
@@ -200,22 +221,22 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 		c.mode, c.master = ModeSentinel, t.Sentinel.Master
 		c.addr = "sentinel master " + t.Sentinel.Master
 		uo.MasterName = t.Sentinel.Master
-		uo.SentinelPassword = t.Sentinel.SentinelPassword.Reveal()
+		uo.SentinelPassword = t.Sentinel.Password
 		// A copy: the client may append to it, and two clients may be
 		// given the same configuration.
 		uo.Addrs = slices.Clone(t.Sentinel.Addrs)
 		c.UniversalClient = redis.NewFailoverClient(uo.Failover())
 		for _, a := range t.Sentinel.Addrs {
 			c.sentinels = append(c.sentinels, redis.NewSentinelClient(&redis.Options{
-				Addr: a, Password: t.Sentinel.SentinelPassword.Reveal(), TLSConfig: tlsConf,
+				Addr: a, Password: t.Sentinel.Password, TLSConfig: tlsConf,
 				DialTimeout: opts.DialTimeout, ReadTimeout: opts.DialTimeout, WriteTimeout: opts.DialTimeout,
 				MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
 			}))
 		}
-	case t.Cluster != nil:
+	case len(t.Cluster) > 0:
 		c.mode = ModeCluster
-		c.addr = "cluster " + strings.Join(t.Cluster.Addrs, ",")
-		uo.Addrs = slices.Clone(t.Cluster.Addrs) // the client appends the nodes it learns
+		c.addr = "cluster " + strings.Join(t.Cluster, ",")
+		uo.Addrs = slices.Clone(t.Cluster) // the client appends the nodes it learns
 		c.UniversalClient = redis.NewClusterClient(uo.Cluster())
 	default:
 		c.mode = ModeSingle
@@ -249,7 +270,7 @@ func New(t config.RedisTarget, opts Options) (*Client, error) {
 // NewURL is New for a single node at url with password (if not empty,
 // it replaces the URL's).
 func NewURL(url, password string, opts Options) (*Client, error) {
-	return New(config.RedisTarget{URL: url, Password: config.Secret(password)}, opts)
+	return New(Target{URL: url, Password: password}, opts)
 }
 
 // Mode is how the client reaches Redis.

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/config"
 	"streamgate/internal/redistest"
 )
 
@@ -38,7 +37,7 @@ func untilServes(t *testing.T, c *Client, key string, bound time.Duration) time.
 func TestClientFollowsSentinelFailover(t *testing.T) {
 	s := redistest.NewSentinel(t)
 	m := newMetrics(t)
-	c, err := New(config.RedisTarget{Sentinel: &config.RedisSentinel{Master: redistest.SentinelMaster, Addrs: s.Addrs()}},
+	c, err := New(Target{Sentinel: &Sentinel{Master: redistest.SentinelMaster, Addrs: s.Addrs()}},
 		Options{Name: "ratelimit", Metrics: m, WatchInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer c.Close()
@@ -63,7 +62,7 @@ func TestClientFollowsSentinelFailover(t *testing.T) {
 func TestClientFollowsClusterFailover(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	m := newMetrics(t)
-	c, err := New(config.RedisTarget{Cluster: &config.RedisCluster{Addrs: cl.Addrs()[:2]}},
+	c, err := New(Target{Cluster: cl.Addrs()[:2]},
 		Options{Name: "ratelimit", Metrics: m, WatchInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer c.Close()

@@ -22,7 +22,7 @@ func (s *Server) adminHandler() http.Handler {
 	if cfg := s.cfg.Load().Server; cfg.Pprof { // read at start, as the token is
 		mux.Handle("/debug/pprof/", status.RequireToken(cfg.AdminToken.Reveal(), pprofHandler()))
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"status":"ok"}`+"\n")

@@ -124,7 +124,7 @@ func newLimits(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metr
 			return nil, err
 		}
 	}
-	l.client, err = redisconn.New(rc.Target(), redisconn.Options{
+	l.client, err = redisconn.New(redisTarget(rc.Target()), redisconn.Options{
 		Name: "ratelimit", Metrics: rm, Logger: log.Named("redis"),
 	})
 	if err != nil {
@@ -164,4 +164,16 @@ func newLimits(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metr
 	l.ReplayStore = auth.NewRedisReplay(l.client, "streamgate:replay:")
 	l.Conns = ratelimit.NewRedisConns(l.client, "streamgate:wsconns:", 0)
 	return l, nil
+}
+
+// redisTarget is t as package redisconn takes it.
+func redisTarget(t config.RedisTarget) redisconn.Target {
+	out := redisconn.Target{URL: t.URL, TLS: t.TLS, Password: t.Password.Reveal()}
+	if s := t.Sentinel; s != nil {
+		out.Sentinel = &redisconn.Sentinel{Master: s.Master, Addrs: s.Addrs, Password: s.SentinelPassword.Reveal()}
+	}
+	if c := t.Cluster; c != nil {
+		out.Cluster = c.Addrs
+	}
+	return out
 }

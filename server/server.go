@@ -26,6 +26,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/cache/shared"
+	"streamgate/certs"
 	"streamgate/config"
 	"streamgate/don"
 	"streamgate/proxy"
@@ -33,6 +34,7 @@ import (
 	"streamgate/realtime"
 	"streamgate/redisconn"
 	"streamgate/status"
+	"streamgate/tracing"
 )
 
 // Options are a Server's dependencies besides its configuration. Every
@@ -89,12 +91,18 @@ type Server struct {
 	warmDone chan struct{}
 	once     sync.Once
 	closeErr error
+
+	certMetrics *certs.Metrics    // registered with the first TLS listener
+	traces      *tracing.Provider // nil: tracing off
 }
 
 // served is a bound listener and the server that will serve it.
 type served struct {
 	ln  net.Listener
 	srv *http.Server
+
+	tls      *certs.Source                    // nil: plain HTTP
+	tlsBlock func(*config.Config) *config.TLS // where a configuration gives its files
 }
 
 // New builds the gateway cfg describes (cfg must be valid: config.Load and
@@ -173,6 +181,14 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if access == nil {
 		access = s.log
 	}
+	version := opts.Version
+	if version == "" {
+		version = "dev"
+	}
+	if s.traces, err = tracing.New(tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Protocol: cfg.Tracing.Protocol,
+		SampleRatio: cfg.Tracing.SampleRatio, PropagateUpstream: cfg.Tracing.PropagateUpstream, Version: version}); err != nil {
+		return nil, err
+	}
 	s.gw, err = proxy.New(cfg, proxy.Deps{
 		Cache:       s.store,
 		Shared:      s.shared,
@@ -190,6 +206,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Hubs:        s.hubs,
 		Gates:       s.gates,
 		ResumeRedis: s.resumeRedis(cfg),
+		Tracer:      s.traces.Tracer(),
+
+		PropagateUpstream: s.traces.PropagateUpstream(),
 	})
 	if err != nil {
 		return nil, err
@@ -210,15 +229,16 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", l.Addr, err)
 		}
-		s.networks = append(s.networks, &served{ln: ln, srv: proxy.NewServer(l.Handler, cfg.Server, errorLog)})
+		sv := &served{ln: ln, srv: proxy.NewServer(l.Handler, cfg.Server, errorLog)}
+		s.networks = append(s.networks, sv)
+		if err := s.tlsListener(sv, listenerName(l.Networks), networkTLS(l.Networks), cfg); err != nil {
+			return nil, err
+		}
 		for _, name := range l.Networks {
 			s.addrs[name] = ln.Addr().String()
 		}
 	}
-	s.version = opts.Version
-	if s.version == "" {
-		s.version = "dev"
-	}
+	s.version = version
 	loaded := time.Now()
 	s.loadedAt.Store(&loaded)
 	s.status = status.New(status.Options{Gatherer: s.reg, Facts: s.statusFacts, Interval: opts.StatusInterval})
@@ -229,6 +249,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		}
 		s.admin = &served{ln: ln, srv: proxy.NewServer(s.adminHandler(), cfg.Server, errorLog)}
 		s.addrs["admin"] = ln.Addr().String()
+		if err := s.tlsListener(s.admin, "admin", adminTLS, cfg); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -385,14 +408,14 @@ func (s *Server) Start() {
 	}
 	for _, sv := range s.networks {
 		go func() {
-			if err := sv.srv.Serve(sv.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := sv.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("listener stopped", zap.String("addr", sv.ln.Addr().String()), zap.Error(err))
 			}
 		}()
 	}
 	s.status.Start()
 	if s.admin != nil {
-		go s.admin.srv.Serve(s.admin.ln)
+		go s.admin.serve()
 		s.log.Info("admin listening", zap.String("addr", s.addrs["admin"]))
 	}
 	if s.emb != nil {
@@ -400,7 +423,8 @@ func (s *Server) Start() {
 	}
 	cfg := s.cfg.Load()
 	for _, name := range s.gw.Networks() {
-		s.log.Info("serving network", zap.String("network", name), zap.String("listen", s.addrs[name]), zap.Strings("hosts", cfg.Networks[name].Hosts))
+		s.log.Info("serving network", zap.String("network", name), zap.String("listen", s.addrs[name]),
+			zap.Strings("hosts", cfg.Networks[name].Hosts), zap.Bool("tls", cfg.Networks[name].TLS != nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.warmStop = cancel
@@ -459,6 +483,9 @@ func (s *Server) Reload(next *config.Config) (restartOnly []string, err error) {
 			g.Set(st.mode, st.v)
 		}
 	}
+	// A listener's files that do not load are refused by its Source
+	// (logged, counted); the rest of next applies.
+	_ = s.reloadTLS(next)
 	running := s.cfg.Load()
 	restartOnly = config.RestartOnly(running, next)
 	s.cfg.Store(next)
@@ -608,6 +635,7 @@ func (s *Server) release() {
 	if s.gw != nil {
 		s.gw.Close()
 	}
+	s.closeTLS()
 	for _, group := range [][]*served{s.networks, s.upstreams, {s.admin}} {
 		for _, sv := range group {
 			if sv != nil {
@@ -629,6 +657,15 @@ func (s *Server) release() {
 	}
 	if s.emb != nil {
 		s.emb.close()
+	}
+	if s.traces != nil {
+		// What is pending is exported, within a bound: a collector that
+		// does not answer does not hold the exit.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.traces.Shutdown(ctx); err != nil {
+			s.log.Warn("tracing: spans not exported at shutdown", zap.Error(err))
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ func newShared(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metr
 	}
 	// The tier logs its own outages and recoveries (once each); the
 	// breaker's lines would repeat them.
-	rc, err := redisconn.New(sc.Target(), redisconn.Options{Name: "shared", Metrics: rm})
+	rc, err := redisconn.New(redisTarget(sc.Target()), redisconn.Options{Name: "shared", Metrics: rm})
 	if err != nil {
 		return nil, nil, fmt.Errorf("cache.shared: %w", err)
 	}

@@ -38,8 +38,9 @@
 //     service does not publish how it counts: a token bucket (Default: a
 //     burst of 1, the strictest), a calendar-second counter, or a sliding
 //     one-second window. A 429 carries Retry-After.
-//   - Stream IDs: the schema in the first two bytes (0x0003 V3, 0x0007 V7,
-//     0x000b V11), then bytes of a hash of the stream name; a stream listed
+//   - Stream IDs: the schema in the first two bytes (0x0001 V1 to 0x000e
+//     V14; every schema has live streams, V3, V7 and V11 the most), then
+//     bytes of a hash of the stream name; a stream listed
 //     on both networks has the same ID on each, but its values differ
 //     between networks, so a gateway that mixes them up is caught.
 //   - Market hours are UTC approximations without daylight saving time or

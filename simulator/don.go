@@ -51,6 +51,9 @@ const (
 	ForgeOutsider Forgery = "outsider"
 	// ForgeTooFew leaves one signature (f of them).
 	ForgeTooFew Forgery = "too_few"
+	// ForgeTooMany has f+2 distinct signers of the DON sign: every
+	// signature is genuine, but the chain's Verifier requires exactly f+1.
+	ForgeTooMany Forgery = "too_many"
 	// ForgeDuplicate has the same signer sign twice.
 	ForgeDuplicate Forgery = "duplicate"
 	// ForgeUnknownDigest signs, with the DON's keys, a report whose config
@@ -58,7 +61,7 @@ const (
 	ForgeUnknownDigest Forgery = "unknown_digest"
 )
 
-var forgeries = []Forgery{ForgeSignature, ForgeOutsider, ForgeTooFew, ForgeDuplicate, ForgeUnknownDigest}
+var forgeries = []Forgery{ForgeSignature, ForgeOutsider, ForgeTooFew, ForgeTooMany, ForgeDuplicate, ForgeUnknownDigest}
 
 // don holds the keys of one network's DON.
 type don struct {
@@ -91,15 +94,15 @@ func configDigest(network string, s Schema) [32]byte {
 	return digest
 }
 
-// configs returns the DON's configurations on network: one per schema,
-// the same signers.
+// configs returns the DON's configurations on network: one per schema
+// (Schemas), the same signers.
 func (d *don) configs(network string) []DONConfig {
 	signers := make([]string, len(d.signers))
 	for i, k := range d.signers {
 		signers[i] = crypto.PubkeyToAddress(k.PublicKey).Hex()
 	}
 	var out []DONConfig
-	for _, s := range []Schema{SchemaV3, SchemaV7, SchemaV11} {
+	for _, s := range Schemas {
 		dg := configDigest(network, s)
 		out = append(out, DONConfig{ConfigDigest: "0x" + hex.EncodeToString(dg[:]), F: DONF, Signers: signers})
 	}
@@ -119,6 +122,8 @@ func (d *don) sign(r *FullReport, ts int64, forge Forgery) {
 		keys[1] = d.outsider
 	case ForgeTooFew:
 		keys = keys[:1]
+	case ForgeTooMany:
+		keys = append(keys, d.signers[(first+2)%DONSigners])
 	case ForgeDuplicate:
 		keys[1] = keys[0]
 	}

@@ -23,7 +23,7 @@ func TestDONConfiguration(t *testing.T) {
 	require.NoError(t, err)
 	for _, network := range []string{Mainnet, Testnet} {
 		cs := a.DON(network)
-		require.Len(t, cs, 3)
+		require.Len(t, cs, 14)
 		assert.Equal(t, cs, b.DON(network), "deterministic from the seed")
 		assert.NotEqual(t, cs[0].Signers, c.DON(network)[0].Signers, "another seed, other keys")
 		for _, cfg := range cs {

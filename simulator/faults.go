@@ -53,8 +53,8 @@ type Faults struct {
 
 	// Forge falsifies every report served while it is set, over REST and
 	// the WebSocket (see Forgery): "signature", "outsider", "too_few",
-	// "duplicate" or "unknown_digest"; "" serves reports as the DON signed
-	// them.
+	// "too_many", "duplicate" or "unknown_digest"; "" serves reports as the
+	// DON signed them.
 	Forge Forgery
 }
 

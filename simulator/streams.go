@@ -26,6 +26,7 @@ const (
 	hoursForex     = "Forex 24/5"
 	hoursNAV       = "NAV Daily"
 	hoursMacro     = "Macro Releases"
+	hoursCME       = "Metals and Commodities 23/5"
 )
 
 // kind says how a stream's value moves with time.
@@ -52,15 +53,18 @@ type def struct {
 
 // Classes, feed types and attribute types used below.
 const (
-	cCrypto   = "Crypto"
-	cEquities = "Equities"
-	cForex    = "Forex"
-	cMacro    = "Macroeconomics"
-	cNAV      = "NAV"
-	cTAsset   = "Tokenized Asset"
-	cTCLO     = "Tokenized CLO"
-	cTDebt    = "Tokenized Debt"
-	cTTreas   = "Tokenized Treasuries"
+	cCrypto    = "Crypto"
+	cEquities  = "Equities"
+	cForex     = "Forex"
+	cMacro     = "Macroeconomics"
+	cNAV       = "NAV"
+	cTAsset    = "Tokenized Asset"
+	cTCLO      = "Tokenized CLO"
+	cTDebt     = "Tokenized Debt"
+	cTTreas    = "Tokenized Treasuries"
+	cCommodity = "Commodities"
+	cFutures   = "Futures"
+	cRates     = "Interest Rates"
 
 	ftCrypto   = "Crypto"
 	ftDEX      = "Crypto-DEX"
@@ -71,6 +75,9 @@ const (
 	ftNAV      = "Net Asset Value"
 	ftSmart    = "SmartData"
 	ftTAsset   = "Tokenized Asset"
+	ftRWA      = "RWA"
+	ftFutures  = "Futures"
+	ftRates    = "Interest Rate"
 
 	aCex       = "CexPrice"
 	aDex       = "DexPrice"
@@ -83,6 +90,13 @@ const (
 	aRegular   = "RegularHoursEquityPrice"
 	aSmart     = "SmartData"
 	aTop       = "TopOfBook"
+	aLegacy    = "LegacyPrice"
+	aBasic     = "BasicPrice"
+	aMulti     = "MultiPrice"
+	aRWA       = "RWAPrice"
+	aInterest  = "InterestRate"
+	aTEquity   = "TokenizedEquityPrice"
+	aFutures   = "FuturesPrice"
 )
 
 var table = []def{
@@ -183,6 +197,19 @@ var table = []def{
 	{base: "PAXG", quote: "USD", asset: "PAX Gold", class: cTAsset, feedType: ftTAsset, attr: aCex, level: 2300, main: "L", test: "L"},
 	{base: "XAUT", quote: "USD", asset: "Tether Gold", class: cTAsset, feedType: ftTAsset, attr: aCex, level: 2300, main: "L", test: "T"},
 	{base: "SPYX", quote: "USD", asset: "Tokenized S&P 500 ETF", class: cTAsset, feedType: ftTAsset, attr: aTop, schema: SchemaV11, level: 550, main: "T", test: "T"},
+	// One or more streams of every other schema the SDKs decode (and V14).
+	{base: "ETH", quote: "USD", asset: "Ethereum", attr: aLegacy, schema: SchemaV1, level: 3000, main: "L", test: "L"},
+	{base: "BTC", quote: "USD", asset: "Bitcoin", attr: aBasic, schema: SchemaV2, level: 60000, main: "L", test: "L"},
+	{base: "XPT", quote: "USD", asset: "Platinum", class: cCommodity, attr: aRWA, schema: SchemaV4, level: 950, main: "L", test: "L"},
+	{base: "SOFR", quote: "PCT", asset: "Secured Overnight Financing Rate", class: cRates, attr: aInterest, schema: SchemaV5, level: 4.33, main: "L", test: "L"},
+	{base: "ETH", quote: "USD", asset: "Ethereum", attr: aMulti, schema: SchemaV6, level: 3000, main: "L", test: "T"},
+	{base: "XAG", quote: "USD", asset: "Silver", class: cCommodity, attr: aRWA, schema: SchemaV8, level: 29, main: "L", test: "L"},
+	{base: "WTI", quote: "USD", asset: "WTI Crude Oil Synthetic Spot", class: cCommodity, attr: aRWA, schema: SchemaV8, level: 75, main: "L", test: "T"},
+	{base: "BENJI", quote: "USD", asset: "Franklin OnChain U.S. Government Money Fund (BENJI)", class: cNAV, attr: aNAV, schema: SchemaV9, level: 1, main: "L", test: "L", suffix: "NAV-SmartData-001"},
+	{base: "AAPLX", quote: "USD", asset: "Apple xStock (tokenized Apple Inc.)", class: cTAsset, feedType: ftTAsset, attr: aTEquity, schema: SchemaV10, level: 220, main: "L", test: "L"},
+	{base: "USCC", quote: "USD", asset: "Superstate Crypto Carry Fund", class: cNAV, attr: aNAV, schema: SchemaV12, level: 10.6, main: "L", test: "T", suffix: "NAV-SmartData-002"},
+	{base: "SOL", quote: "USD", asset: "Solana", attr: aTop, schema: SchemaV13, level: 150, main: "L", test: "L", suffix: "TopOfBook-DS-Advanced-001"},
+	{base: "CL", quote: "USD", asset: "WTI Crude Oil Futures, front month", class: cFutures, attr: aFutures, schema: SchemaV14, level: 75, main: "L", test: "T"},
 }
 
 // fill completes a def with the defaults of its class.
@@ -203,6 +230,12 @@ func (d def) fill() def {
 			d.feedType = ftForex
 		case cMacro:
 			d.feedType = ftMacro
+		case cCommodity:
+			d.feedType = ftRWA
+		case cFutures:
+			d.feedType = ftFutures
+		case cRates:
+			d.feedType = ftRates
 		default:
 			d.feedType = ftNAV
 		}
@@ -233,6 +266,13 @@ func (d def) fill() def {
 			aForex:     "RefPrice-FX-DS-001",
 			aNAV:       "NAV-Datalink-001",
 			aSmart:     "SmartData-Datalink-001",
+			aLegacy:    "RefPrice-DS-Legacy-001",
+			aBasic:     "RefPrice-DS-Basic-Global-001",
+			aMulti:     "MultiPrice-DS-001",
+			aRWA:       "RefPrice-RWA-DS-001",
+			aInterest:  "Rate-DS-001",
+			aTEquity:   "TokenizedEquity-DS-001",
+			aFutures:   "Futures-DS-001",
 		}[d.attr]
 	}
 	return d
@@ -244,7 +284,7 @@ func (d def) serviceLevel() string {
 	if d.class == cCrypto && d.feedType != ftDatalink {
 		return "Streams"
 	}
-	if d.class == cEquities || d.class == cForex || d.feedType == ftTAsset {
+	if d.class == cEquities || d.class == cForex || d.class == cCommodity || d.class == cFutures || d.feedType == ftTAsset {
 		return "Streams"
 	}
 	return "Datalink"
@@ -260,6 +300,10 @@ func (d def) marketHours() string {
 		return hoursNYSENight
 	case aForex:
 		return hoursForex
+	case aRWA, aFutures:
+		return hoursCME
+	case aTEquity:
+		return hoursNYSE
 	}
 	switch d.class {
 	case cMacro:

@@ -20,7 +20,7 @@ var specValues = map[string][]string{
 	"feedType":      {"Crypto", "Crypto-DEX", "Datalink", "Equities", "Forex", "Macroeconomics", "Net Asset Value", "SmartData", "Tokenized Asset"},
 	"attributeType": {"CexPrice", "DexPrice", "EquityPrice", "ExchangeRate", "ExtendedHoursEquityPrice", "ForexPrice", "NAV", "OvernightHoursEquityPrice", "RegularHoursEquityPrice", "SmartData", "TopOfBook"},
 	"status":        {"live", "testing"},
-	"schemaVersion": {"V3", "V7", "V11"},
+	"schemaVersion": {"V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"},
 	"serviceLevel":  {"Streams", "Datalink"},
 }
 
@@ -55,8 +55,10 @@ func TestCatalogCoverage(t *testing.T) {
 				id, ok := parseFeedID(st.FeedID)
 				require.True(t, ok, st.FeedID)
 				assert.Equal(t, strings.ToLower(st.FeedID), st.FeedID)
-				prefix := map[string]string{"V3": "0x0003", "V7": "0x0007", "V11": "0x000b"}[st.SchemaVersion]
-				assert.True(t, strings.HasPrefix(st.FeedID, prefix), "%s %s", st.SchemaVersion, st.FeedID)
+				prefix := map[string]string{"V1": "0x0001", "V2": "0x0002", "V3": "0x0003", "V4": "0x0004", "V5": "0x0005",
+					"V6": "0x0006", "V7": "0x0007", "V8": "0x0008", "V9": "0x0009", "V10": "0x000a", "V11": "0x000b",
+					"V12": "0x000c", "V13": "0x000d", "V14": "0x000e"}[st.SchemaVersion]
+				assert.True(t, prefix != "" && strings.HasPrefix(st.FeedID, prefix), "%s %s", st.SchemaVersion, st.FeedID)
 				assert.Equal(t, st.SchemaVersion, SchemaOf(id).String())
 
 				created, err := time.Parse(time.RFC3339, st.CreatedAt)
@@ -137,14 +139,19 @@ func floatOf(v *big.Int) float64 {
 
 func decodeReport(t testing.TB, r Report) ReportFields {
 	t.Helper()
+	f, err := DecodeReportBlob(decodeEnvelope(t, r).ReportBlob)
+	require.NoError(t, err)
+	return f
+}
+
+func decodeEnvelope(t testing.TB, r Report) FullReport {
+	t.Helper()
 	require.True(t, strings.HasPrefix(r.FullReport, "0x"))
 	b, err := hex.DecodeString(r.FullReport[2:])
 	require.NoError(t, err)
 	fr, err := DecodeFullReport(b)
 	require.NoError(t, err)
-	f, err := DecodeReportBlob(fr.ReportBlob)
-	require.NoError(t, err)
-	return f
+	return fr
 }
 
 func TestValuesPlausible(t *testing.T) {
@@ -175,12 +182,15 @@ func TestValuesPlausible(t *testing.T) {
 	}
 
 	// Every stream, every few minutes over the window: bid < price < ask,
-	// fees positive, V11 fields consistent.
+	// fees positive, the fields of each schema consistent.
 	for _, st := range s.Streams(Mainnet) {
 		for ts := t0.Unix() - 86400; ts <= t0.Unix(); ts += 1801 {
 			f := decodeReport(t, mustReport(t, s, Mainnet, st.FeedID, ts))
-			assert.Positive(t, f.NativeFee.Sign())
-			assert.Positive(t, f.LinkFee.Sign())
+			if f.Schema != SchemaV1 { // V1 has no fees
+				assert.Positive(t, named(t, f, "nativeFee").Sign())
+				assert.Positive(t, named(t, f, "linkFee").Sign())
+			}
+			plausibleOther(t, st.Name, f, ts)
 			switch f.Schema {
 			case SchemaV3:
 				assert.Negative(t, f.Bid.Cmp(f.Price), st.Name)
@@ -231,9 +241,11 @@ func TestSchedules(t *testing.T) {
 	}{
 		{"crypto always trades", sched247, "2025-09-20T03:00:00Z", statusRegular, "2025-09-20T03:00:00Z"},
 		{"regular session", schedRegular, "2025-09-23T15:00:00Z", statusRegular, "2025-09-23T15:00:00Z"},
-		{"regular-only stream in pre-market", schedRegular, "2025-09-23T10:00:00Z", statusPre, "2025-09-22T19:59:59Z"},
-		{"regular-only stream after close", schedRegular, "2025-09-23T21:00:00Z", statusPost, "2025-09-23T19:59:59Z"},
-		{"regular-only stream on Monday night", schedRegular, "2025-09-22T02:00:00Z", statusOvernight, "2025-09-19T19:59:59Z"},
+		// A standard-hours stream is open or closed: the documentation's
+		// pre-market, post-market and overnight never appear on it.
+		{"regular-only stream in pre-market", schedRegular, "2025-09-23T10:00:00Z", statusClosed, "2025-09-22T19:59:59Z"},
+		{"regular-only stream after close", schedRegular, "2025-09-23T21:00:00Z", statusClosed, "2025-09-23T19:59:59Z"},
+		{"regular-only stream on Monday night", schedRegular, "2025-09-22T02:00:00Z", statusClosed, "2025-09-19T19:59:59Z"},
 		{"extended hours in pre-market", schedExtended, "2025-09-23T10:00:00Z", statusPre, "2025-09-23T10:00:00Z"},
 		{"extended hours overnight", schedExtended, "2025-09-23T03:00:00Z", statusOvernight, "2025-09-22T23:59:59Z"},
 		{"overnight trades overnight", schedOvernight, "2025-09-23T03:00:00Z", statusOvernight, "2025-09-23T03:00:00Z"},
@@ -241,6 +253,13 @@ func TestSchedules(t *testing.T) {
 		{"forex open on Sunday night", schedForex, "2025-09-21T23:00:00Z", statusRegular, "2025-09-21T23:00:00Z"},
 		{"forex closed on Sunday afternoon", schedForex, "2025-09-21T12:00:00Z", statusClosed, "2025-09-19T21:59:59Z"},
 		{"forex closed on Friday night", schedForex, "2025-09-19T23:00:00Z", statusClosed, "2025-09-19T21:59:59Z"},
+		{"metals open on Tuesday", schedCME, "2025-09-23T15:00:00Z", statusRegular, "2025-09-23T15:00:00Z"},
+		{"metals in the daily break", schedCME, "2025-09-23T22:30:00Z", statusClosed, "2025-09-23T21:59:59Z"},
+		{"metals open after the break", schedCME, "2025-09-23T23:00:00Z", statusRegular, "2025-09-23T23:00:00Z"},
+		{"metals closed on Friday night", schedCME, "2025-09-19T22:00:00Z", statusClosed, "2025-09-19T21:59:59Z"},
+		{"metals closed on Saturday", schedCME, "2025-09-20T12:00:00Z", statusClosed, "2025-09-19T21:59:59Z"},
+		{"metals closed on Sunday afternoon", schedCME, "2025-09-21T22:59:59Z", statusClosed, "2025-09-19T21:59:59Z"},
+		{"metals open on Sunday night", schedCME, "2025-09-21T23:00:00Z", statusRegular, "2025-09-21T23:00:00Z"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

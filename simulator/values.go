@@ -37,6 +37,7 @@ type model struct {
 	phase     [4]float64
 	seed      uint64
 	digest    [32]byte // config digest, the first word of reportContext
+	shares    float64  // V9: shares outstanding, for the assets under management
 }
 
 var (
@@ -60,6 +61,7 @@ func newModel(network string, d def, id [32]byte) model {
 
 	m.spreadBps = 2
 	m.volume = 50 + 950*unit(m.seed, 20, 0)
+	m.shares = 5e7 + 2.5e8*unit(m.seed, 25, 0)
 	switch {
 	case d.attr == aRate:
 		m.kind = kindRate
@@ -73,6 +75,8 @@ func newModel(network string, d def, id [32]byte) model {
 		if d.base == "USGDP" {
 			m.amp = 1.5 * d.level // growth turns negative now and then
 		}
+	case d.class == cRates:
+		m.kind = kindNAV // a daily rate, no growth
 	case d.class == cNAV || d.class == cTTreas || d.class == cTCLO || d.class == cTDebt || d.feedType == ftSmart:
 		m.kind = kindNAV
 		m.growth = 0.03 + 0.02*unit(m.seed, 22, 0)
@@ -80,6 +84,8 @@ func newModel(network string, d def, id [32]byte) model {
 		m.vol, m.spreadBps, m.volume = 0.5, 3, 100+4900*unit(m.seed, 23, 0)
 	case d.class == cForex:
 		m.vol, m.spreadBps, m.volume = 0.12, 0.8, 1e5+9e5*unit(m.seed, 24, 0)
+	case d.class == cCommodity || d.class == cFutures:
+		m.vol, m.spreadBps = 0.3, 2
 	case d.class == cTAsset:
 		m.vol, m.spreadBps = 0.2, 5
 	case d.feedType == ftDatalink:
@@ -152,6 +158,30 @@ type reportValues struct {
 	lastSeenNs      uint64
 	marketStatus    uint32
 	context         [3][32]byte
+
+	// The fields of the other schemas (see blob).
+	te            int64    // the trading second whose price applies
+	prices        [5]int64 // V6: price to price5, nano-units
+	nextPrice     int64    // V12: next NAV per share, nano-units
+	aum           int64    // V9: assets under management, whole units
+	rateTime      int64    // V5: when the rate took effect; V9, V12: the NAV's day
+	block         uint64   // V1: the block of the observation
+	blockTime     int64    // V1: its timestamp
+	blockHash     [32]byte // V1
+	multiplier    int64    // V10: current multiplier, nano-units
+	tokenized     int64    // V10: tokenized price, nano-units
+	bookVol       [2]uint64
+	contract      futuresContract // V14
+	goldman       int64           // V14: Goldman roll price, nano-units
+	interpGoldman int64           // V14
+}
+
+// futuresContract is the front contract of a V14 stream at a second.
+type futuresContract struct {
+	expiry      string // YYYY-MM-DD
+	firstNotice int64  // Unix nanoseconds
+	month       uint32 // 1 to 12
+	businessDay uint32 // business day of the month, 1 to 23
 }
 
 // expiry is how long after its observation a report may be verified.
@@ -176,6 +206,7 @@ func (st *stream) values(ts int64) reportValues {
 		v.lastSeenNs = uint64(te)*1e9 - rnd(m.seed, 47, te)%1e9
 		v.marketStatus = m.sched.status(ts)
 	}
+	st.otherValues(&v, te)
 
 	v.context[0] = m.digest
 	binary.BigEndian.PutUint64(v.context[1][24:], uint64(ts)<<8|rnd(m.seed, 50, ts)&0xff)
@@ -189,8 +220,11 @@ func fillRandom(b []byte, seed, salt uint64, ts int64) {
 	}
 }
 
-// maxFullReport is the size of the largest fullReport (V11).
-const maxFullReport = (7 + 1 + 14 + 1 + DONSigners + 1 + DONSigners) * word
+// maxBlobWords is the length of the largest blob (V14), in words.
+const maxBlobWords = 17 + v14StringWords
+
+// maxFullReport is the size of the largest fullReport (V14).
+const maxFullReport = (7 + 1 + maxBlobWords + 1 + DONSigners + 1 + DONSigners) * word
 
 // blob writes the reportBlob of v into b, which has the schema's length.
 func (v *reportValues) blob(b []byte) {
@@ -217,6 +251,8 @@ func (v *reportValues) blob(b []byte) {
 		putInt(w(11), scaled(v.askVol))
 		putInt(w(12), scaled(v.lastTraded))
 		putUint(w(13), uint64(v.marketStatus))
+	default:
+		v.otherBlob(b)
 	}
 }
 
@@ -224,7 +260,7 @@ func (v *reportValues) blob(b []byte) {
 // signed by d (falsified as forge says, "" for none).
 func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) []byte {
 	v := st.values(ts)
-	var blob [14 * word]byte
+	var blob [maxBlobWords * word]byte
 	n := v.schema.blobWords() * word
 	v.blob(blob[:n])
 	full := FullReport{ReportContext: v.context, ReportBlob: blob[:n]}
@@ -260,6 +296,7 @@ const (
 	schedExtended                  // US equities, pre-market to post-market
 	schedOvernight                 // US equities, around the clock on weekdays
 	schedForex                     // Sunday 22:00 to Friday 22:00
+	schedCME                       // metals and commodities: Sunday 23:00 to Friday 22:00, a break 22:00-23:00 Monday to Thursday
 )
 
 func scheduleOf(hours string) schedule {
@@ -272,6 +309,8 @@ func scheduleOf(hours string) schedule {
 		return schedOvernight
 	case hoursForex:
 		return schedForex
+	case hoursCME:
+		return schedCME
 	}
 	return sched247
 }
@@ -311,11 +350,31 @@ func (s schedule) session(weekday int64) (start, end int64, ok bool) {
 	return 0, day, true
 }
 
+// cmeOpen reports whether a metals or commodities market trades at t.
+func cmeOpen(t int64) bool {
+	d := floorDiv(t, day)
+	sod, wd := t-d*day, ((d+4)%7+7)%7
+	switch wd {
+	case 6:
+		return false
+	case 0:
+		return sod >= 82800
+	case 5:
+		return sod < 79200
+	}
+	return sod < 79200 || sod >= 82800
+}
+
 // status returns the V11 market status at t.
 func (s schedule) status(t int64) uint32 {
 	d := floorDiv(t, day)
 	sod, wd := t-d*day, ((d+4)%7+7)%7 // 1970-01-01 was a Thursday
 	switch s {
+	case schedCME:
+		if cmeOpen(t) {
+			return statusRegular
+		}
+		return statusClosed
 	case sched247:
 		return statusRegular
 	case schedForex:
@@ -323,6 +382,12 @@ func (s schedule) status(t int64) uint32 {
 			return statusRegular
 		}
 		return statusClosed
+	}
+	if s == schedRegular { // a standard-hours stream: open or closed, never pre, post or overnight
+		if wd == 0 || wd == 6 || sod < 48600 || sod >= 72000 {
+			return statusClosed
+		}
+		return statusRegular
 	}
 	switch {
 	case wd == 0 || wd == 6:
@@ -342,6 +407,20 @@ func (s schedule) status(t int64) uint32 {
 func (s schedule) tradingTime(t int64) int64 {
 	d := floorDiv(t, day)
 	sod := t - d*day
+	if s == schedCME {
+		if cmeOpen(t) {
+			return t
+		}
+		wd := ((d+4)%7 + 7) % 7
+		switch {
+		case wd >= 1 && wd <= 5 && sod >= 79200: // the daily break, or Friday's close
+			return d*day + 79199
+		case wd == 6:
+			return (d-1)*day + 79199
+		default: // Sunday before the open
+			return (d-2)*day + 79199
+		}
+	}
 	for back := int64(0); back < 8; back++ {
 		start, end, ok := s.session(((d-back+4)%7 + 7) % 7)
 		if !ok || (back == 0 && sod < start) {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -72,11 +74,15 @@ func scenarioHit(ctx context.Context, o *options) error {
 	}
 
 	var sides []*hitSide
+	var sink *httptest.Server // the collector stand-in of -tracing, closed after the gateways
 	defer func() {
 		for _, sd := range sides {
 			if !sd.shared {
 				sd.child.stop()
 			}
+		}
+		if sink != nil {
+			sink.Close()
 		}
 	}()
 	start := func(label, role, desc string, setup childSetup) (*hitSide, error) {
@@ -99,8 +105,33 @@ func scenarioHit(ctx context.Context, o *options) error {
 			return err
 		}
 	}
-	feeds := gw.child.ready.Feeds
 	client, st := newClient(o.conc), newStamps()
+	if o.hitTLS {
+		files, pool, err := benchCert()
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(files.dir)
+		// HTTP/1.1 on both sides, so that the difference is TLS alone.
+		client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}
+		if _, err := start("gw-tls", "gateway", "streamgate over TLS 1.3 (HTTP/1.1, kept-alive connections), access log "+o.logLevel,
+			childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams, TLSCert: files.cert, TLSKey: files.key}); err != nil {
+			return err
+		}
+	}
+	if o.hitTracing {
+		sink = otlpSink()
+		for _, r := range []struct {
+			label string
+			ratio float64
+		}{{"gw-trace0", 0}, {"gw-trace1%", 0.01}, {"gw-trace100", 1}} {
+			if _, err := start(r.label, "gateway", fmt.Sprintf("streamgate tracing at sample_ratio %v (OTLP/HTTP), access log %s", r.ratio, o.logLevel),
+				childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams, Traces: sink.URL, Ratio: r.ratio}); err != nil {
+				return err
+			}
+		}
+	}
+	feeds := gw.child.ready.Feeds
 	keys := make([]key, o.conc)
 	for i := range keys {
 		id, secret := benchKey("c", i)
@@ -272,7 +303,7 @@ func scenarioHit(ctx context.Context, o *options) error {
 		byLabel[sd.label] = sd
 	}
 	fmt.Fprintf(o.out, "server CPU per request, ratio within each round: median [min, max] of %d rounds\n", rounds)
-	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}} {
+	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}, {"gw-tls", "gateway"}, {"gw-trace0", "gateway"}, {"gw-trace1%", "gateway"}, {"gw-trace100", "gateway"}} {
 		a, b := byLabel[p[0]], byLabel[p[1]]
 		if a == nil || b == nil {
 			continue

@@ -89,6 +89,8 @@ type options struct {
 	cpuProfile   string
 	pin          bool
 	hitBulk      int
+	hitTLS       bool
+	hitTracing   bool
 	control      string
 	redis        string
 	rateModes    []simulator.RateMode
@@ -123,6 +125,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "freshness: how often each client asks")
 	fs.IntVar(&o.rounds, "rounds", 2, "hit (default 5), miss: alternating runs of each side, each -d/rounds long")
 	fs.IntVar(&o.hitBulk, "hit-bulk", 0, "hit: also measure bulk requests of this many streams, every one cached, on the gateway; 0: not")
+	fs.BoolVar(&o.hitTracing, "tracing", false, "hit: also measure gateways tracing at sample ratio 0, 0.01 and 1, exporting over OTLP/HTTP to a collector stand-in in this process that takes and drops the spans")
+	fs.BoolVar(&o.hitTLS, "tls", false, "hit: also measure a gateway serving https (TLS 1.3, HTTP/1.1 on kept-alive connections, a certificate made for the run)")
 	fs.BoolVar(&o.pin, "pin", true, "hit: pin the servers to CPU 0 and this client to CPU 1 with taskset, where there is taskset and two CPUs")
 	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")

@@ -133,7 +133,7 @@ func TestParseMix(t *testing.T) {
 // The self-contained scenarios run end to end on a tiny budget.
 func TestScenariosSmoke(t *testing.T) {
 	for _, args := range [][]string{
-		{"-scenario", "hit", "-rounds", "1", "-pin=false", "-hit-bulk", "4"},
+		{"-scenario", "hit", "-rounds", "1", "-pin=false", "-hit-bulk", "4", "-tls"},
 		{"-scenario", "bulk-reduction", "-n", "20", "-bulk", "4", "-bulk-cached", "3"},
 		{"-scenario", "catalog-reduction", "-teams", "3"},
 	} {
@@ -144,8 +144,11 @@ func TestScenariosSmoke(t *testing.T) {
 			require.NoError(t, err, errOut.String())
 			assert.Contains(t, out.String(), "statuses")
 			assert.NotContains(t, out.String(), "gateway errors")
+			if args[1] == "hit" {
+				assert.Contains(t, out.String(), "gw-tls    / gateway", "the TLS side measured beside the plain one")
+			}
 			for _, line := range strings.Split(out.String(), "\n") {
-				if strings.HasPrefix(line, "gateway ") {
+				if strings.HasPrefix(line, "gateway ") || strings.HasPrefix(line, "gw-tls ") {
 					assert.Contains(t, line, " 0  200:", "every request answered 200: %s", line)
 				}
 			}

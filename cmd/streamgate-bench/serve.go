@@ -43,7 +43,11 @@ type childSetup struct {
 	LogLevel  string                  `json:"log_level"`  // gateway: access log level, or "off"
 	LatestTTL time.Duration           `json:"latest_ttl"` // gateway
 	Streams   int                     `json:"streams"`    // gateway: streams to report in childReady
-	Answers   map[string]*childAnswer `json:"answers"`    // bare, bare-hmac: request target → answer
+	TLSCert   string                  `json:"tls_cert"`   // gateway: serve https with these PEM files
+	TLSKey    string                  `json:"tls_key"`
+	Traces    string                  `json:"traces"`      // gateway: the OTLP/HTTP endpoint spans go to; "" no tracing
+	Ratio     float64                 `json:"trace_ratio"` // gateway: tracing.sample_ratio
+	Answers   map[string]*childAnswer `json:"answers"`     // bare, bare-hmac: request target → answer
 }
 
 // childAnswer is a recorded answer a bare server sends as it is.
@@ -92,7 +96,14 @@ func runChild(role string, stdin io.Reader, stdout io.Writer) error {
 	ready := childReady{Procs: runtime.GOMAXPROCS(0)}
 	switch role {
 	case "gateway":
-		s, err := startStack(stackConfig{LatestTTL: setup.LatestTTL, ClientKeys: setup.Conc, LogLevel: setup.LogLevel, TeamQuota: true})
+		sc := stackConfig{LatestTTL: setup.LatestTTL, ClientKeys: setup.Conc, LogLevel: setup.LogLevel, TeamQuota: true}
+		if setup.TLSCert != "" {
+			sc.TLS = &config.TLS{CertFile: setup.TLSCert, KeyFile: setup.TLSKey}
+		}
+		if setup.Traces != "" {
+			sc.Tracing = config.Tracing{OTLPEndpoint: setup.Traces, Protocol: config.TracingHTTP, SampleRatio: setup.Ratio}
+		}
+		s, err := startStack(sc)
 		if err != nil {
 			return err
 		}

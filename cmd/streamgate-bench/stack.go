@@ -23,10 +23,15 @@ import (
 
 // stackConfig shapes the in-process stack of a scenario.
 type stackConfig struct {
-	LatestTTL  time.Duration // cache.latest_ttl; 0: the default (500ms)
-	ClientKeys int           // keys of the demo team, one per client
-	Teams      int           // further teams, each with one key of its own
-	LogLevel   string        // "off", or a level of the access log (JSON, discarded)
+	LatestTTL time.Duration // cache.latest_ttl; 0: the default (500ms)
+	// TLS, when set, is every network's tls block: the gateway serves
+	// https.
+	TLS *config.TLS
+	// Tracing is the gateway's tracing section; the zero value: off.
+	Tracing    config.Tracing
+	ClientKeys int    // keys of the demo team, one per client
+	Teams      int    // further teams, each with one key of its own
+	LogLevel   string // "off", or a level of the access log (JSON, discarded)
 	// WS turns on the upstream WebSocket (the hub) and lets one team hold
 	// TeamConnections client WebSockets; WSPinned are mainnet streams the
 	// hub always carries.
@@ -141,6 +146,9 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	s.closers = append(s.closers, func() { s.sim.Close() })
 
 	cfg := config.Default()
+	if sc.Tracing.OTLPEndpoint != "" {
+		cfg.Tracing = sc.Tracing
+	}
 	cfg.Server.AdminListen = ""
 	if sc.LatestTTL > 0 {
 		cfg.Cache.LatestTTL = sc.LatestTTL
@@ -216,6 +224,7 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	}
 	for _, n := range cfg.Networks {
 		n.Listen = "127.0.0.1:0"
+		n.TLS = sc.TLS
 	}
 	// The gateway as the binary builds it.
 	s.srv, err = server.New(cfg, server.Options{Logger: log})
@@ -225,8 +234,12 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	s.closers = append(s.closers, func() { s.srv.Close() })
 	s.srv.Start()
 	s.gw, s.store = s.srv.Gateway(), s.srv.Cache()
+	scheme := "http://"
+	if sc.TLS != nil {
+		scheme = "https://"
+	}
 	for _, name := range s.gw.Networks() {
-		s.gateway[name] = "http://" + s.srv.Addr(name)
+		s.gateway[name] = scheme + s.srv.Addr(name)
 	}
 	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"streamgate/catalog"
 	"streamgate/config"
 	"streamgate/server"
 	"streamgate/simulator"
@@ -62,8 +63,35 @@ signatures, by %d of its %d signers (streams-sim prints that configuration).
 Try, in another terminal (with the first team's key):
   curl -s 'http://%s/api/v1/discovery?asset_class=Crypto&base_asset=ETH'
   go run ./cmd/streamgate get -url http://%s '/api/v1/reports/latest?feedID=%s'
-
 `, main, main, feed)
+	if sim := srv.Simulator(); sim != nil {
+		fmt.Fprintf(w, `
+A stream of each report schema, its fields decoded and its signatures
+verified by: go run ./cmd/streamgate get -decode -url http://%s '/api/v1/reports/latest?feedID=ID'
+`, main)
+		for _, s := range schemaExamples(sim) {
+			fmt.Fprintf(w, "  %-4s %s  %s\n", s.SchemaVersion, s.FeedID, s.Name)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// schemaExamples returns a live mainnet stream of each schema the
+// simulator publishes, in schema order.
+func schemaExamples(sim *simulator.Simulator) []catalog.Stream {
+	first := map[string]catalog.Stream{}
+	for _, s := range sim.Streams(simulator.Mainnet) {
+		if _, ok := first[s.SchemaVersion]; !ok && s.Status == "live" {
+			first[s.SchemaVersion] = s
+		}
+	}
+	var out []catalog.Stream
+	for _, sc := range simulator.Schemas {
+		if s, ok := first[sc.String()]; ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func teamNetworks(t config.Team) string {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server"
+	"streamgate/simulator"
 )
 
 // TestDemoBannerPrintsEveryTeamsKey starts the demo configuration on free
@@ -42,4 +44,9 @@ func TestDemoBannerPrintsEveryTeamsKey(t *testing.T) {
 	assert.Contains(t, banner, config.ResearchKeyID)
 	assert.Contains(t, banner, `Team "research" (testnet only; 5 streams)`)
 	assert.False(t, strings.Contains(banner, "defaults.go"))
+	// A live stream of every schema, to read with get -decode.
+	assert.Contains(t, banner, "go run ./cmd/streamgate get -decode -url http://")
+	for _, sc := range simulator.Schemas {
+		assert.Regexp(t, `(?m)^  `+sc.String()+` +0x`+fmt.Sprintf("%04x", uint16(sc))+`[0-9a-f]{60}  \S+$`, banner, "a stream of %s", sc)
+	}
 }

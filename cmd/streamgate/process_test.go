@@ -216,7 +216,11 @@ func startFiles(t testing.TB, cfg string, files map[string]string, networks []st
 		l := p.waitLog(20*time.Second, func(l logLine) bool {
 			return l.str("msg") == "serving network" && l.str("network") == name
 		})
-		p.net[name] = "http://" + l.str("listen")
+		scheme := "http://"
+		if tls, _ := l["tls"].(bool); tls {
+			scheme = "https://"
+		}
+		p.net[name] = scheme + l.str("listen")
 	}
 	return p
 }
@@ -384,7 +388,8 @@ func mustGet(t testing.TB, s *signer, url string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// feedIDs returns n live streams of the network's public catalog.
+// feedIDs returns n live streams of schemas V3, V7 and V11 of the
+// network's public catalog.
 func feedIDs(t testing.TB, base string, n int) []string {
 	t.Helper()
 	code, body := mustGet(t, nil, base+"/api/v1/discovery")
@@ -398,7 +403,10 @@ func feedIDs(t testing.TB, base string, n int) []string {
 	require.NoError(t, json.Unmarshal(body, &doc))
 	var out []string
 	for _, f := range doc.Feeds {
-		if f.Status == "live" && len(out) < n {
+		// The streams of V3, V7 and V11 only, which these tests were
+		// written for: those of the other schemas sort before them by ID.
+		old := strings.HasPrefix(f.FeedID, "0x0003") || strings.HasPrefix(f.FeedID, "0x0007") || strings.HasPrefix(f.FeedID, "0x000b")
+		if f.Status == "live" && old && len(out) < n {
 			out = append(out, f.FeedID)
 		}
 	}

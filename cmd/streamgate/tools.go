@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -47,6 +49,9 @@ func check(args []string, stdout, stderr io.Writer) error {
 		return usageError{code: 1}
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d networks, %d teams)\n", *path, len(cfg.Networks), len(cfg.Teams))
+	for _, w := range server.CheckTLS(cfg, time.Now()) {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
 	for _, name := range cfg.NetworkNames() {
 		n := cfg.Networks[name]
 		switch mode := n.VerifyMode(); {
@@ -92,6 +97,9 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anonymous := fs.Bool("anonymous", false, "send no authentication headers (the catalog allows it)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
 	decode := fs.Bool("decode", false, "ask for the decoded view (Accept: "+don.DecodedMediaType+") and print each report's fields and verification")
+	caFile := fs.String("cacert", os.Getenv("STREAMGATE_CACERT"), "PEM CA certificates to trust for an https:// gateway, besides the system's (env STREAMGATE_CACERT)")
+	certFile := fs.String("cert", os.Getenv("STREAMGATE_CERT"), "PEM client certificate, for a listener that asks for one (env STREAMGATE_CERT)")
+	keyFile := fs.String("certkey", os.Getenv("STREAMGATE_CERTKEY"), "the client certificate's PEM private key (env STREAMGATE_CERTKEY)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: streamgate get [flags] PATH    e.g. '/api/v1/reports/latest?feedID=0x…'")
 		fs.PrintDefaults()
@@ -126,7 +134,11 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *decode {
 		req.Header.Set("Accept", don.DecodedMediaType)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := getClient(*caFile, *certFile, *keyFile)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -154,6 +166,39 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{code: 1}
 	}
 	return nil
+}
+
+// getClient is get's HTTP client: the default one, or one that trusts
+// caFile too and presents a client certificate.
+func getClient(caFile, certFile, keyFile string) (*http.Client, error) {
+	if caFile == "" && certFile == "" && keyFile == "" {
+		return http.DefaultClient, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("-cacert: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-cacert: %s holds no PEM certificate", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("-cert and -certkey: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: tr}, nil
 }
 
 func envOr(name, def string) string {
@@ -217,11 +262,15 @@ func printDecoded(w io.Writer, body []byte) error {
 		if err != nil {
 			return err
 		}
+		width := 22 // the longest name of the table (interpolatedGoldmanRollPrice) widens the column
+		for _, f := range fields {
+			width = max(width, len(f[0]))
+		}
 		for _, f := range fields {
 			if d, ok := rec.Decimal[f[0]]; ok {
-				fmt.Fprintf(w, "  %-22s %-28s %s\n", f[0], f[1], d)
+				fmt.Fprintf(w, "  %-*s %-28s %s\n", width, f[0], f[1], d)
 			} else {
-				fmt.Fprintf(w, "  %-22s %s\n", f[0], f[1])
+				fmt.Fprintf(w, "  %-*s %s\n", width, f[0], f[1])
 			}
 		}
 	}

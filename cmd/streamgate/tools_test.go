@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
+	"streamgate/don"
 )
 
 // runTool runs the binary to completion with args and extra environment.
@@ -158,4 +160,53 @@ func TestGet(t *testing.T) {
 	_, stderr, code = runTool(t, []string{"STREAMGATE_KEY=", "STREAMGATE_SECRET="}, "get", "-url", base, "/api/v1/feeds")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "a key and a secret are needed")
+}
+
+// TestGetDecodeEverySchema: `streamgate get -decode` of a live stream of
+// each schema prints every field of its schema, the scaled ones with their
+// decimals, the market status and ripcord by name, and "verified".
+func TestGetDecodeEverySchema(t *testing.T) {
+	p := start(t, testConfig{}.String(), []string{"mainnet"})
+	base := p.net["mainnet"]
+	env := []string{"STREAMGATE_KEY=" + config.DemoKeyID, "STREAMGATE_SECRET=" + config.DemoKeySecret, "STREAMGATE_URL=" + base}
+	code, body := mustGet(t, nil, base+"/api/v1/discovery")
+	require.Equal(t, http.StatusOK, code, string(body))
+	var doc struct {
+		Feeds []struct {
+			FeedID, Status, SchemaVersion string
+		} `json:"feeds"`
+	}
+	require.NoError(t, json.Unmarshal(body, &doc))
+	bySchema := map[string]string{}
+	for _, f := range doc.Feeds {
+		if f.Status == "live" && bySchema[f.SchemaVersion] == "" {
+			bySchema[f.SchemaVersion] = f.FeedID
+		}
+	}
+	require.Len(t, bySchema, len(don.Schemas), "a live stream of every schema: %v", bySchema)
+	for _, s := range don.Schemas {
+		feed := bySchema[s.String()]
+		stdout, stderr, code := runTool(t, env, "get", "-decode", "/api/v1/reports/latest?feedID="+feed)
+		require.Equal(t, 0, code, stderr)
+		assert.True(t, strings.HasPrefix(stdout, "report "+feed+"\n"), stdout)
+		assert.Regexp(t, `(?m)^  verification +verified: 2 signers of config digest 0x0009[0-9a-f]{60} \(mode enforce\)$`, stdout, s)
+		assert.Regexp(t, `(?m)^  schema +`+s.String()+`$`, stdout)
+		for _, name := range don.FieldNames(s) {
+			assert.Regexp(t, `(?m)^  `+name+` +\S`, stdout, "%s: %s", s, name)
+			switch name {
+			case "marketStatus":
+				assert.Regexp(t, `(?m)^  marketStatusName +(open|closed|unknown|pre-market|regular|post-market|overnight)$`, stdout, s)
+			case "ripcord":
+				assert.Regexp(t, `(?m)^  ripcordName +(normal|paused)$`, stdout, s)
+			}
+		}
+		scaled := map[don.Schema]string{
+			don.SchemaV1: "price", don.SchemaV2: "price", don.SchemaV3: "price", don.SchemaV4: "price",
+			don.SchemaV5: "rate", don.SchemaV6: "price5", don.SchemaV7: "exchangeRate", don.SchemaV8: "midPrice",
+			don.SchemaV9: "aum", don.SchemaV10: "tokenizedPrice", don.SchemaV11: "mid", don.SchemaV12: "nextNavPerShare",
+			don.SchemaV13: "bestBid", don.SchemaV14: "goldmanRollPrice",
+		}[s]
+		assert.Regexp(t, `(?m)^  `+scaled+` +-?[0-9]+ +-?[0-9]+\.[0-9]{18}$`, stdout, "%s: %s with its decimals", s, scaled)
+		t.Logf("%s", stdout)
+	}
 }

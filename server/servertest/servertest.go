@@ -65,7 +65,8 @@ type Env struct {
 	Cache    *cache.Store
 	Registry *prometheus.Registry
 
-	// Base URLs of the gateway's networks and of the simulator's.
+	// Base URLs of the gateway's networks (https:// for a network with a
+	// tls block) and of the simulator's.
 	Mainnet, Testnet     string
 	UpMainnet, UpTestnet string
 }
@@ -139,9 +140,15 @@ func Start(t testing.TB, opts Options) *Env {
 		}
 		sim.ResetCounters()
 	}
+	scheme := func(network string) string {
+		if n := cfg.Networks[network]; n != nil && n.TLS != nil {
+			return "https://"
+		}
+		return "http://"
+	}
 	return &Env{
 		Sim: sim, Server: srv, Gateway: srv.Gateway(), Config: cfg, Cache: srv.Cache(), Registry: srv.Registry(),
-		Mainnet: "http://" + srv.Addr("mainnet"), Testnet: "http://" + srv.Addr("testnet"),
+		Mainnet: scheme("mainnet") + srv.Addr("mainnet"), Testnet: scheme("testnet") + srv.Addr("testnet"),
 		UpMainnet: upMain.URL, UpTestnet: upTest.URL,
 	}
 }

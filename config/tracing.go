@@ -1,0 +1,58 @@
+package config
+
+import (
+	"math"
+	"net/url"
+)
+
+// The OTLP protocols of Tracing.Protocol.
+const (
+	TracingHTTP = "http/protobuf"
+	TracingGRPC = "grpc"
+)
+
+// DefaultSampleRatio is Tracing.SampleRatio's default.
+const DefaultSampleRatio = 0.01
+
+// Tracing exports a trace of requests to an OpenTelemetry collector over
+// OTLP. Off by default (no endpoint). Read at start.
+type Tracing struct {
+	// OTLPEndpoint is the collector's base URL, such as
+	// http://otel-collector:4318 (http/protobuf: spans are posted to
+	// <OTLPEndpoint>/v1/traces) or http://otel-collector:4317 (grpc;
+	// https:// for TLS). "" (the default) turns tracing off.
+	OTLPEndpoint string `yaml:"otlp_endpoint" json:"otlp_endpoint"`
+	// Protocol is http/protobuf (the default) or grpc.
+	Protocol string `yaml:"protocol" json:"protocol"`
+	// SampleRatio is the share of requests traced, 0 to 1, unless the
+	// client's traceparent says its trace is sampled (then it is traced
+	// too). Default 0.01.
+	SampleRatio float64 `yaml:"sample_ratio" json:"sample_ratio"`
+	// PropagateUpstream sends the W3C traceparent of the gateway's
+	// upstream calls to the upstream. Default false: the upstream is
+	// another organisation.
+	PropagateUpstream bool `yaml:"propagate_upstream" json:"propagate_upstream"`
+}
+
+// Enabled reports whether spans are exported.
+func (t *Tracing) Enabled() bool { return t.OTLPEndpoint != "" }
+
+func (v *validator) tracing(t *Tracing) {
+	if t.OTLPEndpoint != "" {
+		u, err := url.Parse(t.OTLPEndpoint)
+		switch {
+		case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+			v.add("tracing.otlp_endpoint", "want the collector's base URL, http:// or https:// with a host, such as http://otel-collector:4318")
+		case u.User != nil:
+			v.add("tracing.otlp_endpoint", "must not hold user information")
+		case t.Protocol == TracingGRPC && u.Path != "" && u.Path != "/":
+			v.add("tracing.otlp_endpoint", "a grpc endpoint has no path: give scheme, host and port")
+		}
+	}
+	if t.Protocol != TracingHTTP && t.Protocol != TracingGRPC {
+		v.add("tracing.protocol", "%q: want http/protobuf or grpc", t.Protocol)
+	}
+	if math.IsNaN(t.SampleRatio) || t.SampleRatio < 0 || t.SampleRatio > 1 {
+		v.add("tracing.sample_ratio", "must be between 0 and 1")
+	}
+}

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"streamgate/tracing"
+)
+
+// startServerSpan starts the server span of a request, the child of the
+// client's traceparent when it sent one (W3C trace context; a sampled
+// parent is traced whatever the ratio).
+func startServerSpan(ctx context.Context, tr trace.Tracer, r *http.Request) (context.Context, trace.Span) {
+	ctx = tracing.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	return tr.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+}
+
+// endServerSpan names the span for its route and gives it what the
+// request learnt: never a key ID, a secret or a query (the stream IDs of
+// a bulk request are unbounded).
+func endServerSpan(st *reqState) {
+	sp := st.span
+	if sp.IsRecording() {
+		route := st.endpoint
+		if st.route != nil {
+			route = st.route.path
+		}
+		sp.SetName(st.method + " " + route)
+		attrs := []attribute.KeyValue{
+			attribute.String("http.route", route),
+			attribute.Int("http.response.status_code", st.status),
+			attribute.String("streamgate.network", st.network),
+			attribute.String("streamgate.endpoint", st.endpoint),
+			attribute.Int("streamgate.upstream_calls", int(st.calls.load())),
+		}
+		if st.team != "" {
+			attrs = append(attrs, attribute.String("streamgate.team", st.team))
+		}
+		if st.cache != "" {
+			attrs = append(attrs, attribute.String("streamgate.cache", st.cache))
+		}
+		if st.authError != "" {
+			attrs = append(attrs, attribute.String("streamgate.auth_error", st.authError))
+		}
+		sp.SetAttributes(attrs...)
+		if st.status >= 500 {
+			sp.SetStatus(codes.Error, http.StatusText(st.status))
+		}
+	}
+	sp.End()
+}
+
+// traceIDOf returns the trace ID of a sampled span, for an exemplar;
+// "" otherwise.
+func traceIDOf(sp trace.Span) string {
+	if sp == nil {
+		return ""
+	}
+	if sc := sp.SpanContext(); sc.IsSampled() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// endSpan ends a child span, marking it failed with err.
+func endSpan(sp trace.Span, err error) {
+	if err != nil && sp.IsRecording() {
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+// upgraded notes a WebSocket upgrade on the request's server span, which
+// lasts as long as the connection.
+func upgraded(ctx context.Context, streams int, resumed bool) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.AddEvent("websocket upgraded", trace.WithAttributes(
+			attribute.Int("streamgate.streams", streams), attribute.Bool("streamgate.resumed", resumed)))
+	}
+}

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"streamgate/certs"
+	"streamgate/config"
+)
+
+// certExpiryWarning is how close to its expiry a certificate makes
+// `check` warn.
+const certExpiryWarning = 14 * 24 * time.Hour
+
+// CheckTLS returns a warning per listener whose certificate, as loaded
+// with cfg, expires within 14 days of now. The files' problems themselves
+// are validation problems (config.Load).
+func CheckTLS(cfg *config.Config, now time.Time) []string {
+	var out []string
+	warn := func(path string, t *config.TLS) {
+		if t == nil || t.Loaded() == nil {
+			return
+		}
+		if set := t.Loaded(); set.ExpiresWithin(now, certExpiryWarning) {
+			left := set.NotAfter.Sub(now).Round(time.Hour)
+			if left <= 0 {
+				out = append(out, fmt.Sprintf("%s: the certificate in %s expired on %s", path, t.CertFile, set.NotAfter.UTC().Format(time.RFC3339)))
+				return
+			}
+			out = append(out, fmt.Sprintf("%s: the certificate in %s expires on %s, in %s: renew it", path, t.CertFile, set.NotAfter.UTC().Format(time.RFC3339), left))
+		}
+	}
+	warn("server.admin_tls", cfg.Server.AdminTLS)
+	for _, name := range cfg.NetworkNames() {
+		warn("networks."+name+".tls", cfg.Networks[name].TLS)
+	}
+	return out
+}
+
+// tlsListener gives a served listener its TLS when block asks for it:
+// the certs.Source that reloads the files, watched from now on. name
+// labels the listener in logs and metrics.
+func (s *Server) tlsListener(sv *served, name string, block func(*config.Config) *config.TLS, cfg *config.Config) error {
+	t := block(cfg)
+	if t == nil {
+		return nil
+	}
+	src, err := certs.New(t.Files(), certs.Options{Name: name, Logger: s.log, Metrics: s.tlsMetrics()})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := src.Watch(); err != nil {
+		// SIGHUP still reloads; the watch is a convenience.
+		s.log.Warn("TLS certificate watch unavailable; SIGHUP reloads the files", zap.String("listener", name), zap.Error(err))
+	}
+	sv.tls, sv.tlsBlock = src, block
+	sv.srv.TLSConfig = src.TLSConfig()
+	return nil
+}
+
+func (s *Server) tlsMetrics() *certs.Metrics {
+	if s.certMetrics == nil {
+		s.certMetrics = certs.NewMetrics(s.reg)
+	}
+	return s.certMetrics
+}
+
+// networkTLS returns the TLS block of a listener's networks (they share
+// one: config validation).
+func networkTLS(networks []string) func(*config.Config) *config.TLS {
+	return func(cfg *config.Config) *config.TLS {
+		if n := cfg.Networks[networks[0]]; n != nil {
+			return n.TLS
+		}
+		return nil
+	}
+}
+
+func adminTLS(cfg *config.Config) *config.TLS { return cfg.Server.AdminTLS }
+
+func listenerName(networks []string) string { return strings.Join(networks, "+") }
+
+// serve serves a listener, over TLS when it has a Source.
+func (sv *served) serve() error {
+	if sv.tls != nil {
+		return sv.srv.ServeTLS(sv.ln, "", "") // the certificates come from sv.srv.TLSConfig
+	}
+	return sv.srv.Serve(sv.ln)
+}
+
+// reloadTLS reads every TLS listener's files again, with the paths and
+// client policy of next (SIGHUP, or a configuration reload): new
+// handshakes use them, open connections keep theirs. A set that does not
+// load is refused (logged and counted by the Source) and the one in force
+// stays; the error says which listeners refused. A listener whose block
+// next removes keeps serving TLS until a restart (config.RestartOnly
+// names it).
+func (s *Server) reloadTLS(next *config.Config) error {
+	var errs []error
+	for _, sv := range s.allServed() {
+		if sv.tls == nil {
+			continue
+		}
+		t := sv.tlsBlock(next)
+		if t == nil {
+			continue
+		}
+		if _, err := sv.tls.SetFiles(t.Files()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) allServed() []*served {
+	out := append([]*served(nil), s.networks...)
+	if s.admin != nil {
+		out = append(out, s.admin)
+	}
+	return out
+}
+
+// closeTLS stops the certificate watches.
+func (s *Server) closeTLS() {
+	for _, sv := range s.allServed() {
+		if sv.tls != nil {
+			_ = sv.tls.Close()
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// Package tracing builds the gateway's OpenTelemetry tracer: spans
+// sampled by ratio (or by the client's sampled traceparent), batched and
+// exported over OTLP (http/protobuf or grpc) to a collector. Without an
+// endpoint it gives nothing, and the request path makes no span at all.
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Name is the instrumentation scope of every span of the gateway.
+const Name = "streamgate"
+
+// Propagator reads and writes W3C traceparent and tracestate.
+var Propagator = propagation.TraceContext{}
+
+// Provider is the tracer of a running gateway. A nil *Provider traces
+// nothing.
+type Provider struct {
+	tp        *sdktrace.TracerProvider
+	tracer    trace.Tracer
+	propagate bool
+}
+
+// Config is what New needs of the configuration's tracing section.
+type Config struct {
+	Endpoint          string  // the collector's base URL; "" turns tracing off
+	Protocol          string  // "grpc", else http/protobuf
+	SampleRatio       float64 // 0 to 1
+	PropagateUpstream bool
+	Version           string // the service's version on every span
+}
+
+// New builds the Provider of cfg, or returns nil when tracing is off.
+func New(cfg Config, opts ...sdktrace.TracerProviderOption) (*Provider, error) {
+	if cfg.Endpoint == "" {
+		return nil, nil
+	}
+	exp, err := exporter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	res := resource.NewSchemaless(
+		attribute.String("service.name", "streamgate"),
+		attribute.String("service.version", cfg.Version),
+	)
+	all := append([]sdktrace.TracerProviderOption{
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+	}, opts...)
+	tp := sdktrace.NewTracerProvider(all...)
+	return &Provider{tp: tp, tracer: tp.Tracer(Name), propagate: cfg.PropagateUpstream}, nil
+}
+
+// exporter is the OTLP exporter of cfg. Over http/protobuf the spans go to
+// <endpoint>/v1/traces: an exporter given a URL with a path posts to that
+// path as it is, so the collector's conventional path is added here.
+func exporter(cfg Config) (sdktrace.SpanExporter, error) {
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: otlp_endpoint: %w", err)
+	}
+	ctx := context.Background()
+	switch cfg.Protocol {
+	case "grpc":
+		o := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(u.Host)}
+		if u.Scheme == "http" {
+			o = append(o, otlptracegrpc.WithInsecure())
+		}
+		return otlptracegrpc.New(ctx, o...)
+	default:
+		u.Path = strings.TrimRight(u.Path, "/") + "/v1/traces"
+		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+	}
+}
+
+// Tracer returns the gateway's tracer; nil for a nil Provider.
+func (p *Provider) Tracer() trace.Tracer {
+	if p == nil {
+		return nil
+	}
+	return p.tracer
+}
+
+// PropagateUpstream reports whether upstream calls carry a traceparent.
+func (p *Provider) PropagateUpstream() bool { return p != nil && p.propagate }
+
+// Shutdown exports what is pending and stops.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	return p.tp.Shutdown(ctx)
+}
+
+// Start starts a child span of the span in ctx when that span is being
+// recorded, and returns ctx and a span that does nothing otherwise: a
+// request that is not traced makes no span and allocates nothing.
+func Start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, parent
+	}
+	return parent.TracerProvider().Tracer(Name).Start(ctx, name, trace.WithAttributes(attrs...))
+}
