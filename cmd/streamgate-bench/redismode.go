@@ -213,8 +213,12 @@ type redisCost struct {
 	cpu0                           time.Duration
 }
 
-// begin reads the counters before the load.
+// begin checks that every Redis client of the replicas runs in mode (their
+// streamgate_redis_mode) and reads the counters before the load.
 func (r *modeRedis) begin(ctx context.Context, mode string, n int, reps *replicaSet) (*redisCost, error) {
+	if in, all := reps.sum(redisconn.MetricMode, "mode", mode), reps.sum(redisconn.MetricMode, "", ""); in == 0 || in != all {
+		return nil, fmt.Errorf("redis: %v of the replicas' %v Redis clients run in mode %s", in, all, mode)
+	}
 	c := &redisCost{mode: mode, n: n,
 		rt0:       reps.sum(redisconn.MetricRoundTrips, "", ""),
 		cmd0:      reps.sum(redisconn.MetricCommands, "", ""),

@@ -355,8 +355,8 @@ func startReplicas(n int, rt config.RedisTarget, upstream map[string]string, k k
 	return rs, nil
 }
 
-// sum adds up a counter over the replicas, its samples whose label has
-// value (label "" for all).
+// sum adds up a counter or gauge over the replicas, its samples whose
+// label has value (label "" for all).
 func (rs *replicaSet) sum(name, label, value string) float64 {
 	var sum float64
 	for _, srv := range rs.srvs {
@@ -374,7 +374,7 @@ func (rs *replicaSet) sum(name, label, value string) float64 {
 					match = match || lp.GetName() == label && lp.GetValue() == value
 				}
 				if match {
-					sum += m.GetCounter().GetValue()
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
 		}
