@@ -5,7 +5,8 @@
 //
 // Every scenario but "load" is self-contained: it starts the simulator and
 // a gateway wired as cmd/streamgate wires them (replicas: several, and a
-// redis-server unless -redis names one), in this process, on loopback, and
+// redis-server unless -redis names one, or with -redis-mode a Sentinel set
+// or a Cluster), in this process, on loopback, and
 // measures side by side in one run:
 //
 //	hit                the latest report, a pure cache hit, against bare net/http servers sending the same bytes, with and without verifying the signature; server CPU per request, each server in a process of its own
