@@ -5,7 +5,8 @@
 //
 // Every scenario but "load" is self-contained: it starts the simulator and
 // a gateway wired as cmd/streamgate wires them (replicas: several, and a
-// redis-server unless -redis names one), in this process, on loopback, and
+// redis-server unless -redis names one, or with -redis-mode a Sentinel set
+// or a Cluster), in this process, on loopback, and
 // measures side by side in one run:
 //
 //	hit                the latest report, a pure cache hit, against bare net/http servers sending the same bytes, with and without verifying the signature; server CPU per request, each server in a process of its own
@@ -17,7 +18,7 @@
 //	ws-latest          clients polling latest of streams carried on the upstream WebSocket: upstream calls and answer age
 //	freshness          clients polling latest at a fixed rate within the upstream's 10 rps limit: answers, latency, age of the data, upstream calls and 429s, stale-while-revalidate against the behaviour before it; -rate-mode bucket,calendar,sliding (or all) for how the simulator counts its limit, -budget-rps and -budget-margin for the gateway's budget
 //	continuity         1000 WebSocket clients (a tenth in HA mode) over 3 replicas behind a readiness-aware balancer, through a rolling restart and an 8 s upstream outage: missing and repeated (stream, second) pairs, reconnect to live, the history's memory per stream; against resume and backfill off
-//	replicas           one load spread over 1, 2 and 3 replicas sharing limits and the cache tier in one Redis: upstream calls by endpoint; the latency the shared tier adds to a hit
+//	replicas           one load spread over 1, 2 and 3 replicas sharing limits and the cache tier in one Redis: upstream calls by endpoint; the latency the shared tier adds to a hit; -redis-mode single,sentinel,cluster (or all) for the Redis shared, with Redis round trips, commands and CPU per request and the added p99 of each mode
 //	load               a plain load on -target, an external gateway (the real binary)
 //
 // Client and servers share this machine's CPUs, so absolute figures are
@@ -93,6 +94,7 @@ type options struct {
 	hitTracing   bool
 	control      string
 	redis        string
+	redisModes   []string
 	rateModes    []simulator.RateMode
 	budgetRPS    float64
 	budgetMargin time.Duration
@@ -106,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("streamgate-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var targets, feeds, mixText, rateModes string
+	var targets, feeds, mixText, rateModes, redisMode string
 	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness, replicas, continuity or load (default: load with -target, else hit)")
 	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
 	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
@@ -132,6 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")
 	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
 	fs.StringVar(&o.redis, "redis", "", "replicas: URL of a Redis to use (it is flushed); default: a redis-server from PATH on a free loopback port")
+	fs.StringVar(&redisMode, "redis-mode", redisSingle, "replicas: the Redis the replicas share: single (one redis-server), sentinel (a master, a replica and three sentinels), cluster (three masters with a replica each), a comma-separated list of them run one after the other, or all; given, the scenario also prints Redis round trips, commands and CPU per request and the p99 added to single mode's")
 	fs.StringVar(&rateModes, "rate-mode", "bucket", "freshness: how the simulator counts its 10/s limit: bucket (burst 1, the strictest), calendar (per calendar second), sliding (in any one second), a comma-separated list of them, or all")
 	fs.DurationVar(&o.budgetMargin, "budget-margin", config.DefaultBudgetMargin, "freshness: the gateway's budget_margin on both networks (positive)")
 	fs.Float64Var(&o.budgetRPS, "budget-rps", 10, "freshness: the gateway's budget rps on both networks (the simulator allows 10/s; a higher value shows how the budget learns from 429s)")
@@ -151,6 +154,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o.out = stdout
 	var err error
 	if o.rateModes, err = parseRateModes(rateModes); err != nil {
+		return err
+	}
+	if o.redisModes, err = parseRedisModes(redisMode); err != nil {
 		return err
 	}
 	if !(o.budgetRPS > 0) {

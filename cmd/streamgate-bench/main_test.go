@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/internal/redisproc"
 	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
@@ -261,6 +263,82 @@ func TestScenarioReplicasSmoke(t *testing.T) {
 	assert.Contains(t, o, "lease waits ended by the wait bound: [0 0 0]")
 	assert.Regexp(t, `added by the shared tier \(Redis vs memory\): p50 \S+, p90 \S+`, o)
 	assert.Regexp(t, `shared tier lookup alone \(1\.6 KB entry, no HTTP\): p50 \S+, p90 \S+, p99 \S+`, o)
+	assert.NotContains(t, o, "== Redis", "without -redis-mode the output is as before")
+	assert.NotContains(t, o, "Redis per request", "without -redis-mode the output is as before")
+}
+
+// The replicas scenario, tiny, on each Redis mode, each started by the
+// scenario: the table of each mode with no Redis error, then a row of
+// Redis cost for each mode and replica count, with round trips and
+// commands counted and the masters' CPU read, and the added p99 of
+// sentinel and cluster against single.
+func TestScenarioReplicasRedisModes(t *testing.T) {
+	for _, bin := range []string{"redis-server", "redis-sentinel", "redis-cli"} {
+		if _, err := redisproc.LookPath(bin); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%v, and CI=true requires the Redis tests to run", err)
+			}
+			t.Skip(err)
+		}
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "replicas", "-redis-mode", "all", "-c", "4", "-d", "1s", "-n", "150", "-log", "off"}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	o := out.String()
+	t.Log(o)
+	parts := strings.Split(o, "\n== Redis ")
+	require.Len(t, parts, 4, "a part for each mode: %s", o)
+	for i, mode := range redisModes {
+		part := parts[i+1]
+		require.True(t, strings.HasPrefix(part, mode+": "), "part %d is mode %s: %s", i, mode, part)
+		for n := 1; n <= 3; n++ {
+			m := regexp.MustCompile(`(?m)^` + strconv.Itoa(n) + ` +(\d+) +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +[\d.]+ +\d+ +\d+ +(\d+)$`).FindStringSubmatch(part)
+			require.NotNil(t, m, "%s: the row of %d replicas: %s", mode, n, part)
+			assert.NotEqual(t, "0", m[1], "%s, %d replicas: requests answered", mode, n)
+			assert.Equal(t, "0", m[2], "%s, %d replicas: no Redis error", mode, n)
+		}
+		assert.Contains(t, part, "from Redis (second replica)", mode)
+	}
+	row := regexp.MustCompile(`(?m)^(single|sentinel|cluster) +([123]) +(\d+) +\d+ +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +\S+ +\S+ +(\S+)$`)
+	rows := row.FindAllStringSubmatch(o, -1)
+	require.Len(t, rows, 9, "a Redis cost row for each mode and replica count: %s", o)
+	for _, m := range rows {
+		num := func(i int) float64 {
+			v, err := strconv.ParseFloat(m[i], 64)
+			require.NoError(t, err)
+			return v
+		}
+		assert.Greater(t, num(4), 0.0, "%s: round trips per request", m[0])
+		assert.Greater(t, num(5), 0.0, "%s: the ratelimit client's round trips (the admission)", m[0])
+		assert.GreaterOrEqual(t, num(7), num(4), "%s: commands at least the round trips", m[0])
+		assert.Greater(t, num(8), 0.0, "%s: the masters' CPU", m[0])
+		if m[1] == redisSingle {
+			assert.Equal(t, "-", m[9], m[0])
+		} else {
+			assert.Regexp(t, `^[+-]\S+$`, m[9], "%s: added p99 against single", m[0])
+		}
+	}
+	assert.Regexp(t, `(?m)^sentinel +\S+ +\S+ +\S+ +[+-]\S+ +[+-]\S+$`, o, "the hit latency's added p99 on sentinel")
+	assert.Regexp(t, `(?m)^cluster +\S+ +\S+ +\S+ +[+-]\S+ +[+-]\S+$`, o, "the hit latency's added p99 on cluster")
+}
+
+func TestParseRedisModes(t *testing.T) {
+	for in, want := range map[string][]string{
+		"single":           {"single"},
+		"cluster,sentinel": {"cluster", "sentinel"},
+		"all":              {"single", "sentinel", "cluster"},
+	} {
+		got, err := parseRedisModes(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "replica", "single,single", "single,"} {
+		_, err := parseRedisModes(bad)
+		assert.Error(t, err, bad)
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "replicas", "-redis", "redis://127.0.0.1:1/0", "-redis-mode", "cluster"}, &out, &errOut)
+	assert.ErrorContains(t, err, "-redis is a single node")
 }
 
 func TestParseRateModes(t *testing.T) {

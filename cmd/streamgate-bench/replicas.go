@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +16,7 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
+	"streamgate/internal/redisproc"
 	"streamgate/redisconn"
 	"streamgate/server"
 	"streamgate/simulator"
@@ -31,14 +29,14 @@ import (
 // replica that holds them in memory and at one that finds them in Redis.
 //
 // Redis is -redis, else a redis-server from PATH started on a free
-// loopback port (no persistence) for the run.
+// loopback port (no persistence) for the run. -redis-mode runs the same
+// load on a Sentinel set and on a Cluster too (started from PATH the same
+// way), one mode after the other, and compares what each costs Redis
+// per request.
 func scenarioReplicas(ctx context.Context, o *options) error {
-	redisURL, admin, stop, err := benchRedis(ctx, o)
-	if err != nil {
-		return err
+	if o.redis != "" && !slices.Equal(o.redisModes, []string{redisSingle}) {
+		return errors.New("-redis is a single node: give it with -redis-mode single only")
 	}
-	defer stop()
-
 	simCfg := simulator.Default()
 	simCfg.RateLimit, simCfg.Burst = 0, 0
 	sim, err := simulator.New(simCfg)
@@ -86,31 +84,77 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 			return c
 		}
 	}
-	type row struct {
-		n                               int
-		r                               *result
-		latest, reports, bulk, discover int64
-		saved, errs, waits, timeouts    float64
-		perReplica                      []string // the refreshes each replica made
-	}
-	var rows []row
-	for n := 1; n <= 3; n++ {
-		if err := admin.FlushAll(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		reps, err := startReplicas(n, redisURL, upstream, k, ttl)
+	var costs []redisCost
+	var hits []hitCost
+	for _, mode := range o.redisModes {
+		rows, hit, err := replicasMode(ctx, o, mode, sim, upstream, feeds, k, ttl, next)
 		if err != nil {
 			return err
+		}
+		for _, rw := range rows {
+			costs = append(costs, rw.cost)
+		}
+		hits = append(hits, hit)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if o.set["redis-mode"] {
+		printRedisCosts(o, costs, hits)
+	}
+	return nil
+}
+
+// replicaRow is one run of the replicas scenario: n replicas, the load's
+// result, the upstream calls by endpoint and the shared tier's counters.
+type replicaRow struct {
+	n                               int
+	r                               *result
+	latest, reports, bulk, discover int64
+	saved, errs, waits, timeouts    float64
+	perReplica                      []string // the refreshes each replica made
+	cost                            redisCost
+}
+
+// replicasMode runs the load over 1, 2 and 3 replicas that share the Redis
+// of mode and prints their table, then the hit latency.
+func replicasMode(ctx context.Context, o *options, mode string, sim *simulator.Simulator, upstream map[string]string,
+	feeds []string, k key, ttl time.Duration, next func(int) func(int64, int, *rand.Rand) call) (_ []replicaRow, _ hitCost, err error) {
+	rd, err := startModeRedis(ctx, o, mode)
+	if err != nil {
+		return nil, hitCost{}, err
+	}
+	defer rd.stop()
+	if o.set["redis-mode"] {
+		fmt.Fprintf(o.out, "\n== Redis %s: %s\n", mode, rd.what)
+	}
+	var rows []replicaRow
+	for n := 1; n <= 3; n++ {
+		if err := rd.flush(ctx); err != nil {
+			return nil, hitCost{}, err
+		}
+		reps, err := startReplicas(n, rd.target, upstream, k, ttl)
+		if err != nil {
+			return nil, hitCost{}, err
+		}
+		cost, err := rd.begin(ctx, mode, n, reps)
+		if err != nil {
+			reps.close()
+			return nil, hitCost{}, err
 		}
 		before := sim.Counters()
 		l := &load{Client: newClient(o.conc), Bases: reps.bases, Keys: []key{k}, Concurrency: o.conc,
 			Duration: o.dur, MaxRequests: o.maxRequests, Next: next(n)}
 		r := l.run(ctx)
 		after := sim.Counters()
+		if err := cost.end(ctx, rd, reps, r); err != nil {
+			reps.close()
+			return nil, hitCost{}, err
+		}
 		d := func(endpoint string) int64 {
 			return after.ByEndpoint(simulator.Mainnet, endpoint) - before.ByEndpoint(simulator.Mainnet, endpoint)
 		}
-		rw := row{n: n, r: r, latest: d(simulator.EndpointLatest), reports: d(simulator.EndpointReport),
+		rw := replicaRow{n: n, r: r, cost: *cost, latest: d(simulator.EndpointLatest), reports: d(simulator.EndpointReport),
 			bulk: d(simulator.EndpointBulk), discover: d(simulator.EndpointDiscovery),
 			saved:    reps.sum("streamgate_cache_shared_fills_saved_total", "", ""),
 			errs:     reps.sum("streamgate_cache_shared_lookups_total", "result", "error"),
@@ -126,14 +170,14 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 		reps.close()
 		rows = append(rows, rw)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, hitCost{}, ctx.Err()
 		}
 	}
 	windows := int64(math.Ceil(float64(o.dur) / float64(ttl)))
 	fmt.Fprintf(o.out, "\n%-9s %9s %9s %8s %8s %8s %9s %8s %6s %11s %11s %13s\n", "replicas", "requests", "req/s",
 		"latest", "reports", "bulk", "discovery", "total", "vs 1", "fills saved", "lease waits", "redis errors")
 	one := rows[0]
-	total := func(rw row) int64 { return rw.latest + rw.reports + rw.bulk + rw.discover }
+	total := func(rw replicaRow) int64 { return rw.latest + rw.reports + rw.bulk + rw.discover }
 	for _, rw := range rows {
 		fmt.Fprintf(o.out, "%-9d %9d %9.0f %8d %8d %8d %9d %8d %6s %11.0f %11.0f %13.0f\n", rw.n, rw.r.Requests, rw.r.rate(),
 			rw.latest, rw.reports, rw.bulk, rw.discover, total(rw), ratio(float64(total(rw)), float64(total(one))),
@@ -159,23 +203,28 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 	for _, rw := range rows {
 		printDetails(o.out, fmt.Sprintf("%d replicas", rw.n), rw.r)
 	}
-	return hitLatency(ctx, o, redisURL, admin, upstream, k, feeds)
+	hit, err := hitLatency(ctx, o, rd, upstream, k, feeds)
+	return rows, hit, err
 }
 
 // hitLatency reads the same reports, one request at a time, at a replica
 // that holds them in memory (an L1 hit) and at a replica that does not
 // (an L1 miss answered from Redis), and reports both; then the tier's own
 // lookup (Fill on a key held in Redis) without HTTP.
-func hitLatency(ctx context.Context, o *options, redisURL string, admin *redis.Client, upstream map[string]string, k key, feeds []string) error {
-	if err := admin.FlushAll(ctx).Err(); err != nil {
-		return err
+func hitLatency(ctx context.Context, o *options, rd *modeRedis, upstream map[string]string, k key, feeds []string) (hitCost, error) {
+	no := hitCost{mode: rd.mode}
+	if err := rd.flush(ctx); err != nil {
+		return no, err
 	}
-	reps, err := startReplicas(2, redisURL, upstream, k, 0)
+	reps, err := startReplicas(2, rd.target, upstream, k, 0)
 	if err != nil {
-		return err
+		return no, err
 	}
 	defer reps.close()
-	const n = 2000
+	n := 2000
+	if o.maxRequests > 0 && o.maxRequests < int64(n) { // -n bounds this part too
+		n = int(o.maxRequests)
+	}
 	base := time.Now().Add(-4 * time.Hour).Unix()
 	client := newClient(1)
 	st := newStamps()
@@ -199,13 +248,13 @@ func hitLatency(ctx context.Context, o *options, redisURL string, admin *redis.C
 	}
 	var fill, l2, l1 histogram
 	if err := read(reps.bases[0], &fill); err != nil { // fills both tiers
-		return err
+		return no, err
 	}
 	if err := read(reps.bases[1], &l2); err != nil { // memory miss, Redis hit
-		return err
+		return no, err
 	}
 	if err := read(reps.bases[1], &l1); err != nil { // memory hit
-		return err
+		return no, err
 	}
 	fmt.Fprintf(o.out, "\nhit latency, %d reports read one at a time (client, gateway and Redis on loopback):\n", n)
 	fmt.Fprintf(o.out, "%-34s %9s %9s %9s\n", "", "p50", "p90", "p99")
@@ -219,14 +268,14 @@ func hitLatency(ctx context.Context, o *options, redisURL string, admin *redis.C
 		diff(l2.quantile(0.5), l1.quantile(0.5)), diff(l2.quantile(0.9), l1.quantile(0.9)))
 
 	// The tier's lookup alone: one EVALSHA, decode, checksum, Check.
-	rc, err := redisconn.NewURL(redisURL, "", redisconn.Options{})
+	rc, err := redisconn.New(rd.conn, redisconn.Options{})
 	if err != nil {
-		return err
+		return no, err
 	}
 	defer rc.Close()
 	tier, err := shared.New(shared.Config{Client: rc})
 	if err != nil {
-		return err
+		return no, err
 	}
 	body := make([]byte, 1600) // about a V3 report as stored
 	for i := range body {
@@ -242,23 +291,24 @@ func hitLatency(ctx context.Context, o *options, redisURL string, admin *redis.C
 	for _, key := range keys {
 		start := time.Now()
 		if _, err := tier.Fill(ctx, key, nil, never); err != nil {
-			return fmt.Errorf("tier lookup: %w", err)
+			return no, fmt.Errorf("tier lookup: %w", err)
 		}
 		look.record(time.Since(start))
 	}
 	fmt.Fprintf(o.out, "shared tier lookup alone (1.6 KB entry, no HTTP): p50 %s, p90 %s, p99 %s\n",
 		fmtDur(look.quantile(0.5)), fmtDur(look.quantile(0.9)), fmtDur(look.quantile(0.99)))
-	return nil
+	return hitCost{mode: rd.mode, fromRedis: l2.quantile(0.99), fromMemory: l1.quantile(0.99), lookup: look.quantile(0.99)}, nil
 }
 
 // replicaSet is n gateways (server.New, as the binary builds them) that
-// share limits and the cache tier through one Redis.
+// share limits and the cache tier through one Redis (a node, a Sentinel
+// set or a Cluster).
 type replicaSet struct {
 	srvs  []*server.Server
 	bases []string // mainnet base URLs
 }
 
-func startReplicas(n int, redisURL string, upstream map[string]string, k key, ttl time.Duration) (_ *replicaSet, err error) {
+func startReplicas(n int, rt config.RedisTarget, upstream map[string]string, k key, ttl time.Duration) (_ *replicaSet, err error) {
 	rs := &replicaSet{}
 	defer func() {
 		if err != nil {
@@ -271,8 +321,10 @@ func startReplicas(n int, redisURL string, upstream map[string]string, k key, tt
 		if ttl > 0 {
 			cfg.Cache.LatestTTL = ttl
 		}
-		cfg.Cache.Shared.Backend, cfg.Cache.Shared.URL = config.SharedRedis, redisURL
-		cfg.RateLimit.Backend, cfg.RateLimit.Redis.URL = config.BackendRedis, redisURL
+		cfg.Cache.Shared.Backend = config.SharedRedis
+		cfg.Cache.Shared.URL, cfg.Cache.Shared.Sentinel, cfg.Cache.Shared.Cluster = rt.URL, rt.Sentinel, rt.Cluster
+		cfg.RateLimit.Backend = config.BackendRedis
+		cfg.RateLimit.Redis.URL, cfg.RateLimit.Redis.Sentinel, cfg.RateLimit.Redis.Cluster = rt.URL, rt.Sentinel, rt.Cluster
 		cfg.Auth.AnonymousRate = config.Rate{}
 		for name, nc := range cfg.Networks {
 			nc.Listen = "127.0.0.1:0"
@@ -303,8 +355,8 @@ func startReplicas(n int, redisURL string, upstream map[string]string, k key, tt
 	return rs, nil
 }
 
-// sum adds up a counter over the replicas, its samples whose label has
-// value (label "" for all).
+// sum adds up a counter or gauge over the replicas, its samples whose
+// label has value (label "" for all).
 func (rs *replicaSet) sum(name, label, value string) float64 {
 	var sum float64
 	for _, srv := range rs.srvs {
@@ -322,7 +374,7 @@ func (rs *replicaSet) sum(name, label, value string) float64 {
 					match = match || lp.GetName() == label && lp.GetValue() == value
 				}
 				if match {
-					sum += m.GetCounter().GetValue()
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
 		}
@@ -336,61 +388,27 @@ func (rs *replicaSet) close() {
 	}
 }
 
-// startRedis starts redis-server from PATH on a free loopback port, with no
-// persistence, and returns its URL and a function that stops it.
-func startRedis(ctx context.Context) (string, func(), error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", nil, errors.New("this scenario needs Redis: give -redis URL, or install redis-server")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	dir, err := os.MkdirTemp("", "streamgate-bench-redis-")
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	stop := func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		os.RemoveAll(dir)
-	}
-	url := "redis://127.0.0.1:" + strconv.Itoa(port) + "/0"
-	opt, _ := redis.ParseURL(url)
-	c := redis.NewClient(opt)
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := c.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return url, stop, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			stop()
-			return "", nil, fmt.Errorf("redis-server did not answer: %w", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // benchRedis is the Redis of a run: -redis, else a redis-server from PATH
-// started on a free loopback port for the run. It returns its URL and a
-// client of it; stop closes the client and stops what it started.
+// started on a free loopback port for the run (no persistence). It
+// returns its URL and a client of it; stop closes the client and stops
+// what it started.
 func benchRedis(ctx context.Context, o *options) (url string, admin *redis.Client, stop func(), err error) {
 	url, stopServer := o.redis, func() {}
 	if url == "" {
-		if url, stopServer, err = startRedis(ctx); err != nil {
+		bin, err := redisproc.LookPath("redis-server")
+		if err != nil {
+			return "", nil, nil, errors.New("this scenario needs Redis: give -redis URL, or install redis-server")
+		}
+		dir, err := os.MkdirTemp("", "streamgate-bench-redis-")
+		if err != nil {
 			return "", nil, nil, err
 		}
+		srv, err := redisproc.Start(bin, dir, nil)
+		if err != nil {
+			os.RemoveAll(dir)
+			return "", nil, nil, err
+		}
+		url, stopServer = srv.URL(), func() { srv.Stop(); os.RemoveAll(dir) }
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {

@@ -1,36 +1,19 @@
 package redistest
 
 import (
-	"context"
-	"fmt"
-	"os/exec"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"streamgate/internal/redisproc"
 )
-
-// settleTimeout bounds how long a cluster may take to form and a failover
-// to end; the waits poll the servers' own view and return as soon as it
-// is in place.
-const settleTimeout = 60 * time.Second
-
-// pollEvery is the pause between two looks at the servers' state while
-// waiting for it to change.
-const pollEvery = 25 * time.Millisecond
-
-// clusterNodeTimeout is cluster-node-timeout in milliseconds: short, so a
-// replica takes over a dead master within a few seconds.
-const clusterNodeTimeout = 1000
 
 // Cluster is a real Redis Cluster owned by one test: three masters with
 // one replica each, six redis-server processes on free loopback ports.
 // Its methods must be called from the test's goroutine.
 type Cluster struct {
 	t     testing.TB
+	p     *redisproc.Cluster
 	Nodes []*Server // the six nodes, in the order they were created
 }
 
@@ -41,57 +24,35 @@ type Cluster struct {
 // when redis-server or redis-cli is missing.
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
-	bin := lookPath(t, "redis-server")
-	cli := lookPath(t, "redis-cli")
-	c := &Cluster{t: t}
-	for range 6 {
-		c.Nodes = append(c.Nodes, newServer(t, bin, clusterArgs))
+	p, err := redisproc.StartCluster(lookPath(t, "redis-server"), lookPath(t, "redis-cli"), t.TempDir())
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
-	c.waitSettled("", "the cluster to form")
-	return c
-}
-
-// clusterArgs is a cluster node's command line.
-func clusterArgs(s *Server) []string {
-	return append(s.plainArgs(),
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", strconv.Itoa(clusterNodeTimeout),
-		// A replica may always take over, however long its link was down.
-		"--cluster-replica-validity-factor", "0",
-	)
+	t.Cleanup(p.Stop)
+	return &Cluster{t: t, p: p, Nodes: wrap(t, p.Nodes)}
 }
 
 // Addrs returns the addresses (127.0.0.1:PORT) of all six nodes, the ones
 // a test stopped included.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.Addr()
-	}
-	return addrs
+func (c *Cluster) Addrs() []string { return c.p.Addrs() }
+
+// node returns the test's Server of the process p.
+func (c *Cluster) node(p *redisproc.Server) *Server {
+	i := slices.IndexFunc(c.Nodes, func(n *Server) bool { return n.Server == p })
+	return c.Nodes[i]
 }
 
 // Masters returns the nodes that serve slots now, as the running nodes see
 // it, in the order of Nodes.
 func (c *Cluster) Masters() []*Server {
 	c.t.Helper()
-	view, err := c.view()
+	ps, err := c.p.Masters()
 	if err != nil {
 		c.t.Fatalf("redistest: %v", err)
 	}
 	var ms []*Server
-	for _, n := range c.Nodes {
-		if e, ok := view.byAddr[n.Addr()]; ok && e.master && !e.failed && e.slots > 0 {
-			ms = append(ms, n)
-		}
+	for _, p := range ps {
+		ms = append(ms, c.node(p))
 	}
 	return ms
 }
@@ -99,18 +60,11 @@ func (c *Cluster) Masters() []*Server {
 // MasterFor returns the node that serves key's slot now.
 func (c *Cluster) MasterFor(key string) *Server {
 	c.t.Helper()
-	slot := Slot(key)
-	view, err := c.view()
+	p, err := c.p.MasterFor(key)
 	if err != nil {
 		c.t.Fatalf("redistest: %v", err)
 	}
-	for _, n := range c.Nodes {
-		if e, ok := view.byAddr[n.Addr()]; ok && e.master && !e.failed && e.owns(slot) {
-			return n
-		}
-	}
-	c.t.Fatalf("redistest: no master serves slot %d (key %q)", slot, key)
-	return nil
+	return c.node(p)
 }
 
 // KillMaster SIGKILLs the master that serves key's slot and returns it;
@@ -130,211 +84,12 @@ func (c *Cluster) KillMaster(key string) *Server {
 func (c *Cluster) WaitFailover(killed *Server) time.Duration {
 	c.t.Helper()
 	start := time.Now()
-	c.waitSettled(killed.Addr(), "the failover of "+killed.Addr())
+	if err := c.p.WaitSettled(killed.Addr()); err != nil {
+		c.t.Fatalf("redistest: waiting for the failover of %s: %v", killed.Addr(), err)
+	}
 	return time.Since(start)
-}
-
-// waitSettled polls every running node until the cluster is whole:
-// cluster_state:ok everywhere, every node known to every node, the slots
-// all served by masters that are not failed, none by the node at dead
-// (unless dead is empty), and every replica in sync with its master.
-func (c *Cluster) waitSettled(dead, what string) {
-	c.t.Helper()
-	deadline := time.Now().Add(settleTimeout)
-	var last error
-	for {
-		if last = c.settled(dead); last == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("redistest: waiting for %s: %v", what, last)
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
-func (c *Cluster) settled(dead string) error {
-	for _, n := range c.Nodes {
-		if !n.Running() {
-			continue
-		}
-		info, err := command(n.Addr(), "cluster", "info")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "cluster_state:ok") {
-			return fmt.Errorf("%s: cluster_state is not ok", n.Addr())
-		}
-		nodes, err := command(n.Addr(), "cluster", "nodes")
-		if err != nil {
-			return err
-		}
-		v := parseNodes(nodes)
-		if len(v.byAddr) != len(c.Nodes) {
-			return fmt.Errorf("%s knows %d nodes of %d", n.Addr(), len(v.byAddr), len(c.Nodes))
-		}
-		served := 0
-		for addr, e := range v.byAddr {
-			if dead != "" && addr == dead {
-				if !e.failed {
-					return fmt.Errorf("%s does not mark %s failed yet", n.Addr(), dead)
-				}
-				if e.slots > 0 {
-					return fmt.Errorf("%s still sees %d slots on %s", n.Addr(), e.slots, dead)
-				}
-				continue
-			}
-			if e.failed {
-				return fmt.Errorf("%s marks %s failed", n.Addr(), addr)
-			}
-			if e.master {
-				served += e.slots
-			}
-		}
-		if served != 16384 {
-			return fmt.Errorf("%s sees %d slots served of 16384", n.Addr(), served)
-		}
-		if e := v.byAddr[n.Addr()]; e != nil && !e.master {
-			repl, err := command(n.Addr(), "info", "replication")
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(repl, "master_link_status:up") {
-				return fmt.Errorf("replica %s is not in sync", n.Addr())
-			}
-		}
-	}
-	return nil
-}
-
-// clusterView is one node's CLUSTER NODES answer.
-type clusterView struct{ byAddr map[string]*clusterEntry }
-
-type clusterEntry struct {
-	id             string
-	master, failed bool
-	slots          int
-	ranges         [][2]int
-}
-
-func (e *clusterEntry) owns(slot int) bool {
-	for _, r := range e.ranges {
-		if slot >= r[0] && slot <= r[1] {
-			return true
-		}
-	}
-	return false
-}
-
-// view asks the first running node for CLUSTER NODES.
-func (c *Cluster) view() (*clusterView, error) {
-	for _, n := range c.Nodes {
-		if !n.Running() {
-			continue
-		}
-		out, err := command(n.Addr(), "cluster", "nodes")
-		if err != nil {
-			return nil, err
-		}
-		return parseNodes(out), nil
-	}
-	return nil, fmt.Errorf("no cluster node is running")
-}
-
-// parseNodes reads CLUSTER NODES: "<id> <ip:port@cport> <flags> <master>
-// <ping> <pong> <epoch> <link> <slot>...".
-func parseNodes(out string) *clusterView {
-	v := &clusterView{byAddr: map[string]*clusterEntry{}}
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
-		}
-		addr, _, _ := strings.Cut(f[1], "@")
-		flags := strings.Split(f[2], ",")
-		e := &clusterEntry{
-			id:     f[0],
-			master: slices.Contains(flags, "master"),
-			failed: slices.Contains(flags, "fail") || slices.Contains(flags, "fail?"),
-		}
-		for _, s := range f[8:] {
-			if strings.HasPrefix(s, "[") { // a slot being migrated
-				continue
-			}
-			lo, hi, isRange := strings.Cut(s, "-")
-			a, err1 := strconv.Atoi(lo)
-			b := a
-			var err2 error
-			if isRange {
-				b, err2 = strconv.Atoi(hi)
-			}
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			e.ranges = append(e.ranges, [2]int{a, b})
-			e.slots += b - a + 1
-		}
-		v.byAddr[addr] = e
-	}
-	return v
 }
 
 // Slot returns the cluster slot of key (CRC16 of its hash tag or of the
 // whole key, modulo 16384), as Redis computes it.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-// crc16 is CRC16-CCITT (XMODEM), the cluster's key hash.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// command sends one command to the server at addr on a fresh connection
-// and returns its reply as text.
-func command(addr string, args ...any) (string, error) {
-	v, err := do(addr, args...)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprint(v), nil
-}
-
-// do sends one command to the server at addr on a fresh connection and
-// returns its reply (RESP2).
-func do(addr string, args ...any) (any, error) {
-	c := redis.NewClient(&redis.Options{
-		Addr:            addr,
-		MaxRetries:      -1,
-		DialTimeout:     time.Second,
-		ReadTimeout:     2 * time.Second,
-		WriteTimeout:    time.Second,
-		PoolSize:        1,
-		Protocol:        2,
-		DisableIdentity: true,
-	})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	v, err := c.Do(ctx, args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", addr, args, err)
-	}
-	return v, nil
-}
+func Slot(key string) int { return redisproc.Slot(key) }

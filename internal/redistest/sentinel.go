@@ -1,31 +1,22 @@
 package redistest
 
 import (
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"streamgate/internal/redisproc"
 )
 
 // SentinelMaster is the name the sentinels of a Sentinel set monitor their
 // master under.
-const SentinelMaster = "mymaster"
-
-// Sentinel timings, in milliseconds: short, so a failover takes seconds.
-const (
-	sentinelDownAfter       = 1000
-	sentinelFailoverTimeout = 3000
-)
+const SentinelMaster = redisproc.SentinelMaster
 
 // Sentinel is a real Sentinel set owned by one test: a master, one replica
 // and three redis-sentinel processes (quorum 2) on free loopback ports.
 // Its methods must be called from the test's goroutine.
 type Sentinel struct {
 	t         testing.TB
+	p         *redisproc.Sentinel
 	Data      []*Server // the master and the replica, as started
 	Sentinels []*Server
 }
@@ -37,88 +28,35 @@ type Sentinel struct {
 // CI is "true") when redis-server or redis-sentinel is missing.
 func NewSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	bin := lookPath(t, "redis-server")
-	sbin := lookPath(t, "redis-sentinel")
-	master := newServer(t, bin, nil)
-	replica := newServer(t, bin, func(s *Server) []string {
-		return append(s.plainArgs(), "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
-	})
-	s := &Sentinel{t: t, Data: []*Server{master, replica}}
-	for range 3 {
-		s.Sentinels = append(s.Sentinels, newServer(t, sbin, func(sn *Server) []string {
-			return sentinelArgs(t, sn, master.port)
-		}))
+	p, err := redisproc.StartSentinel(lookPath(t, "redis-server"), lookPath(t, "redis-sentinel"), t.TempDir())
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
-	s.wait("the Sentinel set to form", func() error {
-		info, err := command(replica.Addr(), "info", "replication")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "master_link_status:up") {
-			return fmt.Errorf("replica %s is not in sync", replica.Addr())
-		}
-		for _, sn := range s.Sentinels {
-			for what, want := range map[string]int{"replicas": 1, "sentinels": 2} {
-				v, err := do(sn.Addr(), "sentinel", what, SentinelMaster)
-				if err != nil {
-					return err
-				}
-				list, _ := v.([]any)
-				if n := len(list); n < want {
-					return fmt.Errorf("sentinel %s knows %d %s of %d", sn.Addr(), n, what, want)
-				}
-			}
-		}
-		return nil
-	})
-	return s
-}
-
-// sentinelArgs writes a sentinel's configuration file (a sentinel rewrites
-// it, so it lives in the server's own directory) and returns its command
-// line.
-func sentinelArgs(t testing.TB, sn *Server, masterPort int) []string {
-	conf := filepath.Join(sn.dir, "sentinel.conf")
-	if _, err := os.Stat(conf); err != nil { // a restart keeps what it learned
-		text := fmt.Sprintf(`port %d
-bind 127.0.0.1
-dir %s
-sentinel monitor %s 127.0.0.1 %d 2
-sentinel down-after-milliseconds %s %d
-sentinel failover-timeout %s %d
-sentinel parallel-syncs %s 1
-`, sn.port, sn.dir, SentinelMaster, masterPort, SentinelMaster, sentinelDownAfter,
-			SentinelMaster, sentinelFailoverTimeout, SentinelMaster)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatalf("redistest: write %s: %v", conf, err)
-		}
-	}
-	return []string{conf, "--port", strconv.Itoa(sn.port), "--daemonize", "no", "--logfile", ""}
+	t.Cleanup(p.Stop)
+	return &Sentinel{t: t, p: p, Data: wrap(t, p.Data), Sentinels: wrap(t, p.Sentinels)}
 }
 
 // Addrs returns the sentinels' addresses (127.0.0.1:PORT).
-func (s *Sentinel) Addrs() []string {
-	addrs := make([]string, len(s.Sentinels))
-	for i, sn := range s.Sentinels {
-		addrs[i] = sn.Addr()
+func (s *Sentinel) Addrs() []string { return s.p.Addrs() }
+
+// data returns the test's Server of the data process p.
+func (s *Sentinel) data(p *redisproc.Server) *Server {
+	for _, d := range s.Data {
+		if d.Server == p {
+			return d
+		}
 	}
-	return addrs
+	return nil
 }
 
 // Master returns the data server the sentinels name master now.
 func (s *Sentinel) Master() *Server {
 	s.t.Helper()
-	addr, err := s.masterAddr(s.Sentinels[0])
+	p, err := s.p.Master()
 	if err != nil {
 		s.t.Fatalf("redistest: %v", err)
 	}
-	for _, d := range s.Data {
-		if d.Addr() == addr {
-			return d
-		}
-	}
-	s.t.Fatalf("redistest: the sentinels name %s master, not a server of this set", addr)
-	return nil
+	return s.data(p)
 }
 
 // Replica returns the data server that is not the master now.
@@ -149,60 +87,9 @@ func (s *Sentinel) KillMaster() *Server {
 func (s *Sentinel) WaitFailover(killed *Server) (*Server, time.Duration) {
 	s.t.Helper()
 	start := time.Now()
-	var next *Server
-	for _, d := range s.Data {
-		if d != killed {
-			next = d
-		}
-	}
-	s.wait("the failover of "+killed.Addr(), func() error {
-		for _, sn := range s.Sentinels {
-			addr, err := s.masterAddr(sn)
-			if err != nil {
-				return err
-			}
-			if addr != next.Addr() {
-				return fmt.Errorf("sentinel %s names %s master", sn.Addr(), addr)
-			}
-		}
-		info, err := command(next.Addr(), "info", "replication")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "role:master") {
-			return fmt.Errorf("%s is not master yet", next.Addr())
-		}
-		return nil
-	})
-	return next, time.Since(start)
-}
-
-// masterAddr asks sentinel sn for SENTINEL get-master-addr-by-name.
-func (s *Sentinel) masterAddr(sn *Server) (string, error) {
-	out, err := command(sn.Addr(), "sentinel", "get-master-addr-by-name", SentinelMaster)
+	p, err := s.p.WaitFailover(killed.Server)
 	if err != nil {
-		return "", err
+		s.t.Fatalf("redistest: %v", err)
 	}
-	f := strings.Fields(strings.Trim(out, "[]"))
-	if len(f) != 2 {
-		return "", fmt.Errorf("sentinel %s: get-master-addr-by-name: %q", sn.Addr(), out)
-	}
-	return net.JoinHostPort(f[0], f[1]), nil
-}
-
-// wait polls check until it returns nil, failing the test after
-// settleTimeout with check's last error.
-func (s *Sentinel) wait(what string, check func() error) {
-	s.t.Helper()
-	deadline := time.Now().Add(settleTimeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redistest: waiting for %s: %v", what, err)
-		}
-		time.Sleep(pollEvery)
-	}
+	return s.data(p), time.Since(start)
 }
