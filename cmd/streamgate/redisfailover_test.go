@@ -104,13 +104,13 @@ func streamingRedisFailover(t *testing.T, block string, kill func() time.Duratio
 			}
 			t.Logf("gaps: seconds filled from REST %v, unfilled %v per replica; upstream 429s by endpoint %v",
 				c.perReplica("streamgate_ws_backfilled_seconds_total"), c.perReplica("streamgate_ws_gaps_unfilled_total"), refused)
-		}},
+		}, false},
 		{"a replica replaced after the failover (its clients resume on the others)", func() {
 			resumed := c.resumed()
 			c.replace(0, syscall.SIGTERM)
 			require.Eventually(t, func() bool { return c.resumed() > resumed }, 30*time.Second, 100*time.Millisecond,
 				"clients resumed on another replica")
-		}},
+		}, false},
 	})
 }
 
