@@ -482,7 +482,7 @@ func (b *RedisBudget) budgetArgs(l Limit, op string) []any {
 // and the direction of a change.
 func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) (time.Duration, float64, string, error) {
 	// The three keys share the hash tag {network:key}: one cluster slot.
-	res, err := budgetScript.Run(ctx, b.client, []string{b.rateKey + key + "}", b.pauseKey + key + "}", b.adaptKey + key + "}"}, b.budgetArgs(l, op)...).StringSlice()
+	res, err := budgetScript.Run(ctx, b.client, []string{b.tagged(b.rateKey, key), b.tagged(b.pauseKey, key), b.tagged(b.adaptKey, key)}, b.budgetArgs(l, op)...).StringSlice()
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -507,7 +507,7 @@ func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) 
 // zero; otherwise it returns how long to wait before trying again.
 func (b *RedisBudget) next(ctx context.Context, key string, l Limit) (time.Duration, error) {
 	if l.Unlimited() {
-		left, err := b.client.PTTL(ctx, b.pauseKey+key+"}").Result()
+		left, err := b.client.PTTL(ctx, b.tagged(b.pauseKey, key)).Result()
 		if err != nil {
 			return 0, err
 		}
@@ -539,7 +539,7 @@ func (b *RedisBudget) Pause(key string, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), pauseTimeout)
 	defer cancel()
 	ms := max((d+time.Millisecond-1)/time.Millisecond, 1)
-	if err := pauseScript.Run(ctx, b.client, []string{b.pauseKey + key + "}"}, int64(ms)).Err(); err != nil {
+	if err := pauseScript.Run(ctx, b.client, []string{b.tagged(b.pauseKey, key)}, int64(ms)).Err(); err != nil {
 		b.fb.failed("pause", err)
 		return
 	}
@@ -565,3 +565,8 @@ func (b *RedisBudget) Throttled(key string, l Limit) {
 	}
 	b.fb.succeeded()
 }
+
+// tagged is the Redis key of prefix (one of the budget's, ending in its
+// open hash tag "{<network>:") for key: the tag closed after key, so that
+// one endpoint's keys share a Cluster slot.
+func (b *RedisBudget) tagged(prefix, key string) string { return prefix + key + "}" }

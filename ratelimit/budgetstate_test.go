@@ -53,13 +53,13 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 				state[k] = v
 			}
 			// Written as a hostile writer would: no expiry.
-			require.NoError(t, rc.HSet(ctx, b.adaptKey+key+"}", state).Err())
+			require.NoError(t, rc.HSet(ctx, b.tagged(b.adaptKey, key), state).Err())
 			d, eff, _, err := b.step(ctx, key, l, "wait")
 			require.NoError(t, err, "the script runs")
 			assert.Zero(t, d, "the first token is there")
 			assert.LessOrEqual(t, eff, c.most)
 			assert.GreaterOrEqual(t, eff, c.least)
-			ttl, err := rc.PTTL(ctx, b.adaptKey+key+"}").Result()
+			ttl, err := rc.PTTL(ctx, b.tagged(b.adaptKey, key)).Result()
 			require.NoError(t, err)
 			if ttl != -2*time.Nanosecond { // -2: deleted, back at the configured rate
 				assert.Greater(t, ttl, time.Duration(0), "the state expires")
@@ -75,7 +75,7 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 
 	t.Run("a time of arrival far ahead", func(t *testing.T) {
 		key := "/tat"
-		require.NoError(t, rc.Set(ctx, b.rateKey+key+"}", "1e18", 0).Err())
+		require.NoError(t, rc.Set(ctx, b.tagged(b.rateKey, key), "1e18", 0).Err())
 		d, _, _, err := b.step(ctx, key, l, "wait")
 		require.NoError(t, err)
 		assert.LessOrEqual(t, d, iv+time.Millisecond, "at most an interval away")
@@ -83,12 +83,12 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 
 	t.Run("a throttle on a hostile state", func(t *testing.T) {
 		key := "/throttle"
-		require.NoError(t, rc.HSet(ctx, b.adaptKey+key+"}", map[string]any{"rate": "10", "eff": "1e9", "ceil": "1e9", "changed": "0", "down": "0", "lifted": "0"}).Err())
+		require.NoError(t, rc.HSet(ctx, b.tagged(b.adaptKey, key), map[string]any{"rate": "10", "eff": "1e9", "ceil": "1e9", "changed": "0", "down": "0", "lifted": "0"}).Err())
 		_, eff, dir, err := b.step(ctx, key, l, "throttle")
 		require.NoError(t, err)
 		assert.Equal(t, DirectionDown, dir)
 		assert.Equal(t, 5.0, eff, "half of the clamped rate")
-		ttl, err := rc.PTTL(ctx, b.adaptKey+key+"}").Result()
+		ttl, err := rc.PTTL(ctx, b.tagged(b.adaptKey, key)).Result()
 		require.NoError(t, err)
 		assert.Greater(t, ttl, time.Duration(0))
 		assert.LessOrEqual(t, ttl, adaptTTL)
