@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -414,3 +415,6 @@ func burstFor(rps float64) int {
 		return max(1, int(math.Ceil(rps)))
 	}
 }
+
+func teamPath(i int) string   { return fmt.Sprintf("teams[%d]", i) }
+func keyPath(i, j int) string { return fmt.Sprintf("teams[%d].keys[%d]", i, j) }
