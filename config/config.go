@@ -259,8 +259,8 @@ type Upstream struct {
 	WSFeedsPerConnection int `yaml:"ws_feeds_per_connection" json:"ws_feeds_per_connection"`
 	// WSPinned are streams the gateway always carries on its upstream
 	// WebSocket, so that their latest reports are answered from the
-	// stream. Default none.
-	WSPinned []string `yaml:"ws_pinned" json:"ws_pinned"`
+	// stream; stream IDs in any case, kept in canonical form. Default none.
+	WSPinned StreamIDs `yaml:"ws_pinned" json:"ws_pinned"`
 }
 
 // Embedded reports whether the upstream is the built-in simulator.

@@ -295,7 +295,9 @@ func (c *Config) applyDefaults() {
 	f.fill(reflect.ValueOf(c).Elem(), reflect.ValueOf(defaultsFor(c)).Elem(), "")
 }
 
-// normalize lower-cases the values that are compared case-insensitively.
+// normalize lower-cases the values that are compared case-insensitively:
+// host names, and a team's stream IDs by feedid.Parse (as StreamIDs
+// decodes ws_pinned).
 func (c *Config) normalize() {
 	for _, n := range c.Networks {
 		for i, h := range n.Hosts {
@@ -303,9 +305,7 @@ func (c *Config) normalize() {
 		}
 	}
 	for i := range c.Teams {
-		for j, f := range c.Teams[i].Feeds {
-			c.Teams[i].Feeds[j] = strings.ToLower(f)
-		}
+		canonicalIDs(c.Teams[i].Feeds)
 	}
 }
 

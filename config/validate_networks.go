@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"streamgate/don"
-	"streamgate/feedid"
 )
 
 var (
@@ -126,10 +125,8 @@ func (v *validator) upstream(network string, u *Upstream) {
 	if u.WSFeedsPerConnection < 1 || u.WSFeedsPerConnection > 100 {
 		v.add(&u.WSFeedsPerConnection, "must be from 1 to 100 (each feed adds about 68 bytes to the request line)")
 	}
-	for i, f := range u.WSPinned {
-		if !feedid.Valid(f) {
-			v.add(&u.WSPinned[i], "%q is not a stream ID (0x and 64 hex digits)", f)
-		}
+	for i := range u.WSPinned {
+		v.streamID(&u.WSPinned[i])
 	}
 }
 

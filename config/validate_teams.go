@@ -6,7 +6,6 @@ import (
 	"regexp"
 
 	"streamgate/auth"
-	"streamgate/feedid"
 )
 
 var teamNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -89,8 +88,8 @@ func (v *validator) feeds(field *[]string) {
 		case f == AllFeedsWildcard && len(feeds) > 1:
 			v.add(&feeds[i], `"*" must be the only entry`)
 		case f == AllFeedsWildcard:
-		case !feedid.Valid(f):
-			v.add(&feeds[i], "%q is not a stream ID (0x and 64 hex digits)", f)
+		default:
+			v.streamID(&feeds[i])
 		}
 	}
 }
