@@ -252,7 +252,7 @@ type Upstream struct {
 	WSURL string `yaml:"ws_url" json:"ws_url"`
 	// WSMaxConnections bounds the upstream WebSocket connections of this
 	// network, all origins and feed chunks together. The upstream allows
-	// 20 per user; several replicas must fit. Default 4.
+	// 20 per user; several replicas must fit. Default 6.
 	WSMaxConnections int `yaml:"ws_max_connections" json:"ws_max_connections"`
 	// WSFeedsPerConnection is the most feeds on one upstream connection
 	// (about 68 bytes each in its request line). Default 50.
