@@ -252,15 +252,15 @@ type Upstream struct {
 	WSURL string `yaml:"ws_url" json:"ws_url"`
 	// WSMaxConnections bounds the upstream WebSocket connections of this
 	// network, all origins and feed chunks together. The upstream allows
-	// 20 per user; several replicas must fit. Default 4.
+	// 20 per user; several replicas must fit. Default 6.
 	WSMaxConnections int `yaml:"ws_max_connections" json:"ws_max_connections"`
 	// WSFeedsPerConnection is the most feeds on one upstream connection
 	// (about 68 bytes each in its request line). Default 50.
 	WSFeedsPerConnection int `yaml:"ws_feeds_per_connection" json:"ws_feeds_per_connection"`
 	// WSPinned are streams the gateway always carries on its upstream
 	// WebSocket, so that their latest reports are answered from the
-	// stream. Default none.
-	WSPinned []string `yaml:"ws_pinned" json:"ws_pinned"`
+	// stream; stream IDs in any case, kept in canonical form. Default none.
+	WSPinned StreamIDs `yaml:"ws_pinned" json:"ws_pinned"`
 }
 
 // Embedded reports whether the upstream is the built-in simulator.

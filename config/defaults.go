@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -134,7 +135,7 @@ func Default() *Config {
 		Cache:     defaultCache(),
 		RateLimit: defaultRateLimit(),
 		Realtime:  defaultRealtime(),
-		Tracing:   Tracing{Protocol: TracingHTTP, SampleRatio: DefaultSampleRatio},
+		Tracing:   defaultTracing(),
 		Teams: []Team{
 			{
 				Name:     DemoTeam,
@@ -225,6 +226,10 @@ func defaultRealtime() Realtime {
 	}
 }
 
+func defaultTracing() Tracing {
+	return Tracing{Protocol: TracingHTTP, SampleRatio: DefaultSampleRatio}
+}
+
 func defaultRateLimit() RateLimit {
 	return RateLimit{
 		Backend: DefaultRateLimitBackend,
@@ -236,112 +241,63 @@ func defaultRateLimit() RateLimit {
 // simulator; any other network must give its upstream URL.
 var knownNetworks = map[string]bool{"mainnet": true, "testnet": true}
 
-// applyDefaults fills every key that the file omitted. Presence, not the
-// zero value, decides, so that an explicit 0, false or "" is kept (and
-// rejected by Validate where it is not allowed).
-func (c *Config) applyDefaults() {
-	d := defaulter{has: c.src.has}
-
-	s, ds := &c.Server, defaultServer()
-	d.str("server.admin_listen", &s.AdminListen, ds.AdminListen)
-	d.dur("server.shutdown_timeout", &s.ShutdownTimeout, ds.ShutdownTimeout)
-	d.dur("server.read_header_timeout", &s.ReadHeaderTimeout, ds.ReadHeaderTimeout)
-	d.dur("server.idle_timeout", &s.IdleTimeout, ds.IdleTimeout)
-	d.dur("server.read_timeout", &s.ReadTimeout, ds.ReadTimeout)
-	d.dur("server.write_timeout", &s.WriteTimeout, ds.WriteTimeout)
-
-	enum(d, "log.level", &c.Log.Level, DefaultLogLevel)
-	enum(d, "log.format", &c.Log.Format, DefaultLogFormat)
-
-	for name, n := range c.Networks {
-		if n == nil { // "mainnet:" with nothing after it
-			n = &Network{}
-			c.Networks[name] = n
-		}
-		p, u := "networks."+name+".upstream", &n.Upstream
-		du := defaultUpstream(EmbeddedURL)
+// defaultsFor returns the default of every key of c, shaped like c (its
+// networks, teams and keys): the sections of the demo configuration, a
+// network's upstream as defaultUpstream gives it (its url only for mainnet
+// and testnet), no default below a team. It is the one table of defaults:
+// Default starts from the same sections, and applyDefaults lays it under
+// what the file gave.
+func defaultsFor(c *Config) *Config {
+	d := &Config{
+		Server:    defaultServer(),
+		Log:       Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Networks:  make(map[string]*Network, len(c.Networks)),
+		Auth:      defaultAuth(),
+		Cache:     defaultCache(),
+		RateLimit: defaultRateLimit(),
+		Realtime:  defaultRealtime(),
+		Tracing:   defaultTracing(),
+		Teams:     make([]Team, len(c.Teams)),
+	}
+	for name := range c.Networks {
+		url := ""
 		if knownNetworks[name] {
-			d.str(p+".url", &u.URL, du.URL)
+			url = EmbeddedURL
 		}
-		d.dur(p+".timeout", &u.Timeout, du.Timeout)
-		d.num(p+".retries", &u.Retries, du.Retries)
-		d.rate(p+".budget", &u.Budget, du.Budget)
-		d.dur(p+".budget_margin", &u.BudgetMargin, du.BudgetMargin)
-		d.num(p+".max_bulk", &u.MaxBulk, du.MaxBulk)
-		d.num(p+".ws_max_connections", &u.WSMaxConnections, du.WSMaxConnections)
-		d.num(p+".ws_feeds_per_connection", &u.WSFeedsPerConnection, du.WSFeedsPerConnection)
+		d.Networks[name] = &Network{Upstream: defaultUpstream(url)}
 	}
-
-	d.str("tracing.protocol", &c.Tracing.Protocol, TracingHTTP)
-	if !d.has("tracing.sample_ratio") {
-		c.Tracing.SampleRatio = DefaultSampleRatio
+	for i, t := range c.Teams {
+		d.Teams[i].Keys = make([]Key, len(t.Keys))
 	}
-
-	a, da := &c.Auth, defaultAuth()
-	d.dur("auth.max_skew", &a.MaxSkew, da.MaxSkew)
-	d.flag("auth.replay_protection", &a.ReplayProtection, da.ReplayProtection)
-	d.dur("auth.replay_grace", &a.ReplayGrace, da.ReplayGrace)
-	d.flag("auth.anonymous_catalog", &a.AnonymousCatalog, da.AnonymousCatalog)
-	d.rate("auth.anonymous_rate", &a.AnonymousRate, da.AnonymousRate)
-	d.num("auth.replay_max_entries", &a.ReplayMaxEntries, da.ReplayMaxEntries)
-
-	ca, dc := &c.Cache, defaultCache()
-	if !d.has("cache.max_bytes") {
-		ca.MaxBytes = dc.MaxBytes
+	if r := &c.RateLimit.Redis; r.Sentinel != nil || r.Cluster != nil {
+		d.RateLimit.Redis.URL = "" // a single node's default, not given with another mode
 	}
-	d.dur("cache.catalog_ttl", &ca.CatalogTTL, dc.CatalogTTL)
-	d.dur("cache.latest_ttl", &ca.LatestTTL, dc.LatestTTL)
-	d.dur("cache.latest_max_stale", &ca.LatestMaxStale, dc.LatestMaxStale)
-	d.dur("cache.latest_max_wait", &ca.LatestMaxWait, dc.LatestMaxWait)
-	d.flag("cache.latest_bulk_refresh", &ca.LatestBulkRefresh, dc.LatestBulkRefresh)
-	d.dur("cache.negative_ttl", &ca.NegativeTTL, dc.NegativeTTL)
-	enum(d, "cache.shared.backend", &ca.Shared.Backend, dc.Shared.Backend)
-	d.dur("cache.shared.ttl", &ca.Shared.TTL, dc.Shared.TTL)
-	if !d.has("cache.shared.max_entry_bytes") {
-		ca.Shared.MaxEntryBytes = dc.Shared.MaxEntryBytes
-	}
-	d.dur("cache.shared.lease", &ca.Shared.Lease, dc.Shared.Lease)
-
-	r, dr := &c.RateLimit, defaultRateLimit()
-	enum(d, "ratelimit.backend", &r.Backend, dr.Backend)
-	if !d.has("ratelimit.redis.sentinel") && !d.has("ratelimit.redis.cluster") {
-		d.str("ratelimit.redis.url", &r.Redis.URL, dr.Redis.URL)
-	}
-	enum(d, "ratelimit.redis.fail_mode", &r.Redis.FailMode, dr.Redis.FailMode)
-
-	rt, drt := &c.Realtime, defaultRealtime()
-	d.num("realtime.client_queue", &rt.ClientQueue, drt.ClientQueue)
-	d.dur("realtime.ping_interval", &rt.PingInterval, drt.PingInterval)
-	d.num("realtime.team_connections", &rt.TeamConnections, drt.TeamConnections)
-	d.dur("realtime.grace", &rt.Grace, drt.Grace)
-	d.flag("realtime.latest_from_stream", &rt.LatestFromStream, drt.LatestFromStream)
-	d.flag("realtime.share", &rt.Share, drt.Share)
-	d.dur("realtime.share_lease", &rt.ShareLease, drt.ShareLease)
-	if !d.has("realtime.client_origins") {
-		rt.ClientOrigins = drt.ClientOrigins
-	}
-	d.dur("realtime.drain_delay", &rt.DrainDelay, drt.DrainDelay)
-	d.dur("realtime.resume_window", &rt.ResumeWindow, drt.ResumeWindow)
-	d.num("realtime.resume_records_per_team", &rt.ResumeRecordsPerTeam, drt.ResumeRecordsPerTeam)
-	d.num("realtime.resume_records", &rt.ResumeRecords, drt.ResumeRecords)
-	d.dur("realtime.backfill_max", &rt.BackfillMax, drt.BackfillMax)
-
-	for i := range c.Teams {
-		t := &c.Teams[i]
-		p := teamPath(i)
-		d.rate(p+".rate", &t.Rate, Rate{})
-		for name, cr := range t.Upstream {
-			if cr == nil {
-				t.Upstream[name] = &Credentials{}
-			}
-		}
-		for j := range t.Keys {
-			d.rate(keyPath(i, j)+".rate", &t.Keys[j].Rate, Rate{})
-		}
-	}
+	return d
 }
 
-// normalize lower-cases the values that are compared case-insensitively.
+// applyDefaults fills every key that the file omitted from defaultsFor.
+// Presence, not the zero value, decides, so that an explicit 0, false or ""
+// is kept (and rejected by Validate where it is not allowed).
+func (c *Config) applyDefaults() {
+	for name, n := range c.Networks {
+		if n == nil { // "mainnet:" with nothing after it
+			c.Networks[name] = &Network{}
+		}
+	}
+	for i := range c.Teams {
+		for name, cr := range c.Teams[i].Upstream {
+			if cr == nil {
+				c.Teams[i].Upstream[name] = &Credentials{}
+			}
+		}
+	}
+	f := filler{has: c.src.has}
+	f.fill(reflect.ValueOf(c).Elem(), reflect.ValueOf(defaultsFor(c)).Elem(), "")
+}
+
+// normalize lower-cases the values that are compared case-insensitively:
+// host names, and a team's stream IDs by feedid.Parse (as StreamIDs
+// decodes ws_pinned).
 func (c *Config) normalize() {
 	for _, n := range c.Networks {
 		for i, h := range n.Hosts {
@@ -349,59 +305,72 @@ func (c *Config) normalize() {
 		}
 	}
 	for i := range c.Teams {
-		for j, f := range c.Teams[i].Feeds {
-			c.Teams[i].Feeds[j] = strings.ToLower(f)
+		canonicalIDs(c.Teams[i].Feeds)
+	}
+}
+
+// filler lays defaults under the keys a file gave.
+type filler struct{ has func(path string) bool }
+
+var rateType = reflect.TypeFor[Rate]()
+
+// fill sets every key under path that the file omitted, in dst, to its
+// default in def, a value of the same type. A mapping (struct) is filled
+// key by key, a map entry or list item that both have, item by item; a
+// block that the file omitted (a nil pointer) gets no defaults below it.
+func (f filler) fill(dst, def reflect.Value, path string) {
+	t := dst.Type()
+	switch {
+	case t == rateType:
+		f.rate(dst.Addr().Interface().(*Rate), def.Interface().(Rate), path)
+	case t.Kind() == reflect.Pointer && structType(t):
+		if !dst.IsNil() && !def.IsNil() {
+			f.fill(dst.Elem(), def.Elem(), path)
 		}
-	}
-}
-
-type defaulter struct{ has func(path string) bool }
-
-func (d defaulter) str(path string, f *string, v string) {
-	if !d.has(path) {
-		*f = v
-	}
-}
-
-// enum is str for an enumerated setting.
-func enum[T ~string](d defaulter, path string, f *T, v T) {
-	if !d.has(path) {
-		*f = v
-	}
-}
-
-func (d defaulter) dur(path string, f *time.Duration, v time.Duration) {
-	if !d.has(path) {
-		*f = v
-	}
-}
-
-func (d defaulter) num(path string, f *int, v int) {
-	if !d.has(path) {
-		*f = v
-	}
-}
-
-func (d defaulter) flag(path string, f *bool, v bool) {
-	if !d.has(path) {
-		*f = v
+	case t.Kind() == reflect.Struct:
+		for i := range t.NumField() {
+			if key, ok := yamlKey(t.Field(i)); ok {
+				f.fill(dst.Field(i), def.Field(i), joinKey(path, key))
+			}
+		}
+	case t.Kind() == reflect.Map && structType(t.Elem()):
+		iter := dst.MapRange()
+		for iter.Next() {
+			if d := def.MapIndex(iter.Key()); d.IsValid() {
+				f.fill(iter.Value(), d, joinKey(path, iter.Key().String()))
+			}
+		}
+	case t.Kind() == reflect.Slice && structType(t.Elem()):
+		for i := range min(dst.Len(), def.Len()) {
+			f.fill(dst.Index(i), def.Index(i), itemPath(path, i))
+		}
+	case !f.has(path):
+		dst.Set(def)
 	}
 }
 
 // rate fills an omitted rps with v.RPS, and an omitted burst with v.Burst
 // when rps was omitted too, else with rps rounded up (at least 1).
-func (d defaulter) rate(path string, f *Rate, v Rate) {
-	hasRPS := d.has(path + ".rps")
+func (d filler) rate(f *Rate, v Rate, path string) {
+	rps, burst := rateKeys()
+	hasRPS := d.has(joinKey(path, rps))
 	if !hasRPS {
 		f.RPS = v.RPS
 	}
-	if !d.has(path + ".burst") {
+	if !d.has(joinKey(path, burst)) {
 		if hasRPS {
 			f.Burst = burstFor(f.RPS)
 		} else {
 			f.Burst = v.Burst
 		}
 	}
+}
+
+// rateKeys returns the keys of a Rate's fields.
+func rateKeys() (rps, burst string) {
+	r, _ := yamlKey(rateType.Field(0))
+	b, _ := yamlKey(rateType.Field(1))
+	return r, b
 }
 
 func burstFor(rps float64) int {

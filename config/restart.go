@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RestartOnly returns the YAML paths of the settings that differ between
@@ -40,84 +42,84 @@ func RestartOnly(running, next *Config) []string {
 // their YAML path, each as a string to compare. A secret is represented by
 // its digest.
 func restartSettings(cfg *Config) map[string]string {
-	digest := func(s Secret) string {
-		sum := sha256.Sum256([]byte(s.Reveal()))
-		return hex.EncodeToString(sum[:])
+	at := pathsOf(cfg)
+	m := map[string]string{}
+	add := func(fields ...any) {
+		for _, f := range fields {
+			m[at.of(f)] = settingValue(f)
+		}
 	}
-	m := map[string]string{
-		"server.admin_listen":          cfg.Server.AdminListen,
-		"server.shutdown_timeout":      cfg.Server.ShutdownTimeout.String(),
-		"server.read_header_timeout":   cfg.Server.ReadHeaderTimeout.String(),
-		"server.idle_timeout":          cfg.Server.IdleTimeout.String(),
-		"server.read_timeout":          cfg.Server.ReadTimeout.String(),
-		"server.write_timeout":         cfg.Server.WriteTimeout.String(),
-		"server.admin_token":           digest(cfg.Server.AdminToken),
-		"log.level":                    string(cfg.Log.Level),
-		"log.format":                   string(cfg.Log.Format),
-		"cache.max_bytes":              strconv.FormatInt(int64(cfg.Cache.MaxBytes), 10),
-		"cache.shared.backend":         string(cfg.Cache.Shared.Backend),
-		"cache.shared.url":             cfg.Cache.Shared.URL,
-		"cache.shared.sentinel":        sentinelSetting(cfg.Cache.Shared.Sentinel, digest),
-		"cache.shared.cluster":         clusterSetting(cfg.Cache.Shared.Cluster),
-		"cache.shared.tls":             strconv.FormatBool(cfg.Cache.Shared.TLS),
-		"cache.shared.password":        digest(cfg.Cache.Shared.Password),
-		"cache.shared.ttl":             cfg.Cache.Shared.TTL.String(),
-		"cache.shared.max_entry_bytes": strconv.FormatInt(int64(cfg.Cache.Shared.MaxEntryBytes), 10),
-		"cache.shared.lease":           cfg.Cache.Shared.Lease.String(),
-		"ratelimit.backend":            string(cfg.RateLimit.Backend),
-		"ratelimit.redis.url":          cfg.RateLimit.Redis.URL,
-		"ratelimit.redis.sentinel":     sentinelSetting(cfg.RateLimit.Redis.Sentinel, digest),
-		"ratelimit.redis.cluster":      clusterSetting(cfg.RateLimit.Redis.Cluster),
-		"ratelimit.redis.tls":          strconv.FormatBool(cfg.RateLimit.Redis.TLS),
-		"ratelimit.redis.password":     digest(cfg.RateLimit.Redis.Password),
-		"ratelimit.redis.fail_mode":    string(cfg.RateLimit.Redis.FailMode),
-		"realtime.client_queue":        strconv.Itoa(cfg.Realtime.ClientQueue),
-		"realtime.ping_interval":       cfg.Realtime.PingInterval.String(),
-		"realtime.grace":               cfg.Realtime.Grace.String(),
-		"realtime.team_connections":    strconv.Itoa(cfg.Realtime.TeamConnections),
-	}
+	s := &cfg.Server
 	// A listener's TLS files and client policy are applied by a reload;
 	// turning TLS on or off changes the listener itself.
-	m["server.admin_tls"] = strconv.FormatBool(cfg.Server.AdminTLS != nil)
+	add(&s.AdminListen, &s.ShutdownTimeout, &s.ReadHeaderTimeout, &s.IdleTimeout,
+		&s.ReadTimeout, &s.WriteTimeout, &s.AdminToken, &s.AdminTLS)
+	add(&cfg.Log.Level, &cfg.Log.Format)
+	sh := &cfg.Cache.Shared
+	add(&cfg.Cache.MaxBytes, &sh.Backend, &sh.URL, &sh.Sentinel, &sh.Cluster, &sh.TLS,
+		&sh.Password, &sh.TTL, &sh.MaxEntryBytes, &sh.Lease)
+	rl := &cfg.RateLimit
+	add(&rl.Backend, &rl.Redis.URL, &rl.Redis.Sentinel, &rl.Redis.Cluster, &rl.Redis.TLS,
+		&rl.Redis.Password, &rl.Redis.FailMode)
+	rt := &cfg.Realtime
+	add(&rt.ClientQueue, &rt.PingInterval, &rt.Grace, &rt.TeamConnections, &rt.Share,
+		&rt.ShareLease, &rt.ClientOrigins, &rt.DrainDelay, &rt.ResumeWindow,
+		&rt.ResumeRecordsPerTeam, &rt.ResumeRecords, &rt.BackfillMax)
+	add(&cfg.Tracing)
 	for name, n := range cfg.Networks {
-		p := "networks." + name
-		m[p] = "configured"
 		if n == nil { // only in a Config built in code
 			n = &Network{}
+			at.walk(reflect.ValueOf(n).Elem(), joinKey(at.of(&cfg.Networks), name))
 		}
-		up := n.Upstream
-		m[p+".listen"] = n.Listen
-		m[p+".hosts"] = strings.Join(n.Hosts, ",")
-		m[p+".tls"] = strconv.FormatBool(n.TLS != nil)
-		m[p+".pass_through"] = strings.Join(n.PassThrough, ",")
-		m[p+".upstream.url"] = up.URL
-		m[p+".upstream.api_key"] = up.APIKey
-		m[p+".upstream.api_secret"] = digest(up.Secret())
-		m[p+".upstream.timeout"] = up.Timeout.String()
-		m[p+".upstream.retries"] = strconv.Itoa(up.Retries)
-		m[p+".upstream.budget"] = fmt.Sprint(up.Budget.RPS, "/", up.Budget.Burst)
-		m[p+".upstream.budget_margin"] = up.BudgetMargin.String()
-		m[p+".upstream.max_bulk"] = strconv.Itoa(up.MaxBulk)
-		m[p+".upstream.ws_url"] = up.WSURL
-		m[p+".upstream.ws_max_connections"] = strconv.Itoa(up.WSMaxConnections)
-		m[p+".upstream.ws_feeds_per_connection"] = strconv.Itoa(up.WSFeedsPerConnection)
-		m[p+".upstream.ws_pinned"] = strings.Join(up.WSPinned, ",")
+		m[at.of(n)] = "configured"
+		up := &n.Upstream
+		add(&n.Listen, &n.Hosts, &n.TLS, &n.PassThrough, &up.URL, &up.APIKey, &up.APISecret,
+			&up.Timeout, &up.Retries, &up.Budget, &up.BudgetMargin, &up.MaxBulk, &up.WSURL,
+			&up.WSMaxConnections, &up.WSFeedsPerConnection, &up.WSPinned)
 	}
-	m["tracing"] = fmt.Sprint(cfg.Tracing)
-	m["realtime.share"] = strconv.FormatBool(cfg.Realtime.Share)
-	m["realtime.share_lease"] = cfg.Realtime.ShareLease.String()
-	m["realtime.client_origins"] = strings.Join(cfg.Realtime.ClientOrigins, ",")
-	m["realtime.drain_delay"] = cfg.Realtime.DrainDelay.String()
-	m["realtime.resume_window"] = cfg.Realtime.ResumeWindow.String()
-	m["realtime.resume_records_per_team"] = strconv.Itoa(cfg.Realtime.ResumeRecordsPerTeam)
-	m["realtime.resume_records"] = strconv.Itoa(cfg.Realtime.ResumeRecords)
-	m["realtime.backfill_max"] = cfg.Realtime.BackfillMax.String()
 	return m
+}
+
+// settingValue represents the setting that field points to for comparison:
+// a secret by its digest, a TLS block by its presence, a Redis Sentinel or
+// Cluster by its addresses (and the sentinels' password's digest).
+func settingValue(field any) string {
+	switch f := field.(type) {
+	case *Secret:
+		return digest(*f)
+	case *time.Duration:
+		return f.String()
+	case *string:
+		return *f
+	case *bool:
+		return strconv.FormatBool(*f)
+	case *int:
+		return strconv.Itoa(*f)
+	case *Size:
+		return strconv.FormatInt(int64(*f), 10)
+	case *[]string:
+		return strings.Join(*f, ",")
+	case *Rate:
+		return fmt.Sprint(f.RPS, "/", f.Burst)
+	case **TLS:
+		return strconv.FormatBool(*f != nil)
+	case **RedisSentinel:
+		return sentinelSetting(*f)
+	case **RedisCluster:
+		return clusterSetting(*f)
+	}
+	return fmt.Sprint(reflect.ValueOf(field).Elem().Interface()) // enumerations, tracing
+}
+
+// digest represents a secret for comparison.
+func digest(s Secret) string {
+	sum := sha256.Sum256([]byte(s.Reveal()))
+	return hex.EncodeToString(sum[:])
 }
 
 // sentinelSetting represents a Sentinel target for comparison, its
 // password by digest.
-func sentinelSetting(s *RedisSentinel, digest func(Secret) string) string {
+func sentinelSetting(s *RedisSentinel) string {
 	if s == nil {
 		return ""
 	}

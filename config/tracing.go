@@ -1,10 +1,5 @@
 package config
 
-import (
-	"math"
-	"net/url"
-)
-
 // The OTLP protocols of Tracing.Protocol.
 const (
 	TracingHTTP = "http/protobuf"
@@ -36,23 +31,3 @@ type Tracing struct {
 
 // Enabled reports whether spans are exported.
 func (t *Tracing) Enabled() bool { return t.OTLPEndpoint != "" }
-
-func (v *validator) tracing(t *Tracing) {
-	if t.OTLPEndpoint != "" {
-		u, err := url.Parse(t.OTLPEndpoint)
-		switch {
-		case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
-			v.add("tracing.otlp_endpoint", "want the collector's base URL, http:// or https:// with a host, such as http://otel-collector:4318")
-		case u.User != nil:
-			v.add("tracing.otlp_endpoint", "must not hold user information")
-		case t.Protocol == TracingGRPC && u.Path != "" && u.Path != "/":
-			v.add("tracing.otlp_endpoint", "a grpc endpoint has no path: give scheme, host and port")
-		}
-	}
-	if t.Protocol != TracingHTTP && t.Protocol != TracingGRPC {
-		v.add("tracing.protocol", "%q: want http/protobuf or grpc", t.Protocol)
-	}
-	if math.IsNaN(t.SampleRatio) || t.SampleRatio < 0 || t.SampleRatio > 1 {
-		v.add("tracing.sample_ratio", "must be between 0 and 1")
-	}
-}

@@ -28,6 +28,20 @@ func Parse(s string) (ID, error) {
 // String returns the canonical form.
 func (id ID) String() string { return string(id) }
 
+// MarshalText returns the canonical form.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id), nil }
+
+// UnmarshalText reads a stream ID in any case with Parse, so that an ID
+// decoded from JSON, YAML or a flag is canonical, or refused.
+func (id *ID) UnmarshalText(text []byte) error {
+	p, err := Parse(string(text))
+	if err != nil {
+		return err
+	}
+	*id = p
+	return nil
+}
+
 // Valid reports whether s is a stream ID in any case: "0x" (or "0X") and
 // 64 hex digits.
 func Valid[T string | []byte](s T) bool {

@@ -1,6 +1,7 @@
 package feedid_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -47,4 +48,25 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%q parsed as %q", s, id)
 		}
 	})
+}
+
+// An ID decodes from text (JSON here) through Parse: canonical, or an
+// error that names the input.
+func TestUnmarshalText(t *testing.T) {
+	var ids []feedid.ID
+	if err := json.Unmarshal([]byte(`["0X`+strings.ToUpper(lower[2:])+`", "`+lower+`"]`), &ids); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 || ids[0] != lower || ids[1] != lower {
+		t.Fatalf("decoded %q", ids)
+	}
+	out, err := json.Marshal(ids)
+	if err != nil || string(out) != `["`+lower+`","`+lower+`"]` {
+		t.Fatalf("encoded %s, %v", out, err)
+	}
+	var id feedid.ID
+	err = json.Unmarshal([]byte(`"0x12"`), &id)
+	if err == nil || !strings.Contains(err.Error(), `feedid: "0x12" is not a stream ID`) || id != "" {
+		t.Fatalf("0x12: %q, %v", id, err)
+	}
 }
