@@ -35,6 +35,7 @@ import (
 	"streamgate/redisconn"
 	"streamgate/status"
 	"streamgate/tracing"
+	"streamgate/wsgate"
 )
 
 // Options are a Server's dependencies besides its configuration. Every
@@ -71,6 +72,7 @@ type Server struct {
 	limits   *Limits
 	ownLimit bool
 	gw       *proxy.Gateway
+	streams  *wsgate.Gate // the WebSocket endpoint
 	hubs     map[string]*realtime.Hub
 	// backfillOf holds, per hub, the gateway's backfill once it is built.
 	backfillOf map[string]*atomic.Pointer[backfillFunc]
@@ -195,6 +197,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		SampleRatio: cfg.Tracing.SampleRatio, PropagateUpstream: cfg.Tracing.PropagateUpstream, Version: version}); err != nil {
 		return nil, err
 	}
+	if s.streams, err = s.newStreams(cfg, opts.Now); err != nil {
+		return nil, err
+	}
 	s.gw, err = proxy.New(cfg, proxy.Deps{
 		Cache:       s.store,
 		Shared:      s.shared,
@@ -203,7 +208,6 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Admitter:    s.limits.Admitter,
 		Budgets:     s.limits.Budgets,
 		ReplayStore: s.limits.ReplayStore,
-		Conns:       connsOf(s.limits),
 		Logger:      s.log,
 		AccessLog:   access,
 		Metrics:     metrics,
@@ -211,7 +215,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Embedded:    embedded,
 		Hubs:        s.hubs,
 		Gates:       s.gates,
-		ResumeRedis: s.resumeRedis(cfg),
+		Streams:     s.streams,
 		Tracer:      s.traces.Tracer(),
 
 		PropagateUpstream: s.traces.PropagateUpstream(),
@@ -642,12 +646,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		// Then the stream clients are closed (1001) in steps, an HA
 		// client's second connection once its first has reconnected
-		// (proxy.Gateway.DrainStreams); closing the hubs ends the
+		// (wsgate.Gate.DrainStreams); closing the hubs ends the
 		// subscriptions of any left. A sharing hub first hands its chunks
 		// over to another replica (within realtime.share_lease): the hubs
 		// close together.
-		if s.gw != nil {
-			s.gw.DrainStreams(ctx)
+		if s.streams != nil {
+			s.streams.DrainStreams(ctx)
 		}
 		s.status.Stop()
 		var hubs sync.WaitGroup
@@ -656,6 +660,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		hubs.Wait()
 		s.hubs = nil
+		s.streams.Close()
 		s.gw.Close()
 		shutdown(ctx, s.upstreams)
 		if s.admin != nil {
@@ -690,6 +695,7 @@ func (s *Server) release() {
 	if s.status != nil {
 		s.status.Stop()
 	}
+	s.streams.Close()
 	if s.gw != nil {
 		s.gw.Close()
 	}
@@ -741,6 +747,19 @@ func shutdown(ctx context.Context, group []*served) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// newStreams builds the WebSocket endpoint of cfg's realtime section on
+// the hubs.
+func (s *Server) newStreams(cfg *config.Config, now func() time.Time) (*wsgate.Gate, error) {
+	rt := &cfg.Realtime
+	return wsgate.New(wsgate.Config{
+		Hubs: s.hubs, Gates: s.gates,
+		Queue: rt.ClientQueue, PingInterval: rt.PingInterval, TeamConnections: rt.TeamConnections, Origins: rt.ClientOrigins,
+		ResumeWindow: rt.ResumeWindow, ResumeRecordsPerTeam: rt.ResumeRecordsPerTeam, ResumeRecords: rt.ResumeRecords,
+		ResumeRedis: s.resumeRedis(cfg), Conns: connsOf(s.limits),
+		Metrics: wsgate.NewMetrics(s.reg), Logger: s.log, Now: now,
+	})
 }
 
 // connsOf is the limits' count of WebSocket connections across replicas,

@@ -1,4 +1,4 @@
-package proxy
+package wsgate
 
 import (
 	"context"
@@ -113,9 +113,10 @@ func (tc *teamConns) remove(c *wsClient) {
 	delete(tc.clients, c)
 }
 
-// recheck checks every open client against pol, the policy a reload has
-// just put in force (see wsClient.recheck).
-func (tc *teamConns) recheck(pol *policy) {
+// recheck checks every open client against the key store its network's
+// REST has in force, which a reload has just swapped (see
+// wsClient.recheck).
+func (tc *teamConns) recheck() {
 	tc.mu.Lock()
 	clients := make([]*wsClient, 0, len(tc.clients))
 	for c := range tc.clients {
@@ -123,7 +124,7 @@ func (tc *teamConns) recheck(pol *policy) {
 	}
 	tc.mu.Unlock()
 	for _, c := range clients {
-		c.recheck(pol)
+		c.recheck(c.rest.Keys())
 	}
 }
 
@@ -144,6 +145,7 @@ type wsClient struct {
 	// revoked carries the reason the connection must close (1008), once.
 	revoked chan string
 	dropped func(n int) // counts streams stopped by a reload
+	rest    REST        // its network's, for the keys in force
 }
 
 // Reasons a reload closes an open connection (1008, policy violation).
@@ -161,7 +163,7 @@ const (
 // p's secrets, in either form authenticate accepts (the target sent, or
 // /api/v1/ws? and the raw query).
 func stillSigns(p *auth.Principal, r *http.Request) bool {
-	return p.StillSigns(r) || p.StillSigns(wsAltTarget(r))
+	return p.StillSigns(r) || p.StillSigns(AltTarget(r))
 }
 
 // recheck applies a reload to the connection: a team or key gone, moved,
@@ -171,10 +173,10 @@ func stillSigns(p *auth.Principal, r *http.Request) bool {
 // sent either), and the connection goes on with the others, or closes
 // when none is left. The entitlement against the credential's catalog is
 // not asked again: a reload does not change the catalog.
-func (c *wsClient) recheck(pol *policy) {
+func (c *wsClient) recheck(keys *auth.KeyStore) {
 	reason := ""
-	p, ok := pol.keys.Lookup(c.upgrade.Header.Get(auth.HeaderAuthorization))
-	switch _, teamOK := pol.keys.Team(c.team); {
+	p, ok := keys.Lookup(c.upgrade.Header.Get(auth.HeaderAuthorization))
+	switch _, teamOK := keys.Team(c.team); {
 	case !teamOK:
 		reason = reasonTeamGone
 	case !ok:
@@ -220,7 +222,7 @@ var (
 	errNotUpgrade = errorf(http.StatusUpgradeRequired, "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
 )
 
-// serveWS terminates a client's WebSocket at /api/v1/ws?feedIDs=…: every
+// ServeWS terminates a client's WebSocket at /api/v1/ws?feedIDs=…: every
 // stream well-formed (400), readable by the team and known to its
 // credential's catalog and to the organisation's, whose connections carry it
 // (401 for any one that is not), the team under its connection limit (429),
@@ -228,8 +230,10 @@ var (
 // network's hub and gets each report of its streams as the upstream sent it,
 // in one binary frame, exactly once. Nothing goes upstream for a refused
 // client, and no client is ever passed through to the upstream one to one.
-func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	if n.hub == nil {
+// The streams and their entitlement are the network's REST's to check
+// (REST.ReadStreams).
+func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if n == nil || n.hub == nil {
 		writeError(w, errNoStream)
 		return
 	}
@@ -238,18 +242,11 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		writeError(w, err)
 		return
 	}
-	rq, ok := n.reads.read(w, r, p, "ws", shapeStreams)
+	feeds, ok := n.rest.ReadStreams(w, r, p)
 	if !ok {
 		return
 	}
-	if rq.cred != n.org {
-		// The stream is the organisation's: the streams must exist for
-		// its credential too.
-		if err := n.entitled(r.Context(), p, n.org, rq.feeds...); err != nil {
-			refuseEntitlement(w, r, err)
-			return
-		}
-	}
+	rq := streamQuery{feeds: feeds}
 	if !isUpgrade(r) {
 		writeError(w, errNotUpgrade)
 		return
@@ -274,7 +271,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	// budget cannot carry is told so (503), not left without frames.
 	var charge realtime.FillCharge
 	if len(from) > 0 {
-		charge = n.resumeCharge(team)
+		charge = n.rest.Charge(team)
 	}
 	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from, charge)
 	if err != nil {
@@ -297,7 +294,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 
 	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
 		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
-		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }, rest: n.rest}
 	if n.resume != nil {
 		wc.mark = n.resume.track(team, resumeAs, from)
 	}
@@ -308,11 +305,11 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
-	wc.recheck(n.policy())
+	wc.recheck(n.rest.Keys())
 	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
 }
 
-// serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
+// ServeRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
 // their WebSocket address to discover HA origins (X-Cll-Available-Origins).
 // The gateway advertises its own (realtime.client_origins), never the
 // upstream's, when the network streams: an SDK in HA mode then holds one
@@ -320,9 +317,9 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // balancer the two usually land on two replicas. Every origin carries
 // every stream. An X-Cll-Origin not among them is a 400, as on the
 // upgrade. Nothing goes upstream.
-func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
+func (n *Network) ServeRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
-	if n.hub != nil && n.ws.originsHV != "" {
+	if n != nil && n.hub != nil && n.ws.originsHV != "" {
 		if _, err := n.ws.clientOrigin(r); err != nil {
 			writeError(w, err)
 			return
@@ -331,6 +328,9 @@ func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Prin
 	}
 	w.WriteHeader(http.StatusOK)
 }
+
+// streamQuery is an upgrade's query as the network's REST read it.
+type streamQuery struct{ feeds []string }
 
 // isUpgrade reports whether r asks for a WebSocket.
 func isUpgrade(r *http.Request) bool {

@@ -1,0 +1,212 @@
+// Package wsgate is the gateway's WebSocket endpoint for clients
+// (/api/v1/ws): it admits an upgrade (the team's connection limit, the
+// upstream budget of its streams through the network's hub), holds the
+// client's connection (frames in batches, pings, a reload's recheck),
+// keeps its resume record so that a client that comes back gets what it
+// missed, and drains the clients in steps when the replica shuts down.
+//
+// What the REST side decides (the upgrade's signature, its streams and
+// their entitlement, a resumed fill's charge to the team's quota) it asks
+// of the network's REST, given to Gate.Network; the real-time hub of each
+// network carries the streams.
+package wsgate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"streamgate/auth"
+	"streamgate/don"
+	"streamgate/internal/apierror"
+	"streamgate/ratelimit"
+	"streamgate/realtime"
+)
+
+// Config is what a Gate is built with.
+type Config struct {
+	// Hubs are the real-time hubs by network name; a network without one
+	// answers /api/v1/ws with 503.
+	Hubs map[string]*realtime.Hub
+	// Gates are the DON gates by network name, for the decoded view of
+	// the frames; a network without one decodes without verification.
+	Gates map[string]*don.Gate
+	// Queue is how many frames may wait for one client
+	// (realtime.client_queue).
+	Queue int
+	// PingInterval is how often the gateway pings a client; a client that
+	// has not answered the previous ping is closed
+	// (realtime.ping_interval).
+	PingInterval time.Duration
+	// TeamConnections is how many connections one team may hold at once,
+	// on every network together (realtime.team_connections).
+	TeamConnections int
+	// Origins are the HA origins advertised to clients (HEAD /) and
+	// accepted in X-Cll-Origin (realtime.client_origins); none: no HA.
+	Origins []string
+	// ResumeWindow is how long a client's watermarks are kept for its
+	// return (realtime.resume_window); 0: no resume.
+	ResumeWindow time.Duration
+	// ResumeRecordsPerTeam and ResumeRecords bound the resume records this
+	// replica writes (realtime.resume_records_per_team, resume_records).
+	ResumeRecordsPerTeam, ResumeRecords int
+	// ResumeRedis, if non-nil, shares the resume records with the other
+	// replicas, so that a client resumes on any of them; nil: each
+	// replica keeps its own.
+	ResumeRedis redis.UniversalClient
+	// Conns counts each team's connections; nil: this process counts
+	// alone.
+	Conns ratelimit.Conns
+	// Metrics records the endpoint's metrics; nil: none.
+	Metrics *Metrics
+	// Logger receives the drain's and the resume store's lines; nil:
+	// nothing is logged.
+	Logger *zap.Logger
+	// Now is the clock of the resume windows; nil: time.Now.
+	Now func() time.Time
+}
+
+// Gate is the WebSocket endpoint of every network of the gateway: the
+// team connection counts and the open clients are the gateway's, shared by
+// its networks. It is safe for concurrent use.
+type Gate struct {
+	cfg     Config
+	conns   *teamConns
+	resume  *resumeStore // nil: no resume
+	metrics *Metrics
+	log     *zap.Logger
+}
+
+// New returns the Gate of cfg.
+func New(cfg Config) (*Gate, error) {
+	if len(cfg.Hubs) > 0 && cfg.Queue <= 0 {
+		return nil, errors.New("wsgate: Config.Queue must be above zero")
+	}
+	if len(cfg.Hubs) > 0 && cfg.PingInterval <= 0 {
+		return nil, errors.New("wsgate: Config.PingInterval must be above zero")
+	}
+	g := &Gate{cfg: cfg, conns: &teamConns{counter: cfg.Conns}, metrics: cfg.Metrics, log: cfg.Logger}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.conns.counter == nil {
+		g.conns.counter = &ratelimit.MemoryConns{}
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	if cfg.ResumeWindow > 0 && len(cfg.Hubs) > 0 {
+		g.resume = newResumeStore(cfg.ResumeWindow, cfg.ResumeRecordsPerTeam, cfg.ResumeRecords,
+			cfg.ResumeRedis, g.log, now, g.metrics)
+	}
+	return g, nil
+}
+
+// REST is what the endpoint asks of the REST side of one network.
+type REST interface {
+	// ReadStreams reads an upgrade's streams (feedIDs) and checks that the
+	// team may read each and that its credential's catalog and the
+	// organisation's hold it; on a refusal it has answered w and ok is
+	// false. Nothing goes upstream for a refused client.
+	ReadStreams(w http.ResponseWriter, r *http.Request, p *auth.Principal) (feeds []string, ok bool)
+	// Keys returns the key store in force (a reload swaps it).
+	Keys() *auth.KeyStore
+	// Charge returns what a resumed client's fill costs team.
+	Charge(team string) realtime.FillCharge
+}
+
+// Network is the endpoint of one network: ServeWS and ServeRoot. A nil
+// *Network answers as a network without a stream.
+type Network struct {
+	name    string
+	hub     *realtime.Hub // nil: no stream for this network
+	gate    *don.Gate
+	ws      wsSettings
+	conns   *teamConns
+	resume  *resumeStore
+	metrics *Metrics
+	rest    REST
+}
+
+// Network returns the endpoint of network name, whose upgrades rest
+// checks.
+func (g *Gate) Network(name string, rest REST) *Network {
+	c := g.cfg
+	return &Network{name: name, hub: c.Hubs[name], gate: c.Gates[name], rest: rest,
+		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),
+		conns: g.conns, resume: g.resume, metrics: g.metrics}
+}
+
+// Recheck checks every open client against the configuration a reload has
+// just put in force (see wsClient.recheck).
+func (g *Gate) Recheck() {
+	if g != nil {
+		g.conns.recheck()
+	}
+}
+
+// Close waits for the handlers of the open clients to finish (within
+// wsEndWait), then stops the resume store after its last write.
+func (g *Gate) Close() {
+	if g == nil {
+		return
+	}
+	g.conns.wait()
+	if g.resume != nil {
+		g.resume.close()
+	}
+}
+
+// AltTarget returns r as signed by the clients that sign a WebSocket
+// upgrade as /api/v1/ws? and the raw query, whatever target they send:
+// the second form authentication accepts for the ws route.
+func AltTarget(r *http.Request) *http.Request {
+	alt := *r
+	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
+	return &alt
+}
+
+// wantsDecoded reports whether the client asked for the decoded view
+// (Accept: application/vnd.streamgate.decoded+json).
+func wantsDecoded(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), don.DecodedMediaType)
+}
+
+// upgraded notes a WebSocket upgrade on the request's server span, which
+// lasts as long as the connection.
+func upgraded(ctx context.Context, streams int, resumed bool) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.AddEvent("websocket upgraded", trace.WithAttributes(
+			attribute.Int("streamgate.streams", streams), attribute.Bool("streamgate.resumed", resumed)))
+	}
+}
+
+// apiError is a refusal the endpoint answers itself, before the upgrade.
+// Its text is safe to show to the client.
+type apiError struct {
+	status     int
+	msg        string
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
+
+// writeError answers err, one of the endpoint's refusals, as the API
+// answers every error.
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, "internal error")
+	}
+	apierror.Write(w, ae.status, ae.msg, ae.retryAfter)
+}
