@@ -764,7 +764,7 @@ func (s *Server) newStreams(cfg *config.Config, now func() time.Time) (*wsgate.G
 
 // connsOf is the limits' count of WebSocket connections across replicas,
 // or nil (an interface holding no pointer) with the memory backend.
-func connsOf(l *Limits) ratelimit.Conns {
+func connsOf(l *Limits) wsgate.Conns {
 	if l.Conns == nil {
 		return nil
 	}

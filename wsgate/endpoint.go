@@ -26,7 +26,6 @@ import (
 	"streamgate/auth"
 	"streamgate/don"
 	"streamgate/internal/apierror"
-	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
 
@@ -63,7 +62,7 @@ type Config struct {
 	ResumeRedis redis.UniversalClient
 	// Conns counts each team's connections; nil: this process counts
 	// alone.
-	Conns ratelimit.Conns
+	Conns Conns
 	// Metrics records the endpoint's metrics; nil: none.
 	Metrics *Metrics
 	// Logger receives the drain's and the resume store's lines; nil:
@@ -97,7 +96,7 @@ func New(cfg Config) (*Gate, error) {
 		g.log = zap.NewNop()
 	}
 	if g.conns.counter == nil {
-		g.conns.counter = &ratelimit.MemoryConns{}
+		g.conns.counter = &MemoryConns{}
 	}
 	now := cfg.Now
 	if now == nil {

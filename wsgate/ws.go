@@ -68,7 +68,7 @@ const wsWriteTimeout = 10 * time.Second
 // limits: Deps.Conns), and holds every open client, so that a reload can
 // check each again (recheck).
 type teamConns struct {
-	counter ratelimit.Conns
+	counter Conns
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
 }
