@@ -328,9 +328,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 	for _, p := range nc.PassThrough {
 		passPaths[p] = true
 	}
-	if g.streams != nil {
-		n.streams = g.streams.Network(name, n)
-	}
+	n.streams = g.streams.Network(name, n)
 	n.rp = n.reverseProxy(base, transport)
 	n.handler = chain(name, accessLog, g.metrics, g.tracer,
 		requestCheck{passPaths: passPaths},

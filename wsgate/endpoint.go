@@ -73,8 +73,11 @@ type Config struct {
 }
 
 // Gate is the WebSocket endpoint of every network of the gateway: the
-// team connection counts and the open clients are the gateway's, shared by
-// its networks. It is safe for concurrent use.
+// team connection counts, the open clients and the resume records are the
+// gateway's, shared by its networks. The server builds it, gives it to the
+// gateway, which routes each network's upgrades to Network's handlers and
+// calls Recheck on a reload, and at shutdown drains it (DrainStreams)
+// and closes it. It is safe for concurrent use.
 type Gate struct {
 	cfg     Config
 	conns   *teamConns
@@ -83,13 +86,26 @@ type Gate struct {
 	log     *zap.Logger
 }
 
-// New returns the Gate of cfg.
+// New returns the Gate of cfg, or every problem of cfg. With no hub, no
+// network streams and the settings of the clients are not needed.
 func New(cfg Config) (*Gate, error) {
-	if len(cfg.Hubs) > 0 && cfg.Queue <= 0 {
-		return nil, errors.New("wsgate: Config.Queue must be above zero")
-	}
-	if len(cfg.Hubs) > 0 && cfg.PingInterval <= 0 {
-		return nil, errors.New("wsgate: Config.PingInterval must be above zero")
+	if len(cfg.Hubs) > 0 {
+		var errs []error
+		if cfg.Queue <= 0 {
+			errs = append(errs, errors.New("wsgate: Config.Queue must be at least 1"))
+		}
+		if cfg.PingInterval <= 0 {
+			errs = append(errs, errors.New("wsgate: Config.PingInterval must be above zero"))
+		}
+		if cfg.TeamConnections <= 0 {
+			errs = append(errs, errors.New("wsgate: Config.TeamConnections must be at least 1"))
+		}
+		if cfg.ResumeWindow > 0 && (cfg.ResumeRecordsPerTeam <= 0 || cfg.ResumeRecords < cfg.ResumeRecordsPerTeam) {
+			errs = append(errs, errors.New("wsgate: Config.ResumeRecordsPerTeam must be at least 1 and ResumeRecords at least as many"))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
 	}
 	g := &Gate{cfg: cfg, conns: &teamConns{counter: cfg.Conns}, metrics: cfg.Metrics, log: cfg.Logger}
 	if g.log == nil {
@@ -109,7 +125,9 @@ func New(cfg Config) (*Gate, error) {
 	return g, nil
 }
 
-// REST is what the endpoint asks of the REST side of one network.
+// REST is what the endpoint asks of the REST side of one network (proxy's
+// network implements it): the endpoint reads no query, holds no key and
+// counts no quota of its own.
 type REST interface {
 	// ReadStreams reads an upgrade's streams (feedIDs) and checks that the
 	// team may read each and that its credential's catalog and the
@@ -122,8 +140,10 @@ type REST interface {
 	Charge(team string) realtime.FillCharge
 }
 
-// Network is the endpoint of one network: ServeWS and ServeRoot. A nil
-// *Network answers as a network without a stream.
+// Network is the endpoint of one network: ServeWS and ServeRoot, called
+// by the gateway's chain once the upgrade is authenticated and admitted. A
+// nil *Network answers as a network without a stream. It is safe for
+// concurrent use.
 type Network struct {
 	name    string
 	hub     *realtime.Hub // nil: no stream for this network
@@ -136,8 +156,11 @@ type Network struct {
 }
 
 // Network returns the endpoint of network name, whose upgrades rest
-// checks.
+// checks; nil for a nil Gate.
 func (g *Gate) Network(name string, rest REST) *Network {
+	if g == nil {
+		return nil
+	}
 	c := g.cfg
 	return &Network{name: name, hub: c.Hubs[name], gate: c.Gates[name], rest: rest,
 		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),

@@ -65,7 +65,7 @@ const wsWriteTimeout = 10 * time.Second
 
 // teamConns counts the WebSocket connections each team holds, on every
 // network of the gateway together (across the replicas with the Redis
-// limits: Deps.Conns), and holds every open client, so that a reload can
+// limits: Config.Conns), and holds every open client, so that a reload can
 // check each again (recheck).
 type teamConns struct {
 	counter Conns
@@ -73,7 +73,7 @@ type teamConns struct {
 	clients map[*wsClient]struct{}
 }
 
-// wsEndWait bounds how long Gateway.Close waits for the stream clients'
+// wsEndWait bounds how long Gate.Close waits for the stream clients'
 // handlers to finish (their close handshake, their resume record).
 const wsEndWait = wsCloseWait + time.Second
 

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Drain of the stream clients (Gateway.DrainStreams): a replica that
+// Drain of the stream clients (Gate.DrainStreams): a replica that
 // shuts down closes its clients with 1001 in steps rather than all at
 // once, and never both connections of an HA client together.
 const (
