@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
@@ -81,19 +79,4 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
-}
-
-// frame is the part of a stream frame the tests read.
-type frame = servertest.Frame
-
-// dialWS opens a WebSocket to the gateway at base (http://…) for target,
-// signed by c over signedTarget (the target itself when empty).
-func dialWS(ctx context.Context, c *servertest.Client, base, target, signedTarget string) (*websocket.Conn, *http.Response, error) {
-	return c.DialWS(ctx, base, target, signedTarget)
-}
-
-// readFrames reads n frames from conn.
-func readFrames(t *testing.T, ctx context.Context, conn *websocket.Conn, n int) []frame {
-	t.Helper()
-	return servertest.ReadFrames(t, ctx, conn, n)
 }

@@ -14,7 +14,8 @@ import (
 	"streamgate/auth"
 )
 
-// Frame is the part of a stream frame the tests read.
+// Frame is the part of a stream frame the tests read; a report answer's
+// body has the same shape.
 type Frame struct {
 	Report struct {
 		FeedID                string `json:"feedID"`
