@@ -208,9 +208,11 @@ func TestWSKeepAliveAndClose(t *testing.T) {
 	}()
 	require.NoError(t, reader.Ping(ctx), "the gateway answers a client's ping")
 
-	// The silent client reads nothing (so answers no ping) for ten ping
-	// intervals; what it then reads ends with the gateway's close.
-	time.Sleep(time.Second)
+	// The silent client reads nothing (so answers no ping) until the
+	// gateway has closed it; what it then reads ends with the close.
+	require.Eventually(t, func() bool {
+		return metricValue(t, env.Registry, "streamgate_ws_client_closes_total", map[string]string{"network": "mainnet", "reason": "ping"}) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the gateway closes the client that answers no ping")
 	var closeErr error
 	for closeErr == nil {
 		_, _, closeErr = silent.Read(ctx)
