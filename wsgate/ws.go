@@ -71,6 +71,7 @@ type teamConns struct {
 	counter Conns
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
+	idle    chan struct{} // closed when the last client is removed; nil: none waits
 }
 
 // wsEndWait bounds how long Gate.Close waits for the stream clients'
@@ -80,15 +81,21 @@ const wsEndWait = wsCloseWait + time.Second
 // wait waits for the handlers of the open clients to finish, within
 // wsEndWait.
 func (tc *teamConns) wait() {
-	deadline := time.Now().Add(wsEndWait)
-	for {
-		tc.mu.Lock()
-		n := len(tc.clients)
+	tc.mu.Lock()
+	if len(tc.clients) == 0 {
 		tc.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return
+	}
+	if tc.idle == nil {
+		tc.idle = make(chan struct{})
+	}
+	idle := tc.idle
+	tc.mu.Unlock()
+	t := time.NewTimer(wsEndWait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
 	}
 }
 
@@ -111,6 +118,10 @@ func (tc *teamConns) remove(c *wsClient) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	delete(tc.clients, c)
+	if len(tc.clients) == 0 && tc.idle != nil {
+		close(tc.idle)
+		tc.idle = nil
+	}
 }
 
 // recheck checks every open client against the key store its network's
