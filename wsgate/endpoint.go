@@ -155,6 +155,34 @@ type Network struct {
 	rest    REST
 }
 
+// network is Network under the name its handlers (serveWS, serveRoot,
+// serveStream) were written with.
+type network = Network
+
+// resumeCharge is what a resumed client's fill costs team (REST.Charge).
+func (n *network) resumeCharge(team string) realtime.FillCharge { return n.rest.Charge(team) }
+
+// noStream is the endpoint of a network without a stream.
+var noStream = &Network{}
+
+// ServeWS serves an upgrade to /api/v1/ws (serveWS); a nil Network, or one
+// without a hub, refuses it with 503.
+func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if n == nil {
+		n = noStream
+	}
+	n.serveWS(w, r, p)
+}
+
+// ServeRoot answers GET and HEAD / (serveRoot): the HA origins of a
+// network that streams.
+func (n *Network) ServeRoot(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if n == nil {
+		n = noStream
+	}
+	n.serveRoot(w, r, p)
+}
+
 // Network returns the endpoint of network name, whose upgrades rest
 // checks; nil for a nil Gate.
 func (g *Gate) Network(name string, rest REST) *Network {

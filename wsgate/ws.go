@@ -233,7 +233,7 @@ var (
 	errNotUpgrade = errorf(http.StatusUpgradeRequired, "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
 )
 
-// ServeWS terminates a client's WebSocket at /api/v1/ws?feedIDs=…: every
+// serveWS terminates a client's WebSocket at /api/v1/ws?feedIDs=…: every
 // stream well-formed (400), readable by the team and known to its
 // credential's catalog and to the organisation's, whose connections carry it
 // (401 for any one that is not), the team under its connection limit (429),
@@ -243,8 +243,8 @@ var (
 // client, and no client is ever passed through to the upstream one to one.
 // The streams and their entitlement are the network's REST's to check
 // (REST.ReadStreams).
-func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	if n == nil || n.hub == nil {
+func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if n.hub == nil {
 		writeError(w, errNoStream)
 		return
 	}
@@ -282,7 +282,7 @@ func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	// budget cannot carry is told so (503), not left without frames.
 	var charge realtime.FillCharge
 	if len(from) > 0 {
-		charge = n.rest.Charge(team)
+		charge = n.resumeCharge(team)
 	}
 	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from, charge)
 	if err != nil {
@@ -305,7 +305,8 @@ func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 
 	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
 		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
-		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }, rest: n.rest}
+		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	wc.rest = n.rest
 	if n.resume != nil {
 		wc.mark = n.resume.track(team, resumeAs, from)
 	}
@@ -320,7 +321,7 @@ func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
 }
 
-// ServeRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
+// serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to
 // their WebSocket address to discover HA origins (X-Cll-Available-Origins).
 // The gateway advertises its own (realtime.client_origins), never the
 // upstream's, when the network streams: an SDK in HA mode then holds one
@@ -328,9 +329,9 @@ func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // balancer the two usually land on two replicas. Every origin carries
 // every stream. An X-Cll-Origin not among them is a 400, as on the
 // upgrade. Nothing goes upstream.
-func (n *Network) ServeRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
+func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
-	if n != nil && n.hub != nil && n.ws.originsHV != "" {
+	if n.hub != nil && n.ws.originsHV != "" {
 		if _, err := n.ws.clientOrigin(r); err != nil {
 			writeError(w, err)
 			return
