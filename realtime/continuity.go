@@ -12,7 +12,7 @@ import (
 // Continuity: what a subscriber would have missed is filled in.
 //
 //   - History: each feed keeps the frames it delivered in the last
-//     Config.History, so that SubscribeFrom can replay what a returning
+//     Config.History, so that a resumed Subscribe (SubscribeOptions.From) can replay what a returning
 //     consumer missed.
 //   - Gaps: when a feed's frames stop and start again (its watermark jumps
 //     by more than a second: an upstream drop or outage, a holder's crash, a
@@ -20,7 +20,7 @@ import (
 //     seconds are fetched with Config.Backfill (REST bulk at each second,
 //     at most Config.BackfillMax of them); then the fetched frames and the
 //     held ones are delivered in observationsTimestamp order, each once.
-//   - Resume: SubscribeFrom replays, per feed, the frames after the
+//   - Resume: Subscribe with SubscribeOptions.From replays, per feed, the frames after the
 //     consumer's watermark from the history, and fetches what the history
 //     does not reach (the replica did not carry the feed) the same way,
 //     holding that subscription's live frames of the feed meanwhile.
@@ -140,22 +140,6 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
-}
-
-// SubscribeFrom is Subscribe for a consumer that comes back: from holds,
-// per feed, the observationsTimestamp of the last report it received (0 or
-// absent: none, the feed starts as Subscribe starts it). Each such feed
-// first gets, in order, every report after that second: from the hub's
-// history, and what the history does not reach fetched with
-// Config.Backfill (the consumer's newer frames of that feed wait
-// meanwhile); then live ones, each once. It returns the subscription and
-// how many reports it replays from the history at once (those fetched
-// follow; both are counted in streamgate_ws_replayed_reports_total).
-func (h *Hub) SubscribeFrom(feeds []string, queue int, from map[string]int64) (*Subscription, int) {
-	if len(from) == 0 {
-		return h.Subscribe(feeds, queue), 0
-	}
-	return h.subscribe(feeds, queue, from, nil)
 }
 
 // resumeFeed starts the replay of feed f for s after second from: the
@@ -288,7 +272,7 @@ type fillJob struct {
 }
 
 // FillCharge accounts for a second fetched for one subscription's resume
-// (Hub.SubscribeWithinFrom), asked before the call for that second: an
+// (SubscribeOptions.Charge), asked before the call for that second: an
 // error refuses it, and the subscription's fill stops there (the seconds
 // left are counted unfilled; the consumer goes on with live frames).
 type FillCharge func(ctx context.Context) error

@@ -46,7 +46,7 @@ func sharingHubs(t *testing.T, e *env, feeds []string, calls *atomic.Int64, clie
 			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 			cfg.Backfill, cfg.BackfillMax = e.restBackfill(calls), 10*time.Minute
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{Queue: 4096}))
 	}
 	e.run(t, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)

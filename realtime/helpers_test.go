@@ -235,3 +235,11 @@ func simulatorDropOrigin(o string) simulator.WSDrop { return simulator.WSDrop{Or
 func stall(on bool) simulator.Faults { return simulator.Faults{WSStall: on} }
 
 func refuse(status int) simulator.Faults { return simulator.Faults{WSRefuse: status} }
+
+// subscribe subscribes feeds on h with o; it must not be refused.
+func subscribe(t testing.TB, h *Hub, feeds []string, o SubscribeOptions) *Subscription {
+	t.Helper()
+	s, err := h.Subscribe(feeds, o)
+	require.NoError(t, err)
+	return s
+}

@@ -126,7 +126,7 @@ type Config struct {
 	// verified; a feed without a report that second is absent. The hub
 	// calls it for the seconds a feed's frames skipped (a gap: upstream
 	// drop, outage, a holder's crash) and for what a returning consumer
-	// missed beyond the history (SubscribeFrom). nil: gaps stay gaps.
+	// missed beyond the history (SubscribeOptions.From). nil: gaps stay gaps.
 	Backfill func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
 	// DiscoveryBudget, if set, waits for a token of the upstream budget
 	// before each origin discovery (HEAD /), so that replicas starting
@@ -137,7 +137,7 @@ type Config struct {
 	// newest BackfillMax; the rest are counted unfilled. 0 fetches none.
 	BackfillMax time.Duration
 	// History is how long each feed keeps the frames it delivered, for
-	// SubscribeFrom; 0 keeps none.
+	// a resumed Subscribe (SubscribeOptions.From); 0 keeps none.
 	History time.Duration
 }
 
@@ -185,7 +185,7 @@ type Hub struct {
 	health *linkHealth        // one log line per change of an origin's state
 	carry  atomic.Int64       // feeds carried
 	// carried and capacity are the feeds carried and how many the budget
-	// holds, as the last reconcile left them (for SubscribeWithin); nil and 0 before.
+	// holds, as the last reconcile left them (for SubscribeOptions.Within); nil and 0 before.
 	carried  atomic.Pointer[map[string]bool]
 	capacity atomic.Int64
 	over     atomic.Int64  // feeds wanted but not carried
@@ -360,22 +360,66 @@ func (h *Hub) Close() {
 	}
 }
 
-// Subscribe registers a consumer of feeds (validated, lower-case, without
-// duplicates, entitled by the caller) with a queue of queue frames
-// (DefaultQueue when < 1). The hub connects upstream for the feeds not yet
-// carried. The newest report the hub holds of each feed, if valid (see
-// Latest), comes first, then every newer report, each once, in
-// observationsTimestamp order per feed, as the upstream's bytes. Feeds
-// over the connection budget get nothing (Stats.FeedsUncarried). After
-// Close, the subscription is returned already ended with ErrHubClosed.
-func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
-	s, _ := h.subscribe(feeds, queue, nil, nil)
-	return s
+// SubscribeOptions are how a consumer subscribes (Hub.Subscribe).
+type SubscribeOptions struct {
+	// Queue is the subscription's queue length, in frames; DefaultQueue
+	// when < 1.
+	Queue int
+	// From, for a consumer that comes back, holds per feed the
+	// observationsTimestamp of the last report it received (0 or absent:
+	// none, the feed starts as a new consumer's does). Each such feed
+	// first gets, in order, every report after that second: from the
+	// hub's history, and what the history does not reach fetched with
+	// Config.Backfill (the consumer's newer frames of that feed wait
+	// meanwhile); then live ones, each once. Empty: a new consumer.
+	From map[string]int64
+	// Within is for a consumer that must get every one of its feeds: the
+	// hub refuses (ErrNoRoom, nothing subscribed) when some feed is not
+	// carried now and the wanted set, with the feeds not yet wanted, is
+	// over what Config.MaxConnections and Config.FeedsPerConnection
+	// carry, so that the consumer is told rather than left without
+	// frames. A sharing hub counts every replica's wants instead: it
+	// refuses when some feed is neither carried by the layout of the
+	// union its last tick read nor by a connection of its own, and the
+	// union, with this hub's wants not yet in it and the feeds nobody
+	// wants yet, is over what the layout can carry
+	// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While
+	// sharing is down (Redis), the hub checks its own wants as an
+	// unshared hub does. A hub that has not yet connected, or not yet read
+	// the union, admits every consumer. No Redis call: the figures are
+	// those of the last reconcile and tick.
+	Within bool
+	// Charge, if not nil, is asked before each second fetched for the
+	// consumer's replay (see FillCharge).
+	Charge FillCharge
 }
 
-// subscribe is Subscribe, and SubscribeFrom with from; charge is the
-// subscription's FillCharge (nil: none).
-func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, int) {
+// Subscribe registers a consumer of feeds (validated, lower-case, without
+// duplicates, entitled by the caller). The hub connects upstream for the
+// feeds not yet carried. The newest report the hub holds of each feed, if
+// valid (see Latest), comes first (or, for a feed of o.From, the replay of
+// what the consumer missed), then every newer report, each once, in
+// observationsTimestamp order per feed, as the upstream's bytes. Feeds
+// over the connection budget get nothing (Stats.FeedsUncarried) unless
+// o.Within refuses them. The error is ErrNoRoom (o.Within only); after
+// Close, the subscription is returned already ended with ErrHubClosed.
+// Subscription.Replayed tells how many reports it replayed at once.
+func (h *Hub) Subscribe(feeds []string, o SubscribeOptions) (*Subscription, error) {
+	if o.Within && !h.admits(feeds) {
+		return nil, ErrNoRoom
+	}
+	// A consumer admitted between the check and subscribe may take the
+	// last room; the window is a few instructions wide.
+	from := o.From
+	if len(from) == 0 {
+		from = nil
+	}
+	return h.subscribe(feeds, o.Queue, from, o.Charge), nil
+}
+
+// subscribe registers s (see Subscribe); charge is the subscription's
+// FillCharge (nil: none).
+func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
@@ -385,7 +429,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		h.mu.Unlock()
 		s.end(ErrHubClosed)
 		s.releaseOnce.Do(func() {})
-		return s, 0
+		return s
 	}
 	h.subs[s] = struct{}{}
 	added := false
@@ -433,6 +477,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		f.mu.Unlock()
 	}
 	h.mu.Unlock()
+	s.replayed = replayed
 	if from != nil {
 		h.mx.resumed()
 		h.mx.replayed(replayed)
@@ -445,57 +490,26 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 	if added {
 		h.kick()
 	}
-	return s, replayed
-}
-
-// subscribeFrom is Subscribe, or SubscribeFrom when from is not empty.
-func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
-	if len(from) == 0 {
-		from = nil
-	}
-	s, _ := h.subscribe(feeds, queue, from, charge)
 	return s
 }
 
-// ErrNoRoom is the error of SubscribeWithin when the upstream connection
-// budget cannot carry the feeds asked for.
+// ErrNoRoom is the error of Subscribe with SubscribeOptions.Within when
+// the upstream connection budget cannot carry the feeds asked for.
 var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 
-// SubscribeWithin is Subscribe for a consumer that must get every one of
-// its feeds: it refuses (ErrNoRoom, nothing subscribed) when some feed is
-// not carried now and the wanted set, with the feeds not yet wanted, is
-// over what Config.MaxConnections and Config.FeedsPerConnection carry, so
-// that the consumer is told rather than left without frames. A sharing
-// hub counts every replica's wants instead: it refuses when some feed is
-// neither carried by the layout of the union its last tick read nor by a
-// connection of its own, and the union, with this hub's wants not yet in
-// it and the feeds nobody wants yet, is over what the layout can carry
-// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While sharing is down
-// (Redis), the hub checks its own wants as an unshared hub does. A hub
-// that has not yet connected, or not yet read the union, admits every
-// consumer. No Redis call: the figures are those of the last reconcile
-// and tick.
-func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
-	return h.SubscribeWithinFrom(feeds, queue, nil, nil)
-}
-
-// SubscribeWithinFrom is SubscribeWithin for a consumer that comes back
-// with its watermarks (see SubscribeFrom); nil from: a new consumer.
-// charge, if not nil, is asked before each second fetched for the
-// consumer's replay (see FillCharge).
-func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, error) {
+// admits reports whether the budget has room for feeds (see
+// SubscribeOptions.Within).
+func (h *Hub) admits(feeds []string) bool {
 	if h.sh != nil && h.sh.shared.Load() {
-		if !h.roomShared(feeds, h.sh.room.Load()) {
-			return nil, ErrNoRoom
-		}
-		return h.subscribeFrom(feeds, queue, from, charge), nil
+		return h.roomShared(feeds, h.sh.room.Load())
 	}
 	capacity := h.capacity.Load()
 	carried := h.carried.Load()
 	if capacity == 0 || carried == nil {
-		return h.subscribeFrom(feeds, queue, from, charge), nil
+		return true
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	fresh, all := 0, true
 	for _, id := range feeds {
 		if !(*carried)[id] {
@@ -505,18 +519,11 @@ func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int
 			fresh++
 		}
 	}
-	if !all && int64(len(h.wants)+fresh) > capacity {
-		h.mu.Unlock()
-		return nil, ErrNoRoom
-	}
-	h.mu.Unlock()
-	// A consumer admitted between the check and Subscribe may take the
-	// last room; the window is a few instructions wide.
-	return h.subscribeFrom(feeds, queue, from, charge), nil
+	return all || int64(len(h.wants)+fresh) <= capacity
 }
 
 // roomShared reports whether the union u of a sharing hub's last tick has
-// room for feeds (see SubscribeWithin); nil u or capacity 0: room. Another
+// room for feeds (see SubscribeOptions.Within); nil u or capacity 0: room. Another
 // replica's consumer admitted since that tick may take the last room: the
 // window is a tick wide.
 func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {

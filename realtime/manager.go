@@ -641,7 +641,7 @@ type ShareStats struct {
 	Fallbacks           int64
 	// Union is how many feeds every replica wants together, as the last
 	// tick read them, and UnionCapacity how many its layout can carry
-	// (SubscribeWithin refuses beyond); both 0 while not sharing.
+	// (Subscribe refuses beyond, SubscribeOptions.Within); both 0 while not sharing.
 	Union, UnionCapacity int
 }
 

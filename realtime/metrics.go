@@ -20,7 +20,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_frames_future_total{network}                frames dropped: observationsTimestamp more than MaxFuture ahead of the clock
 //	streamgate_ws_backfilled_seconds_total{network}           (stream, second) pairs of gaps fetched over REST (Config.Backfill)
 //	streamgate_ws_gaps_unfilled_total{network}                (stream, second) pairs of gaps that could not be filled (REST failed or had none, beyond BackfillMax)
-//	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeFrom)
+//	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeOptions.From)
 //	streamgate_ws_replayed_reports_total{network}             reports replayed to resumed subscriptions (history and fetched)
 //
 // With stream sharing (Config.Share):

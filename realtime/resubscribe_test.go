@@ -91,7 +91,7 @@ func TestShareResubscribesWhenSilent(t *testing.T) {
 		hubs[i] = e.hub(t, func(cfg *Config) {
 			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{}))
 	}
 	e.run(t, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
@@ -131,7 +131,7 @@ func TestShareOutageReapsNobody(t *testing.T) {
 		hubs[i] = e.hub(t, func(cfg *Config) {
 			cfg.Share = &ShareConfig{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{}))
 	}
 	e.run(t, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)

@@ -157,7 +157,7 @@ type sharer struct {
 
 	shared atomic.Bool  // mirrors ok, for Stats
 	holds  atomic.Int64 // len(held), for Stats
-	// room is the union of the last successful tick, for SubscribeWithin;
+	// room is the union of the last successful tick, for SubscribeOptions.Within;
 	// nil while not sharing.
 	room atomic.Pointer[unionRoom]
 }

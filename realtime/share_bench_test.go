@@ -55,7 +55,7 @@ func shareRun(b *testing.B, shared bool, replicasN, feedsN, seconds int) (conns 
 			}
 		})
 		hubs[i] = h
-		cols[i] = collect(b, h.Subscribe(feeds, 1024))
+		cols[i] = collect(b, subscribe(b, h, feeds, SubscribeOptions{Queue: 1024}))
 	}
 	want := int64(4 * replicasN)
 	if shared {

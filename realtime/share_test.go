@@ -35,7 +35,7 @@ func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string)
 		hubs[i] = e.hub(t, func(cfg *Config) {
 			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{}))
 	}
 	return hubs, cols, clients
 }
@@ -369,7 +369,7 @@ func FuzzShareMessage(f *testing.F) {
 		require.NoError(t, err)
 		defer h.Close()
 		s := &sharer{h: h, id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{}}
-		sub := h.Subscribe([]string{feed}, 4)
+		sub := subscribe(t, h, []string{feed}, SubscribeOptions{Queue: 4})
 		defer sub.Close()
 		s.echoSent.Store(1)
 		s.receive(m)
@@ -403,9 +403,9 @@ func TestShareUnionOfWants(t *testing.T) {
 	a, b, c, d := fs[0], fs[1], fs[2], fs[3]
 	hubs, _, _ := replicas(t, e, rs, 3, nil)
 	cols := []*collector{
-		collect(t, hubs[0].Subscribe([]string{a}, 0)),
-		collect(t, hubs[1].Subscribe([]string{b}, 0)),
-		collect(t, hubs[2].Subscribe([]string{a, c}, 0)),
+		collect(t, subscribe(t, hubs[0], []string{a}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[1], []string{b}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[2], []string{a, c}, SubscribeOptions{})),
 	}
 	for range DemandThreshold {
 		hubs[1].Want(d) // latest polled on replica 1: streamed
@@ -482,19 +482,19 @@ func TestShareSubscribeWithin(t *testing.T) {
 		})
 	}
 	e.run(t, 20*time.Millisecond)
-	col := collect(t, hubs[0].Subscribe(fs[:2], 0))
+	col := collect(t, subscribe(t, hubs[0], fs[:2], SubscribeOptions{}))
 	require.Eventually(t, func() bool {
 		st := hubs[1].Stats().Share
 		return st.Sharing && st.Union == 2 && st.UnionCapacity == 3 && col.count(fs[0]) > 0
 	}, wait, 10*time.Millisecond)
 
-	sub, err := hubs[1].SubscribeWithin(fs[2:3], 0)
+	sub, err := hubs[1].Subscribe(fs[2:3], SubscribeOptions{Within: true})
 	require.NoError(t, err, "room for one more in the union")
 	defer sub.Close()
-	_, err = hubs[1].SubscribeWithin(fs[3:4], 0)
+	_, err = hubs[1].Subscribe(fs[3:4], SubscribeOptions{Within: true})
 	require.ErrorIs(t, err, ErrNoRoom, "the feed just admitted counts, whether or not a tick has published it")
 	assert.Equal(t, 1, hubs[1].Stats().Subscribers, "nothing subscribed for the refused consumer")
-	carried, err := hubs[1].SubscribeWithin(fs[:1], 0)
+	carried, err := hubs[1].Subscribe(fs[:1], SubscribeOptions{Within: true})
 	require.NoError(t, err, "a feed the union carries is admitted")
 	defer carried.Close()
 	got := collect(t, carried)

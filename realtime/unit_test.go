@@ -65,7 +65,7 @@ func TestMetricsRegistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := e.hub(t, func(c *Config) { c.Metrics = NewMetrics(reg) })
 	a := e.crypto(t, 1)[0]
-	c := collect(t, h.Subscribe([]string{a}, 0))
+	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return c.count(a) >= 2 }, wait, 5*time.Millisecond)
 	h.Latest(a)
@@ -99,7 +99,7 @@ func TestSubscriptionMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for range n {
-		subs = append(subs, h.Subscribe(feeds, 0))
+		subs = append(subs, subscribe(t, h, feeds, SubscribeOptions{}))
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
