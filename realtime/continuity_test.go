@@ -28,7 +28,7 @@ import (
 
 // restBackfill is a Config.Backfill over the env's REST bulk endpoint,
 // counting its calls.
-func (e *env) restBackfill(calls *atomic.Int64) func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+func (e *env) restBackfill(calls *atomic.Int64) BackfillFunc {
 	return func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
 		calls.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
@@ -117,7 +117,7 @@ func TestGapFillAskedAgain(t *testing.T) {
 	rest := e.restBackfill(&calls)
 	var mu sync.Mutex
 	asked := map[int64]bool{}
-	flaky := func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+	flaky := BackfillFunc(func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
 		mu.Lock()
 		first := !asked[ts]
 		asked[ts] = true
@@ -127,7 +127,7 @@ func TestGapFillAskedAgain(t *testing.T) {
 			return nil, errors.New("upstream budget exhausted: retry after 1s")
 		}
 		return rest(ctx, feeds, ts)
-	}
+	})
 	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = flaky, 2*time.Minute })
 	feeds := e.crypto(t, 2)
 	e.run(t, 25*time.Millisecond)

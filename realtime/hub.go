@@ -120,14 +120,11 @@ type Config struct {
 	// DON's signatures with it.
 	Check func(frame []byte) bool
 
-	// Backfill, if non-nil, fetches the reports of feeds at second ts
-	// (REST bulk), each as a frame of the stream's shape
-	// ({"report":{…}}, the upstream's record byte for byte), already
-	// verified; a feed without a report that second is absent. The hub
-	// calls it for the seconds a feed's frames skipped (a gap: upstream
-	// drop, outage, a holder's crash) and for what a returning consumer
-	// missed beyond the history (SubscribeOptions.From). nil: gaps stay gaps.
-	Backfill func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+	// Backfill, if non-nil, is where the hub fetches the seconds a feed's
+	// frames skipped (a gap: upstream drop, outage, a holder's crash) and
+	// what a returning consumer missed beyond the history
+	// (SubscribeOptions.From). nil: gaps stay gaps.
+	Backfill BackfillSource
 	// DiscoveryBudget, if set, waits for a token of the upstream budget
 	// before each origin discovery (HEAD /), so that replicas starting
 	// together do not draw the upstream's 429; an error skips that
@@ -191,10 +188,9 @@ type Hub struct {
 	over     atomic.Int64  // feeds wanted but not carried
 	sessN    atomic.Uint64 // numbers the sessions
 
-	futureLogged atomic.Int64 // Unix seconds of the last log of a frame dated in the future
-
-	bf       *backfiller // nil without Config.Backfill
-	histSecs int64       // Config.History in seconds
+	// cont owns every second of each feed, once, in order (see
+	// continuity): the frame path hands it each frame.
+	cont *continuity
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -207,16 +203,11 @@ type feed struct {
 	idleSince time.Time // when refs fell to 0
 	demandAt  time.Time // the last Want that counted
 
-	mu        sync.Mutex // guards subs, watermark and the continuity state below; orders deliveries
-	subs      []*Subscription
-	watermark int64
+	mu   sync.Mutex // guards subs and the ledger; orders deliveries
+	subs []*Subscription
+	ledger
 
-	hist    []histFrame // the frames delivered in the last Config.History, oldest first
-	filling int         // gap fills under way
-	pending []histFrame // frames that arrived while filling, held
-	fetched []histFrame // frames the fills under way brought
-
-	latest atomic.Pointer[latest]
+	latest atomic.Pointer[latest] // written by continuity under mu
 }
 
 // latest is a feed's newest report and the connection that delivered it.
@@ -305,7 +296,6 @@ func New(cfg Config) (*Hub, error) {
 		health: newLinkHealth(cfg.Logger.With(zap.String("network", cfg.Network))),
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
-	h.histSecs = int64(cfg.History / time.Second)
 	if cfg.Share != nil {
 		sh, err := newSharer(h, cfg.Share)
 		if err != nil {
@@ -314,6 +304,7 @@ func New(cfg Config) (*Hub, error) {
 		h.sh = sh
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
@@ -321,10 +312,12 @@ func New(cfg Config) (*Hub, error) {
 	if h.sh != nil {
 		h.sh.run()
 	}
-	if cfg.Backfill != nil {
-		h.bf = newBackfiller(h)
+	if h.cont.bf != nil {
 		h.wg.Add(1)
-		go h.bf.run()
+		go func() {
+			defer h.wg.Done()
+			h.cont.bf.run()
+		}()
 	}
 	h.wg.Add(1)
 	go h.manage()
@@ -455,7 +448,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		f := h.wants[id]
 		f.mu.Lock()
 		if mark := from[id]; mark > 0 {
-			frames := h.resumeFeed(s, f, mark)
+			frames := h.cont.resume(s, f, mark)
 			f.subs = append(f.subs, s)
 			if n, ok := s.deliver(id, frames); !ok {
 				overflow = true

@@ -299,71 +299,26 @@ func (h *Hub) deliver(l *link, sess *session, frame []byte) {
 const originShared = "shared"
 
 // deliverFrame hands one frame, delivered by sess, to the subscribers of
-// its feed, unless it is not newer than the feed's watermark.
+// its feed, if the feed's continuity takes it (see continuity.take).
 func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 	id, ts, ok := parseFrame(frame)
 	if !ok {
 		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
 		return
 	}
-	if ts > h.cfg.Now().Add(MaxFuture).Unix() {
-		// Taken, it would hold the feed's watermark, and every report
-		// until that time would be dropped as old, on every replica.
-		h.mx.m.future.WithLabelValues(h.cfg.Network).Inc()
-		if now := time.Now().Unix(); now-h.futureLogged.Load() >= 60 {
-			h.futureLogged.Store(now)
-			h.log.Warn("report frame dated in the future dropped", zap.String("origin", origin), zap.Int64("observationsTimestamp", ts))
-		}
+	if h.cont.future(ts, origin) {
 		return
 	}
 	f := (*h.feeds.Load())[string(id)]
 	if f == nil {
 		return // no longer wanted
 	}
-	var slow []*Subscription
-	n := 0
 	f.mu.Lock()
-	if ts <= f.watermark {
-		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.sess.valid() {
-			// The same report from a connection that is up.
-			f.latest.Store(&latest{frame: cur.frame, ts: ts, sess: sess})
-		}
+	if !h.cont.take(f, ts, frame, sess) {
 		f.mu.Unlock()
-		h.mx.duplicate()
 		return
 	}
-	if h.cfg.Check != nil && !h.cfg.Check(frame) {
-		f.mu.Unlock() // counted and logged by the checker
-		return
-	}
-	prev := f.watermark
-	f.watermark = ts
-	f.latest.Store(&latest{frame: frame, ts: ts, sess: sess})
-	if h.holdForGap(f, prev, ts, frame) {
-		f.mu.Unlock() // delivered when the gap is filled
-		return
-	}
-	h.record(f, ts, frame)
-	for _, s := range f.subs {
-		if s.holding.Load() > 0 {
-			k, ok := s.deliver(f.id, []histFrame{{ts, frame}})
-			n += k
-			if !ok {
-				slow = append(slow, s)
-			}
-			continue
-		}
-		sent, overflow := s.send(frame)
-		if sent {
-			n++
-		} else if overflow {
-			slow = append(slow, s)
-		}
-	}
+	n, slow := f.fanOut([]histFrame{{ts, frame}})
 	f.mu.Unlock()
-	h.mx.delivered(n)
-	for _, s := range slow {
-		h.mx.slowClose()
-		s.release()
-	}
+	h.mx.fannedOut(n, slow)
 }

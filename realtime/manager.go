@@ -509,6 +509,16 @@ func (x *hubMetrics) delivered(n int) {
 	}
 }
 
+// fannedOut counts n frames queued, and releases the subscriptions that
+// overflowed (slow), counting each. Called without any feed's lock.
+func (x *hubMetrics) fannedOut(n int, slow []*Subscription) {
+	x.delivered(n)
+	for _, s := range slow {
+		x.slowClose()
+		s.release()
+	}
+}
+
 func (x *hubMetrics) duplicate() {
 	x.st.duplicates.Add(1)
 	x.duplicates.Inc()

@@ -317,6 +317,21 @@ func (s *Subscription) deliver(feed string, frames []histFrame) (int, bool) {
 	return len(b), true
 }
 
+// fanOut queues frames (in order) to every subscriber of f, as deliver
+// does for each. It returns how many it queued and the subscriptions that
+// overflowed (to release once f.mu is let go: see hubMetrics.fannedOut).
+// f.mu is held.
+func (f *feed) fanOut(frames []histFrame) (n int, slow []*Subscription) {
+	for _, s := range f.subs {
+		k, ok := s.deliver(f.id, frames)
+		n += k
+		if !ok {
+			slow = append(slow, s)
+		}
+	}
+	return n, slow
+}
+
 // addHeld adds got to the frames held for feed and returns them all, in
 // order, each second once. Called with the feed's lock held.
 func (s *Subscription) addHeld(feed string, got []histFrame) []histFrame {
