@@ -71,13 +71,17 @@ func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
 func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	t.Helper()
 	cfg := Config{
-		Network:      "mainnet",
-		URL:          "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
-		APIKey:       simulator.OrgKeyID,
-		Secret:       []byte(simulator.OrgKeySecret),
-		Grace:        200 * time.Millisecond,
-		StallTimeout: 600 * time.Millisecond,
-		Now:          e.clk.Now,
+		Network: "mainnet",
+		URL:     "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
+		APIKey:  simulator.OrgKeyID,
+		Secret:  []byte(simulator.OrgKeySecret),
+		// The sizes the configuration gives by default (ws_max_connections
+		// 6 is the configuration's; the hub tests were written for 4).
+		MaxConnections:     4,
+		FeedsPerConnection: 50,
+		Grace:              200 * time.Millisecond,
+		StallTimeout:       600 * time.Millisecond,
+		Now:                e.clk.Now,
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -40,12 +40,11 @@ import (
 	"streamgate/feedid"
 )
 
-// Defaults of Config.
+// DefaultStallTimeout is Config.StallTimeout's default. The other sizes
+// of Config have no default here: the configuration (package config)
+// declares them, and New requires them.
 const (
-	DefaultMaxConnections     = 4
-	DefaultFeedsPerConnection = 50
-	DefaultGrace              = 30 * time.Second
-	DefaultStallTimeout       = 10 * time.Second
+	DefaultStallTimeout = 10 * time.Second
 	// MaxFuture is how far ahead of the clock (Config.Now) a report's
 	// observationsTimestamp may lie; a frame dated later is dropped, so
 	// that it cannot hold a feed's watermark.
@@ -89,12 +88,14 @@ type Config struct {
 	APIKey string
 	Secret []byte
 	// MaxConnections caps the upstream connections, every origin and chunk
-	// together; default 4. A make-before-break switch holds one more per
-	// origin for a moment.
+	// together; required (at least 1). A make-before-break switch holds
+	// one more per origin for a moment.
 	MaxConnections int
-	// FeedsPerConnection caps the feeds of one connection; default 50.
+	// FeedsPerConnection caps the feeds of one connection; required (at
+	// least 1).
 	FeedsPerConnection int
-	// Grace is how long a feed nobody wants stays subscribed; default 30s.
+	// Grace is how long a feed nobody wants stays subscribed; required
+	// (positive).
 	Grace time.Duration
 	// Pinned are feeds always subscribed (stream IDs in any case; see
 	// package feedid).
@@ -230,7 +231,8 @@ type hubCounters struct {
 	backfilled, unfilled, resumed, replayed                   atomic.Int64
 }
 
-// New validates cfg, applies the defaults and starts the hub's manager.
+// New validates cfg, applies the defaults of its optional fields and
+// starts the hub's manager.
 // No connection is opened until a feed is wanted (at once for Pinned).
 func New(cfg Config) (*Hub, error) {
 	var errs []error
@@ -248,8 +250,11 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.APIKey == "" || len(cfg.Secret) == 0 {
 		errs = append(errs, errors.New("realtime: APIKey and Secret are required"))
 	}
-	if cfg.MaxConnections < 0 || cfg.FeedsPerConnection < 0 || cfg.Grace < 0 || cfg.StallTimeout < 0 {
+	switch {
+	case cfg.MaxConnections < 0 || cfg.FeedsPerConnection < 0 || cfg.Grace < 0 || cfg.StallTimeout < 0:
 		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection, Grace and StallTimeout must not be negative"))
+	case cfg.MaxConnections == 0 || cfg.FeedsPerConnection == 0 || cfg.Grace == 0:
+		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection and Grace are required"))
 	}
 	pinned := make([]string, 0, len(cfg.Pinned))
 	for _, p := range cfg.Pinned {
@@ -263,15 +268,6 @@ func New(cfg Config) (*Hub, error) {
 	cfg.Pinned = pinned
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
-	}
-	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.FeedsPerConnection == 0 {
-		cfg.FeedsPerConnection = DefaultFeedsPerConnection
-	}
-	if cfg.Grace == 0 {
-		cfg.Grace = DefaultGrace
 	}
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout

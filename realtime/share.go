@@ -19,9 +19,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Defaults of ShareConfig.
+// DefaultSharePrefix is ShareConfig.Prefix's default; ShareConfig.Lease
+// has none here (the configuration declares it: realtime.share_lease).
 const (
-	DefaultShareLease  = 3 * time.Second
 	DefaultSharePrefix = "streamgate:ws:v2:"
 	// minShareLease bounds the tick (Lease/3) from below: each tick costs
 	// a few Redis calls.
@@ -101,7 +101,7 @@ type ShareConfig struct {
 	// ID. Two replicas must never share one.
 	Replica string
 	// Lease is how long a chunk's lease lasts unless renewed; ticks are
-	// Lease/3 apart. Default 3s, at least 300ms.
+	// Lease/3 apart. Required: at least 300ms.
 	Lease time.Duration
 	// Prefix starts every key and channel; default "streamgate:ws:v2:".
 	// It must not contain '{' or '}': the hash tag is the network's.
@@ -249,9 +249,6 @@ func newLayout(union []string, maxChunks, perConn int) layout {
 func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("realtime: Share.Client is required")
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = DefaultShareLease
 	}
 	if cfg.Lease < minShareLease {
 		return nil, errors.New("realtime: Share.Lease must be at least 300ms")

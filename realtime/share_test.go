@@ -365,7 +365,8 @@ func FuzzShareMessage(f *testing.F) {
 	f.Add([]byte("sg1 P me\n"))
 	f.Add([]byte("sg1 P other\n"))
 	f.Fuzz(func(t *testing.T, m []byte) {
-		h, err := New(Config{Network: "mainnet", URL: "ws://127.0.0.1:1", APIKey: "k", Secret: []byte("s")})
+		h, err := New(Config{Network: "mainnet", URL: "ws://127.0.0.1:1", APIKey: "k", Secret: []byte("s"),
+			MaxConnections: 4, FeedsPerConnection: 50, Grace: 30 * time.Second})
 		require.NoError(t, err)
 		defer h.Close()
 		s := &sharer{h: h, id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{}}

@@ -48,14 +48,19 @@ func TestNewValidates(t *testing.T) {
 	for _, want := range []string{"ws://", "APIKey", "negative", "pinned"} {
 		assert.Contains(t, err.Error(), want)
 	}
-	h, err := New(Config{URL: "wss://ws.example:443/some/path", APIKey: "k", Secret: []byte("s")})
+	// The sizes are the configuration's (package config declares their
+	// defaults): required here, kept as given.
+	_, err = New(Config{URL: "wss://ws.example:443/some/path", APIKey: "k", Secret: []byte("s")})
+	require.ErrorContains(t, err, "MaxConnections, FeedsPerConnection and Grace are required")
+	h, err := New(Config{URL: "wss://ws.example:443/some/path", APIKey: "k", Secret: []byte("s"),
+		MaxConnections: 6, FeedsPerConnection: 50, Grace: 30 * time.Second})
 	require.NoError(t, err)
 	defer h.Close()
 	assert.Equal(t, "wss://ws.example:443", h.base)
 	assert.Equal(t, "https://ws.example:443/", h.httpURL)
-	assert.Equal(t, DefaultMaxConnections, h.cfg.MaxConnections)
-	assert.Equal(t, DefaultFeedsPerConnection, h.cfg.FeedsPerConnection)
-	assert.Equal(t, DefaultGrace, h.cfg.Grace)
+	assert.Equal(t, 6, h.cfg.MaxConnections)
+	assert.Equal(t, 50, h.cfg.FeedsPerConnection)
+	assert.Equal(t, 30*time.Second, h.cfg.Grace)
 	assert.Equal(t, DefaultStallTimeout, h.cfg.StallTimeout)
 	assert.Empty(t, h.Stats().Connections, "no connection without demand")
 }
@@ -116,6 +121,7 @@ func TestSubscriptionMemory(t *testing.T) {
 // published vector for a raw comma.
 func TestUpgradeSignature(t *testing.T) {
 	h, err := New(Config{URL: "ws://ws.example", APIKey: "clientId", Secret: []byte("userSecret"),
+		MaxConnections: 4, FeedsPerConnection: 50, Grace: 30 * time.Second,
 		Now: func() time.Time { return time.UnixMilli(1718885772000) }})
 	require.NoError(t, err)
 	defer h.Close()
