@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
 
@@ -48,9 +49,9 @@ import (
 type continuity struct {
 	network  string
 	check    func(frame []byte) bool // nil: every report is taken
-	now      func() time.Time
-	histSecs int64       // Config.History in seconds
-	bf       *backfiller // nil without a backfill source: gaps stay gaps
+	clock    clockwork.Clock         // Config.Clock: dates the reports, runs the timers below
+	histSecs int64                   // Config.History in seconds
+	bf       *backfiller             // nil without a backfill source: gaps stay gaps
 	log      *zap.Logger
 	mx       *hubMetrics
 	ctx      context.Context // the hub's: ends its fills
@@ -84,7 +85,7 @@ func (f BackfillFunc) Backfill(ctx context.Context, feeds []string, ts int64) (m
 }
 
 func newContinuity(ctx context.Context, cfg *Config, log *zap.Logger, mx *hubMetrics) *continuity {
-	c := &continuity{network: cfg.Network, check: cfg.Check, now: cfg.Now, histSecs: int64(cfg.History / time.Second),
+	c := &continuity{network: cfg.Network, check: cfg.Check, clock: cfg.Clock, histSecs: int64(cfg.History / time.Second),
 		log: log, mx: mx, ctx: ctx}
 	if cfg.Backfill != nil {
 		c.bf = &backfiller{c: c, src: cfg.Backfill, max: int64(cfg.BackfillMax / time.Second), wake: make(chan struct{}, 1)}
@@ -98,7 +99,7 @@ func newContinuity(ctx context.Context, cfg *Config, log *zap.Logger, mx *hubMet
 // it would hold its feed's watermark, and every report until that time
 // would be dropped as old, on every replica.
 func (c *continuity) future(ts int64, origin string) bool {
-	if ts <= c.now().Add(MaxFuture).Unix() {
+	if ts <= c.clock.Now().Add(MaxFuture).Unix() {
 		return false
 	}
 	c.mx.m.future.WithLabelValues(c.network).Inc()
@@ -142,7 +143,8 @@ type histFrame struct {
 	frame []byte
 }
 
-// Backfill bounds.
+// Backfill bounds. fillGather and the retries run on Config.Clock;
+// fillTimeout, a bound on the calls themselves, on the wall clock.
 const (
 	// fillGather is how long the backfiller waits after a gap is reported
 	// for the gaps of the other feeds of the same drop, so that one bulk
@@ -265,8 +267,8 @@ func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 			return out
 		}
 		s.holdFeed(f.id, out)
-		r := &resumeFill{c: c, s: s, f: f, from: from, waitUntil: c.now().Add(resumeLiveWait)}
-		c.bf.add(r.job(from+1, max(from, c.now().Unix()-1)))
+		r := &resumeFill{c: c, s: s, f: f, from: from, waitUntil: c.clock.Now().Add(resumeLiveWait)}
+		c.bf.add(r.job(from+1, max(from, c.clock.Now().Unix()-1)))
 		return nil
 	}
 	if hi <= from || c.bf == nil {
@@ -332,11 +334,11 @@ func (r *resumeFill) done(got []histFrame) {
 		f.mu.Unlock()
 		return
 	}
-	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && c.now().Before(r.waitUntil) && c.ctx.Err() == nil && !gone {
+	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && c.clock.Now().Before(r.waitUntil) && c.ctx.Err() == nil && !gone {
 		// No live frame of the feed here yet: fetch the seconds published
 		// meanwhile and look again (a round is at least fillGather).
 		r.tries = 0
-		c.bf.add(r.job(next+1, max(next, c.now().Unix()-1)))
+		c.bf.add(r.job(next+1, max(next, c.clock.Now().Unix()-1)))
 		f.mu.Unlock()
 		return
 	}
@@ -410,10 +412,10 @@ func (b *backfiller) run() {
 			return
 		case <-b.wake:
 		}
-		t := time.NewTimer(fillGather)
+		t := b.c.clock.NewTimer(fillGather)
 		select {
 		case <-b.c.ctx.Done():
-		case <-t.C:
+		case <-t.Chan():
 		}
 		t.Stop()
 		b.mu.Lock()
@@ -536,16 +538,16 @@ func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[st
 			}
 		}
 		missing = left
-		recent := s >= b.c.now().Unix()-fillUnpublished
+		recent := s >= b.c.clock.Now().Unix()-fillUnpublished
 		if len(missing) == 0 || try == fillTries || (err == nil && !recent) {
 			return got, err
 		}
-		t := time.NewTimer(wait)
+		t := b.c.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return got, ctx.Err()
-		case <-t.C:
+		case <-t.Chan():
 		}
 		wait = min(2*wait, fillRetryMax)
 	}

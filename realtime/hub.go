@@ -17,8 +17,12 @@
 // publishes its frames, the others feed them into their hubs as if from
 // their own connection (see ShareConfig).
 //
-// Timers (grace, demand, stall, backoff) run on the monotonic wall clock;
-// Config.Now only dates the signatures.
+// Config.Clock is the hub's time: it dates the signatures and runs the
+// timers of continuity (a gap's gathering, a fill's retries, a resumed
+// feed's wait for live frames), so that a test drives them with a fake
+// clock. The timers of the connections (grace, demand, stall, ping,
+// backoff, share ticks, presence) run on the monotonic wall clock: they
+// pace the network, not the reports.
 package realtime
 
 import (
@@ -35,6 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"streamgate/feedid"
@@ -45,7 +50,7 @@ import (
 // declares them, and New requires them.
 const (
 	DefaultStallTimeout = 10 * time.Second
-	// MaxFuture is how far ahead of the clock (Config.Now) a report's
+	// MaxFuture is how far ahead of the clock (Config.Clock) a report's
 	// observationsTimestamp may lie; a frame dated later is dropped, so
 	// that it cannot hold a feed's watermark.
 	MaxFuture = 10 * time.Second
@@ -107,8 +112,10 @@ type Config struct {
 	HTTPClient *http.Client
 	Logger     *zap.Logger // nil: nop
 	Metrics    *Metrics    // nil: nothing recorded
-	// Now dates the signatures; nil: time.Now.
-	Now func() time.Time
+	// Clock dates the signatures and the reports (MaxFuture) and runs the
+	// timers of continuity (see the package documentation); nil: the real
+	// clock.
+	Clock clockwork.Clock
 	// Share, if non-nil, shares the upstream connections with the other
 	// replicas of the network through Redis (see ShareConfig and the
 	// package documentation); nil: the hub holds its own.
@@ -278,8 +285,8 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	h := &Hub{
 		cfg: cfg, base: base, httpURL: httpURL,

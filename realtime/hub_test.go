@@ -201,7 +201,7 @@ func TestLatest(t *testing.T) {
 	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = latestA()
 	assert.False(t, ok, "no frame yet")
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { return c.count(a) == 1 }, wait, 5*time.Millisecond)
 	frame, ts, ok := latestA()
 	require.True(t, ok)
@@ -213,7 +213,7 @@ func TestLatest(t *testing.T) {
 	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = latestA()
 	assert.False(t, ok, "the new connection has delivered nothing yet")
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { _, ts2, ok := latestA(); return ok && ts2 == ts+1 }, wait, 5*time.Millisecond)
 
 	// A new subscriber gets the newest report first.
@@ -232,8 +232,7 @@ func TestWant(t *testing.T) {
 	for range DemandThreshold - 1 {
 		h.Want(a)
 	}
-	h.Want("0xnot-a-feed")
-	time.Sleep(50 * time.Millisecond)
+	h.Want("0xnot-a-feed") // Want is synchronous: nothing to wait for
 	assert.Equal(t, 0, h.Stats().FeedsWanted, "below the threshold")
 	h.Want(a)
 	require.Eventually(t, func() bool { _, _, ok := h.Latest(a); return ok }, wait, 5*time.Millisecond)

@@ -194,7 +194,7 @@ func (h *Hub) upgradeRequest(target, origin string) (*http.Request, error) {
 	if req.URL.RequestURI() != target {
 		return nil, errors.New("realtime: the request target would not go on the wire as signed")
 	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
+	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Clock.Now())
 	if origin != "" {
 		req.Header.Set(headerOrigin, origin)
 	}

@@ -419,7 +419,7 @@ func (h *Hub) discover() (origins []string, ok bool) {
 			return nil, false
 		}
 	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
+	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Clock.Now())
 	resp, err := h.cfg.HTTPClient.Do(req)
 	if err != nil {
 		h.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))

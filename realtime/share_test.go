@@ -296,7 +296,7 @@ func TestShareLatestFollowsTheHolder(t *testing.T) {
 	_, _, ok := hubs[follower].Latest(a)
 	assert.False(t, ok, "no frame yet")
 
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { return cols[follower].count(a) == 1 }, wait, 5*time.Millisecond)
 	frame, ts, ok := hubs[follower].Latest(a)
 	require.True(t, ok)
@@ -308,7 +308,7 @@ func TestShareLatestFollowsTheHolder(t *testing.T) {
 	require.Eventually(t, func() bool { return hubs[holder].Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = hubs[follower].Latest(a)
 	assert.False(t, ok, "the holder's new connection has delivered nothing yet")
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { _, _, ok := hubs[follower].Latest(a); return ok }, wait, 5*time.Millisecond)
 	assert.Equal(t, 2, cols[follower].count(a))
 }

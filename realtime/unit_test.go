@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -122,7 +123,7 @@ func TestSubscriptionMemory(t *testing.T) {
 func TestUpgradeSignature(t *testing.T) {
 	h, err := New(Config{URL: "ws://ws.example", APIKey: "clientId", Secret: []byte("userSecret"),
 		MaxConnections: 4, FeedsPerConnection: 50, Grace: 30 * time.Second,
-		Now: func() time.Time { return time.UnixMilli(1718885772000) }})
+		Clock: clockwork.NewFakeClockAt(time.UnixMilli(1718885772000))})
 	require.NoError(t, err)
 	defer h.Close()
 	target := "/api/v1/ws?feedIDs=0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782,0x00037da06d56d083fe599397a4769a042d63aa73dc4ef57709d31e9971a5b439"

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -46,8 +47,10 @@ type Options struct {
 	AccessLog *zap.Logger
 	// Registry receives the metrics; /metrics serves it. Nil: a new one.
 	Registry *prometheus.Registry
-	// Now is the clock of the cache, the gateway and the team quotas (the
-	// upstream budget always follows the wall clock). Nil: time.Now.
+	// Now is the clock of the cache, the gateway, the team quotas and the
+	// real-time hubs' signatures and reports (the upstream budget and the
+	// hubs' connection timers always follow the wall clock). Nil:
+	// time.Now.
 	Now func() time.Time
 	// Limits, if non-nil, are used instead of the ones the configuration's
 	// ratelimit section describes; the Server does not close them.
@@ -355,7 +358,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
-			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
+			Logger: s.log.Named("realtime"), Metrics: metrics, Clock: hubClock(now), // the hub adds the network
 			Share: share, Check: s.gates[name].CheckFrame,
 			Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 			DiscoveryBudget: s.gw.DiscoveryBudget(name),
@@ -368,6 +371,25 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 	}
 	return nil
 }
+
+// hubClock is the hubs' clock: now's time (Options.Now), with the wall
+// clock's timers; nil (the real clock) without now.
+func hubClock(now func() time.Time) clockwork.Clock {
+	if now == nil {
+		return nil
+	}
+	return nowClock{Clock: clockwork.NewRealClock(), now: now}
+}
+
+// nowClock is a clockwork.Clock whose time is now's.
+type nowClock struct {
+	clockwork.Clock
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time                  { return c.now() }
+func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
+func (c nowClock) Until(t time.Time) time.Duration { return t.Sub(c.now()) }
 
 // resumeRedis is the Redis that shares the stream clients' watermarks:
 // the limits' when the replicas share the stream; nil otherwise.
