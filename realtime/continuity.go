@@ -111,15 +111,15 @@ func (c *continuity) future(ts int64, origin string) bool {
 }
 
 // take is handed each frame of feed f (observationsTimestamp ts, not
-// dated in the future) by connection sess; f.mu is held. It reports
+// dated in the future) by connection src; f.mu is held. It reports
 // whether the frame is to be delivered now: false for a duplicate, a
 // frame the check refuses, and one held for a gap's fill (delivered by
 // gapFilled).
-func (c *continuity) take(f *feed, ts int64, frame []byte, sess *session) bool {
+func (c *continuity) take(f *feed, ts int64, frame []byte, src source) bool {
 	if ts <= f.watermark {
-		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.sess.valid() {
+		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.src.Valid() {
 			// The same report from a connection that is up.
-			f.latest.Store(&latest{frame: cur.frame, ts: ts, sess: sess})
+			f.latest.Store(&latest{frame: cur.frame, ts: ts, src: src})
 		}
 		c.mx.duplicate()
 		return false
@@ -129,7 +129,7 @@ func (c *continuity) take(f *feed, ts int64, frame []byte, sess *session) bool {
 	}
 	prev := f.watermark
 	f.watermark = ts
-	f.latest.Store(&latest{frame: frame, ts: ts, sess: sess})
+	f.latest.Store(&latest{frame: frame, ts: ts, src: src})
 	if c.holdForGap(f, prev, ts, frame) {
 		return false // delivered when the gap is filled
 	}

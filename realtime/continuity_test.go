@@ -22,6 +22,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/internal/redistest"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 	"streamgate/simulator"
 )
@@ -320,7 +321,7 @@ func TestShareTakeoverWithoutGap(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		clients[i] = c
 		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
+			cfg.Share = &share.Config{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
 			cfg.Backfill, cfg.BackfillMax = e.restBackfill(&calls), time.Minute
 		})
 		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{Queue: 4096}))

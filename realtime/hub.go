@@ -15,7 +15,7 @@
 // With Config.Share, the hubs of several replicas share their upstream
 // connections through Redis: one replica holds each chunk (a lease) and
 // publishes its frames, the others feed them into their hubs as if from
-// their own connection (see ShareConfig).
+// their own connection (package share).
 //
 // Config.Clock is the hub's time: it dates the signatures and runs the
 // timers of continuity (a gap's gathering, a fill's retries, a resumed
@@ -43,6 +43,7 @@ import (
 	"go.uber.org/zap"
 
 	"streamgate/feedid"
+	"streamgate/realtime/share"
 )
 
 // DefaultStallTimeout is Config.StallTimeout's default. The other sizes
@@ -117,9 +118,9 @@ type Config struct {
 	// clock.
 	Clock clockwork.Clock
 	// Share, if non-nil, shares the upstream connections with the other
-	// replicas of the network through Redis (see ShareConfig and the
-	// package documentation); nil: the hub holds its own.
-	Share *ShareConfig
+	// replicas of the network through Redis (see package share); nil: the
+	// hub holds its own.
+	Share *share.Config
 	// Check, if non-nil, is asked about each new report (a frame newer
 	// than its feed's watermark, from any connection or replica) before it
 	// is delivered or kept for Latest; false drops the frame, leaving the
@@ -172,7 +173,7 @@ type Hub struct {
 	// replaced (copy on write) by the holder of mu.
 	feeds atomic.Pointer[map[string]*feed]
 
-	sh *sharer // nil without Config.Share
+	sh *share.Sharer // nil without Config.Share: given no pointer back to the hub
 
 	// Owned by the manager goroutine.
 	chunks   []*chunk
@@ -222,8 +223,12 @@ type feed struct {
 type latest struct {
 	frame []byte
 	ts    int64
-	sess  *session
+	src   source
 }
+
+// source is the connection that delivered a report: valid while it is up
+// (a *session of this hub's, or a *share.Session of another replica's).
+type source interface{ Valid() bool }
 
 // demandRing holds the times of the last DemandThreshold Want calls.
 type demandRing struct {
@@ -234,7 +239,6 @@ type demandRing struct {
 type hubCounters struct {
 	framesIn, framesOut, duplicates, slowCloses, latestServed atomic.Int64
 	reconnDrop, reconnStall, reconnRefused                    atomic.Int64
-	published, received, fallbacks                            atomic.Int64
 	backfilled, unfilled, resumed, replayed                   atomic.Int64
 }
 
@@ -300,9 +304,12 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	if cfg.Share != nil {
-		sh, err := newSharer(h, cfg.Share)
+		sh, err := share.New(*cfg.Share, share.Deps{Network: cfg.Network,
+			MaxConnections: cfg.MaxConnections, FeedsPerConnection: cfg.FeedsPerConnection,
+			Deliver: func(frame []byte, src *share.Session) { h.deliverFrame(originShared, src, frame) },
+			Logger:  h.log, Metrics: h.mx.m.share})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("realtime: %w", err)
 		}
 		h.sh = sh
 	}
@@ -313,7 +320,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h.publishFeeds()
 	if h.sh != nil {
-		h.sh.run()
+		h.sh.Start(h.ctx)
 	}
 	if h.cont.bf != nil {
 		h.wg.Add(1)
@@ -345,10 +352,13 @@ func (h *Hub) Close() {
 	h.subs = map[*Subscription]struct{}{}
 	h.mu.Unlock()
 	if h.sh != nil {
-		h.sh.leave()
+		h.sh.Leave()
 	}
 	h.cancel()
 	h.wg.Wait()
+	if h.sh != nil {
+		h.sh.Wait()
+	}
 	for s := range subs {
 		if s.end(ErrHubClosed) {
 			h.mx.subscribers.Add(-1)
@@ -462,7 +472,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 			f.subs = append(f.subs, s)
 			// While a gap is filled, the newest report is among the frames
 			// held, which every subscriber gets when it is filled.
-			if l := f.latest.Load(); l != nil && l.sess.valid() && f.filling == 0 {
+			if l := f.latest.Load(); l != nil && l.src.Valid() && f.filling == 0 {
 				if sent, o := s.send(l.frame); sent {
 					h.mx.delivered(1)
 				} else if o {
@@ -496,8 +506,8 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // admits reports whether the budget has room for feeds (see
 // SubscribeOptions.Within).
 func (h *Hub) admits(feeds []string) bool {
-	if h.sh != nil && h.sh.shared.Load() {
-		return h.roomShared(feeds, h.sh.room.Load())
+	if h.sh != nil && h.sh.Sharing() {
+		return h.roomShared(feeds, h.sh.Union())
 	}
 	capacity := h.capacity.Load()
 	carried := h.carried.Load()
@@ -522,8 +532,8 @@ func (h *Hub) admits(feeds []string) bool {
 // room for feeds (see SubscribeOptions.Within); nil u or capacity 0: room. Another
 // replica's consumer admitted since that tick may take the last room: the
 // window is a tick wide.
-func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {
-	if u == nil || u.capacity == 0 {
+func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
+	if u == nil || u.Capacity == 0 {
 		return true
 	}
 	var own map[string]bool
@@ -532,7 +542,7 @@ func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {
 	}
 	all := true
 	for _, id := range feeds {
-		if !u.feeds[id] && !own[id] {
+		if !u.Feeds[id] && !own[id] {
 			all = false
 			break
 		}
@@ -542,20 +552,20 @@ func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	size := len(u.feeds)
+	size := len(u.Feeds)
 	for _, id := range feeds {
-		if _, in := u.feeds[id]; !in && h.wants[id] == nil {
+		if _, in := u.Feeds[id]; !in && h.wants[id] == nil {
 			size++
 		}
 	}
-	if size > u.capacity {
+	if size > u.Capacity {
 		return false
 	}
 	// This hub's wants the tick has not published yet (a consumer just
 	// admitted here) count too.
 	for id := range h.wants {
-		if _, in := u.feeds[id]; !in {
-			if size++; size > u.capacity {
+		if _, in := u.Feeds[id]; !in {
+			if size++; size > u.Capacity {
 				return false
 			}
 		}
@@ -641,7 +651,7 @@ func (h *Hub) LatestSince(feed string, oldest int64) (frame []byte, observations
 		return nil, 0, false
 	}
 	l := f.latest.Load()
-	if l == nil || !l.sess.valid() || l.ts < oldest {
+	if l == nil || !l.src.Valid() || l.ts < oldest {
 		return nil, 0, false
 	}
 	h.st.latestServed.Add(1)

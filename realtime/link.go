@@ -57,9 +57,9 @@ type session struct {
 	next  atomic.Pointer[session]
 }
 
-// valid reports whether the session, or the chain of its make-before-break
+// Valid reports whether the session, or the chain of its make-before-break
 // successors, is up.
-func (s *session) valid() bool {
+func (s *session) Valid() bool {
 	for i := 0; s != nil && i < 8; i++ {
 		if s.alive.Load() {
 			return true
@@ -142,7 +142,7 @@ func (l *link) run() {
 			frames, reason := l.serve(c, sess)
 			sess.alive.Store(false)
 			if l.tag != "" {
-				h.sh.sessionDown(l.tag, sess)
+				h.sh.SessionDown(l.tag, sess.id)
 			}
 			c.CloseNow()
 			if l.ctx.Err() != nil {
@@ -290,7 +290,7 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 func (h *Hub) deliver(l *link, sess *session, frame []byte) {
 	h.mx.frameIn(l.origin)
 	if l.tag != "" {
-		h.sh.publishFrame(l.tag, sess, frame)
+		h.sh.Publish(l.tag, sess.id, frame)
 	}
 	h.deliverFrame(l.origin, sess, frame)
 }
@@ -298,9 +298,9 @@ func (h *Hub) deliver(l *link, sess *session, frame []byte) {
 // originShared marks the frames received from another replica in logs.
 const originShared = "shared"
 
-// deliverFrame hands one frame, delivered by sess, to the subscribers of
+// deliverFrame hands one frame, delivered by src, to the subscribers of
 // its feed, if the feed's continuity takes it (see continuity.take).
-func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
+func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
 	id, ts, ok := parseFrame(frame)
 	if !ok {
 		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
@@ -314,7 +314,7 @@ func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
 		return // no longer wanted
 	}
 	f.mu.Lock()
-	if !h.cont.take(f, ts, frame, sess) {
+	if !h.cont.take(f, ts, frame, src) {
 		f.mu.Unlock()
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"streamgate/auth"
+	"streamgate/realtime/share"
 )
 
 // chunk is a set of feeds carried together: one link per origin.
@@ -35,14 +35,14 @@ func (h *Hub) manage() {
 	var leave <-chan chan struct{}
 	var stepNow <-chan struct{}
 	if h.sh != nil {
-		leave = h.sh.leaving
-		stepNow = h.sh.stepNow
-		st := time.NewTicker(h.sh.tick)
+		leave = h.sh.Leaving()
+		stepNow = h.sh.StepNow()
+		st := time.NewTicker(h.sh.Tick())
 		defer st.Stop()
 		share = st.C
 		defer func() {
-			if !h.sh.left { // handover has let them go
-				h.sh.release(h.cfg.MaxConnections)
+			if !h.sh.Left() { // handover has let them go
+				h.sh.Release()
 			}
 		}()
 		h.shareStep()
@@ -61,10 +61,10 @@ func (h *Hub) manage() {
 			h.shareStep()
 			beat = true
 		case done := <-leave:
-			h.handover()
+			h.sh.Handover()
 			close(done)
 		}
-		if h.sh != nil && h.sh.left {
+		if h.sh != nil && h.sh.Left() {
 			continue // closing: the connections stay as they are
 		}
 		h.reconcile()
@@ -74,58 +74,20 @@ func (h *Hub) manage() {
 	}
 }
 
-// heartbeats sends the heartbeat of every chunk held, as reconciled.
+// heartbeats sends the heartbeat of every chunk held, as reconciled: its
+// feeds and its sessions up.
 func (h *Hub) heartbeats() {
 	for _, c := range h.chunks {
-		if c.tag != "" && h.sh.held[c.tag] {
-			h.sh.heartbeat(c.tag, c.feeds, c.links)
+		if c.tag == "" || !h.sh.Holds(c.tag) {
+			continue
 		}
-	}
-}
-
-// handover lets the leases of the chunks held go and waits, while their
-// connections still publish, until another replica's connection for each
-// delivers (its frames or heartbeat heard since), within a lease; or
-// until a tick and a half shows that no replica took any of them. Then
-// the hub may close without a gap for the other replicas' clients.
-func (h *Hub) handover() {
-	s := h.sh
-	s.left = true
-	s.leftA.Store(true)
-	if !s.ok || len(s.held) == 0 {
-		return
-	}
-	var tags, keys []string
-	for t := range s.held {
-		i, _ := splitTag(t)
-		tags = append(tags, t)
-		keys = append(keys, s.kLease+strconv.Itoa(i))
-	}
-	since := time.Now()
-	s.release(h.cfg.MaxConnections)
-	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
-	defer cancel()
-	tk := time.NewTicker(20 * time.Millisecond)
-	defer tk.Stop()
-	taken := false
-	for {
-		if s.takenOver(tags, since) {
-			h.log.Info("shared chunks handed over", zap.Strings("chunks", tags))
-			return
-		}
-		if !taken && time.Since(since) > s.tick*3/2 {
-			n, err := s.c.Exists(ctx, keys...).Result()
-			if err != nil || n == 0 {
-				return // nobody wants them, or Redis fails: nothing to wait for
+		var up []uint64
+		for _, l := range c.links {
+			if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
+				up = append(up, ss.id)
 			}
-			taken = true
 		}
-		select {
-		case <-ctx.Done():
-			h.log.Warn("shared chunks not taken over within a lease: closing", zap.Strings("chunks", tags))
-			return
-		case <-tk.C:
-		}
+		h.sh.Heartbeat(c.tag, c.feeds, up)
 	}
 }
 
@@ -141,8 +103,9 @@ func (h *Hub) shareStep() {
 	if h.resolved {
 		maxChunks = h.maxChunks()
 	}
-	h.sh.step(local, maxChunks)
-	h.sh.holds.Store(int64(len(h.sh.held)))
+	if over, ok := h.sh.Step(local, maxChunks, h.maxChunks); ok {
+		h.over.Store(int64(over))
+	}
 }
 
 // maxChunks returns how many chunks the budget allows, discovering the
@@ -211,7 +174,7 @@ func (h *Hub) reconcile() {
 		desired[id] = true
 	}
 	h.mu.Unlock()
-	if len(desired) == 0 && len(h.chunks) == 0 && (h.sh == nil || len(h.sh.held) == 0) {
+	if len(desired) == 0 && len(h.chunks) == 0 && (h.sh == nil || h.sh.Holding() == 0) {
 		return
 	}
 	origins := h.linkOrigins()
@@ -249,7 +212,7 @@ func (h *Hub) reconcile() {
 		own = append(own, c)
 		h.chunks = append(h.chunks, c)
 	}
-	if h.sh == nil || !h.sh.ok {
+	if h.sh == nil || !h.sh.Sharing() {
 		if over := int64(over); over != h.over.Swap(over) && over > 0 {
 			h.log.Warn("feeds over the upstream connection budget stay unsubscribed",
 				zap.Int64("feeds", over), zap.Int("max_connections", h.cfg.MaxConnections),
@@ -524,53 +487,6 @@ func (x *hubMetrics) duplicate() {
 	x.duplicates.Inc()
 }
 
-func (x *hubMetrics) shareMode(sharing bool) {
-	v := 0.0
-	if sharing {
-		v = 1
-	}
-	x.m.shareSharing.WithLabelValues(x.network).Set(v)
-}
-
-func (x *hubMetrics) shareFallback() {
-	x.st.fallbacks.Add(1)
-	x.m.shareFallbacks.WithLabelValues(x.network).Inc()
-}
-
-// chunkRole sets the role of chunk t; "" forgets the chunk.
-func (x *hubMetrics) chunkRole(t, role string) {
-	switch role {
-	case "":
-		x.m.shareHolder.DeleteLabelValues(x.network, t)
-	case RoleHolder:
-		x.m.shareHolder.WithLabelValues(x.network, t).Set(1)
-	default:
-		x.m.shareHolder.WithLabelValues(x.network, t).Set(0)
-	}
-}
-
-func (x *hubMetrics) lease(event string) {
-	x.m.shareLeases.WithLabelValues(x.network, event).Inc()
-}
-
-func (x *hubMetrics) sharePublished(n int) {
-	x.st.published.Add(int64(n))
-	x.m.sharePublished.WithLabelValues(x.network).Add(float64(n))
-}
-
-func (x *hubMetrics) shareResubscribed(reason string) {
-	x.m.shareResubs.WithLabelValues(x.network, reason).Inc()
-}
-
-func (x *hubMetrics) sharePublishFailed(n int) {
-	x.m.sharePubFailed.WithLabelValues(x.network).Add(float64(n))
-}
-
-func (x *hubMetrics) shareReceived() {
-	x.st.received.Add(1)
-	x.m.shareReceived.WithLabelValues(x.network).Inc()
-}
-
 func (x *hubMetrics) backfilled(n int64) {
 	if n > 0 {
 		x.st.backfilled.Add(n)
@@ -633,27 +549,7 @@ type Stats struct {
 }
 
 // ShareStats is a sharing hub's side of Stats.
-type ShareStats struct {
-	Replica string
-	// Sharing is false while Redis fails and the replica holds its own
-	// connections for every feed it wants.
-	Sharing bool
-	// Held is how many chunks this replica holds (their connections are
-	// among Connections).
-	Held int
-	// Reaped counts the leases of dead holders this replica freed for
-	// takeover.
-	Reaped int64
-	// Resubscribed counts the subscriptions to the channel made again
-	// (ended or refused by Redis, or silent).
-	Resubscribed        int64
-	Published, Received int64 // frames through Redis
-	Fallbacks           int64
-	// Union is how many feeds every replica wants together, as the last
-	// tick read them, and UnionCapacity how many its layout can carry
-	// (Subscribe refuses beyond, SubscribeOptions.Within); both 0 while not sharing.
-	Union, UnionCapacity int
-}
+type ShareStats = share.Stats
 
 // ConnStats is one upstream connection.
 type ConnStats struct {
@@ -675,12 +571,8 @@ func (h *Hub) Stats() Stats {
 		FeedsSubscribed: int(h.carry.Load()), FeedsUncarried: int(h.over.Load()),
 	}
 	if h.sh != nil {
-		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
-			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load(),
-			Reaped: h.sh.reaped.Load(), Resubscribed: h.sh.resubs.Load()}
-		if u := h.sh.room.Load(); u != nil {
-			s.Share.Union, s.Share.UnionCapacity = len(u.feeds), u.capacity
-		}
+		st := h.sh.Stats()
+		s.Share = &st
 	}
 	h.mu.Lock()
 	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)

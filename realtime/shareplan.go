@@ -26,7 +26,7 @@ func (h *Hub) sharedPlan(desired map[string]bool, maxChunks int) (held map[strin
 			}
 		}
 	}
-	held, ownList := h.sh.plan(desired,
+	held, ownList := h.sh.Plan(desired,
 		func(id string) bool { return carried[id] },
 		func(t string) bool { return up[t] })
 	own = make(map[string]bool, len(ownList))

@@ -33,6 +33,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 	"streamgate/status"
 	"streamgate/tracing"
@@ -345,10 +346,10 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			metrics = realtime.NewMetrics(s.reg)
 		}
 		// An embedded upstream is this process's own: nothing to share.
-		var share *realtime.ShareConfig
+		var sharing *share.Config
 		if _, own := embedded[name]; !own && s.limits.Redis() != nil && cfg.Shared() {
 			rc := s.limits.Redis()
-			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
+			sharing = &share.Config{Client: rc, Lease: cfg.Realtime.ShareLease}
 		}
 		var backfill realtime.BackfillSource
 		if f := s.gw.Backfill(name); f != nil {
@@ -359,7 +360,7 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
 			Logger: s.log.Named("realtime"), Metrics: metrics, Clock: hubClock(now), // the hub adds the network
-			Share: share, Check: s.gates[name].CheckFrame,
+			Share: sharing, Check: s.gates[name].CheckFrame,
 			Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 			DiscoveryBudget: s.gw.DiscoveryBudget(name),
 		})

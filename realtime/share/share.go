@@ -1,4 +1,14 @@
-package realtime
+// Package share shares one network's upstream WebSocket connections
+// between the replicas of a gateway through Redis: the replicas agree on
+// who holds which chunk of the feeds they want together (a lease), the
+// holder publishes the frames its connections read, and the others hand
+// them to their hub as if they came from a connection of their own (see
+// Config for the protocol). A Sharer knows nothing of the hub: it is given
+// at New the hub's network and sizes, and a function that takes the
+// frames the other replicas relay (Deps.Deliver); the hub's manager asks
+// it every tick what to hold (Step, Plan) and hands it the frames and
+// heartbeats of the chunks it holds (Publish, Heartbeat, SessionDown).
+package share
 
 import (
 	"bytes"
@@ -19,10 +29,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// DefaultSharePrefix is ShareConfig.Prefix's default; ShareConfig.Lease
-// has none here (the configuration declares it: realtime.share_lease).
+// DefaultPrefix is Config.Prefix's default; Config.Lease has none here
+// (the configuration declares it: realtime.share_lease).
 const (
-	DefaultSharePrefix = "streamgate:ws:v2:"
+	DefaultPrefix = "streamgate:ws:v2:"
 	// minShareLease bounds the tick (Lease/3) from below: each tick costs
 	// a few Redis calls.
 	minShareLease = 300 * time.Millisecond
@@ -37,8 +47,8 @@ const (
 	minEchoWait = 600 * time.Millisecond
 )
 
-// ShareConfig configures the sharing of a hub's upstream connections with
-// the other replicas of the same network through Redis (Config.Share). The
+// Config configures the sharing of a hub's upstream connections with the
+// other replicas of the same network through Redis (realtime.Config.Share). The
 // replicas agree through Redis on who holds which upstream connection.
 // Every key and the channel of a network carry the hash tag {<network>}:
 // on Redis Cluster they live in one slot, on one shard, so that each
@@ -49,7 +59,7 @@ const (
 //     demand, grace) to the sorted set <prefix>{<network>}:wants, each with
 //     an expiry Lease ahead by Redis's clock, every Lease/3 (a tick).
 //   - The union of the wants is laid out in n chunks, n = ceil(feeds /
-//     FeedsPerConnection) at most chunkBudget(MaxConnections, origins): a feed goes to
+//     FeedsPerConnection) at most the chunks the hub's budget allows: a feed goes to
 //     the chunk of its FNV-1a hash mod n (or, that chunk full, to the
 //     next one with room), so that a feed added or removed changes one
 //     chunk only, as long as n stays.
@@ -92,7 +102,7 @@ const (
 // those up; D says one has ended) and <digest> is the FNV-1a hash of the
 // chunk's feeds. P is a replica's presence, every tick: it hears its own
 // to know its subscription delivers.
-type ShareConfig struct {
+type Config struct {
 	// Client is the process's Redis client, as made by redisconn.New (a
 	// single node, Sentinel or Cluster): every call with a short deadline
 	// and a circuit breaker. Required.
@@ -108,15 +118,55 @@ type ShareConfig struct {
 	Prefix string
 }
 
-// Roles of a chunk (metric label and Stats).
+// Roles of a chunk (metric label).
 const (
 	RoleHolder   = "holder"
 	RoleFollower = "follower"
 )
 
-// sharer is the sharing side of a hub.
-type sharer struct {
-	h       *Hub
+// Deps is what a Sharer is given by its hub.
+type Deps struct {
+	// Network names the network in the keys, logs and metric labels.
+	Network string
+	// MaxConnections and FeedsPerConnection are the hub's budget: the
+	// leases a replica may hold from an earlier layout are looked for up
+	// to MaxConnections, and a chunk carries at most FeedsPerConnection.
+	MaxConnections, FeedsPerConnection int
+	// Deliver takes a frame another replica's connection read; src says
+	// while that connection is up. Called by the receiver goroutine.
+	Deliver func(frame []byte, src *Session)
+	Logger  *zap.Logger // nil: nop
+	Metrics *Metrics    // nil: nothing recorded
+}
+
+// Session is one upstream connection of another replica's chunk, as this
+// replica hears of it: valid until its holder says it ended, its
+// heartbeats stop naming it, or the holder goes silent.
+type Session struct{ up atomic.Bool }
+
+// Valid reports whether the connection is up, as far as this replica
+// heard.
+func (s *Session) Valid() bool { return s.up.Load() }
+
+func newSession() *Session {
+	s := &Session{}
+	s.up.Store(true)
+	return s
+}
+
+// Sharer is the sharing side of one hub: see the package documentation.
+// Step, Plan, Holds, Holding, Handover and Release belong to the hub's
+// manager goroutine; the others are safe for concurrent use.
+type Sharer struct {
+	network string
+	perConn int // FeedsPerConnection
+	maxConn int // MaxConnections
+	deliver func(frame []byte, src *Session)
+	log     *zap.Logger
+	mx      shareMetrics
+	ctx     context.Context // from Start: ends the goroutines and calls
+	wg      sync.WaitGroup
+
 	c       redis.UniversalClient
 	id      string
 	lease   time.Duration
@@ -157,16 +207,18 @@ type sharer struct {
 
 	shared atomic.Bool  // mirrors ok, for Stats
 	holds  atomic.Int64 // len(held), for Stats
-	// room is the union of the last successful tick, for SubscribeOptions.Within;
-	// nil while not sharing.
-	room atomic.Pointer[unionRoom]
+	// room is the union of the last successful tick (Union); nil while
+	// not sharing.
+	room atomic.Pointer[Union]
+
+	published, received, fallbacks atomic.Int64
 }
 
-// unionRoom is the union of every replica's wants as the last successful
+// Union is the union of every replica's wants as the last successful
 // tick read it, and how many feeds its layout can carry.
-type unionRoom struct {
-	feeds    map[string]bool // every feed of the union: true if its layout carries it
-	capacity int             // maxChunks × FeedsPerConnection
+type Union struct {
+	Feeds    map[string]bool // every feed of the union: true if its layout carries it
+	Capacity int             // maxChunks × FeedsPerConnection
 }
 
 // remoteChunk is what a replica has heard from another chunk's holder.
@@ -174,7 +226,7 @@ type remoteChunk struct {
 	seen   time.Time
 	holder string
 	digest uint64
-	sess   map[string]*session // by holder and session number
+	sess   map[string]*Session // by holder and session number
 }
 
 // layout is the union of the wants split into chunks.
@@ -246,15 +298,23 @@ func newLayout(union []string, maxChunks, perConn int) layout {
 	return l
 }
 
-func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
+// New validates cfg and returns the Sharer of the hub that deps
+// describes; Start starts it.
+func New(cfg Config, deps Deps) (*Sharer, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("realtime: Share.Client is required")
+		return nil, errors.New("share: Client is required")
 	}
 	if cfg.Lease < minShareLease {
-		return nil, errors.New("realtime: Share.Lease must be at least 300ms")
+		return nil, errors.New("share: Lease must be at least 300ms")
+	}
+	if deps.Deliver == nil || deps.FeedsPerConnection < 1 || deps.MaxConnections < 1 {
+		return nil, errors.New("share: Deps.Deliver, MaxConnections and FeedsPerConnection are required")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultSharePrefix
+		cfg.Prefix = DefaultPrefix
+	}
+	if deps.Logger == nil {
+		deps.Logger = zap.NewNop()
 	}
 	id := cfg.Replica
 	if id == "" {
@@ -263,14 +323,16 @@ func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 		id = hex.EncodeToString(b[:])
 	}
 	if strings.ContainsAny(id, " \n,/") {
-		return nil, errors.New("realtime: Share.Replica must not contain spaces, commas, slashes or newlines")
+		return nil, errors.New("share: Replica must not contain spaces, commas, slashes or newlines")
 	}
-	if strings.ContainsAny(cfg.Prefix+h.cfg.Network, "{}") {
-		return nil, errors.New("realtime: Share.Prefix and the network must not contain '{' or '}'")
+	if strings.ContainsAny(cfg.Prefix+deps.Network, "{}") {
+		return nil, errors.New("share: Prefix and the network must not contain '{' or '}'")
 	}
-	base := cfg.Prefix + "{" + h.cfg.Network + "}:"
-	return &sharer{
-		h: h, c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
+	base := cfg.Prefix + "{" + deps.Network + "}:"
+	return &Sharer{
+		network: deps.Network, perConn: deps.FeedsPerConnection, maxConn: deps.MaxConnections,
+		deliver: deps.Deliver, log: deps.Logger, mx: newShareMetrics(deps.Metrics, deps.Network),
+		ctx: context.Background(), c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
 		kWants: base + "wants", kLease: base + "lease:", kBase: base, channel: base + "frames",
 		kAlive: base + "alive", kKnown: base + "known",
 		stepNow: make(chan struct{}, 1),
@@ -280,9 +342,10 @@ func newSharer(h *Hub, cfg *ShareConfig) (*sharer, error) {
 	}, nil
 }
 
-// leave asks the manager to hand the chunks held over, and waits for it
-// (at most a lease and a second).
-func (s *sharer) leave() {
+// Leave asks the manager to hand the chunks held over (it calls Handover
+// when Leaving delivers), and waits for it (at most a lease and a
+// second). The hub calls it as it closes.
+func (s *Sharer) Leave() {
 	done := make(chan struct{})
 	t := time.NewTimer(s.lease + time.Second)
 	defer t.Stop()
@@ -299,7 +362,7 @@ func (s *sharer) leave() {
 
 // takenOver reports whether each chunk of tags has a holder other than
 // this replica with a connection up, heard from since.
-func (s *sharer) takenOver(tags []string, since time.Time) bool {
+func (s *Sharer) takenOver(tags []string, since time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range tags {
@@ -311,12 +374,82 @@ func (s *sharer) takenOver(tags []string, since time.Time) bool {
 	return true
 }
 
-// run starts the publisher and the receiver; they stop with the hub.
-func (s *sharer) run() {
-	s.h.wg.Add(3)
+// Start starts the publisher, the receiver and the presence; they stop
+// when ctx ends (Wait waits for them). Step and Handover use ctx too.
+func (s *Sharer) Start(ctx context.Context) {
+	s.ctx = ctx
+	s.wg.Add(3)
 	go s.publisher()
 	go s.receiver()
 	go s.presence()
+}
+
+// Wait waits for the goroutines of Start, once its ctx has ended.
+func (s *Sharer) Wait() { s.wg.Wait() }
+
+// Leaving delivers a request of Leave to the manager, which calls
+// Handover and then closes the channel it got.
+func (s *Sharer) Leaving() <-chan chan struct{} { return s.leaving }
+
+// StepNow delivers when a tick is due at once (a dead holder's lease was
+// freed).
+func (s *Sharer) StepNow() <-chan struct{} { return s.stepNow }
+
+// Tick is how often the manager calls Step: Lease/3.
+func (s *Sharer) Tick() time.Duration { return s.tick }
+
+// Left reports whether the replica has handed its chunks over (Handover):
+// it takes no lease again, and its connections stay as they are.
+func (s *Sharer) Left() bool { return s.left }
+
+// Sharing reports whether the replica shares now: its last ticks
+// succeeded.
+func (s *Sharer) Sharing() bool { return s.shared.Load() }
+
+// Holds reports whether this replica holds chunk t's lease. Manager.
+func (s *Sharer) Holds(t string) bool { return s.held[t] }
+
+// Holding returns how many chunks this replica holds. Manager.
+func (s *Sharer) Holding() int { return len(s.held) }
+
+// Union returns the union of the last successful tick, for the hub's
+// admission; nil while not sharing.
+func (s *Sharer) Union() *Union { return s.room.Load() }
+
+// Stats is a Sharer's snapshot (the hub's Stats.Share).
+type Stats struct {
+	Replica string
+	// Sharing is false while Redis fails and the replica holds its own
+	// connections for every feed it wants.
+	Sharing bool
+	// Held is how many chunks this replica holds (their connections are
+	// among the hub's).
+	Held int
+	// Reaped counts the leases of dead holders this replica freed for
+	// takeover; Reaping is whether it may free them now (its presence
+	// writes have succeeded long enough).
+	Reaped  int64
+	Reaping bool
+	// Resubscribed counts the subscriptions to the channel made again
+	// (ended or refused by Redis, or silent).
+	Resubscribed        int64
+	Published, Received int64 // frames through Redis
+	Fallbacks           int64
+	// Union is how many feeds every replica wants together, as the last
+	// tick read them, and UnionCapacity how many its layout can carry
+	// (the hub's admission refuses beyond); both 0 while not sharing.
+	Union, UnionCapacity int
+}
+
+// Stats returns a snapshot.
+func (s *Sharer) Stats() Stats {
+	st := Stats{Replica: s.id, Sharing: s.shared.Load(), Held: int(s.holds.Load()),
+		Published: s.published.Load(), Received: s.received.Load(), Fallbacks: s.fallbacks.Load(),
+		Reaped: s.reaped.Load(), Reaping: s.reaping.Load(), Resubscribed: s.resubs.Load()}
+	if u := s.room.Load(); u != nil {
+		st.Union, st.UnionCapacity = len(u.Feeds), u.Capacity
+	}
+	return st
 }
 
 // leaseScript renews the leases of chunks 1..n this replica holds, takes
@@ -368,20 +501,24 @@ end
 return 0
 `)
 
-// step publishes this replica's wants, reads the union, lays it out, and
-// renews and takes the leases. Called by the manager goroutine every tick.
-// The replica stops sharing when ticks have failed for half a lease (or
-// the first one fails), and shares again at the first that succeeds.
-func (s *sharer) step(local []string, maxChunks int) {
-	h := s.h
+// Step publishes this replica's wants (local), reads the union, lays it
+// out, and renews and takes the leases. maxChunks is how many chunks the
+// hub's budget allows, 0 while the hub does not know yet: then budget is
+// asked, if the union is not empty (it may discover the origins). Called by the manager goroutine every tick. The
+// replica stops sharing when ticks have failed for half a lease (or the
+// first one fails), and shares again at the first that succeeds. It
+// returns, when the tick succeeded (ok), how many feeds of the union its
+// layout leaves over FeedsPerConnection.
+func (s *Sharer) Step(local []string, maxChunks int, budget func() int) (over int, ok bool) {
+	defer func() { s.holds.Store(int64(len(s.held))) }()
 	if s.left {
-		return
+		return 0, false
 	}
-	ctx, cancel := context.WithTimeout(h.ctx, s.lease)
+	ctx, cancel := context.WithTimeout(s.ctx, s.lease)
 	defer cancel()
-	err := s.exchange(ctx, local, maxChunks)
-	if h.ctx.Err() != nil {
-		return
+	over, err := s.exchange(ctx, local, maxChunks, budget)
+	if s.ctx.Err() != nil {
+		return 0, false
 	}
 	first := !s.ticked
 	s.ticked = true
@@ -393,33 +530,34 @@ func (s *sharer) step(local []string, maxChunks int) {
 	switch {
 	case err != nil && s.ok && now.Sub(s.lastOK) < s.lease/2:
 		// One failed tick: the leases held stay valid for a while yet.
-		h.log.Debug("stream sharing: a tick failed", zap.Error(err))
+		s.log.Debug("stream sharing: a tick failed", zap.Error(err))
 	case err != nil && (s.ok || first):
 		s.ok = false
 		s.shared.Store(false)
-		h.mx.shareMode(false)
-		h.mx.shareFallback()
+		s.mx.mode(false)
+		s.fallbacks.Add(1)
+		s.mx.fallback()
 		for i := range s.layout.n {
-			h.mx.chunkRole(tag(s.layout.n, i), "")
+			s.mx.chunkRole(tag(s.layout.n, i), "")
 		}
 		s.held, s.layout = map[string]bool{}, layout{}
 		s.room.Store(nil)
-		h.log.Warn("stream sharing unavailable: this replica holds its own upstream connections", zap.Error(err))
+		s.log.Warn("stream sharing unavailable: this replica holds its own upstream connections", zap.Error(err))
 	case err == nil && (!s.ok || first):
 		s.ok = true
 		s.shared.Store(true)
-		h.mx.shareMode(true)
+		s.mx.mode(true)
 		if !first {
-			h.log.Info("stream sharing back: upstream connections shared with the other replicas", zap.String("replica", s.id))
+			s.log.Info("stream sharing back: upstream connections shared with the other replicas", zap.String("replica", s.id))
 		} else {
-			h.log.Info("stream sharing", zap.String("replica", s.id))
+			s.log.Info("stream sharing", zap.String("replica", s.id))
 		}
 	}
+	return over, err == nil
 }
 
 // exchange is one tick's Redis calls.
-func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) error {
-	h := s.h
+func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int, budget func() int) (int, error) {
 	args := make([]any, 0, 2+len(local))
 	args = append(args, s.lease.Milliseconds(), maxUnion)
 	for _, f := range local {
@@ -427,22 +565,22 @@ func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) er
 	}
 	union, err := wantsScript.Run(ctx, s.c, []string{s.kWants}, args...).StringSlice()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	slices.Sort(union)
 	if len(union) > 0 && maxChunks == 0 {
-		maxChunks = h.maxChunks()
+		maxChunks = budget()
 	}
-	lay := newLayout(union, maxChunks, h.cfg.FeedsPerConnection)
-	room := &unionRoom{feeds: make(map[string]bool, len(union)), capacity: maxChunks * h.cfg.FeedsPerConnection}
+	lay := newLayout(union, maxChunks, s.perConn)
+	room := &Union{Feeds: make(map[string]bool, len(union)), Capacity: maxChunks * s.perConn}
 	for _, f := range union {
 		_, placed := lay.slot[f]
-		room.feeds[f] = placed
+		room.Feeds[f] = placed
 	}
 
 	// Leases: the chunks of the layout, and every other index this
 	// replica may hold from an earlier layout, to let it go.
-	nKeys := max(lay.n, h.cfg.MaxConnections)
+	nKeys := max(lay.n, s.maxConn)
 	keys := make([]string, nKeys)
 	args = []any{s.id, s.lease.Milliseconds(), lay.n}
 	for i := range keys {
@@ -455,7 +593,7 @@ func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) er
 	}
 	res, err := leaseScript.Run(ctx, s.c, keys, args...).Int64Slice()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	held := map[string]bool{}
 	for i, v := range res {
@@ -465,38 +603,37 @@ func (s *sharer) exchange(ctx context.Context, local []string, maxChunks int) er
 	}
 	for t := range held {
 		if !s.held[t] {
-			h.mx.lease("acquired")
-			h.log.Debug("chunk lease acquired", zap.String("chunk", t))
+			s.mx.lease("acquired")
+			s.log.Debug("chunk lease acquired", zap.String("chunk", t))
 		}
 	}
 	for t := range s.held {
 		if !held[t] {
-			h.mx.chunkRole(t, "")
+			s.mx.chunkRole(t, "")
 			if i, n := splitTag(t); n == lay.n && i < n && len(lay.chunks[i]) > 0 {
-				h.mx.lease("lost")
-				h.log.Warn("chunk lease lost to another replica", zap.String("chunk", t))
+				s.mx.lease("lost")
+				s.log.Warn("chunk lease lost to another replica", zap.String("chunk", t))
 			} else {
-				h.mx.lease("released")
+				s.mx.lease("released")
 			}
 		}
 	}
 	for old := range s.layout.n {
 		if old >= lay.n || s.layout.n != lay.n {
-			h.mx.chunkRole(tag(s.layout.n, old), "")
+			s.mx.chunkRole(tag(s.layout.n, old), "")
 		}
 	}
 	for i := range lay.n {
 		t := tag(lay.n, i)
 		if held[t] {
-			h.mx.chunkRole(t, RoleHolder)
+			s.mx.chunkRole(t, RoleHolder)
 		} else {
-			h.mx.chunkRole(t, RoleFollower)
+			s.mx.chunkRole(t, RoleFollower)
 		}
 	}
 	s.held, s.layout = held, lay
 	s.room.Store(room)
-	h.over.Store(int64(lay.over))
-	return nil
+	return lay.over, nil
 }
 
 func splitTag(t string) (i, n int) {
@@ -506,56 +643,51 @@ func splitTag(t string) (i, n int) {
 	return i, n
 }
 
-// heartbeat queues the heartbeat of a held chunk: its feeds' digest and
-// its upstream sessions that are up.
-func (s *sharer) heartbeat(t string, feeds []string, links []*link) {
+// Heartbeat queues the heartbeat of held chunk t: its feeds' digest and
+// the numbers of its upstream sessions that are up.
+func (s *Sharer) Heartbeat(t string, feeds []string, up []uint64) {
 	var b bytes.Buffer
 	b.WriteString("sg1 H " + t + " " + s.id + " " + strconv.FormatUint(digest(feeds), 16) + " ")
-	first := true
-	for _, l := range links {
-		if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
-			if !first {
-				b.WriteByte(',')
-			}
-			first = false
-			b.WriteString(strconv.FormatUint(ss.id, 10))
+	for i, id := range up {
+		if i > 0 {
+			b.WriteByte(',')
 		}
+		b.WriteString(strconv.FormatUint(id, 10))
 	}
 	b.WriteByte('\n')
 	s.queue(b.Bytes())
 }
 
-// sessionDown queues, at once, the end of an upstream connection of a held
-// chunk: the followers stop answering Latest from its reports without
+// SessionDown queues, at once, the end of upstream session sess of held
+// chunk t: the followers stop answering Latest from its reports without
 // waiting for the next heartbeat.
-func (s *sharer) sessionDown(t string, sess *session) {
-	s.queue([]byte("sg1 D " + t + " " + s.id + " " + strconv.FormatUint(sess.id, 10) + "\n"))
+func (s *Sharer) SessionDown(t string, sess uint64) {
+	s.queue([]byte("sg1 D " + t + " " + s.id + " " + strconv.FormatUint(sess, 10) + "\n"))
 }
 
-// publishFrame queues a frame read by a link of a held chunk.
-func (s *sharer) publishFrame(t string, sess *session, frame []byte) {
-	hdr := "sg1 F " + t + " " + s.id + " " + strconv.FormatUint(sess.id, 10) + "\n"
+// Publish queues a frame read by upstream session sess of held chunk t.
+func (s *Sharer) Publish(t string, sess uint64, frame []byte) {
+	hdr := "sg1 F " + t + " " + s.id + " " + strconv.FormatUint(sess, 10) + "\n"
 	m := make([]byte, 0, len(hdr)+len(frame))
 	m = append(append(m, hdr...), frame...)
 	s.queue(m)
 }
 
-func (s *sharer) queue(m []byte) {
+func (s *Sharer) queue(m []byte) {
 	select {
 	case s.pub <- m:
 	default:
-		s.h.mx.sharePublishFailed(1)
+		s.mx.publishFailed(1)
 	}
 }
 
 // publisher sends the queued messages, in order, in pipelines.
-func (s *sharer) publisher() {
-	h := s.h
-	defer h.wg.Done()
+func (s *Sharer) publisher() {
+	defer s.wg.Done()
 	batch := make([][]byte, 0, publishBatch)
 	for {
 		select {
-		case <-h.ctx.Done():
+		case <-s.ctx.Done():
 			return
 		case m := <-s.pub:
 			batch = append(batch[:0], m)
@@ -572,7 +704,7 @@ func (s *sharer) publisher() {
 		pipe := s.c.Pipeline()
 		frames, echo := 0, false
 		for _, m := range batch {
-			pipe.SPublish(h.ctx, s.channel, m)
+			pipe.SPublish(s.ctx, s.channel, m)
 			switch m[4] {
 			case 'F':
 				frames++
@@ -584,14 +716,15 @@ func (s *sharer) publisher() {
 		// receiver may hear it before Exec returns.
 		sent := time.Now().UnixNano()
 		awaited := echo && s.echoSent.CompareAndSwap(0, sent)
-		if _, err := pipe.Exec(h.ctx); err != nil {
+		if _, err := pipe.Exec(s.ctx); err != nil {
 			if awaited {
 				s.echoSent.CompareAndSwap(sent, 0)
 			}
-			h.mx.sharePublishFailed(len(batch))
+			s.mx.publishFailed(len(batch))
 			continue
 		}
-		h.mx.sharePublished(frames)
+		s.published.Add(int64(frames))
+		s.mx.published(frames)
 	}
 }
 
@@ -605,16 +738,15 @@ func (s *sharer) publisher() {
 // (an error reply, such as MOVED), or the subscription delivers nothing
 // any more: this replica's own presence message, published every tick,
 // not heard back within two ticks.
-func (s *sharer) receiver() {
-	h := s.h
-	defer h.wg.Done()
+func (s *Sharer) receiver() {
+	defer s.wg.Done()
 	ps := s.subscribe()
 	defer func() { ps.Close() }()
 	echoWait := max(2*s.tick, minEchoWait)
 	logged := false // a resubscription logged since the last message
 	for {
-		msg, err := ps.ReceiveTimeout(h.ctx, s.tick)
-		if h.ctx.Err() != nil {
+		msg, err := ps.ReceiveTimeout(s.ctx, s.tick)
+		if s.ctx.Err() != nil {
 			return
 		}
 		now := time.Now()
@@ -640,10 +772,10 @@ func (s *sharer) receiver() {
 			ps.Close()
 			s.reloadState()
 			s.resubs.Add(1)
-			h.mx.shareResubscribed(again)
+			s.mx.resubscribed(again)
 			if !logged { // once until a message comes through again
 				logged = true
-				h.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
+				s.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
 			}
 			if !s.pause(min(s.tick, 100*time.Millisecond)) {
 				return
@@ -669,25 +801,25 @@ func (s *sharer) receiver() {
 
 // reloadState has a cluster client read the cluster's slots again (at
 // most every 200 ms, in the background); other clients need not.
-func (s *sharer) reloadState() {
+func (s *Sharer) reloadState() {
 	if rc, ok := s.c.(interface{ ReloadState(context.Context) }); ok {
-		rc.ReloadState(s.h.ctx)
+		rc.ReloadState(s.ctx)
 	}
 }
 
 // subscribe opens the subscription to the channel; the presence message
 // in flight is not waited for any more.
-func (s *sharer) subscribe() *redis.PubSub {
+func (s *Sharer) subscribe() *redis.PubSub {
 	s.echoSent.Store(0)
-	return s.c.SSubscribe(s.h.ctx, s.channel)
+	return s.c.SSubscribe(s.ctx, s.channel)
 }
 
 // pause waits d, or until the hub closes (false).
-func (s *sharer) pause(d time.Duration) bool {
+func (s *Sharer) pause(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-s.h.ctx.Done():
+	case <-s.ctx.Done():
 		return false
 	case <-t.C:
 		return true
@@ -695,16 +827,16 @@ func (s *sharer) pause(d time.Duration) bool {
 }
 
 // silent is how long a remote chunk may stay silent and still count.
-func (s *sharer) silent() time.Duration { return 2*s.tick + s.tick/2 }
+func (s *Sharer) silent() time.Duration { return 2*s.tick + s.tick/2 }
 
 // expire ends the remote chunks silent for too long.
-func (s *sharer) expire(now time.Time) {
+func (s *Sharer) expire(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, rc := range s.remote {
 		if now.Sub(rc.seen) > s.silent() {
 			for _, ss := range rc.sess {
-				ss.alive.Store(false)
+				ss.up.Store(false)
 			}
 			delete(s.remote, t)
 		}
@@ -712,7 +844,7 @@ func (s *sharer) expire(now time.Time) {
 }
 
 // receive handles one message of the channel.
-func (s *sharer) receive(m []byte) {
+func (s *Sharer) receive(m []byte) {
 	line, frame, ok := bytes.Cut(m, []byte{'\n'})
 	if !ok || !bytes.HasPrefix(line, []byte("sg1 ")) {
 		return
@@ -734,10 +866,10 @@ func (s *sharer) receive(m []byte) {
 	if rc == nil || rc.holder != holder {
 		if rc != nil {
 			for _, ss := range rc.sess {
-				ss.alive.Store(false)
+				ss.up.Store(false)
 			}
 		}
-		rc = &remoteChunk{holder: holder, sess: map[string]*session{}}
+		rc = &remoteChunk{holder: holder, sess: map[string]*Session{}}
 		s.remote[t] = rc
 	}
 	rc.seen = now
@@ -745,17 +877,17 @@ func (s *sharer) receive(m []byte) {
 	case "F":
 		ss := rc.sess[f[3]]
 		if ss == nil {
-			ss = &session{}
-			ss.alive.Store(true)
+			ss = newSession()
 			rc.sess[f[3]] = ss
 		}
 		s.mu.Unlock()
-		s.h.mx.shareReceived()
-		s.h.deliverFrame(originShared, ss, frame)
+		s.received.Add(1)
+		s.mx.received()
+		s.deliver(frame, ss)
 		return
 	case "D":
 		if ss := rc.sess[f[3]]; ss != nil {
-			ss.alive.Store(false)
+			ss.up.Store(false)
 			delete(rc.sess, f[3])
 		}
 	case "H":
@@ -770,15 +902,13 @@ func (s *sharer) receive(m []byte) {
 		}
 		for id, ss := range rc.sess {
 			if !up[id] {
-				ss.alive.Store(false)
+				ss.up.Store(false)
 				delete(rc.sess, id)
 			}
 		}
 		for id := range up {
 			if rc.sess[id] == nil {
-				ss := &session{}
-				ss.alive.Store(true)
-				rc.sess[id] = ss
+				rc.sess[id] = newSession()
 			}
 		}
 	}
@@ -787,19 +917,20 @@ func (s *sharer) receive(m []byte) {
 
 // remoteLive reports whether chunk t of the layout has a holder heard
 // from recently, carrying the feeds the layout gives it.
-func (s *sharer) remoteLive(t string, d uint64, now time.Time) bool {
+func (s *Sharer) remoteLive(t string, d uint64, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rc := s.remote[t]
 	return rc != nil && rc.digest == d && now.Sub(rc.seen) <= s.silent()
 }
 
-// plan returns, for the manager, the chunks this replica holds (by tag)
-// with their feeds, and the wanted feeds it must carry itself: those
-// without a live source for Lease, and those it carries already until a
-// source is live. carried reports whether a feed is on a connection of
-// the replica's own now; up whether a held chunk has a connection up.
-func (s *sharer) plan(desired map[string]bool, carried func(string) bool, up func(string) bool) (held map[string][]string, own []string) {
+// Plan returns, for the manager, the chunks this replica holds (by tag)
+// with their feeds, and the wanted feeds (desired) it must carry itself:
+// those without a live source for Lease, and those it carries already
+// until a source is live. carried reports whether a feed is on a
+// connection of the replica's own now; up whether a held chunk has a
+// connection up.
+func (s *Sharer) Plan(desired map[string]bool, carried func(string) bool, up func(string) bool) (held map[string][]string, own []string) {
 	held = map[string][]string{}
 	if s.ok {
 		for t := range s.held {
@@ -837,23 +968,71 @@ func (s *sharer) plan(desired map[string]bool, carried func(string) bool, up fun
 	return held, own
 }
 
-// release lets every lease of this replica go, when the hub closes.
-func (s *sharer) release(maxConns int) {
+// Release lets every lease of this replica go, when the hub closes
+// without a handover. Manager.
+func (s *Sharer) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	keys := make([]string, max(maxConns, s.layout.n))
+	keys := make([]string, max(s.maxConn, s.layout.n))
 	for i := range keys {
 		keys[i] = s.kLease + strconv.Itoa(i)
 	}
 	if err := releaseScript.Run(ctx, s.c, keys, s.id).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		s.h.log.Warn("stream sharing: leases not released; they expire", zap.Error(err))
+		s.log.Warn("stream sharing: leases not released; they expire", zap.Error(err))
 		return
 	}
 	for range s.held {
-		s.h.mx.lease("released")
+		s.mx.lease("released")
 	}
 	for t := range s.held {
-		s.h.mx.chunkRole(t, "")
+		s.mx.chunkRole(t, "")
 	}
 	s.held = map[string]bool{}
+}
+
+// Handover lets the leases of the chunks held go and waits, while their
+// connections still publish, until another replica's connection for each
+// delivers (its frames or heartbeat heard since), within a lease; or
+// until a tick and a half shows that no replica took any of them. Then
+// the hub may close without a gap for the other replicas' clients. The
+// manager calls it when Leaving delivers; the replica takes no lease
+// again.
+func (s *Sharer) Handover() {
+	s.left = true
+	s.leftA.Store(true)
+	if !s.ok || len(s.held) == 0 {
+		return
+	}
+	var tags, keys []string
+	for t := range s.held {
+		i, _ := splitTag(t)
+		tags = append(tags, t)
+		keys = append(keys, s.kLease+strconv.Itoa(i))
+	}
+	since := time.Now()
+	s.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
+	defer cancel()
+	tk := time.NewTicker(20 * time.Millisecond)
+	defer tk.Stop()
+	taken := false
+	for {
+		if s.takenOver(tags, since) {
+			s.log.Info("shared chunks handed over", zap.Strings("chunks", tags))
+			return
+		}
+		if !taken && time.Since(since) > s.tick*3/2 {
+			n, err := s.c.Exists(ctx, keys...).Result()
+			if err != nil || n == 0 {
+				return // nobody wants them, or Redis fails: nothing to wait for
+			}
+			taken = true
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("shared chunks not taken over within a lease: closing", zap.Strings("chunks", tags))
+			return
+		case <-tk.C:
+		}
+	}
 }

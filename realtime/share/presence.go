@@ -1,4 +1,4 @@
-package realtime
+package share
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 // known but no longer alive (presenceScript): the holder crashed or lost
 // Redis. Then it runs a share tick at once, so that it (or another
 // replica, at its own next tick) takes the chunk; the frames the dead
-// holder had not relayed are filled from REST as any gap (see
-// continuity.go). A replica that never wrote a presence (an older version
+// holder had not relayed are filled from REST as any gap (the hub's
+// continuity). A replica that never wrote a presence (an older version
 // during a rolling deploy) is not known and its leases only expire.
 //
 // A replica frees nobody's lease until its own presence writes have
@@ -66,11 +66,10 @@ return n
 // presence writes this replica's presence and frees the leases of dead
 // holders until the hub closes; it deletes the presence when the hub hands
 // over.
-func (s *sharer) presence() {
-	h := s.h
-	defer h.wg.Done()
+func (s *Sharer) presence() {
+	defer s.wg.Done()
 	keys := []string{s.kAlive, s.kKnown}
-	for i := range h.cfg.MaxConnections {
+	for i := range s.maxConn {
 		keys = append(keys, s.kLease+strconv.Itoa(i))
 	}
 	args := []any{s.id, presenceTTL.Milliseconds(), knownTTL.Milliseconds(), "0"}
@@ -80,7 +79,7 @@ func (s *sharer) presence() {
 	for first := true; ; first = false {
 		if !first {
 			select {
-			case <-h.ctx.Done():
+			case <-s.ctx.Done():
 				return
 			case <-t.C:
 			}
@@ -98,7 +97,7 @@ func (s *sharer) presence() {
 		if reap {
 			args[3] = "1"
 		}
-		ctx, cancel := context.WithTimeout(h.ctx, presenceEvery)
+		ctx, cancel := context.WithTimeout(s.ctx, presenceEvery)
 		n, err := presenceScript.Run(ctx, s.c, keys, args...).Int64()
 		cancel()
 		if err != nil {
@@ -110,8 +109,8 @@ func (s *sharer) presence() {
 		}
 		if n > 0 {
 			s.reaped.Add(n)
-			h.mx.lease("reaped")
-			h.log.Info("a chunk's holder is gone: its lease freed for takeover", zap.Int64("leases", n))
+			s.mx.lease("reaped")
+			s.log.Info("a chunk's holder is gone: its lease freed for takeover", zap.Int64("leases", n))
 			select {
 			case s.stepNow <- struct{}{}:
 			default:
