@@ -17,6 +17,14 @@
 // publishes its frames, the others feed them into their hubs as if from
 // their own connection (package share).
 //
+// Four types, one job each, none holding another's owner: Hub, the
+// subscriptions, the wanted set and the fan-out (hub.go, subscription.go);
+// continuity, the one owner of "every subscriber gets every second of its
+// feeds once, in order": watermarks, the newest reports, the history, gap
+// fills and resumes (continuity.go); upstream, the connections and their
+// plan (manager.go, link.go, plan.go, health.go, shareplan.go); and, with
+// Config.Share, a share.Sharer.
+//
 // Config.Clock is the hub's time: it dates the signatures and runs the
 // timers of continuity (a gap's gathering, a fill's retries, a resumed
 // feed's wait for live frames), so that a test drives them with a fake
@@ -150,16 +158,14 @@ type Config struct {
 // Hub holds a network's upstream WebSocket connections and fans their
 // frames out; see the package documentation. Safe for concurrent use.
 type Hub struct {
-	cfg     Config
-	base    string // scheme://host[:port] of the WebSocket
-	httpURL string // http(s)://host[:port]/ for HEAD /
-	log     *zap.Logger
-	mx      hubMetrics
+	cfg Config
+	log *zap.Logger
+	mx  hubMetrics
+	st  hubCounters
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	kickCh chan struct{}
 
 	// mu guards wants, demand, subs and closed, and the refs, pinned,
 	// idleSince and demandAt of every feed.
@@ -173,29 +179,12 @@ type Hub struct {
 	// replaced (copy on write) by the holder of mu.
 	feeds atomic.Pointer[map[string]*feed]
 
-	sh *share.Sharer // nil without Config.Share: given no pointer back to the hub
-
-	// Owned by the manager goroutine.
-	chunks   []*chunk
-	origins  []string
-	resolved bool
-	// A discovery that failed (no answer, or not 200) is asked again at
-	// rediscoverAt, after rediscoverWait, doubled each time up to a minute,
-	// rather than leaving the hub without origins for its whole life.
-	rediscoverAt   time.Time
-	rediscoverWait time.Duration
-
-	st     hubCounters
-	linkMu sync.Mutex
-	links  map[*link]struct{} // for Stats
-	health *linkHealth        // one log line per change of an origin's state
-	carry  atomic.Int64       // feeds carried
-	// carried and capacity are the feeds carried and how many the budget
-	// holds, as the last reconcile left them (for SubscribeOptions.Within); nil and 0 before.
-	carried  atomic.Pointer[map[string]bool]
-	capacity atomic.Int64
-	over     atomic.Int64  // feeds wanted but not carried
-	sessN    atomic.Uint64 // numbers the sessions
+	// up holds the upstream connections and their plan (see upstream);
+	// sh, nil without Config.Share, shares them with the other replicas
+	// (package share): the upstream's manager drives it, the hub asks it
+	// about room and hands it over as it closes.
+	up *upstream
+	sh *share.Sharer
 
 	// cont owns every second of each feed, once, in order (see
 	// continuity): the frame path hands it each frame.
@@ -293,14 +282,11 @@ func New(cfg Config) (*Hub, error) {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	h := &Hub{
-		cfg: cfg, base: base, httpURL: httpURL,
+		cfg:    cfg,
 		log:    cfg.Logger.With(zap.String("network", cfg.Network)),
-		kickCh: make(chan struct{}, 1),
 		wants:  map[string]*feed{},
 		demand: map[string]*demandRing{},
 		subs:   map[*Subscription]struct{}{},
-		links:  map[*link]struct{}{},
-		health: newLinkHealth(cfg.Logger.With(zap.String("network", cfg.Network))),
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	if cfg.Share != nil {
@@ -315,6 +301,11 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
+	h.up = &upstream{cfg: &h.cfg, base: base, httpURL: httpURL, log: h.log, mx: &h.mx, st: &h.st,
+		ctx: h.ctx, wg: &h.wg, sh: h.sh, kickCh: make(chan struct{}, 1),
+		links:  map[*link]struct{}{},
+		health: newLinkHealth(h.log),
+		wanted: h.wanted, local: h.local, frames: h.deliverFrame}
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
@@ -330,8 +321,8 @@ func New(cfg Config) (*Hub, error) {
 		}()
 	}
 	h.wg.Add(1)
-	go h.manage()
-	h.kick()
+	go h.up.manage()
+	h.up.kick()
 	return h, nil
 }
 
@@ -494,7 +485,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		s.release()
 	}
 	if added {
-		h.kick()
+		h.up.kick()
 	}
 	return s
 }
@@ -509,8 +500,8 @@ func (h *Hub) admits(feeds []string) bool {
 	if h.sh != nil && h.sh.Sharing() {
 		return h.roomShared(feeds, h.sh.Union())
 	}
-	capacity := h.capacity.Load()
-	carried := h.carried.Load()
+	capacity := h.up.capacity.Load()
+	carried := h.up.carried.Load()
 	if capacity == 0 || carried == nil {
 		return true
 	}
@@ -537,7 +528,7 @@ func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
 		return true
 	}
 	var own map[string]bool
-	if c := h.carried.Load(); c != nil {
+	if c := h.up.carried.Load(); c != nil {
 		own = *c
 	}
 	all := true
@@ -630,6 +621,34 @@ func (h *Hub) unwant(s *Subscription, id string, now time.Time) {
 	}
 }
 
+// originShared marks the frames received from another replica in logs.
+const originShared = "shared"
+
+// deliverFrame hands one frame, delivered by src, to the subscribers of
+// its feed, if the feed's continuity takes it (see continuity.take).
+func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
+	id, ts, ok := parseFrame(frame)
+	if !ok {
+		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
+		return
+	}
+	if h.cont.future(ts, origin) {
+		return
+	}
+	f := (*h.feeds.Load())[string(id)]
+	if f == nil {
+		return // no longer wanted
+	}
+	f.mu.Lock()
+	if !h.cont.take(f, ts, frame, src) {
+		f.mu.Unlock()
+		return
+	}
+	n, slow := f.fanOut([]histFrame{{ts, frame}})
+	f.mu.Unlock()
+	h.mx.fannedOut(n, slow)
+}
+
 // Latest returns the newest report frame the hub holds for feed (the
 // upstream's bytes: exactly the JSON {"report":{...}} that REST latest
 // answers) and its observationsTimestamp, only while the upstream
@@ -699,7 +718,7 @@ func (h *Hub) Want(feed string) {
 	f.idleSince = now
 	h.publishFeeds()
 	h.mu.Unlock()
-	h.kick()
+	h.up.kick()
 }
 
 // pruneDemand forgets the demand older than DemandWindow, or all of it when
@@ -716,10 +735,47 @@ func (h *Hub) pruneDemand(now time.Time) {
 	}
 }
 
+// wanted drops the feeds past their grace (nobody subscribed, not pinned,
+// no REST demand within Grace) and returns those wanted: what the
+// upstream's reconcile carries.
+func (h *Hub) wanted(now time.Time) map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dropped := false
+	for id, f := range h.wants {
+		if f.refs > 0 || f.pinned || now.Sub(f.idleSince) < h.cfg.Grace ||
+			(!f.demandAt.IsZero() && now.Sub(f.demandAt) < h.cfg.Grace) {
+			continue
+		}
+		delete(h.wants, id)
+		dropped = true
+	}
+	if dropped {
+		h.publishFeeds()
+	}
+	desired := make(map[string]bool, len(h.wants))
+	for id := range h.wants {
+		desired[id] = true
+	}
+	return desired
+}
+
+// local returns the feeds wanted now (grace included): what a share tick
+// publishes.
+func (h *Hub) local() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	local := make([]string, 0, len(h.wants))
+	for id := range h.wants {
+		local = append(local, id)
+	}
+	return local
+}
+
 // kick asks the manager to reconcile.
-func (h *Hub) kick() {
+func (u *upstream) kick() {
 	select {
-	case h.kickCh <- struct{}{}:
+	case u.kickCh <- struct{}{}:
 	default:
 	}
 }

@@ -33,7 +33,7 @@ const (
 // link keeps one upstream connection for a fixed feed list and origin: it
 // dials, reads, pings, and reconnects with backoff until retired.
 type link struct {
-	h      *Hub
+	u      *upstream
 	origin string // "" without HA
 	feeds  []string
 	target string // /api/v1/ws?feedIDs=a,b: the request target, as signed
@@ -71,14 +71,14 @@ func (s *session) Valid() bool {
 
 // startLink starts a link's goroutine; tag names the shared chunk whose
 // frames it publishes ("" none).
-func (h *Hub) startLink(origin string, feeds []string, tag string) *link {
-	l := &link{h: h, origin: origin, feeds: feeds, tag: tag, first: make(chan struct{}),
+func (u *upstream) startLink(origin string, feeds []string, tag string) *link {
+	l := &link{u: u, origin: origin, feeds: feeds, tag: tag, first: make(chan struct{}),
 		target: wsPath + "?feedIDs=" + strings.Join(feeds, ",")}
-	l.ctx, l.cancel = context.WithCancel(h.ctx)
-	h.linkMu.Lock()
-	h.links[l] = struct{}{}
-	h.linkMu.Unlock()
-	h.wg.Add(1)
+	l.ctx, l.cancel = context.WithCancel(u.ctx)
+	u.linkMu.Lock()
+	u.links[l] = struct{}{}
+	u.linkMu.Unlock()
+	u.wg.Add(1)
 	go l.run()
 	return l
 }
@@ -97,10 +97,10 @@ func (l *link) retire(succ *link) {
 func (l *link) setState(s *string) {
 	old := l.state.Swap(s)
 	if old != nil {
-		l.h.mx.conns(l.origin, *old).Dec()
+		l.u.mx.conns(l.origin, *old).Dec()
 	}
 	if s != nil {
-		l.h.mx.conns(l.origin, *s).Inc()
+		l.u.mx.conns(l.origin, *s).Inc()
 	}
 }
 
@@ -113,16 +113,16 @@ var (
 func ptr(s string) *string { return &s }
 
 func (l *link) run() {
-	h := l.h
-	defer h.wg.Done()
+	u := l.u
+	defer u.wg.Done()
 	defer func() {
 		l.setState(nil)
-		h.health.gone(l)
-		h.linkMu.Lock()
-		delete(h.links, l)
-		h.linkMu.Unlock()
+		u.health.gone(l)
+		u.linkMu.Lock()
+		delete(u.links, l)
+		u.linkMu.Unlock()
 		// Room for a switch or a chunk that waited for it (see room).
-		h.kick()
+		u.kick()
 	}()
 	for attempt := 0; ; attempt++ {
 		l.setState(pConnecting)
@@ -131,25 +131,25 @@ func (l *link) run() {
 			if l.ctx.Err() != nil {
 				return
 			}
-			h.reconnected(reasonRefused)
-			h.health.failed(l, false, zap.Error(err), zap.Int("attempt", attempt+1))
+			u.reconnected(reasonRefused)
+			u.health.failed(l, false, zap.Error(err), zap.Int("attempt", attempt+1))
 		} else {
-			h.health.up(l)
-			sess := &session{id: h.sessN.Add(1)}
+			u.health.up(l)
+			sess := &session{id: u.sessN.Add(1)}
 			sess.alive.Store(true)
 			l.sess.Store(sess)
 			l.setState(pUp)
 			frames, reason := l.serve(c, sess)
 			sess.alive.Store(false)
 			if l.tag != "" {
-				h.sh.SessionDown(l.tag, sess.id)
+				u.sh.SessionDown(l.tag, sess.id)
 			}
 			c.CloseNow()
 			if l.ctx.Err() != nil {
 				return
 			}
-			h.reconnected(reason)
-			h.health.failed(l, true, zap.String("reason", reason), zap.Int64("frames", frames))
+			u.reconnected(reason)
+			u.health.failed(l, true, zap.String("reason", reason), zap.Int64("frames", frames))
 			if frames > 0 {
 				attempt = 0
 			}
@@ -167,7 +167,7 @@ func (l *link) run() {
 
 // dial opens the connection, signed over the exact request target.
 func (l *link) dial() (*websocket.Conn, error) {
-	req, err := l.h.upgradeRequest(l.target, l.origin)
+	req, err := l.u.upgradeRequest(l.target, l.origin)
 	if err != nil {
 		return nil, err
 	}
@@ -186,15 +186,15 @@ func (l *link) dial() (*websocket.Conn, error) {
 // upgradeRequest returns the upgrade request of target (path and query,
 // raw commas) and origin, signed over target exactly as it goes on the
 // wire (coder/websocket sends the URL's RequestURI unchanged).
-func (h *Hub) upgradeRequest(target, origin string) (*http.Request, error) {
-	req, err := http.NewRequest(http.MethodGet, h.base+target, nil)
+func (u *upstream) upgradeRequest(target, origin string) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodGet, u.base+target, nil)
 	if err != nil {
 		return nil, err
 	}
 	if req.URL.RequestURI() != target {
 		return nil, errors.New("realtime: the request target would not go on the wire as signed")
 	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Clock.Now())
+	auth.Sign(req, u.cfg.APIKey, u.cfg.Secret, u.cfg.Clock.Now())
 	if origin != "" {
 		req.Header.Set(headerOrigin, origin)
 	}
@@ -208,8 +208,8 @@ const retireCloseWait = time.Second
 // without frame or pong for StallTimeout is closed as stalled. It returns
 // the frames read and why it ended.
 func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason string) {
-	h := l.h
-	stall := h.cfg.StallTimeout
+	u := l.u
+	stall := u.cfg.StallTimeout
 	start := time.Now()
 	var last atomic.Int64 // since start, at the last frame or pong
 	var stalled atomic.Bool
@@ -280,45 +280,17 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 			continue
 		}
 		frames++
-		h.deliver(l, sess, bytes.Clone(buf.Bytes()))
+		u.deliver(l, sess, bytes.Clone(buf.Bytes()))
 		l.firstOnce.Do(func() { close(l.first) })
 	}
 }
 
 // deliver takes one frame read by l: it is published to the other
 // replicas when l carries a shared chunk, and handed to the hub.
-func (h *Hub) deliver(l *link, sess *session, frame []byte) {
-	h.mx.frameIn(l.origin)
+func (u *upstream) deliver(l *link, sess *session, frame []byte) {
+	u.mx.frameIn(l.origin)
 	if l.tag != "" {
-		h.sh.Publish(l.tag, sess.id, frame)
+		u.sh.Publish(l.tag, sess.id, frame)
 	}
-	h.deliverFrame(l.origin, sess, frame)
-}
-
-// originShared marks the frames received from another replica in logs.
-const originShared = "shared"
-
-// deliverFrame hands one frame, delivered by src, to the subscribers of
-// its feed, if the feed's continuity takes it (see continuity.take).
-func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
-	id, ts, ok := parseFrame(frame)
-	if !ok {
-		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
-		return
-	}
-	if h.cont.future(ts, origin) {
-		return
-	}
-	f := (*h.feeds.Load())[string(id)]
-	if f == nil {
-		return // no longer wanted
-	}
-	f.mu.Lock()
-	if !h.cont.take(f, ts, frame, src) {
-		f.mu.Unlock()
-		return
-	}
-	n, slow := f.fanOut([]histFrame{{ts, frame}})
-	f.mu.Unlock()
-	h.mx.fannedOut(n, slow)
+	u.frames(l.origin, sess, frame)
 }

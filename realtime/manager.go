@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +16,50 @@ import (
 	"streamgate/auth"
 	"streamgate/realtime/share"
 )
+
+// upstream holds a hub's upstream connections: its manager goroutine
+// plans the chunks of the wanted feeds within the budget (planOwn, and the
+// shared chunks with a Sharer), discovers the HA origins and keeps one
+// link per chunk and origin (link.go), switching make-before-break. It is
+// given what it needs from the hub as functions: the wanted feeds
+// (wanted, local) and the frame path (frames).
+type upstream struct {
+	cfg     *Config // the hub's, read only
+	base    string  // scheme://host[:port] of the WebSocket
+	httpURL string  // http(s)://host[:port]/ for HEAD /
+	log     *zap.Logger
+	mx      *hubMetrics
+	st      *hubCounters
+	ctx     context.Context // the hub's: ends every link
+	wg      *sync.WaitGroup // the hub's
+	kickCh  chan struct{}
+	sh      *share.Sharer // nil without sharing
+
+	wanted func(now time.Time) map[string]bool           // the feeds wanted, those past their grace dropped
+	local  func() []string                               // the feeds wanted, as they are
+	frames func(origin string, src source, frame []byte) // the hub's frame path
+
+	// Owned by the manager goroutine.
+	chunks   []*chunk
+	origins  []string
+	resolved bool
+	// A discovery that failed (no answer, or not 200) is asked again at
+	// rediscoverAt, after rediscoverWait, doubled each time up to a minute,
+	// rather than leaving the hub without origins for its whole life.
+	rediscoverAt   time.Time
+	rediscoverWait time.Duration
+
+	linkMu sync.Mutex
+	links  map[*link]struct{} // for Stats
+	health *linkHealth        // one log line per change of an origin's state
+	carry  atomic.Int64       // feeds carried
+	// carried and capacity are the feeds carried and how many the budget
+	// holds, as the last reconcile left them (for SubscribeOptions.Within); nil and 0 before.
+	carried  atomic.Pointer[map[string]bool]
+	capacity atomic.Int64
+	over     atomic.Int64  // feeds wanted but not carried
+	sessN    atomic.Uint64 // numbers the sessions
+}
 
 // chunk is a set of feeds carried together: one link per origin.
 type chunk struct {
@@ -26,59 +72,59 @@ type chunk struct {
 // manage reconciles the upstream connections with the wanted feeds, when
 // kicked and on a tick (for the grace periods); a sharing hub also talks
 // to Redis every share tick.
-func (h *Hub) manage() {
-	defer h.wg.Done()
-	every := min(max(h.cfg.Grace/4, 10*time.Millisecond), time.Second)
+func (u *upstream) manage() {
+	defer u.wg.Done()
+	every := min(max(u.cfg.Grace/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var share <-chan time.Time
 	var leave <-chan chan struct{}
 	var stepNow <-chan struct{}
-	if h.sh != nil {
-		leave = h.sh.Leaving()
-		stepNow = h.sh.StepNow()
-		st := time.NewTicker(h.sh.Tick())
+	if u.sh != nil {
+		leave = u.sh.Leaving()
+		stepNow = u.sh.StepNow()
+		st := time.NewTicker(u.sh.Tick())
 		defer st.Stop()
 		share = st.C
 		defer func() {
-			if !h.sh.Left() { // handover has let them go
-				h.sh.Release()
+			if !u.sh.Left() { // handover has let them go
+				u.sh.Release()
 			}
 		}()
-		h.shareStep()
+		u.shareStep()
 	}
 	for {
 		beat := false
 		select {
-		case <-h.ctx.Done():
-			return // the links end with h.ctx
-		case <-h.kickCh:
+		case <-u.ctx.Done():
+			return // the links end with u.ctx
+		case <-u.kickCh:
 		case <-t.C:
 		case <-share:
-			h.shareStep()
+			u.shareStep()
 			beat = true
 		case <-stepNow:
-			h.shareStep()
+			u.shareStep()
 			beat = true
 		case done := <-leave:
-			h.sh.Handover()
+			u.sh.Handover()
 			close(done)
 		}
-		if h.sh != nil && h.sh.Left() {
+		if u.sh != nil && u.sh.Left() {
 			continue // closing: the connections stay as they are
 		}
-		h.reconcile()
+		u.reconcile()
 		if beat {
-			h.heartbeats()
+			u.heartbeats()
 		}
 	}
 }
 
 // heartbeats sends the heartbeat of every chunk held, as reconciled: its
 // feeds and its sessions up.
-func (h *Hub) heartbeats() {
-	for _, c := range h.chunks {
-		if c.tag == "" || !h.sh.Holds(c.tag) {
+func (u *upstream) heartbeats() {
+	for _, c := range u.chunks {
+		if c.tag == "" || !u.sh.Holds(c.tag) {
 			continue
 		}
 		var up []uint64
@@ -87,31 +133,26 @@ func (h *Hub) heartbeats() {
 				up = append(up, ss.id)
 			}
 		}
-		h.sh.Heartbeat(c.tag, c.feeds, up)
+		u.sh.Heartbeat(c.tag, c.feeds, up)
 	}
 }
 
 // shareStep runs a share tick.
-func (h *Hub) shareStep() {
-	h.mu.Lock()
-	local := make([]string, 0, len(h.wants))
-	for id := range h.wants {
-		local = append(local, id)
-	}
-	h.mu.Unlock()
+func (u *upstream) shareStep() {
+	local := u.local()
 	maxChunks := 0
-	if h.resolved {
-		maxChunks = h.maxChunks()
+	if u.resolved {
+		maxChunks = u.maxChunks()
 	}
-	if over, ok := h.sh.Step(local, maxChunks, h.maxChunks); ok {
-		h.over.Store(int64(over))
+	if over, ok := u.sh.Step(local, maxChunks, u.maxChunks); ok {
+		u.over.Store(int64(over))
 	}
 }
 
 // maxChunks returns how many chunks the budget allows, discovering the
 // origins first if need be. Called by the manager goroutine.
-func (h *Hub) maxChunks() int {
-	return chunkBudget(h.cfg.MaxConnections, len(h.linkOrigins()))
+func (u *upstream) maxChunks() int {
+	return chunkBudget(u.cfg.MaxConnections, len(u.linkOrigins()))
 }
 
 // chunkBudget is how many chunks maxConns connections carry with origins
@@ -128,24 +169,24 @@ func chunkBudget(maxConns, origins int) int {
 }
 
 // linkOrigins returns the origins each chunk connects to ("" without HA).
-func (h *Hub) linkOrigins() []string {
-	if !h.resolved || (!h.rediscoverAt.IsZero() && !time.Now().Before(h.rediscoverAt)) {
-		origins, ok := h.discover()
-		h.origins, h.resolved = origins, true
-		h.rediscoverAt = time.Time{}
+func (u *upstream) linkOrigins() []string {
+	if !u.resolved || (!u.rediscoverAt.IsZero() && !time.Now().Before(u.rediscoverAt)) {
+		origins, ok := u.discover()
+		u.origins, u.resolved = origins, true
+		u.rediscoverAt = time.Time{}
 		if !ok {
-			h.rediscoverWait = min(max(2*h.rediscoverWait, time.Second), time.Minute)
+			u.rediscoverWait = min(max(2*u.rediscoverWait, time.Second), time.Minute)
 			// Jittered, so that replicas started together do not ask
 			// together again.
-			h.rediscoverAt = time.Now().Add(h.rediscoverWait/2 + rand.N(h.rediscoverWait/2))
+			u.rediscoverAt = time.Now().Add(u.rediscoverWait/2 + rand.N(u.rediscoverWait/2))
 		}
 	}
-	origins := h.origins
+	origins := u.origins
 	if len(origins) == 0 {
 		origins = []string{""}
 	}
-	if len(origins) > h.cfg.MaxConnections {
-		origins = origins[:h.cfg.MaxConnections]
+	if len(origins) > u.cfg.MaxConnections {
+		origins = origins[:u.cfg.MaxConnections]
 	}
 	return origins
 }
@@ -154,55 +195,37 @@ func (h *Hub) linkOrigins() []string {
 // chunks within the budget and switches the chunks that changed. A
 // sharing hub holds the shared chunks whose lease it has and carries on
 // its own chunks only the wanted feeds without another source.
-func (h *Hub) reconcile() {
-	now := time.Now()
-	h.mu.Lock()
-	dropped := false
-	for id, f := range h.wants {
-		if f.refs > 0 || f.pinned || now.Sub(f.idleSince) < h.cfg.Grace ||
-			(!f.demandAt.IsZero() && now.Sub(f.demandAt) < h.cfg.Grace) {
-			continue
-		}
-		delete(h.wants, id)
-		dropped = true
-	}
-	if dropped {
-		h.publishFeeds()
-	}
-	desired := make(map[string]bool, len(h.wants))
-	for id := range h.wants {
-		desired[id] = true
-	}
-	h.mu.Unlock()
-	if len(desired) == 0 && len(h.chunks) == 0 && (h.sh == nil || h.sh.Holding() == 0) {
+func (u *upstream) reconcile() {
+	desired := u.wanted(time.Now())
+	if len(desired) == 0 && len(u.chunks) == 0 && (u.sh == nil || u.sh.Holding() == 0) {
 		return
 	}
-	origins := h.linkOrigins()
-	maxChunks := chunkBudget(h.cfg.MaxConnections, len(origins))
+	origins := u.linkOrigins()
+	maxChunks := chunkBudget(u.cfg.MaxConnections, len(origins))
 	// Without a chunk's connections in reserve, a switch closes the old
 	// connections first, then opens the new ones when they have ended (the
 	// seconds between are a gap, filled from REST).
-	breakFirst := maxChunks*len(origins)+len(origins) > h.cfg.MaxConnections
+	breakFirst := maxChunks*len(origins)+len(origins) > u.cfg.MaxConnections
 
 	// The sharing layer: the shared chunks this replica holds, and what is
 	// left for its own connections.
 	var held map[string][]string
-	if h.sh != nil {
-		held, desired, maxChunks = h.sharedPlan(desired, maxChunks)
+	if u.sh != nil {
+		held, desired, maxChunks = u.sharedPlan(desired, maxChunks)
 	}
 
-	started, retiring, total := h.applyShared(held, origins)
+	started, retiring, total := u.applyShared(held, origins)
 
 	// This replica's own chunks, as planOwn lays them out.
 	var own []*chunk
 	var current [][]string
-	for _, c := range h.chunks {
+	for _, c := range u.chunks {
 		if c.tag == "" {
 			own = append(own, c)
 			current = append(current, c.feeds)
 		}
 	}
-	next, over := planOwn(current, desired, h.cfg.FeedsPerConnection, maxChunks)
+	next, over := planOwn(current, desired, u.cfg.FeedsPerConnection, maxChunks)
 	for i, feeds := range next {
 		if i < len(own) {
 			own[i].next = feeds
@@ -210,20 +233,20 @@ func (h *Hub) reconcile() {
 		}
 		c := &chunk{next: feeds}
 		own = append(own, c)
-		h.chunks = append(h.chunks, c)
+		u.chunks = append(u.chunks, c)
 	}
-	if h.sh == nil || !h.sh.Sharing() {
-		if over := int64(over); over != h.over.Swap(over) && over > 0 {
-			h.log.Warn("feeds over the upstream connection budget stay unsubscribed",
-				zap.Int64("feeds", over), zap.Int("max_connections", h.cfg.MaxConnections),
-				zap.Int("feeds_per_connection", h.cfg.FeedsPerConnection))
+	if u.sh == nil || !u.sh.Sharing() {
+		if over := int64(over); over != u.over.Swap(over) && over > 0 {
+			u.log.Warn("feeds over the upstream connection budget stay unsubscribed",
+				zap.Int64("feeds", over), zap.Int("max_connections", u.cfg.MaxConnections),
+				zap.Int("feeds_per_connection", u.cfg.FeedsPerConnection))
 		}
 	}
-	h.mx.uncarried.Set(float64(h.over.Load()))
+	u.mx.uncarried.Set(float64(u.over.Load()))
 
 	// Switch what changed.
-	kept := h.chunks[:0]
-	for _, c := range h.chunks {
+	kept := u.chunks[:0]
+	for _, c := range u.chunks {
 		if c.tag != "" {
 			kept = append(kept, c)
 			continue
@@ -235,13 +258,13 @@ func (h *Hub) reconcile() {
 				l.retire(nil)
 			}
 			continue
-		case c.links == nil && !h.room(len(origins)):
+		case c.links == nil && !u.room(len(origins)):
 			// No room yet: the chunk waits, empty, for a later reconcile.
 			c.feeds = nil
 		case c.links == nil:
 			c.feeds = slices.Clone(c.next)
 			for _, o := range origins {
-				l := h.startLink(o, c.feeds, "")
+				l := u.startLink(o, c.feeds, "")
 				c.links = append(c.links, l)
 				started = append(started, l)
 			}
@@ -253,7 +276,7 @@ func (h *Hub) reconcile() {
 				l.retire(nil)
 			}
 			c.links, c.feeds = nil, nil
-		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !h.room(len(origins)):
+		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !u.room(len(origins)):
 			// A switch waits while another is in flight: the changes
 			// gathered meanwhile make one switch when there is room.
 		case !slices.Equal(c.feeds, c.next) || !c.on(origins):
@@ -261,28 +284,28 @@ func (h *Hub) reconcile() {
 			old := c.links
 			c.links = nil
 			for _, o := range origins {
-				c.links = append(c.links, h.startLink(o, c.feeds, ""))
+				c.links = append(c.links, u.startLink(o, c.feeds, ""))
 			}
-			h.retireAfter(old, c.links)
+			u.retireAfter(old, c.links)
 		}
 		total += len(c.feeds)
 		kept = append(kept, c)
 	}
-	clear(h.chunks[len(kept):])
-	h.chunks = kept
-	h.retireWhenUp(retiring, started)
+	clear(u.chunks[len(kept):])
+	u.chunks = kept
+	u.retireWhenUp(retiring, started)
 	// What Admit needs: the feeds carried now, and how many this
 	// replica's own connections can carry.
 	carriedNow := make(map[string]bool, total)
-	for _, c := range h.chunks {
+	for _, c := range u.chunks {
 		for _, id := range c.feeds {
 			carriedNow[id] = true
 		}
 	}
-	h.carried.Store(&carriedNow)
-	h.capacity.Store(int64(maxChunks * h.cfg.FeedsPerConnection))
-	h.carry.Store(int64(total))
-	h.mx.feeds.Set(float64(total))
+	u.carried.Store(&carriedNow)
+	u.capacity.Store(int64(maxChunks * u.cfg.FeedsPerConnection))
+	u.carry.Store(int64(total))
+	u.mx.feeds.Set(float64(total))
 }
 
 // on reports whether c's links are one per origin of origins, in order
@@ -307,15 +330,15 @@ func (c *chunk) on(origins []string) bool {
 // switch refused waits for a later reconcile (a link's end kicks one),
 // and the changes made meanwhile are applied together. Called by the
 // manager goroutine.
-func (h *Hub) room(origins int) bool {
-	h.linkMu.Lock()
-	defer h.linkMu.Unlock()
-	return len(h.links)+origins <= h.cfg.MaxConnections
+func (u *upstream) room(origins int) bool {
+	u.linkMu.Lock()
+	defer u.linkMu.Unlock()
+	return len(u.links)+origins <= u.cfg.MaxConnections
 }
 
 // retireWhenUp closes old once every link of succ has delivered a frame,
 // or after StallTimeout; at once without succ.
-func (h *Hub) retireWhenUp(old, succ []*link) {
+func (u *upstream) retireWhenUp(old, succ []*link) {
 	if len(old) == 0 {
 		return
 	}
@@ -325,10 +348,10 @@ func (h *Hub) retireWhenUp(old, succ []*link) {
 		}
 		return
 	}
-	h.wg.Add(1)
+	u.wg.Add(1)
 	go func() {
-		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.StallTimeout)
+		defer u.wg.Done()
+		ctx, cancel := context.WithTimeout(u.ctx, u.cfg.StallTimeout)
 		defer cancel()
 		for _, s := range succ {
 			select {
@@ -344,11 +367,11 @@ func (h *Hub) retireWhenUp(old, succ []*link) {
 
 // retireAfter closes each of old once its successor (same origin) has
 // delivered a frame, or after StallTimeout: make-before-break.
-func (h *Hub) retireAfter(old, succ []*link) {
-	h.wg.Add(1)
+func (u *upstream) retireAfter(old, succ []*link) {
+	u.wg.Add(1)
 	go func() {
-		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.StallTimeout)
+		defer u.wg.Done()
+		ctx, cancel := context.WithTimeout(u.ctx, u.cfg.StallTimeout)
 		defer cancel()
 		for i, o := range old {
 			var s *link
@@ -368,33 +391,33 @@ func (h *Hub) retireAfter(old, succ []*link) {
 // Without the header, or on failure, there is none: one connection per
 // chunk. ok is false when the upstream did not answer 200 (then it is
 // asked again later).
-func (h *Hub) discover() (origins []string, ok bool) {
-	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+func (u *upstream) discover() (origins []string, ok bool) {
+	ctx, cancel := context.WithTimeout(u.ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, h.httpURL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.httpURL, nil)
 	if err != nil {
-		h.log.Warn("origin discovery", zap.Error(err))
+		u.log.Warn("origin discovery", zap.Error(err))
 		return nil, false
 	}
-	if h.cfg.DiscoveryBudget != nil {
-		if err := h.cfg.DiscoveryBudget(ctx); err != nil {
-			h.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
+	if u.cfg.DiscoveryBudget != nil {
+		if err := u.cfg.DiscoveryBudget(ctx); err != nil {
+			u.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
 			return nil, false
 		}
 	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Clock.Now())
-	resp, err := h.cfg.HTTPClient.Do(req)
+	auth.Sign(req, u.cfg.APIKey, u.cfg.Secret, u.cfg.Clock.Now())
+	resp, err := u.cfg.HTTPClient.Do(req)
 	if err != nil {
-		h.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))
+		u.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))
 		return nil, false
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		h.log.Warn("origin discovery refused: one connection per chunk until it is asked again", zap.Int("status", resp.StatusCode))
+		u.log.Warn("origin discovery refused: one connection per chunk until it is asked again", zap.Int("status", resp.StatusCode))
 		return nil, false
 	}
 	origins = parseOrigins(resp.Header.Get(headerAvailableOrigins))
-	h.log.Info("upstream origins", zap.Strings("origins", origins))
+	u.log.Info("upstream origins", zap.Strings("origins", origins))
 	return origins, true
 }
 
@@ -412,16 +435,16 @@ func parseOrigins(v string) []string {
 }
 
 // reconnected counts a reconnect.
-func (h *Hub) reconnected(reason string) {
+func (u *upstream) reconnected(reason string) {
 	switch reason {
 	case reasonDrop:
-		h.st.reconnDrop.Add(1)
+		u.st.reconnDrop.Add(1)
 	case reasonStall:
-		h.st.reconnStall.Add(1)
+		u.st.reconnStall.Add(1)
 	case reasonRefused:
-		h.st.reconnRefused.Add(1)
+		u.st.reconnRefused.Add(1)
 	}
-	h.mx.m.reconnects.WithLabelValues(h.cfg.Network, reason).Inc()
+	u.mx.m.reconnects.WithLabelValues(u.cfg.Network, reason).Inc()
 }
 
 // hubMetrics are one hub's series and counters.
@@ -568,7 +591,7 @@ func (h *Hub) Stats() Stats {
 		Resumed: h.st.resumed.Load(), Replayed: h.st.replayed.Load(),
 		Reconnects: map[string]int64{reasonDrop: h.st.reconnDrop.Load(),
 			reasonStall: h.st.reconnStall.Load(), reasonRefused: h.st.reconnRefused.Load()},
-		FeedsSubscribed: int(h.carry.Load()), FeedsUncarried: int(h.over.Load()),
+		FeedsSubscribed: int(h.up.carry.Load()), FeedsUncarried: int(h.up.over.Load()),
 	}
 	if h.sh != nil {
 		st := h.sh.Stats()
@@ -578,8 +601,8 @@ func (h *Hub) Stats() Stats {
 	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)
 	h.mu.Unlock()
 	live := map[string]struct{}{}
-	h.linkMu.Lock()
-	for l := range h.links {
+	h.up.linkMu.Lock()
+	for l := range h.up.links {
 		if st := l.state.Load(); st != nil {
 			s.Connections = append(s.Connections, ConnStats{Origin: l.origin, State: *st, Feeds: len(l.feeds)})
 			if *st == stateUp {
@@ -589,7 +612,7 @@ func (h *Hub) Stats() Stats {
 			}
 		}
 	}
-	h.linkMu.Unlock()
+	h.up.linkMu.Unlock()
 	s.FeedsLive = len(live)
 	slices.SortFunc(s.Connections, func(a, b ConnStats) int {
 		return strings.Compare(a.Origin+a.State, b.Origin+b.State)
