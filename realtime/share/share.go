@@ -11,13 +11,10 @@
 package share
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"hash/fnv"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,55 +136,25 @@ type Deps struct {
 	Metrics *Metrics    // nil: nothing recorded
 }
 
-// Session is one upstream connection of another replica's chunk, as this
-// replica hears of it: valid until its holder says it ended, its
-// heartbeats stop naming it, or the holder goes silent.
-type Session struct{ up atomic.Bool }
-
-// Valid reports whether the connection is up, as far as this replica
-// heard.
-func (s *Session) Valid() bool { return s.up.Load() }
-
-func newSession() *Session {
-	s := &Session{}
-	s.up.Store(true)
-	return s
-}
-
 // Sharer is the sharing side of one hub: see the package documentation.
-// Step, Plan, Holds, Holding, Handover and Release belong to the hub's
-// manager goroutine; the others are safe for concurrent use.
+// It holds the wants and the leases (Step), what to hold and what to
+// carry alone (Plan), and the handover; its relay keeps the channel
+// (Publish, Heartbeat, SessionDown, the receiver) and its presence the
+// reaping of dead holders' leases. Step, Plan, Holds, Holding, Handover
+// and Release belong to the hub's manager goroutine; the others are safe
+// for concurrent use.
 type Sharer struct {
-	network string
-	perConn int // FeedsPerConnection
-	maxConn int // MaxConnections
-	deliver func(frame []byte, src *Session)
-	log     *zap.Logger
-	mx      shareMetrics
+	*relay
+	pres *presence
+
+	perConn int             // FeedsPerConnection
+	maxConn int             // MaxConnections
 	ctx     context.Context // from Start: ends the goroutines and calls
 	wg      sync.WaitGroup
 
-	c       redis.UniversalClient
-	id      string
-	lease   time.Duration
-	tick    time.Duration
-	kWants  string
-	kLease  string // + chunk index
-	kBase   string // <prefix>{<network>}:
-	kAlive  string // presence: replica → expiry (ms, Redis's clock)
-	kKnown  string // replicas seen within knownTTL
-	channel string
-
-	// The receiver's check of its subscription: the presence message the
-	// publisher sent last that the receiver has not heard back (Unix ns,
-	// 0 none), and how many times it subscribed again.
-	echoSent atomic.Int64
-	resubs   atomic.Int64
-
-	stepNow chan struct{} // a tick at once: a dead holder's lease was freed
-	leftA   atomic.Bool   // left, for the presence goroutine
-	reaped  atomic.Int64  // leases of dead holders freed
-	reaping atomic.Bool   // the presence may free leases (see reapAfter)
+	lease  time.Duration
+	kWants string
+	kLease string // + chunk index
 
 	// Owned by the manager goroutine.
 	ok        bool             // sharing: the last ticks succeeded
@@ -198,12 +165,8 @@ type Sharer struct {
 	uncovered map[string]int64 // feed → when it was first seen without a live source (ns since start)
 	start     time.Time
 
-	pub     chan []byte
 	leaving chan chan struct{} // Close asks the manager to hand over
 	left    bool               // handed over: take no lease again (manager)
-
-	mu     sync.Mutex // guards remote
-	remote map[string]*remoteChunk
 
 	shared atomic.Bool  // mirrors ok, for Stats
 	holds  atomic.Int64 // len(held), for Stats
@@ -211,7 +174,7 @@ type Sharer struct {
 	// not sharing.
 	room atomic.Pointer[Union]
 
-	published, received, fallbacks atomic.Int64
+	fallbacks atomic.Int64
 }
 
 // Union is the union of every replica's wants as the last successful
@@ -219,83 +182,6 @@ type Sharer struct {
 type Union struct {
 	Feeds    map[string]bool // every feed of the union: true if its layout carries it
 	Capacity int             // maxChunks × FeedsPerConnection
-}
-
-// remoteChunk is what a replica has heard from another chunk's holder.
-type remoteChunk struct {
-	seen   time.Time
-	holder string
-	digest uint64
-	sess   map[string]*Session // by holder and session number
-}
-
-// layout is the union of the wants split into chunks.
-type layout struct {
-	n      int
-	chunks [][]string // sorted, at most FeedsPerConnection each
-	over   int        // feeds over FeedsPerConnection in their chunk
-	slot   map[string]int
-	digest []uint64
-}
-
-func tag(n, i int) string { return strconv.Itoa(n) + "/" + strconv.Itoa(i) }
-
-// chunkOf returns the chunk index of feed among n.
-func chunkOf(feed string, n int) int {
-	h := fnv.New64a()
-	h.Write([]byte(feed))
-	return int(h.Sum64() % uint64(n))
-}
-
-func digest(feeds []string) uint64 {
-	h := fnv.New64a()
-	for _, f := range feeds {
-		h.Write([]byte(f))
-		h.Write([]byte{','})
-	}
-	return h.Sum64()
-}
-
-// newLayout splits union (sorted) into n chunks.
-func newLayout(union []string, maxChunks, perConn int) layout {
-	l := layout{slot: map[string]int{}}
-	if len(union) == 0 || maxChunks < 1 {
-		return l
-	}
-	l.n = min(maxChunks, (len(union)+perConn-1)/perConn)
-	l.chunks = make([][]string, l.n)
-	var spill []string
-	for _, f := range union {
-		i := chunkOf(f, l.n)
-		if len(l.chunks[i]) >= perConn {
-			spill = append(spill, f)
-			continue
-		}
-		l.chunks[i] = append(l.chunks[i], f)
-		l.slot[f] = i
-	}
-	// A chunk's hash share over FeedsPerConnection goes to the next
-	// chunks with room, in order: the same union, the same layout.
-	for _, f := range spill {
-		i := chunkOf(f, l.n)
-		placed := false
-		for k := 1; k < l.n && !placed; k++ {
-			j := (i + k) % l.n
-			if len(l.chunks[j]) < perConn {
-				l.chunks[j] = append(l.chunks[j], f)
-				l.slot[f] = j
-				placed = true
-			}
-		}
-		if !placed {
-			l.over++
-		}
-	}
-	for _, c := range l.chunks {
-		slices.Sort(c)
-		l.digest = append(l.digest, digest(c))
-	}
-	return l
 }
 
 // New validates cfg and returns the Sharer of the hub that deps
@@ -329,15 +215,16 @@ func New(cfg Config, deps Deps) (*Sharer, error) {
 		return nil, errors.New("share: Prefix and the network must not contain '{' or '}'")
 	}
 	base := cfg.Prefix + "{" + deps.Network + "}:"
+	mx := newShareMetrics(deps.Metrics, deps.Network)
 	return &Sharer{
-		network: deps.Network, perConn: deps.FeedsPerConnection, maxConn: deps.MaxConnections,
-		deliver: deps.Deliver, log: deps.Logger, mx: newShareMetrics(deps.Metrics, deps.Network),
-		ctx: context.Background(), c: cfg.Client, id: id, lease: cfg.Lease, tick: cfg.Lease / 3,
-		kWants: base + "wants", kLease: base + "lease:", kBase: base, channel: base + "frames",
-		kAlive: base + "alive", kKnown: base + "known",
-		stepNow: make(chan struct{}, 1),
-		held:    map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
-		pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{},
+		relay: &relay{c: cfg.Client, id: id, channel: base + "frames", tick: cfg.Lease / 3,
+			deliver: deps.Deliver, log: deps.Logger, mx: mx,
+			pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{}},
+		pres:    newPresence(cfg.Client, id, base, deps.MaxConnections, deps.Logger, mx),
+		perConn: deps.FeedsPerConnection, maxConn: deps.MaxConnections,
+		ctx: context.Background(), lease: cfg.Lease,
+		kWants: base + "wants", kLease: base + "lease:",
+		held: map[string]bool{}, uncovered: map[string]int64{}, start: time.Now(),
 		leaving: make(chan chan struct{}),
 	}, nil
 }
@@ -360,28 +247,17 @@ func (s *Sharer) Leave() {
 	}
 }
 
-// takenOver reports whether each chunk of tags has a holder other than
-// this replica with a connection up, heard from since.
-func (s *Sharer) takenOver(tags []string, since time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range tags {
-		rc := s.remote[t]
-		if rc == nil || !rc.seen.After(since) || len(rc.sess) == 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // Start starts the publisher, the receiver and the presence; they stop
 // when ctx ends (Wait waits for them). Step and Handover use ctx too.
 func (s *Sharer) Start(ctx context.Context) {
 	s.ctx = ctx
-	s.wg.Add(3)
-	go s.publisher()
-	go s.receiver()
-	go s.presence()
+	for _, run := range []func(context.Context){s.publisher, s.receiver, s.pres.run} {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			run(ctx)
+		}()
+	}
 }
 
 // Wait waits for the goroutines of Start, once its ctx has ended.
@@ -393,7 +269,7 @@ func (s *Sharer) Leaving() <-chan chan struct{} { return s.leaving }
 
 // StepNow delivers when a tick is due at once (a dead holder's lease was
 // freed).
-func (s *Sharer) StepNow() <-chan struct{} { return s.stepNow }
+func (s *Sharer) StepNow() <-chan struct{} { return s.pres.stepNow }
 
 // Tick is how often the manager calls Step: Lease/3.
 func (s *Sharer) Tick() time.Duration { return s.tick }
@@ -445,7 +321,7 @@ type Stats struct {
 func (s *Sharer) Stats() Stats {
 	st := Stats{Replica: s.id, Sharing: s.shared.Load(), Held: int(s.holds.Load()),
 		Published: s.published.Load(), Received: s.received.Load(), Fallbacks: s.fallbacks.Load(),
-		Reaped: s.reaped.Load(), Reaping: s.reaping.Load(), Resubscribed: s.resubs.Load()}
+		Reaped: s.pres.reaped.Load(), Reaping: s.pres.reaping.Load(), Resubscribed: s.resubs.Load()}
 	if u := s.room.Load(); u != nil {
 		st.Union, st.UnionCapacity = len(u.Feeds), u.Capacity
 	}
@@ -636,294 +512,6 @@ func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int, bu
 	return lay.over, nil
 }
 
-func splitTag(t string) (i, n int) {
-	a, b, _ := strings.Cut(t, "/")
-	n, _ = strconv.Atoi(a)
-	i, _ = strconv.Atoi(b)
-	return i, n
-}
-
-// Heartbeat queues the heartbeat of held chunk t: its feeds' digest and
-// the numbers of its upstream sessions that are up.
-func (s *Sharer) Heartbeat(t string, feeds []string, up []uint64) {
-	var b bytes.Buffer
-	b.WriteString("sg1 H " + t + " " + s.id + " " + strconv.FormatUint(digest(feeds), 16) + " ")
-	for i, id := range up {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatUint(id, 10))
-	}
-	b.WriteByte('\n')
-	s.queue(b.Bytes())
-}
-
-// SessionDown queues, at once, the end of upstream session sess of held
-// chunk t: the followers stop answering Latest from its reports without
-// waiting for the next heartbeat.
-func (s *Sharer) SessionDown(t string, sess uint64) {
-	s.queue([]byte("sg1 D " + t + " " + s.id + " " + strconv.FormatUint(sess, 10) + "\n"))
-}
-
-// Publish queues a frame read by upstream session sess of held chunk t.
-func (s *Sharer) Publish(t string, sess uint64, frame []byte) {
-	hdr := "sg1 F " + t + " " + s.id + " " + strconv.FormatUint(sess, 10) + "\n"
-	m := make([]byte, 0, len(hdr)+len(frame))
-	m = append(append(m, hdr...), frame...)
-	s.queue(m)
-}
-
-func (s *Sharer) queue(m []byte) {
-	select {
-	case s.pub <- m:
-	default:
-		s.mx.publishFailed(1)
-	}
-}
-
-// publisher sends the queued messages, in order, in pipelines.
-func (s *Sharer) publisher() {
-	defer s.wg.Done()
-	batch := make([][]byte, 0, publishBatch)
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case m := <-s.pub:
-			batch = append(batch[:0], m)
-		}
-	more:
-		for len(batch) < publishBatch {
-			select {
-			case m := <-s.pub:
-				batch = append(batch, m)
-			default:
-				break more
-			}
-		}
-		pipe := s.c.Pipeline()
-		frames, echo := 0, false
-		for _, m := range batch {
-			pipe.SPublish(s.ctx, s.channel, m)
-			switch m[4] {
-			case 'F':
-				frames++
-			case 'P':
-				echo = true
-			}
-		}
-		// The presence message is awaited from before it is sent: the
-		// receiver may hear it before Exec returns.
-		sent := time.Now().UnixNano()
-		awaited := echo && s.echoSent.CompareAndSwap(0, sent)
-		if _, err := pipe.Exec(s.ctx); err != nil {
-			if awaited {
-				s.echoSent.CompareAndSwap(sent, 0)
-			}
-			s.mx.publishFailed(len(batch))
-			continue
-		}
-		s.published.Add(int64(frames))
-		s.mx.published(frames)
-	}
-}
-
-// receiver reads the channel and hands the other replicas' frames to the
-// hub; it also lets the remote sessions silent for two ticks die.
-//
-// The client reconnects the subscription when its connection breaks (on a
-// failover, to the new master or the slot's new owner). The receiver
-// subscribes afresh when that is not enough: Redis ended the subscription
-// (SUNSUBSCRIBE, sent when the channel's slot leaves the node), refused it
-// (an error reply, such as MOVED), or the subscription delivers nothing
-// any more: this replica's own presence message, published every tick,
-// not heard back within two ticks.
-func (s *Sharer) receiver() {
-	defer s.wg.Done()
-	ps := s.subscribe()
-	defer func() { ps.Close() }()
-	echoWait := max(2*s.tick, minEchoWait)
-	logged := false // a resubscription logged since the last message
-	for {
-		msg, err := ps.ReceiveTimeout(s.ctx, s.tick)
-		if s.ctx.Err() != nil {
-			return
-		}
-		now := time.Now()
-		s.expire(now)
-		again, why := "", ""
-		switch m := msg.(type) {
-		case *redis.Message:
-			logged = false
-			s.receive([]byte(m.Payload))
-		case *redis.Subscription:
-			if m.Kind == "sunsubscribe" || m.Kind == "unsubscribe" {
-				again, why = "ended", "Redis ended the subscription"
-			}
-		}
-		var reply redis.Error
-		if err != nil && errors.As(err, &reply) {
-			again, why = "refused", err.Error()
-		}
-		if sent := s.echoSent.Load(); again == "" && sent != 0 && now.Sub(time.Unix(0, sent)) > echoWait {
-			again, why = "silent", "this replica's presence message not heard back within "+echoWait.String()
-		}
-		if again != "" {
-			ps.Close()
-			s.reloadState()
-			s.resubs.Add(1)
-			s.mx.resubscribed(again)
-			if !logged { // once until a message comes through again
-				logged = true
-				s.log.Warn("stream sharing: subscribing to the channel again", zap.String("reason", again), zap.String("detail", why))
-			}
-			if !s.pause(min(s.tick, 100*time.Millisecond)) {
-				return
-			}
-			ps = s.subscribe()
-			continue
-		}
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			// The connection broke and the client could not connect
-			// again (the node is gone): on a cluster, it asks where the
-			// slot is now before the next try.
-			s.reloadState()
-			if !s.pause(min(s.tick, 100*time.Millisecond)) {
-				return
-			}
-		}
-	}
-}
-
-// reloadState has a cluster client read the cluster's slots again (at
-// most every 200 ms, in the background); other clients need not.
-func (s *Sharer) reloadState() {
-	if rc, ok := s.c.(interface{ ReloadState(context.Context) }); ok {
-		rc.ReloadState(s.ctx)
-	}
-}
-
-// subscribe opens the subscription to the channel; the presence message
-// in flight is not waited for any more.
-func (s *Sharer) subscribe() *redis.PubSub {
-	s.echoSent.Store(0)
-	return s.c.SSubscribe(s.ctx, s.channel)
-}
-
-// pause waits d, or until the hub closes (false).
-func (s *Sharer) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// silent is how long a remote chunk may stay silent and still count.
-func (s *Sharer) silent() time.Duration { return 2*s.tick + s.tick/2 }
-
-// expire ends the remote chunks silent for too long.
-func (s *Sharer) expire(now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for t, rc := range s.remote {
-		if now.Sub(rc.seen) > s.silent() {
-			for _, ss := range rc.sess {
-				ss.up.Store(false)
-			}
-			delete(s.remote, t)
-		}
-	}
-}
-
-// receive handles one message of the channel.
-func (s *Sharer) receive(m []byte) {
-	line, frame, ok := bytes.Cut(m, []byte{'\n'})
-	if !ok || !bytes.HasPrefix(line, []byte("sg1 ")) {
-		return
-	}
-	f := strings.Fields(string(line[4:]))
-	if len(f) == 2 && f[0] == "P" {
-		if f[1] == s.id {
-			s.echoSent.Store(0) // heard: the subscription delivers
-		}
-		return
-	}
-	if len(f) < 4 || f[2] == s.id {
-		return
-	}
-	kind, t, holder := f[0], f[1], f[2]
-	now := time.Now()
-	s.mu.Lock()
-	rc := s.remote[t]
-	if rc == nil || rc.holder != holder {
-		if rc != nil {
-			for _, ss := range rc.sess {
-				ss.up.Store(false)
-			}
-		}
-		rc = &remoteChunk{holder: holder, sess: map[string]*Session{}}
-		s.remote[t] = rc
-	}
-	rc.seen = now
-	switch kind {
-	case "F":
-		ss := rc.sess[f[3]]
-		if ss == nil {
-			ss = newSession()
-			rc.sess[f[3]] = ss
-		}
-		s.mu.Unlock()
-		s.received.Add(1)
-		s.mx.received()
-		s.deliver(frame, ss)
-		return
-	case "D":
-		if ss := rc.sess[f[3]]; ss != nil {
-			ss.up.Store(false)
-			delete(rc.sess, f[3])
-		}
-	case "H":
-		if d, err := strconv.ParseUint(f[3], 16, 64); err == nil {
-			rc.digest = d
-		}
-		up := map[string]bool{}
-		if len(f) > 4 {
-			for _, id := range strings.Split(f[4], ",") {
-				up[id] = true
-			}
-		}
-		for id, ss := range rc.sess {
-			if !up[id] {
-				ss.up.Store(false)
-				delete(rc.sess, id)
-			}
-		}
-		for id := range up {
-			if rc.sess[id] == nil {
-				rc.sess[id] = newSession()
-			}
-		}
-	}
-	s.mu.Unlock()
-}
-
-// remoteLive reports whether chunk t of the layout has a holder heard
-// from recently, carrying the feeds the layout gives it.
-func (s *Sharer) remoteLive(t string, d uint64, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rc := s.remote[t]
-	return rc != nil && rc.digest == d && now.Sub(rc.seen) <= s.silent()
-}
-
 // Plan returns, for the manager, the chunks this replica holds (by tag)
 // with their feeds, and the wanted feeds (desired) it must carry itself:
 // those without a live source for Lease, and those it carries already
@@ -999,7 +587,7 @@ func (s *Sharer) Release() {
 // again.
 func (s *Sharer) Handover() {
 	s.left = true
-	s.leftA.Store(true)
+	s.pres.left.Store(true)
 	if !s.ok || len(s.held) == 0 {
 		return
 	}

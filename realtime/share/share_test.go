@@ -64,7 +64,7 @@ func FuzzShareMessage(f *testing.F) {
 	f.Add([]byte("sg1 P other\n"))
 	f.Fuzz(func(t *testing.T, m []byte) {
 		delivered := make(chan []byte, 4)
-		s := &Sharer{network: "mainnet", id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{},
+		s := &relay{id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{},
 			mx: newShareMetrics(nil, "mainnet"), deliver: func(frame []byte, src *Session) {
 				require.True(t, src.Valid(), "a frame's session is up when it comes")
 				delivered <- frame
