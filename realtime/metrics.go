@@ -103,3 +103,97 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// hubMetrics are one hub's series and counters.
+type hubMetrics struct {
+	m       *Metrics
+	network string
+	st      *hubCounters
+
+	subscribers, feeds, uncarried                   prometheus.Gauge
+	framesOut, duplicates, slowCloses, latestServed prometheus.Counter
+}
+
+func newHubMetrics(m *Metrics, network string, st *hubCounters) hubMetrics {
+	if m == nil {
+		m = NewMetrics(nil) // unregistered: recorded nowhere
+	}
+	return hubMetrics{m: m, network: network, st: st,
+		subscribers:  m.subscribers.WithLabelValues(network),
+		feeds:        m.feeds.WithLabelValues(network),
+		uncarried:    m.uncarried.WithLabelValues(network),
+		framesOut:    m.framesOut.WithLabelValues(network),
+		duplicates:   m.duplicates.WithLabelValues(network),
+		slowCloses:   m.slowCloses.WithLabelValues(network),
+		latestServed: m.latestServed.WithLabelValues(network),
+	}
+}
+
+func originLabel(o string) string {
+	if o == "" {
+		return "none"
+	}
+	return o
+}
+
+func (x *hubMetrics) conns(origin, state string) prometheus.Gauge {
+	return x.m.conns.WithLabelValues(x.network, originLabel(origin), state)
+}
+
+func (x *hubMetrics) frameIn(origin string) {
+	x.st.framesIn.Add(1)
+	x.m.framesIn.WithLabelValues(x.network, originLabel(origin)).Inc()
+}
+
+func (x *hubMetrics) delivered(n int) {
+	if n > 0 {
+		x.st.framesOut.Add(int64(n))
+		x.framesOut.Add(float64(n))
+	}
+}
+
+// fannedOut counts n frames queued, and releases the subscriptions that
+// overflowed (slow), counting each. Called without any feed's lock.
+func (x *hubMetrics) fannedOut(n int, slow []*Subscription) {
+	x.delivered(n)
+	for _, s := range slow {
+		x.slowClose()
+		s.release()
+	}
+}
+
+func (x *hubMetrics) duplicate() {
+	x.st.duplicates.Add(1)
+	x.duplicates.Inc()
+}
+
+func (x *hubMetrics) backfilled(n int64) {
+	if n > 0 {
+		x.st.backfilled.Add(n)
+		x.m.backfilled.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) unfilled(n int64) {
+	if n > 0 {
+		x.st.unfilled.Add(n)
+		x.m.unfilled.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) resumed() {
+	x.st.resumed.Add(1)
+	x.m.resumed.WithLabelValues(x.network).Inc()
+}
+
+func (x *hubMetrics) replayed(n int) {
+	if n > 0 {
+		x.st.replayed.Add(int64(n))
+		x.m.replayed.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) slowClose() {
+	x.st.slowCloses.Add(1)
+	x.slowCloses.Inc()
+}
