@@ -330,7 +330,7 @@ func New(cfg Config) (*Hub, error) {
 // is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
 // hands its chunks over: it lets its leases go and keeps its connections
 // until another replica's connection for each chunk delivers, within a
-// lease (see ShareConfig). Idempotent.
+// lease (see share.Sharer.Handover). Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
