@@ -81,9 +81,6 @@ type Deps struct {
 	// realtime.team_connections; nil: this process counts alone (with the
 	// Redis limits, ratelimit.RedisConns counts across the replicas).
 	Conns ratelimit.Conns
-	// Hubs are the real-time hubs by network name; a network without one
-	// answers /api/v1/ws with 503 and latest from REST only.
-	Hubs map[string]*realtime.Hub
 	// Gates check the DON's signatures of the reports of each network
 	// where they enter (don.Gate); a network without one checks none.
 	Gates map[string]*don.Gate
@@ -218,7 +215,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	if cfg.Realtime.ResumeWindow > 0 && len(deps.Hubs) > 0 {
+	if cfg.Realtime.ResumeWindow > 0 { // used only by a network given a hub (Stream)
 		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, cfg.Realtime.ResumeRecordsPerTeam, cfg.Realtime.ResumeRecords,
 			deps.ResumeRedis, g.log, g.now, g.metrics)
 	}
@@ -326,11 +323,10 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		catalog: catalog,
 		ans:     ans,
 		report:  &reportSource{src},
-		latest:  &latestSource{sourceDeps: src, org: org, hub: deps.Hubs[name], fresh: fresh, entries: entries},
+		latest:  &latestSource{sourceDeps: src, org: org, fresh: fresh, entries: entries},
 		page:    &pageSource{src},
 		bulk:    &bulkSource{sourceDeps: src, shared: deps.Shared, maxBulk: nc.Upstream.MaxBulk},
 		fresh:   fresh,
-		hub:     deps.Hubs[name],
 		gate:    deps.Gates[name],
 		conns:   g.conns,
 		resume:  g.resume,
@@ -477,6 +473,19 @@ func (g *Gateway) Close() {
 	}
 	for _, n := range g.networks {
 		n.fresh.close()
+	}
+}
+
+// Stream gives network name its real-time hub: the network answers
+// /api/v1/ws from it and latest from its stream too; a network without
+// one answers /api/v1/ws with 503 and latest from REST only. The gateway
+// is built first, each hub then with what it takes from the gateway
+// (Backfill, DiscoveryBudget), and handed over here, before the gateway
+// serves a request (Handler): not safe for concurrent use with requests.
+// Unknown networks are ignored.
+func (g *Gateway) Stream(name string, hub *realtime.Hub) {
+	if n := g.networks[name]; n != nil {
+		n.hub, n.latest.hub = hub, hub
 	}
 }
 
