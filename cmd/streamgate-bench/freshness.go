@@ -381,14 +381,6 @@ func printFreshTable(o *options, rs []*freshResult) {
 	}
 }
 
-// pct is a share in percent with enough digits for 0.1 %.
-func pct(n, of int64) string {
-	if of == 0 {
-		return "n/a"
-	}
-	return strconv.FormatFloat(100*float64(n)/float64(of), 'f', 2, 64)
-}
-
 // parseRateModes parses -rate-mode: simulator mode names, comma-separated,
 // or "all".
 func parseRateModes(s string) ([]simulator.RateMode, error) {

@@ -38,9 +38,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -202,108 +199,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(o.out, "streamgate-bench %s: %s, %s/%s, GOMAXPROCS %d, %d CPUs (%s)\n",
 		o.scenario, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), cpuModel())
 	return sc(ctx, &o)
-}
-
-// profiler returns functions that start and stop a CPU profile into path;
-// both do nothing when path is empty. Only the first start profiles.
-func profiler(path string) (start func() error, stop func()) {
-	if path == "" {
-		return func() error { return nil }, func() {}
-	}
-	var f *os.File
-	done := false
-	start = func() error {
-		if done || f != nil {
-			return nil
-		}
-		var err error
-		if f, err = os.Create(path); err != nil {
-			return err
-		}
-		return pprof.StartCPUProfile(f)
-	}
-	stop = func() {
-		if f == nil || done {
-			return
-		}
-		pprof.StopCPUProfile()
-		f.Close()
-		done = true
-	}
-	return start, stop
-}
-
-// mix is a weighted choice of endpoints.
-type mix struct {
-	names   []string
-	weights []int
-	total   int
-}
-
-var mixEndpoints = []string{"latest", "reports", "bulk", "page", "discovery", "feeds"}
-
-func parseMix(s string) (mix, error) {
-	var m mix
-	for _, part := range splitList(s) {
-		name, w, ok := strings.Cut(part, "=")
-		n, err := strconv.Atoi(w)
-		known := false
-		for _, e := range mixEndpoints {
-			known = known || e == name
-		}
-		if !ok || err != nil || n < 0 || !known {
-			return mix{}, fmt.Errorf("-mix: %q is not endpoint=weight with endpoint one of %s", part, strings.Join(mixEndpoints, ", "))
-		}
-		if n > 0 {
-			m.names, m.weights = append(m.names, name), append(m.weights, n)
-			m.total += n
-		}
-	}
-	if m.total == 0 {
-		return mix{}, errors.New("-mix: no endpoint with a positive weight")
-	}
-	return m, nil
-}
-
-// pick chooses an endpoint for a number r in [0, total).
-func (m mix) pick(r int) string {
-	for i, w := range m.weights {
-		if r < w {
-			return m.names[i]
-		}
-		r -= w
-	}
-	return m.names[len(m.names)-1]
-}
-
-func (m mix) String() string {
-	parts := make([]string, len(m.names))
-	for i := range m.names {
-		parts[i] = m.names[i] + "=" + strconv.Itoa(m.weights[i])
-	}
-	return strings.Join(parts, ",")
-}
-
-func splitList(s string) []string {
-	var out []string
-	for part := range strings.SplitSeq(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
-// cpuModel is the CPU's model name, from /proc/cpuinfo where there is one.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
 }
