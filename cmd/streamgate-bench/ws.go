@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"streamgate/config"
+	"streamgate/internal/fleet"
 	"streamgate/simulator"
 )
 
@@ -67,7 +68,7 @@ func scenarioWS(ctx context.Context, o *options) error {
 		return fmt.Errorf("reference connection to the simulator: %w", err)
 	}
 	defer rc.CloseNow()
-	go readFrames(context.Background(), rc, func(feed []byte, ts, at int64) {
+	go fleet.ReadFrames(context.Background(), rc, func(feed []byte, ts, at int64) {
 		if i, ok := index[string(feed)]; ok {
 			ref.mu.Lock()
 			ref.at[[2]int64{int64(i), ts}] = at
@@ -156,7 +157,7 @@ func measureWS(ctx context.Context, o *options, s *stack, feeds []string, index 
 		return dialWS(ctx, base, s.clientKeys[i], st, i, ids)
 	}, func(i int, c *websocket.Conn) {
 		cl := clients[i]
-		err := readFrames(context.Background(), c, func(feed []byte, ts, at int64) {
+		err := fleet.ReadFrames(context.Background(), c, func(feed []byte, ts, at int64) {
 			f, ok := index[string(feed)]
 			cl.mu.Lock()
 			if ok {

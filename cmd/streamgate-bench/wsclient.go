@@ -1,15 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"strconv"
+	"streamgate/auth"
 	"strings"
 	"sync"
 	"time"
@@ -58,77 +56,27 @@ func (r *refTimes) get(feed int, ts int64) (int64, bool) {
 	return v, ok
 }
 
-// readFrames reads c's frames until it ends, handing each frame's stream
-// ID and observationsTimestamp to fn with its arrival time (feed is valid
-// during the call only). Each frame is read into one reused buffer and the
-// two fields are picked out of the JSON without decoding it: at 10000
-// frames a second, allocating and decoding each would be most of this
-// process's CPU, and would be counted in the added delay it measures.
-func readFrames(ctx context.Context, c *websocket.Conn, fn func(feed []byte, ts, at int64)) error {
-	buf := make([]byte, 0, 4096)
-	for {
-		_, r, err := c.Reader(ctx)
-		if err != nil {
-			return err
-		}
-		at := time.Now().UnixNano()
-		buf = buf[:0]
-		for err == nil {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			var n int
-			n, err = r.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-		}
-		if !errors.Is(err, io.EOF) {
-			return err
-		}
-		feed, ts, err := frameFields(buf)
-		if err != nil {
-			return err
-		}
-		fn(feed, ts, at)
-	}
-}
-
-var (
-	feedField = []byte(`"feedID":"`)
-	tsField   = []byte(`"observationsTimestamp":`)
-)
-
-// frameFields returns the feedID and observationsTimestamp of a report
-// frame as the upstream writes it (compact JSON, each field once).
-func frameFields(b []byte) (feed []byte, ts int64, err error) {
-	i := bytes.Index(b, feedField)
-	if i < 0 {
-		return nil, 0, fmt.Errorf("a frame without feedID: %.80q", b)
-	}
-	feed = b[i+len(feedField):]
-	j := bytes.IndexByte(feed, '"')
-	if j < 0 {
-		return nil, 0, fmt.Errorf("a frame with an unterminated feedID: %.80q", b)
-	}
-	feed = feed[:j]
-	k := bytes.Index(b, tsField)
-	if k < 0 {
-		return nil, 0, fmt.Errorf("a frame without observationsTimestamp: %.80q", b)
-	}
-	digits := b[k+len(tsField):]
-	n := 0
-	for n < len(digits) && digits[n] >= '0' && digits[n] <= '9' {
-		n++
-	}
-	ts, err = strconv.ParseInt(string(digits[:n]), 10, 64)
-	if err != nil {
-		return nil, 0, fmt.Errorf("a frame's observationsTimestamp: %w", err)
-	}
-	return feed, ts, nil
-}
-
 // dialWS opens a signed WebSocket to base (http://host:port) for feeds.
 func dialWS(ctx context.Context, base string, k key, st *stamps, keyIndex int, feeds []string) (*websocket.Conn, error) {
-	return dialOrigin(ctx, base, k, st, keyIndex, feeds, "")
+	target := "/api/v1/ws?feedIDs=" + strings.Join(feeds, ",")
+	req, err := http.NewRequest(http.MethodGet, base+target, nil)
+	if err != nil {
+		return nil, err
+	}
+	auth.Sign(req, k.ID, k.Secret, time.UnixMilli(st.next(keyIndex, target, time.Now())))
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{
+		HTTPHeader: req.Header, CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("upgrade: status %d: %w", resp.StatusCode, err)
+		}
+		return nil, err
+	}
+	c.SetReadLimit(64 << 10)
+	return c, nil
 }
 
 // heap returns the heap in use and the goroutines after a collection.

@@ -38,12 +38,21 @@ type ClientConfig struct {
 	// DialTimeout bounds each connect (default 5s, the SDKs').
 	DialTimeout time.Duration
 	// OnConnect, when set, is called as each connection opens (first:
-	// the first of its origin); the function it returns, when not nil,
-	// is called after each report of that connection, kept or not, with
-	// the index of its stream in Feeds and its observationsTimestamp.
-	OnConnect func(first bool) func(feed int, ts int64)
+	// the first of its origin); what it returns watches that connection.
+	OnConnect func(first bool) Watch
 	// Notify, when set, is woken at each report kept.
 	Notify *Notifier
+}
+
+// Watch is what a caller does with one connection of a client.
+type Watch struct {
+	// Report, when not nil, is called after each report of the
+	// connection, kept or not, with the index of its stream in Feeds and
+	// its observationsTimestamp.
+	Report func(feed int, ts int64)
+	// Quiet, when not nil and true as the connection ends, keeps its end
+	// from being noted as the client's last error.
+	Quiet func() bool
 }
 
 // reconnectDelay is the SDKs' wait after a close or a failed connect.
@@ -128,9 +137,10 @@ func (c *Client) Run(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// fail notes an error; one after ctx ended is not one.
+// fail notes an error: every failed connect, and the end of a connection
+// unless ctx ended it.
 func (c *Client) fail(ctx context.Context, err error, dial bool) {
-	if ctx.Err() != nil {
+	if !dial && ctx.Err() != nil {
 		return
 	}
 	c.mu.Lock()
@@ -204,9 +214,9 @@ func (c *Client) stream(ctx context.Context, origin string, first bool) bool {
 		c.reconnects++
 	}
 	c.mu.Unlock()
-	var observe func(int, int64)
+	var w Watch
 	if c.cfg.OnConnect != nil {
-		observe = c.cfg.OnConnect(first)
+		w = c.cfg.OnConnect(first)
 	}
 	err = ReadFrames(ctx, conn, func(feed []byte, ts, _ int64) {
 		i, ok := c.index[string(feed)]
@@ -214,11 +224,13 @@ func (c *Client) stream(ctx context.Context, origin string, first bool) bool {
 			return
 		}
 		c.keep(i, ts)
-		if observe != nil {
-			observe(i, ts)
+		if w.Report != nil {
+			w.Report(i, ts)
 		}
 	})
-	c.fail(ctx, err, false)
+	if w.Quiet == nil || !w.Quiet() {
+		c.fail(ctx, err, false)
+	}
 	return true
 }
 
