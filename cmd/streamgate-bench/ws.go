@@ -137,19 +137,69 @@ func (r *wsResult) print(o *options, name string, gateway bool, clientHeap, clie
 // closes them.
 func measureWS(ctx context.Context, o *options, s *stack, feeds []string, index map[string]int, ref *refTimes, st *stamps, base string, gateway bool) (*wsResult, error) {
 	secs := int64(o.dur / time.Second)
-	r := &wsResult{conc: o.conc, feeds: len(feeds), secs: secs}
+	r := &wsResult{conc: o.conc, feeds: len(feeds), secs: secs, expected: int64(o.conc) * wsFeedsPerClient * secs}
 	accepted0 := s.sim.Counters().WSTotal(simulator.Mainnet).Accepted
-	clients := make([]*wsClient, o.conc)
+	clients := newWSClients(o.conc, len(feeds))
+	heap0, gor0 := heap()
+	conns, err := connectWSClients(ctx, o, s, clients, feeds, index, st, base)
+	if err != nil {
+		return nil, fmt.Errorf("connecting the clients: %w", err)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.CloseNow()
+		}
+	}()
+	connected := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	heap1, gor1 := heap()
+	r.heapPerClient = (float64(heap1) - float64(heap0)) / float64(o.conc)
+	r.goroutinesPerClient = float64(gor1-gor0) / float64(o.conc)
+
+	// The measured window: the reports of the seconds [t0, t1], from the
+	// second after every client is connected and the hub carries every
+	// stream, then as long as the slowest stream takes to publish.
+	up := sampleUpstreamPeak(s.sim)
+	maxLag := int64(0)
+	for _, f := range feeds {
+		maxLag = max(maxLag, lagOfStream(s.sim, mainnet, f))
+	}
+	if gateway {
+		if err := waitUpstreamLayout(ctx, s.sim, len(feeds)); err != nil {
+			up.stop()
+			return nil, err
+		}
+	}
+	r.t0 = time.Now().Unix() + 2
+	r.t1 = r.t0 + secs - 1
+	r.connectedBefore = time.Unix(r.t0, 0).Sub(connected)
+	wall0, err := measureWSWindow(ctx, o, r, up, maxLag, gateway)
+	if err != nil {
+		return nil, err
+	}
+	r.upPeak, r.accepted = up.peak.Load(), s.sim.Counters().WSTotal(simulator.Mainnet).Accepted-accepted0
+	r.countWS(clients, ref, wall0)
+	return r, nil
+}
+
+// newWSClients returns n clients, each of wsFeedsPerClient streams of a
+// block of the feeds.
+func newWSClients(n, feeds int) []*wsClient {
+	clients := make([]*wsClient, n)
 	for i := range clients {
 		c := &wsClient{}
-		block := i % (len(feeds) / wsFeedsPerClient)
+		block := i % (feeds / wsFeedsPerClient)
 		for k := range wsFeedsPerClient {
 			c.feeds = append(c.feeds, block*wsFeedsPerClient+k)
 		}
 		clients[i] = c
 	}
-	heap0, gor0 := heap()
-	conns, err := connectAll(ctx, o.conc, func(i int) (*websocket.Conn, error) {
+	return clients
+}
+
+// connectWSClients connects the clients, each keeping what it receives.
+func connectWSClients(ctx context.Context, o *options, s *stack, clients []*wsClient, feeds []string, index map[string]int, st *stamps, base string) ([]*websocket.Conn, error) {
+	return connectAll(ctx, o.conc, func(i int) (*websocket.Conn, error) {
 		ids := make([]string, len(clients[i].feeds))
 		for k, f := range clients[i].feeds {
 			ids[k] = feeds[f]
@@ -171,132 +221,127 @@ func measureWS(ctx context.Context, o *options, s *stack, feeds []string, index 
 		cl.closed = err
 		cl.mu.Unlock()
 	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting the clients: %w", err)
-	}
-	defer func() {
-		for _, c := range conns {
-			c.CloseNow()
-		}
-	}()
-	connected := time.Now()
-	time.Sleep(200 * time.Millisecond)
-	heap1, gor1 := heap()
+}
 
-	// The measured window: the reports of the seconds [t0, t1], from the
-	// second after every client is connected and the hub carries every
-	// stream, then as long as the slowest stream takes to publish.
-	// The simulator's connections that are not the gateway's: the
-	// reference's, and the bare server's.
-	upstreamOthers := 2
-	var upPeak atomic.Int64
-	var measuring atomic.Bool // connections are counted from the window on
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() { // upstream connections held, minus the reference
-		defer close(sampled)
+// upstreamOthers are the simulator's connections that are not the
+// gateway's: the reference's, and the bare server's.
+const upstreamOthers = 2
+
+// upstreamPeak samples every 10 ms the upstream connections held, minus
+// upstreamOthers, keeping the most once measuring is set.
+type upstreamPeak struct {
+	peak      atomic.Int64
+	measuring atomic.Bool
+	done      chan struct{}
+	sampled   chan struct{}
+}
+
+func sampleUpstreamPeak(sim *simulator.Simulator) *upstreamPeak {
+	u := &upstreamPeak{done: make(chan struct{}), sampled: make(chan struct{})}
+	go func() {
+		defer close(u.sampled)
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if n := s.sim.Counters().WSTotal(simulator.Mainnet).Open - int64(upstreamOthers); measuring.Load() && n > upPeak.Load() {
-				upPeak.Store(n)
+			if n := sim.Counters().WSTotal(simulator.Mainnet).Open - upstreamOthers; u.measuring.Load() && n > u.peak.Load() {
+				u.peak.Store(n)
 			}
 			select {
-			case <-stopSampling:
+			case <-u.done:
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	maxLag := int64(0)
-	for _, f := range feeds {
-		maxLag = max(maxLag, lagOfStream(s.sim, mainnet, f))
-	}
-	if gateway {
-		// The window opens once the gateway's upstream connections are
-		// the layout's, one per chunk: the last make-before-break switch
-		// of the subscriptions (its old connection held until the new one
-		// delivers) is over. Otherwise a switch still in flight is counted
-		// as a connection held in the window.
-		chunks := int64((len(feeds) + config.DefaultWSFeedsPerConnection - 1) / config.DefaultWSFeedsPerConnection)
-		settle := time.Now().Add(10 * time.Second)
-		for s.sim.Counters().WSTotal(simulator.Mainnet).Open-int64(upstreamOthers) > chunks && time.Now().Before(settle) {
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+	return u
+}
+
+func (u *upstreamPeak) stop() {
+	close(u.done)
+	<-u.sampled
+}
+
+// waitUpstreamLayout waits (at most 10 s) until the gateway's upstream
+// connections are the layout's, one per chunk: the last make-before-break
+// switch of the subscriptions (its old connection held until the new one
+// delivers) is over. Otherwise a switch still in flight is counted as a
+// connection held in the window.
+func waitUpstreamLayout(ctx context.Context, sim *simulator.Simulator, feeds int) error {
+	chunks := int64((feeds + config.DefaultWSFeedsPerConnection - 1) / config.DefaultWSFeedsPerConnection)
+	settle := time.Now().Add(10 * time.Second)
+	for sim.Counters().WSTotal(simulator.Mainnet).Open-upstreamOthers > chunks && time.Now().Before(settle) {
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	t0 := time.Now().Unix() + 2
-	t1 := t0 + secs - 1
-	wait := time.Until(time.Unix(t0, 0))
+	return nil
+}
+
+// measureWSWindow waits for r.t0, then measures this process's CPU (and
+// the gateway's profile) until the slowest stream has published r.t1;
+// it returns when the window began, and stops up.
+func measureWSWindow(ctx context.Context, o *options, r *wsResult, up *upstreamPeak, maxLag int64, gateway bool) (time.Time, error) {
 	select {
-	case <-time.After(wait):
+	case <-time.After(time.Until(time.Unix(r.t0, 0))):
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		up.stop()
+		return time.Time{}, ctx.Err()
 	}
 	if gateway {
 		if err := o.profileStart(); err != nil {
-			return nil, err
+			up.stop()
+			return time.Time{}, err
 		}
 	}
 	cpu0, wall0 := processCPU(), time.Now()
-	measuring.Store(true)
-	end := time.Unix(t1+maxLag+1, int64(500*time.Millisecond))
+	up.measuring.Store(true)
+	end := time.Unix(r.t1+maxLag+1, int64(500*time.Millisecond))
 	select {
 	case <-time.After(time.Until(end)):
 	case <-ctx.Done():
 		o.profileStop()
-		return nil, ctx.Err()
+		up.stop()
+		return time.Time{}, ctx.Err()
 	}
-	cpu, wall := processCPU()-cpu0, time.Since(wall0)
+	r.cpu, r.wall = processCPU()-cpu0, time.Since(wall0)
 	o.profileStop()
-	close(stopSampling)
-	<-sampled
+	up.stop()
+	return wall0, nil
+}
 
-	// Count.
-	var delivered, duplicates, outside, inWindow, closedEarly, unknown int64
-	var delay histogram
-	var noRef int64
+// countWS counts what the clients received: each (stream, second) once,
+// the ones of the window [r.t0, r.t1] with their delay after the
+// reference's receipt.
+func (r *wsResult) countWS(clients []*wsClient, ref *refTimes, wall0 time.Time) {
 	for _, c := range clients {
 		c.mu.Lock()
 		seen := map[[2]int64]bool{}
 		for _, a := range c.got {
 			k := [2]int64{int64(a.feed), a.ts}
 			if seen[k] {
-				duplicates++
+				r.duplicates++
 				continue
 			}
 			seen[k] = true
-			if a.at >= wall0.UnixNano() && a.at < wall0.Add(wall).UnixNano() {
-				inWindow++
+			if a.at >= wall0.UnixNano() && a.at < wall0.Add(r.wall).UnixNano() {
+				r.inWindow++
 			}
-			if a.ts < t0 || a.ts > t1 {
-				outside++
+			if a.ts < r.t0 || a.ts > r.t1 {
 				continue
 			}
-			delivered++
-			if r, ok := ref.get(a.feed, a.ts); ok {
-				delay.record(time.Duration(a.at - r))
+			r.delivered++
+			if at, ok := ref.get(a.feed, a.ts); ok {
+				r.delay.record(time.Duration(a.at - at))
 			} else {
-				noRef++
+				r.noRef++
 			}
 		}
 		if c.closed != nil {
-			closedEarly++
+			r.closedEarly++
 		}
-		unknown += c.unknown
+		r.unknown += c.unknown
 		c.mu.Unlock()
 	}
-	r.expected = int64(o.conc) * wsFeedsPerClient * secs
-	r.t0, r.t1, r.wall, r.cpu = t0, t1, wall, cpu
-	r.connectedBefore = time.Unix(t0, 0).Sub(connected)
-	r.upPeak, r.accepted = upPeak.Load(), s.sim.Counters().WSTotal(simulator.Mainnet).Accepted-accepted0
-	r.delivered, r.duplicates, r.unknown, r.closedEarly, r.inWindow, r.noRef = delivered, duplicates, unknown, closedEarly, inWindow, noRef
-	r.delay = delay
-	r.heapPerClient = (float64(heap1) - float64(heap0)) / float64(o.conc)
-	r.goroutinesPerClient = float64(gor1-gor0) / float64(o.conc)
-	_ = outside
-	return r, nil
 }
