@@ -21,14 +21,11 @@ func scenarioBulk(ctx context.Context, o *options) error {
 	if o.maxRequests == 0 || o.maxRequests > 80000 {
 		return errors.New("bulk-reduction needs -n between 1 and 80000: each request has a timestamp of its own")
 	}
-	s, err := startStack(stackConfig{LatestTTL: o.latestTTL, ClientKeys: o.conc, LogLevel: o.logLevel})
+	s, err := startWarmStack(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.warm(ctx); err != nil {
-		return err
-	}
 	feeds, err := liveStreams(s.sim, mainnet, max(o.streams, n))
 	if err != nil {
 		return err

@@ -7,9 +7,10 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"sort"
-	"streamgate/simulator"
 	"sync"
 	"sync/atomic"
+
+	"streamgate/simulator"
 )
 
 // scenarioCatalog: many teams, each with its own key, sending random

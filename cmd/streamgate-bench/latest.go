@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"streamgate/simulator"
 	"time"
+
+	"streamgate/simulator"
 )
 
 // scenarioLatest: N clients polling latest for M streams; upstream calls
@@ -18,14 +19,11 @@ func scenarioLatest(ctx context.Context, o *options) error {
 	if !o.set["d"] {
 		o.dur = 30 * time.Second
 	}
-	s, err := startStack(stackConfig{LatestTTL: o.latestTTL, ClientKeys: o.conc, LogLevel: o.logLevel})
+	s, err := startWarmStack(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.warm(ctx); err != nil {
-		return err
-	}
 	ttl := s.cfg.Cache.LatestTTL
 	feeds, err := liveStreams(s.sim, mainnet, o.streams)
 	if err != nil {

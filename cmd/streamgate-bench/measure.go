@@ -6,9 +6,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"streamgate/auth"
 	"strings"
 	"time"
+
+	"streamgate/auth"
 )
 
 const mainnet = "mainnet"

@@ -4,22 +4,20 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"streamgate/simulator"
 	"sync/atomic"
 	"time"
+
+	"streamgate/simulator"
 )
 
 // scenarioMiss: reports at timestamps never asked before, so that every
 // request is a miss, through the gateway and to the simulator directly.
 func scenarioMiss(ctx context.Context, o *options) error {
-	s, err := startStack(stackConfig{LatestTTL: o.latestTTL, ClientKeys: o.conc, LogLevel: o.logLevel})
+	s, err := startWarmStack(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.warm(ctx); err != nil {
-		return err
-	}
 	feeds, err := liveStreams(s.sim, mainnet, o.streams)
 	if err != nil {
 		return err

@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
+	"time"
+
 	"streamgate/catalog"
 	"streamgate/simulator"
-	"time"
 )
 
 // liveStreams returns n public live streams of network whose reports cover

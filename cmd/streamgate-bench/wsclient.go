@@ -7,12 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"streamgate/auth"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"streamgate/auth"
 )
 
 // frameHead is what a client reads of each frame.

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"streamgate/simulator"
 	"sync"
 	"time"
+
+	"streamgate/simulator"
 )
 
 // scenarioWSLatest: clients polling REST latest of streams the gateway
