@@ -77,11 +77,9 @@ type Deps struct {
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".
 	Embedded map[string]Upstream
-	// Hubs are the real-time hubs by network name; a network without one
-	// answers latest from REST only.
-	Hubs map[string]*realtime.Hub
 	// Streams is the WebSocket endpoint (/api/v1/ws and the HA origins of
-	// /); nil: /api/v1/ws answers 503 on every network.
+	// /): a network given a hub (Stream) serves it; nil: /api/v1/ws
+	// answers 503 on every network.
 	Streams *wsgate.Gate
 	// Gates check the DON's signatures of the reports of each network
 	// where they enter (don.Gate); a network without one checks none.
@@ -313,11 +311,10 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		catalog: catalog,
 		ans:     ans,
 		report:  &reportSource{src},
-		latest:  &latestSource{sourceDeps: src, org: org, hub: deps.Hubs[name], fresh: fresh, entries: entries},
+		latest:  &latestSource{sourceDeps: src, org: org, fresh: fresh, entries: entries},
 		page:    &pageSource{src},
 		bulk:    &bulkSource{sourceDeps: src, shared: deps.Shared, maxBulk: nc.Upstream.MaxBulk},
 		fresh:   fresh,
-		hub:     deps.Hubs[name],
 		gate:    deps.Gates[name],
 		quota:   g.quota,
 		pol:     &g.pol,
@@ -328,7 +325,6 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 	for _, p := range nc.PassThrough {
 		passPaths[p] = true
 	}
-	n.streams = g.streams.Network(name, n)
 	n.rp = n.reverseProxy(base, transport)
 	n.handler = chain(name, accessLog, g.metrics, g.tracer,
 		requestCheck{passPaths: passPaths},
@@ -458,6 +454,21 @@ func (g *Gateway) policy() *policy { return g.pol.Load() }
 func (g *Gateway) Close() {
 	for _, n := range g.networks {
 		n.fresh.close()
+	}
+}
+
+// Stream gives network name its real-time hub: the network answers
+// /api/v1/ws from it (its endpoint, Deps.Streams's on the hub) and latest
+// from its stream too; a network without one answers /api/v1/ws with 503
+// and latest from REST only. The gateway
+// is built first, each hub then with what it takes from the gateway
+// (Backfill, DiscoveryBudget), and handed over here, before the gateway
+// serves a request (Handler): not safe for concurrent use with requests.
+// Unknown networks are ignored.
+func (g *Gateway) Stream(name string, hub *realtime.Hub) {
+	if n := g.networks[name]; n != nil {
+		n.latest.hub = hub
+		n.streams = g.streams.Network(name, hub, n)
 	}
 }
 

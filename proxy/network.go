@@ -11,7 +11,6 @@ import (
 
 	"streamgate/don"
 	"streamgate/ratelimit"
-	"streamgate/realtime"
 	"streamgate/wsgate"
 )
 
@@ -51,9 +50,8 @@ type network struct {
 	bulk    *bulkSource
 	fresh   *refresher // schedules latest refreshes within the budget
 
-	hub     *realtime.Hub   // nil: no stream for this network
 	gate    *don.Gate       // verifies reports where they enter; nil: none
-	streams *wsgate.Network // the WebSocket endpoint; nil: none
+	streams *wsgate.Network // the WebSocket endpoint on the hub (Stream); nil: none
 	// quota is the gateway's daily quota counter: a resumed stream
 	// client's fill is charged to its team's (resumeCharge).
 	quota ratelimit.Quota

@@ -4,30 +4,138 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
 
-// Continuity: what a subscriber would have missed is filled in.
+// continuity is the one owner of a hub's contract with its subscribers:
+// every second of each feed, once, in order. It holds, per feed, the
+// watermark (the newest second taken), the newest report (for Latest) and
+// the history, and it is given what it needs by the hub's Config: the
+// report check (Check), the backfill source (Backfill, BackfillMax) and
+// the history's span (History). The hub's fan-out hands it every frame
+// (take) and delivers only what it lets through; subscriptions that come
+// back are started by it (resume).
 //
+//   - Watermark: a frame not newer than its feed's watermark is a
+//     duplicate (HA origins, make-before-break switches, reconnects,
+//     other replicas' relays) and dropped; one dated more than MaxFuture
+//     ahead of the clock is dropped too, so that it cannot hold the
+//     watermark.
 //   - History: each feed keeps the frames it delivered in the last
-//     Config.History, so that SubscribeFrom can replay what a returning
-//     consumer missed.
+//     Config.History, so that a resumed Subscribe (SubscribeOptions.From)
+//     can replay what a returning consumer missed.
 //   - Gaps: when a feed's frames stop and start again (its watermark jumps
 //     by more than a second: an upstream drop or outage, a holder's crash, a
 //     lease moving), the frames that arrive are held back while the missing
-//     seconds are fetched with Config.Backfill (REST bulk at each second,
-//     at most Config.BackfillMax of them); then the fetched frames and the
-//     held ones are delivered in observationsTimestamp order, each once.
-//   - Resume: SubscribeFrom replays, per feed, the frames after the
-//     consumer's watermark from the history, and fetches what the history
-//     does not reach (the replica did not carry the feed) the same way,
-//     holding that subscription's live frames of the feed meanwhile.
+//     seconds are fetched from the BackfillSource (REST bulk at each
+//     second, at most Config.BackfillMax of them); then the fetched frames
+//     and the held ones are delivered in observationsTimestamp order, each
+//     once.
+//   - Resume: Subscribe with SubscribeOptions.From replays, per feed, the
+//     frames after the consumer's watermark from the history, and fetches
+//     what the history does not reach (the replica did not carry the feed)
+//     the same way, holding that subscription's live frames of the feed
+//     meanwhile.
+//   - Recheck: after a reload that made verification stricter, what the
+//     history and the newest reports hold is checked again.
 //
-// A second that Backfill does not return is counted
+// A second that the source does not return is counted
 // (streamgate_ws_gaps_unfilled_total) and logged, as is the part of a gap
 // beyond BackfillMax.
+type continuity struct {
+	network  string
+	check    func(frame []byte) bool // nil: every report is taken
+	clock    clockwork.Clock         // Config.Clock: dates the reports, runs the timers below
+	histSecs int64                   // Config.History in seconds
+	bf       *backfiller             // nil without a backfill source: gaps stay gaps
+	log      *zap.Logger
+	mx       *hubMetrics
+	ctx      context.Context // the hub's: ends its fills
+
+	futureLogged atomic.Int64 // Unix seconds of the last log of a frame dated in the future
+}
+
+// ledger is what continuity keeps of one feed; guarded by the feed's mu.
+type ledger struct {
+	watermark int64
+	hist      []histFrame // the frames delivered in the last Config.History, oldest first
+	filling   int         // gap fills under way
+	pending   []histFrame // frames that arrived while filling, held
+	fetched   []histFrame // frames the fills under way brought
+}
+
+// BackfillSource fetches the reports of feeds at second ts (REST bulk),
+// each as a frame of the stream's shape ({"report":{…}}, the upstream's
+// record byte for byte), already verified; a feed without a report that
+// second is absent. Safe for concurrent use.
+type BackfillSource interface {
+	Backfill(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+}
+
+// BackfillFunc is a BackfillSource of a function.
+type BackfillFunc func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+
+// Backfill calls f.
+func (f BackfillFunc) Backfill(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+	return f(ctx, feeds, ts)
+}
+
+func newContinuity(ctx context.Context, cfg *Config, log *zap.Logger, mx *hubMetrics) *continuity {
+	c := &continuity{network: cfg.Network, check: cfg.Check, clock: cfg.Clock, histSecs: int64(cfg.History / time.Second),
+		log: log, mx: mx, ctx: ctx}
+	if cfg.Backfill != nil {
+		c.bf = &backfiller{c: c, src: cfg.Backfill, max: int64(cfg.BackfillMax / time.Second), wake: make(chan struct{}, 1)}
+	}
+	return c
+}
+
+// future reports whether a frame of observationsTimestamp ts is dated
+// more than MaxFuture ahead of the clock, counting and logging it (at most
+// once a minute): the frame path drops it, before any feed's lock. Taken,
+// it would hold its feed's watermark, and every report until that time
+// would be dropped as old, on every replica.
+func (c *continuity) future(ts int64, origin string) bool {
+	if ts <= c.clock.Now().Add(MaxFuture).Unix() {
+		return false
+	}
+	c.mx.m.future.WithLabelValues(c.network).Inc()
+	if now := time.Now().Unix(); now-c.futureLogged.Load() >= 60 {
+		c.futureLogged.Store(now)
+		c.log.Warn("report frame dated in the future dropped", zap.String("origin", origin), zap.Int64("observationsTimestamp", ts))
+	}
+	return true
+}
+
+// take is handed each frame of feed f (observationsTimestamp ts, not
+// dated in the future) by connection src; f.mu is held. It reports
+// whether the frame is to be delivered now: false for a duplicate, a
+// frame the check refuses, and one held for a gap's fill (delivered by
+// gapFilled).
+func (c *continuity) take(f *feed, ts int64, frame []byte, src source) bool {
+	if ts <= f.watermark {
+		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.src.Valid() {
+			// The same report from a connection that is up.
+			f.latest.Store(&latest{frame: cur.frame, ts: ts, src: src})
+		}
+		c.mx.duplicate()
+		return false
+	}
+	if c.check != nil && !c.check(frame) {
+		return false // counted and logged by the checker
+	}
+	prev := f.watermark
+	f.watermark = ts
+	f.latest.Store(&latest{frame: frame, ts: ts, src: src})
+	if c.holdForGap(f, prev, ts, frame) {
+		return false // delivered when the gap is filled
+	}
+	c.record(f, ts, frame)
+	return true
+}
 
 // histFrame is one frame with its observationsTimestamp.
 type histFrame struct {
@@ -35,7 +143,8 @@ type histFrame struct {
 	frame []byte
 }
 
-// Backfill bounds.
+// Backfill bounds. fillGather and the retries run on Config.Clock;
+// fillTimeout, a bound on the calls themselves, on the wall clock.
 const (
 	// fillGather is how long the backfiller waits after a gap is reported
 	// for the gaps of the other feeds of the same drop, so that one bulk
@@ -58,12 +167,12 @@ const (
 
 // record keeps frame in f's history, dropping what is older than the
 // history's span. f.mu is held.
-func (h *Hub) record(f *feed, ts int64, frame []byte) {
-	if h.histSecs <= 0 {
+func (c *continuity) record(f *feed, ts int64, frame []byte) {
+	if c.histSecs <= 0 {
 		return
 	}
 	f.hist = append(f.hist, histFrame{ts, frame})
-	oldest := ts - h.histSecs
+	oldest := ts - c.histSecs
 	i := 0
 	for i < len(f.hist) && f.hist[i].ts <= oldest {
 		i++
@@ -78,13 +187,13 @@ func (h *Hub) record(f *feed, ts int64, frame []byte) {
 // holdForGap reports whether frame (ts, newer than prev, the feed's
 // watermark before it) must wait for a gap fill of f; it starts one when
 // the watermark jumps. f.mu is held.
-func (h *Hub) holdForGap(f *feed, prev, ts int64, frame []byte) bool {
-	if h.bf == nil {
+func (c *continuity) holdForGap(f *feed, prev, ts int64, frame []byte) bool {
+	if c.bf == nil {
 		return false
 	}
 	if prev > 0 && ts > prev+1 {
 		f.filling++
-		h.bf.add(&fillJob{feed: f.id, lo: prev + 1, hi: ts - 1, done: func(got []histFrame) { h.gapFilled(f, got) }})
+		c.bf.add(&fillJob{feed: f.id, lo: prev + 1, hi: ts - 1, done: func(got []histFrame) { c.gapFilled(f, got) }})
 	}
 	if f.filling == 0 {
 		return false
@@ -95,8 +204,7 @@ func (h *Hub) holdForGap(f *feed, prev, ts int64, frame []byte) bool {
 
 // gapFilled delivers a fill's frames and the frames held meanwhile, once
 // the last fill of f under way is done.
-func (h *Hub) gapFilled(f *feed, got []histFrame) {
-	var slow []*Subscription
+func (c *continuity) gapFilled(f *feed, got []histFrame) {
 	f.mu.Lock()
 	f.fetched = append(f.fetched, got...)
 	if f.filling--; f.filling > 0 {
@@ -106,22 +214,11 @@ func (h *Hub) gapFilled(f *feed, got []histFrame) {
 	all := mergeFrames(f.fetched, f.pending)
 	f.fetched, f.pending = nil, nil
 	for _, x := range all {
-		h.record(f, x.ts, x.frame)
+		c.record(f, x.ts, x.frame)
 	}
-	n := 0
-	for _, s := range f.subs {
-		k, ok := s.deliver(f.id, all)
-		n += k
-		if !ok {
-			slow = append(slow, s)
-		}
-	}
+	n, slow := f.fanOut(all)
 	f.mu.Unlock()
-	h.mx.delivered(n)
-	for _, s := range slow {
-		h.mx.slowClose()
-		s.release()
-	}
+	c.mx.fannedOut(n, slow)
 }
 
 // mergeFrames returns a and b in observationsTimestamp order, each second
@@ -142,26 +239,10 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// SubscribeFrom is Subscribe for a consumer that comes back: from holds,
-// per feed, the observationsTimestamp of the last report it received (0 or
-// absent: none, the feed starts as Subscribe starts it). Each such feed
-// first gets, in order, every report after that second: from the hub's
-// history, and what the history does not reach fetched with
-// Config.Backfill (the consumer's newer frames of that feed wait
-// meanwhile); then live ones, each once. It returns the subscription and
-// how many reports it replays from the history at once (those fetched
-// follow; both are counted in streamgate_ws_replayed_reports_total).
-func (h *Hub) SubscribeFrom(feeds []string, queue int, from map[string]int64) (*Subscription, int) {
-	if len(from) == 0 {
-		return h.Subscribe(feeds, queue), 0
-	}
-	return h.subscribe(feeds, queue, from, nil)
-}
-
 // resumeFeed starts the replay of feed f for s after second from: the
 // frames of the history, and a fill of what it does not reach. f.mu is
 // held; s is not yet among f.subs. It returns the frames to queue now.
-func (h *Hub) resumeFeed(s *Subscription, f *feed, from int64) []histFrame {
+func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 	var out []histFrame
 	for _, x := range f.hist {
 		if x.ts > from {
@@ -182,22 +263,22 @@ func (h *Hub) resumeFeed(s *Subscription, f *feed, from int64) []histFrame {
 		// first may come seconds later (a connection to open, a lease to
 		// take). Whatever the consumer's watermark, its frames wait for
 		// the first live one, and the seconds up to it are filled.
-		if h.bf == nil {
+		if c.bf == nil {
 			return out
 		}
 		s.holdFeed(f.id, out)
-		r := &resumeFill{h: h, s: s, f: f, from: from, waitUntil: h.cfg.Now().Add(resumeLiveWait)}
-		h.bf.add(r.job(from+1, max(from, h.cfg.Now().Unix()-1)))
+		r := &resumeFill{c: c, s: s, f: f, from: from, waitUntil: c.clock.Now().Add(resumeLiveWait)}
+		c.bf.add(r.job(from+1, max(from, c.clock.Now().Unix()-1)))
 		return nil
 	}
-	if hi <= from || h.bf == nil {
+	if hi <= from || c.bf == nil {
 		return out
 	}
 	// The history's frames are newer than the fill: they wait with the
 	// live ones until it is done.
 	s.holdFeed(f.id, out)
-	r := &resumeFill{h: h, s: s, f: f, from: from}
-	h.bf.add(r.job(from+1, hi))
+	r := &resumeFill{c: c, s: s, f: f, from: from}
+	c.bf.add(r.job(from+1, hi))
 	return nil
 }
 
@@ -206,7 +287,7 @@ func (h *Hub) resumeFeed(s *Subscription, f *feed, from int64) []histFrame {
 // maxResumeTries rounds: a feed this hub did not carry starts live
 // some time after the first fill was asked.
 type resumeFill struct {
-	h     *Hub
+	c     *continuity
 	s     *Subscription
 	f     *feed
 	from  int64
@@ -229,8 +310,8 @@ func (r *resumeFill) job(lo, hi int64) *fillJob {
 }
 
 func (r *resumeFill) done(got []histFrame) {
-	h, s, f := r.h, r.s, r.f
-	h.mx.replayed(len(got))
+	c, s, f := r.c, r.s, r.f
+	c.mx.replayed(len(got))
 	f.mu.Lock()
 	held := s.addHeld(f.id, got)
 	next := r.from // the last second that follows on from the watermark
@@ -248,16 +329,16 @@ func (r *resumeFill) done(got []histFrame) {
 	// A fill for a subscription that ended, or whose charge was refused,
 	// goes no further.
 	gone := s.ended() || s.fillRefused.Load()
-	if gap > 0 && r.tries < maxResumeTries && h.ctx.Err() == nil && !gone {
-		h.bf.add(r.job(next+1, gap))
+	if gap > 0 && r.tries < maxResumeTries && c.ctx.Err() == nil && !gone {
+		c.bf.add(r.job(next+1, gap))
 		f.mu.Unlock()
 		return
 	}
-	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && h.cfg.Now().Before(r.waitUntil) && h.ctx.Err() == nil && !gone {
+	if gap == 0 && f.watermark == 0 && !r.waitUntil.IsZero() && c.clock.Now().Before(r.waitUntil) && c.ctx.Err() == nil && !gone {
 		// No live frame of the feed here yet: fetch the seconds published
 		// meanwhile and look again (a round is at least fillGather).
 		r.tries = 0
-		h.bf.add(r.job(next+1, max(next, h.cfg.Now().Unix()-1)))
+		c.bf.add(r.job(next+1, max(next, c.clock.Now().Unix()-1)))
 		f.mu.Unlock()
 		return
 	}
@@ -270,8 +351,7 @@ func (r *resumeFill) done(got []histFrame) {
 	ok := s.unhold(f.id, nil)
 	f.mu.Unlock()
 	if !ok {
-		h.mx.slowClose()
-		s.release()
+		c.mx.fannedOut(0, []*Subscription{s})
 	}
 }
 
@@ -288,24 +368,21 @@ type fillJob struct {
 }
 
 // FillCharge accounts for a second fetched for one subscription's resume
-// (Hub.SubscribeWithinFrom), asked before the call for that second: an
+// (SubscribeOptions.Charge), asked before the call for that second: an
 // error refuses it, and the subscription's fill stops there (the seconds
 // left are counted unfilled; the consumer goes on with live frames).
 type FillCharge func(ctx context.Context) error
 
-// backfiller fetches the seconds of fill jobs with Config.Backfill: the
-// jobs reported together share one call per second.
+// backfiller fetches the seconds of fill jobs from the BackfillSource:
+// the jobs reported together share one call per second.
 type backfiller struct {
-	h   *Hub
+	c   *continuity
+	src BackfillSource
 	max int64 // seconds, from Config.BackfillMax
 
 	mu   sync.Mutex
 	jobs []*fillJob
 	wake chan struct{}
-}
-
-func newBackfiller(h *Hub) *backfiller {
-	return &backfiller{h: h, max: int64(h.cfg.BackfillMax / time.Second), wake: make(chan struct{}, 1)}
 }
 
 // add queues a job; never blocks.
@@ -322,10 +399,9 @@ func (b *backfiller) add(j *fillJob) {
 // run serves the jobs until the hub closes; jobs left then are done with
 // nothing.
 func (b *backfiller) run() {
-	defer b.h.wg.Done()
 	for {
 		select {
-		case <-b.h.ctx.Done():
+		case <-b.c.ctx.Done():
 			b.mu.Lock()
 			jobs := b.jobs
 			b.jobs = nil
@@ -336,10 +412,10 @@ func (b *backfiller) run() {
 			return
 		case <-b.wake:
 		}
-		t := time.NewTimer(fillGather)
+		t := b.c.clock.NewTimer(fillGather)
 		select {
-		case <-b.h.ctx.Done():
-		case <-t.C:
+		case <-b.c.ctx.Done():
+		case <-t.Chan():
 		}
 		t.Stop()
 		b.mu.Lock()
@@ -358,8 +434,8 @@ func (b *backfiller) run() {
 // (the seconds left are then unfilled); a second no live job wants any
 // more is not fetched.
 func (b *backfiller) round(jobs []*fillJob) {
-	h := b.h
-	ctx, cancel := context.WithTimeout(h.ctx, fillTimeout)
+	c := b.c
+	ctx, cancel := context.WithTimeout(c.ctx, fillTimeout)
 	defer cancel()
 	got := make([][]histFrame, len(jobs))
 	var clipped int64
@@ -408,7 +484,7 @@ func (b *backfiller) round(jobs []*fillJob) {
 		}
 	}
 	unfilled += clipped + refused
-	h.mx.backfilled(filled)
+	c.mx.backfilled(filled)
 	if unfilled > 0 {
 		fields := []zap.Field{zap.Int64("seconds_unfilled", unfilled), zap.Int64("seconds_filled", filled),
 			zap.Int64("beyond_backfill_max", clipped)}
@@ -418,10 +494,10 @@ func (b *backfiller) round(jobs []*fillJob) {
 		if firstErr != nil {
 			fields = append(fields, zap.Error(firstErr))
 		}
-		h.mx.unfilled(unfilled)
-		h.log.Warn("stream gap not filled whole", fields...)
+		c.mx.unfilled(unfilled)
+		c.log.Warn("stream gap not filled whole", fields...)
 	} else if filled > 0 {
-		h.log.Info("stream gap filled", zap.Int64("seconds_filled", filled), zap.Int("streams", len(jobs)))
+		c.log.Info("stream gap filled", zap.Int64("seconds_filled", filled), zap.Int("streams", len(jobs)))
 	}
 	for i, j := range jobs {
 		j.done(got[i])
@@ -437,7 +513,6 @@ func (b *backfiller) round(jobs []*fillJob) {
 // the feed and second asked is not taken. It returns the frames got and
 // the last call's error.
 func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[string][]byte, error) {
-	h := b.h
 	got := make(map[string][]byte, len(feeds))
 	missing := feeds
 	wait := fillRetryFirst
@@ -447,7 +522,7 @@ func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[st
 			return got, err
 		}
 		var frames map[string][]byte
-		frames, err = h.cfg.Backfill(ctx, missing, s)
+		frames, err = b.src.Backfill(ctx, missing, s)
 		left := missing[:0:0]
 		for _, id := range missing {
 			fr, ok := frames[id]
@@ -463,16 +538,16 @@ func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[st
 			}
 		}
 		missing = left
-		recent := s >= h.cfg.Now().Unix()-fillUnpublished
+		recent := s >= b.c.clock.Now().Unix()-fillUnpublished
 		if len(missing) == 0 || try == fillTries || (err == nil && !recent) {
 			return got, err
 		}
-		t := time.NewTimer(wait)
+		t := b.c.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return got, ctx.Err()
-		case <-t.C:
+		case <-t.Chan():
 		}
 		wait = min(2*wait, fillRetryMax)
 	}
@@ -486,8 +561,13 @@ func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[st
 // kept (0 when none), so that the genuine reports of the seconds it
 // claimed are delivered when they come. It returns the frames dropped.
 func (h *Hub) Recheck(admit func(frame []byte) bool) int {
+	return h.cont.recheck(*h.feeds.Load(), admit)
+}
+
+// recheck is Recheck over feeds.
+func (c *continuity) recheck(feeds map[string]*feed, admit func(frame []byte) bool) int {
 	dropped := 0
-	for _, f := range *h.feeds.Load() {
+	for _, f := range feeds {
 		f.mu.Lock()
 		kept := f.hist[:0]
 		for _, x := range f.hist {

@@ -22,13 +22,14 @@ import (
 
 	"streamgate/auth"
 	"streamgate/internal/redistest"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 	"streamgate/simulator"
 )
 
 // restBackfill is a Config.Backfill over the env's REST bulk endpoint,
 // counting its calls.
-func (e *env) restBackfill(calls *atomic.Int64) func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+func (e *env) restBackfill(calls *atomic.Int64) BackfillFunc {
 	return func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
 		calls.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
@@ -79,12 +80,12 @@ func TestGapBackfilled(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = e.restBackfill(&calls), 2*time.Minute })
 	feeds := e.crypto(t, 3)
 	e.run(t, 25*time.Millisecond)
-	a := collect(t, h.Subscribe(feeds, 4096))
-	b := collect(t, h.Subscribe(feeds[:1], 4096))
+	a := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
+	b := collect(t, subscribe(t, h, feeds[:1], SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{a, b}, feeds[0], 3)
 
 	e.sim.Outage(time.Hour)
-	time.Sleep(300 * time.Millisecond) // a dozen seconds of the clock
+	e.passes(t, 12*time.Second)
 	e.sim.Outage(0)
 	before := a.count(feeds[0])
 	awaitMore(t, []*collector{a, b}, feeds[0], before+5)
@@ -117,7 +118,7 @@ func TestGapFillAskedAgain(t *testing.T) {
 	rest := e.restBackfill(&calls)
 	var mu sync.Mutex
 	asked := map[int64]bool{}
-	flaky := func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+	flaky := BackfillFunc(func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
 		mu.Lock()
 		first := !asked[ts]
 		asked[ts] = true
@@ -127,15 +128,15 @@ func TestGapFillAskedAgain(t *testing.T) {
 			return nil, errors.New("upstream budget exhausted: retry after 1s")
 		}
 		return rest(ctx, feeds, ts)
-	}
+	})
 	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = flaky, 2*time.Minute })
 	feeds := e.crypto(t, 2)
 	e.run(t, 25*time.Millisecond)
-	a := collect(t, h.Subscribe(feeds, 4096))
+	a := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{a}, feeds[0], 3)
 
 	e.sim.Outage(time.Hour)
-	time.Sleep(300 * time.Millisecond) // a dozen seconds of the clock
+	e.passes(t, 12*time.Second)
 	e.sim.Outage(0)
 	before := a.count(feeds[0])
 	awaitMore(t, []*collector{a}, feeds[0], before+5)
@@ -158,10 +159,10 @@ func TestGapBeyondBackfillMax(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.Backfill, c.BackfillMax = e.restBackfill(&calls), 3*time.Second })
 	feeds := e.crypto(t, 2)
 	e.run(t, 25*time.Millisecond)
-	a := collect(t, h.Subscribe(feeds, 4096))
+	a := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{a}, feeds[0], 3)
 	e.sim.Outage(time.Hour)
-	time.Sleep(400 * time.Millisecond)
+	e.passes(t, 16*time.Second)
 	e.sim.Outage(0)
 	require.Eventually(t, func() bool { return h.Stats().Unfilled > 0 }, wait, 10*time.Millisecond)
 	awaitMore(t, []*collector{a}, feeds[0], 3)
@@ -192,8 +193,8 @@ func TestResume(t *testing.T) {
 	h := e.hub(t, mk)
 	feeds := e.crypto(t, 2)
 	e.run(t, 25*time.Millisecond)
-	keep := collect(t, h.Subscribe(feeds, 4096)) // keeps the feeds carried
-	first := collect(t, h.Subscribe(feeds, 4096))
+	keep := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096})) // keeps the feeds carried
+	first := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{first}, feeds[1], 3)
 	first.sub.Close()
 	<-first.done
@@ -204,7 +205,8 @@ func TestResume(t *testing.T) {
 	}
 	awaitMore(t, []*collector{keep}, feeds[0], 5) // the consumer is away
 
-	sub, now := h.SubscribeFrom(feeds, 4096, from)
+	sub := subscribe(t, h, feeds, SubscribeOptions{Queue: 4096, From: from})
+	now := sub.Replayed()
 	assert.Positive(t, now, "replayed from the history at once")
 	back := collect(t, sub)
 	awaitMore(t, []*collector{back}, feeds[0], 5)
@@ -224,7 +226,7 @@ func TestResume(t *testing.T) {
 		fs := back.of(f)
 		from2[f] = fs[len(fs)-1].ts - 4
 	}
-	sub2, _ := other.SubscribeFrom(feeds, 4096, from2)
+	sub2 := subscribe(t, other, feeds, SubscribeOptions{Queue: 4096, From: from2})
 	c2 := collect(t, sub2)
 	awaitMore(t, []*collector{c2}, feeds[0], 8)
 	for _, f := range feeds {
@@ -255,7 +257,7 @@ func TestResumeRightAwayOnAHubNewToTheFeeds(t *testing.T) {
 	h := e.hub(t, mk)
 	feeds := e.crypto(t, 2)
 	e.run(t, 25*time.Millisecond)
-	first := collect(t, h.Subscribe(feeds, 4096))
+	first := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{first}, feeds[1], 3)
 
 	other := e.hub(t, mk)
@@ -267,10 +269,9 @@ func TestResumeRightAwayOnAHubNewToTheFeeds(t *testing.T) {
 	// The other hub's upgrades are refused for a while: its first frames
 	// come seconds after the consumer's watermark.
 	require.NoError(t, e.sim.SetFaults(refuse(http.StatusServiceUnavailable)))
-	sub, _ := other.SubscribeFrom(feeds, 4096, from)
+	sub := subscribe(t, other, feeds, SubscribeOptions{Queue: 4096, From: from})
 	back := collect(t, sub)
-	start := e.clk.Now()
-	require.Eventually(t, func() bool { return e.clk.Now().Sub(start) >= 5*time.Second }, wait, 5*time.Millisecond)
+	e.passes(t, 5*time.Second)
 	require.NoError(t, e.sim.SetFaults(simulator.Faults{}))
 	awaitMore(t, []*collector{back}, feeds[0], 8)
 	awaitMore(t, []*collector{back}, feeds[1], 8)
@@ -290,7 +291,7 @@ func TestUpstreamBackLogged(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.Logger = zap.New(core) })
 	feeds := e.crypto(t, 1)
 	e.run(t, 25*time.Millisecond)
-	a := collect(t, h.Subscribe(feeds, 4096))
+	a := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{a}, feeds[0], 2)
 	require.Positive(t, e.sim.DropWS(simulatorDrop()))
 	require.Eventually(t, func() bool { return logs.FilterMessage("upstream WebSocket back").Len() > 0 }, wait, 10*time.Millisecond)
@@ -320,10 +321,10 @@ func TestShareTakeoverWithoutGap(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		clients[i] = c
 		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
+			cfg.Share = &share.Config{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
 			cfg.Backfill, cfg.BackfillMax = e.restBackfill(&calls), time.Minute
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{Queue: 4096}))
 	}
 	e.run(t, 50*time.Millisecond)
 	require.Eventually(t, func() bool { return len(holders(hubs)) == 1 }, wait, 10*time.Millisecond)
@@ -373,7 +374,7 @@ func TestRecheckDropsWhatNoLongerPasses(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.History, c.Check = time.Minute, admit })
 	feed := e.crypto(t, 1)[0]
 	e.run(t, 25*time.Millisecond)
-	keep := collect(t, h.Subscribe([]string{feed}, 4096))
+	keep := collect(t, subscribe(t, h, []string{feed}, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{keep}, feed, 6)
 
 	_, newest, ok := h.Latest(feed)
@@ -388,7 +389,7 @@ func TestRecheckDropsWhatNoLongerPasses(t *testing.T) {
 	// before the cutoff replays what the history kept, then live reports:
 	// none of the refused seconds.
 	cutoff.Store(math.MaxInt64)
-	sub, _ := h.SubscribeFrom([]string{feed}, 4096, map[string]int64{feed: newest - 5})
+	sub := subscribe(t, h, []string{feed}, SubscribeOptions{Queue: 4096, From: map[string]int64{feed: newest - 5}})
 	back := collect(t, sub)
 	awaitMore(t, []*collector{back}, feed, 3)
 	for _, f := range back.of(feed) {
@@ -410,7 +411,7 @@ func TestUpstreamOutageLoggedOnce(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.Logger = zap.New(core); c.FeedsPerConnection = 1; c.MaxConnections = 8 })
 	feeds := e.crypto(t, 3)
 	e.run(t, 25*time.Millisecond)
-	c := collect(t, h.Subscribe(feeds, 4096))
+	c := collect(t, subscribe(t, h, feeds, SubscribeOptions{Queue: 4096}))
 	allUp := func() bool {
 		st := h.Stats()
 		up := 0

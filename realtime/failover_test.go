@@ -9,17 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 	"streamgate/simulator"
 )
 
 // shareKey is a key of mainnet's sharing: its slot is the network's.
-const shareKey = DefaultSharePrefix + "{mainnet}:wants"
+const shareKey = share.DefaultPrefix + "{mainnet}:wants"
 
 // redisClient is the process's Redis client for target, as the server
 // builds it (deadline and circuit breaker included).
@@ -35,23 +36,55 @@ func redisClient(t *testing.T, target redisconn.Target) *redisconn.Client {
 // subscription to feeds and its gaps filled from REST (counted in calls),
 // runs the upstream's clock ten seconds a second, and returns once they
 // share one upstream connection and deliver.
-func sharingHubs(t *testing.T, e *env, feeds []string, calls *atomic.Int64, client func() redis.UniversalClient) ([]*Hub, []*collector) {
+func sharingHubs(t *testing.T, e *env, feeds []string, calls *atomic.Int64, client func() redis.UniversalClient) ([]*Hub, []*collector, []*prometheus.Registry) {
 	t.Helper()
 	hubs := make([]*Hub, 3)
 	cols := make([]*collector, 3)
+	regs := make([]*prometheus.Registry, 3)
 	for i := range hubs {
 		c := client()
 		t.Cleanup(func() { c.Close() })
+		regs[i] = prometheus.NewRegistry()
 		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+			cfg.Metrics = NewMetrics(regs[i])
+			cfg.Share = &share.Config{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 			cfg.Backfill, cfg.BackfillMax = e.restBackfill(calls), 10*time.Minute
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 4096))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{Queue: 4096}))
 	}
 	e.run(t, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
 	awaitMore(t, cols, feeds[0], 3)
-	return hubs, cols
+	return hubs, cols, regs
+}
+
+// counter returns the value of the counter name of reg whose labels are
+// labels (name, value, …); 0 when there is none.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // failoverRun is what a failover cost three sharing replicas.
@@ -77,7 +110,7 @@ func shareThroughFailover(t *testing.T, client func() redis.UniversalClient, kil
 	e := newEnv(t, nil)
 	feeds := e.crypto(t, 2)
 	var calls atomic.Int64
-	hubs, cols := sharingHubs(t, e, feeds, &calls, client)
+	hubs, cols, _ := sharingHubs(t, e, feeds, &calls, client)
 
 	// The upstream connections open, sampled until the end.
 	var peak atomic.Int64
@@ -233,14 +266,14 @@ func TestShareClusterSlotMoves(t *testing.T) {
 	e := newEnv(t, nil)
 	feeds := e.crypto(t, 2)
 	var calls atomic.Int64
-	hubs, cols := sharingHubs(t, e, feeds, &calls, func() redis.UniversalClient {
+	hubs, cols, regs := sharingHubs(t, e, feeds, &calls, func() redis.UniversalClient {
 		return redisClient(t, redisconn.Target{Cluster: cl.Addrs()})
 	})
 
 	moveSlot(t, cl, shareKey)
 	require.Eventually(t, func() bool {
-		for _, h := range hubs {
-			if testutil.ToFloat64(h.mx.m.shareResubs.WithLabelValues("mainnet", "ended")) < 1 {
+		for _, reg := range regs {
+			if counter(t, reg, "streamgate_ws_share_resubscribed_total", "network", "mainnet", "reason", "ended") < 1 {
 				return false
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
@@ -20,35 +21,19 @@ import (
 // t0 is the tests' clock at start.
 var t0 = time.Unix(1758586188, 0).UTC()
 
-// clock is a settable clock shared by the simulator and the hub.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// env is a simulated mainnet upstream over loopback, on a settable clock
-// whose WebSocket connections look for new reports every 2 ms.
+// env is a simulated mainnet upstream over loopback, on a fake clock
+// (the one clock of the simulator and the hub: the reports' time, the
+// signatures' and continuity's timers) whose WebSocket connections look
+// for new reports every 2 ms.
 type env struct {
 	sim *simulator.Simulator
 	srv *httptest.Server
-	clk *clock
+	clk *clockwork.FakeClock
 }
 
 func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
 	t.Helper()
-	clk := &clock{t: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	cfg := simulator.Default()
 	cfg.Now = clk.Now
 	cfg.RateLimit, cfg.Burst = 0, 0
@@ -71,13 +56,17 @@ func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
 func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	t.Helper()
 	cfg := Config{
-		Network:      "mainnet",
-		URL:          "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
-		APIKey:       simulator.OrgKeyID,
-		Secret:       []byte(simulator.OrgKeySecret),
-		Grace:        200 * time.Millisecond,
-		StallTimeout: 600 * time.Millisecond,
-		Now:          e.clk.Now,
+		Network: "mainnet",
+		URL:     "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
+		APIKey:  simulator.OrgKeyID,
+		Secret:  []byte(simulator.OrgKeySecret),
+		// The sizes the configuration gives by default (ws_max_connections
+		// 6 is the configuration's; the hub tests were written for 4).
+		MaxConnections:     4,
+		FeedsPerConnection: 50,
+		Grace:              200 * time.Millisecond,
+		StallTimeout:       600 * time.Millisecond,
+		Clock:              e.clk,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -102,11 +91,21 @@ func (e *env) run(t testing.TB, period time.Duration) {
 			case <-done:
 				return
 			case <-tk.C:
-				e.clk.Add(time.Second)
+				e.clk.Advance(time.Second)
 			}
 		}
 	}()
 	t.Cleanup(func() { close(done); wg.Wait() })
+}
+
+// passes waits until the env's clock has moved d from now (run moves it).
+func (e *env) passes(t testing.TB, d time.Duration) {
+	t.Helper()
+	select {
+	case <-e.clk.After(d):
+	case <-time.After(wait):
+		t.Fatalf("the clock did not move %v within %v", d, wait)
+	}
 }
 
 // open returns the upstream WebSocket connections open now.
@@ -235,3 +234,11 @@ func simulatorDropOrigin(o string) simulator.WSDrop { return simulator.WSDrop{Or
 func stall(on bool) simulator.Faults { return simulator.Faults{WSStall: on} }
 
 func refuse(status int) simulator.Faults { return simulator.Faults{WSRefuse: status} }
+
+// subscribe subscribes feeds on h with o; it must not be refused.
+func subscribe(t testing.TB, h *Hub, feeds []string, o SubscribeOptions) *Subscription {
+	t.Helper()
+	s, err := h.Subscribe(feeds, o)
+	require.NoError(t, err)
+	return s
+}

@@ -15,10 +15,22 @@
 // With Config.Share, the hubs of several replicas share their upstream
 // connections through Redis: one replica holds each chunk (a lease) and
 // publishes its frames, the others feed them into their hubs as if from
-// their own connection (see ShareConfig).
+// their own connection (package share).
 //
-// Timers (grace, demand, stall, backoff) run on the monotonic wall clock;
-// Config.Now only dates the signatures.
+// Four types, one job each, none holding another's owner: Hub, the
+// subscriptions, the wanted set and the fan-out (hub.go, subscription.go);
+// continuity, the one owner of "every subscriber gets every second of its
+// feeds once, in order": watermarks, the newest reports, the history, gap
+// fills and resumes (continuity.go); upstream, the connections and their
+// plan (manager.go, link.go, plan.go, health.go, shareplan.go); and, with
+// Config.Share, a share.Sharer.
+//
+// Config.Clock is the hub's time: it dates the signatures and runs the
+// timers of continuity (a gap's gathering, a fill's retries, a resumed
+// feed's wait for live frames), so that a test drives them with a fake
+// clock. The timers of the connections (grace, demand, stall, ping,
+// backoff, share ticks, presence) run on the monotonic wall clock: they
+// pace the network, not the reports.
 package realtime
 
 import (
@@ -35,18 +47,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"streamgate/feedid"
+	"streamgate/realtime/share"
 )
 
-// Defaults of Config.
+// DefaultStallTimeout is Config.StallTimeout's default. The other sizes
+// of Config have no default here: the configuration (package config)
+// declares them, and New requires them.
 const (
-	DefaultMaxConnections     = 4
-	DefaultFeedsPerConnection = 50
-	DefaultGrace              = 30 * time.Second
-	DefaultStallTimeout       = 10 * time.Second
-	// MaxFuture is how far ahead of the clock (Config.Now) a report's
+	DefaultStallTimeout = 10 * time.Second
+	// MaxFuture is how far ahead of the clock (Config.Clock) a report's
 	// observationsTimestamp may lie; a frame dated later is dropped, so
 	// that it cannot hold a feed's watermark.
 	MaxFuture = 10 * time.Second
@@ -89,12 +102,14 @@ type Config struct {
 	APIKey string
 	Secret []byte
 	// MaxConnections caps the upstream connections, every origin and chunk
-	// together; default 4. A make-before-break switch holds one more per
-	// origin for a moment.
+	// together; required (at least 1). A make-before-break switch holds
+	// one more per origin for a moment.
 	MaxConnections int
-	// FeedsPerConnection caps the feeds of one connection; default 50.
+	// FeedsPerConnection caps the feeds of one connection; required (at
+	// least 1).
 	FeedsPerConnection int
-	// Grace is how long a feed nobody wants stays subscribed; default 30s.
+	// Grace is how long a feed nobody wants stays subscribed; required
+	// (positive).
 	Grace time.Duration
 	// Pinned are feeds always subscribed (stream IDs in any case; see
 	// package feedid).
@@ -106,12 +121,14 @@ type Config struct {
 	HTTPClient *http.Client
 	Logger     *zap.Logger // nil: nop
 	Metrics    *Metrics    // nil: nothing recorded
-	// Now dates the signatures; nil: time.Now.
-	Now func() time.Time
+	// Clock dates the signatures and the reports (MaxFuture) and runs the
+	// timers of continuity (see the package documentation); nil: the real
+	// clock.
+	Clock clockwork.Clock
 	// Share, if non-nil, shares the upstream connections with the other
-	// replicas of the network through Redis (see ShareConfig and the
-	// package documentation); nil: the hub holds its own.
-	Share *ShareConfig
+	// replicas of the network through Redis (see package share); nil: the
+	// hub holds its own.
+	Share *share.Config
 	// Check, if non-nil, is asked about each new report (a frame newer
 	// than its feed's watermark, from any connection or replica) before it
 	// is delivered or kept for Latest; false drops the frame, leaving the
@@ -120,14 +137,11 @@ type Config struct {
 	// DON's signatures with it.
 	Check func(frame []byte) bool
 
-	// Backfill, if non-nil, fetches the reports of feeds at second ts
-	// (REST bulk), each as a frame of the stream's shape
-	// ({"report":{…}}, the upstream's record byte for byte), already
-	// verified; a feed without a report that second is absent. The hub
-	// calls it for the seconds a feed's frames skipped (a gap: upstream
-	// drop, outage, a holder's crash) and for what a returning consumer
-	// missed beyond the history (SubscribeFrom). nil: gaps stay gaps.
-	Backfill func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+	// Backfill, if non-nil, is where the hub fetches the seconds a feed's
+	// frames skipped (a gap: upstream drop, outage, a holder's crash) and
+	// what a returning consumer missed beyond the history
+	// (SubscribeOptions.From). nil: gaps stay gaps.
+	Backfill BackfillSource
 	// DiscoveryBudget, if set, waits for a token of the upstream budget
 	// before each origin discovery (HEAD /), so that replicas starting
 	// together do not draw the upstream's 429; an error skips that
@@ -137,23 +151,21 @@ type Config struct {
 	// newest BackfillMax; the rest are counted unfilled. 0 fetches none.
 	BackfillMax time.Duration
 	// History is how long each feed keeps the frames it delivered, for
-	// SubscribeFrom; 0 keeps none.
+	// a resumed Subscribe (SubscribeOptions.From); 0 keeps none.
 	History time.Duration
 }
 
 // Hub holds a network's upstream WebSocket connections and fans their
 // frames out; see the package documentation. Safe for concurrent use.
 type Hub struct {
-	cfg     Config
-	base    string // scheme://host[:port] of the WebSocket
-	httpURL string // http(s)://host[:port]/ for HEAD /
-	log     *zap.Logger
-	mx      hubMetrics
+	cfg Config
+	log *zap.Logger
+	mx  hubMetrics
+	st  hubCounters
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	kickCh chan struct{}
 
 	// mu guards wants, demand, subs and closed, and the refs, pinned,
 	// idleSince and demandAt of every feed.
@@ -167,34 +179,16 @@ type Hub struct {
 	// replaced (copy on write) by the holder of mu.
 	feeds atomic.Pointer[map[string]*feed]
 
-	sh *sharer // nil without Config.Share
+	// up holds the upstream connections and their plan (see upstream);
+	// sh, nil without Config.Share, shares them with the other replicas
+	// (package share): the upstream's manager drives it, the hub asks it
+	// about room and hands it over as it closes.
+	up *upstream
+	sh *share.Sharer
 
-	// Owned by the manager goroutine.
-	chunks   []*chunk
-	origins  []string
-	resolved bool
-	// A discovery that failed (no answer, or not 200) is asked again at
-	// rediscoverAt, after rediscoverWait, doubled each time up to a minute,
-	// rather than leaving the hub without origins for its whole life.
-	rediscoverAt   time.Time
-	rediscoverWait time.Duration
-
-	st     hubCounters
-	linkMu sync.Mutex
-	links  map[*link]struct{} // for Stats
-	health *linkHealth        // one log line per change of an origin's state
-	carry  atomic.Int64       // feeds carried
-	// carried and capacity are the feeds carried and how many the budget
-	// holds, as the last reconcile left them (for SubscribeWithin); nil and 0 before.
-	carried  atomic.Pointer[map[string]bool]
-	capacity atomic.Int64
-	over     atomic.Int64  // feeds wanted but not carried
-	sessN    atomic.Uint64 // numbers the sessions
-
-	futureLogged atomic.Int64 // Unix seconds of the last log of a frame dated in the future
-
-	bf       *backfiller // nil without Config.Backfill
-	histSecs int64       // Config.History in seconds
+	// cont owns every second of each feed, once, in order (see
+	// continuity): the frame path hands it each frame.
+	cont *continuity
 }
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
@@ -207,24 +201,23 @@ type feed struct {
 	idleSince time.Time // when refs fell to 0
 	demandAt  time.Time // the last Want that counted
 
-	mu        sync.Mutex // guards subs, watermark and the continuity state below; orders deliveries
-	subs      []*Subscription
-	watermark int64
+	mu   sync.Mutex // guards subs and the ledger; orders deliveries
+	subs []*Subscription
+	ledger
 
-	hist    []histFrame // the frames delivered in the last Config.History, oldest first
-	filling int         // gap fills under way
-	pending []histFrame // frames that arrived while filling, held
-	fetched []histFrame // frames the fills under way brought
-
-	latest atomic.Pointer[latest]
+	latest atomic.Pointer[latest] // written by continuity under mu
 }
 
 // latest is a feed's newest report and the connection that delivered it.
 type latest struct {
 	frame []byte
 	ts    int64
-	sess  *session
+	src   source
 }
+
+// source is the connection that delivered a report: valid while it is up
+// (a *session of this hub's, or a *share.Session of another replica's).
+type source interface{ Valid() bool }
 
 // demandRing holds the times of the last DemandThreshold Want calls.
 type demandRing struct {
@@ -235,11 +228,11 @@ type demandRing struct {
 type hubCounters struct {
 	framesIn, framesOut, duplicates, slowCloses, latestServed atomic.Int64
 	reconnDrop, reconnStall, reconnRefused                    atomic.Int64
-	published, received, fallbacks                            atomic.Int64
 	backfilled, unfilled, resumed, replayed                   atomic.Int64
 }
 
-// New validates cfg, applies the defaults and starts the hub's manager.
+// New validates cfg, applies the defaults of its optional fields and
+// starts the hub's manager.
 // No connection is opened until a feed is wanted (at once for Pinned).
 func New(cfg Config) (*Hub, error) {
 	var errs []error
@@ -257,8 +250,11 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.APIKey == "" || len(cfg.Secret) == 0 {
 		errs = append(errs, errors.New("realtime: APIKey and Secret are required"))
 	}
-	if cfg.MaxConnections < 0 || cfg.FeedsPerConnection < 0 || cfg.Grace < 0 || cfg.StallTimeout < 0 {
+	switch {
+	case cfg.MaxConnections < 0 || cfg.FeedsPerConnection < 0 || cfg.Grace < 0 || cfg.StallTimeout < 0:
 		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection, Grace and StallTimeout must not be negative"))
+	case cfg.MaxConnections == 0 || cfg.FeedsPerConnection == 0 || cfg.Grace == 0:
+		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection and Grace are required"))
 	}
 	pinned := make([]string, 0, len(cfg.Pinned))
 	for _, p := range cfg.Pinned {
@@ -273,15 +269,6 @@ func New(cfg Config) (*Hub, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.FeedsPerConnection == 0 {
-		cfg.FeedsPerConnection = DefaultFeedsPerConnection
-	}
-	if cfg.Grace == 0 {
-		cfg.Grace = DefaultGrace
-	}
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
@@ -291,44 +278,51 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	h := &Hub{
-		cfg: cfg, base: base, httpURL: httpURL,
+		cfg:    cfg,
 		log:    cfg.Logger.With(zap.String("network", cfg.Network)),
-		kickCh: make(chan struct{}, 1),
 		wants:  map[string]*feed{},
 		demand: map[string]*demandRing{},
 		subs:   map[*Subscription]struct{}{},
-		links:  map[*link]struct{}{},
-		health: newLinkHealth(cfg.Logger.With(zap.String("network", cfg.Network))),
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
-	h.histSecs = int64(cfg.History / time.Second)
 	if cfg.Share != nil {
-		sh, err := newSharer(h, cfg.Share)
+		sh, err := share.New(*cfg.Share, share.Deps{Network: cfg.Network,
+			MaxConnections: cfg.MaxConnections, FeedsPerConnection: cfg.FeedsPerConnection,
+			Deliver: func(frame []byte, src *share.Session) { h.deliverFrame(originShared, src, frame) },
+			Logger:  h.log, Metrics: h.mx.m.share})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("realtime: %w", err)
 		}
 		h.sh = sh
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
+	h.up = &upstream{cfg: &h.cfg, base: base, httpURL: httpURL, log: h.log, mx: &h.mx, st: &h.st,
+		ctx: h.ctx, wg: &h.wg, sh: h.sh, kickCh: make(chan struct{}, 1),
+		links:  map[*link]struct{}{},
+		health: newLinkHealth(h.log),
+		wanted: h.wanted, local: h.local, frames: h.deliverFrame}
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
 	h.publishFeeds()
 	if h.sh != nil {
-		h.sh.run()
+		h.sh.Start(h.ctx)
 	}
-	if cfg.Backfill != nil {
-		h.bf = newBackfiller(h)
+	if h.cont.bf != nil {
 		h.wg.Add(1)
-		go h.bf.run()
+		go func() {
+			defer h.wg.Done()
+			h.cont.bf.run()
+		}()
 	}
 	h.wg.Add(1)
-	go h.manage()
-	h.kick()
+	go h.up.manage()
+	h.up.kick()
 	return h, nil
 }
 
@@ -336,7 +330,7 @@ func New(cfg Config) (*Hub, error) {
 // is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
 // hands its chunks over: it lets its leases go and keeps its connections
 // until another replica's connection for each chunk delivers, within a
-// lease (see ShareConfig). Idempotent.
+// lease (see share.Sharer.Handover). Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
@@ -349,10 +343,13 @@ func (h *Hub) Close() {
 	h.subs = map[*Subscription]struct{}{}
 	h.mu.Unlock()
 	if h.sh != nil {
-		h.sh.leave()
+		h.sh.Leave()
 	}
 	h.cancel()
 	h.wg.Wait()
+	if h.sh != nil {
+		h.sh.Wait()
+	}
 	for s := range subs {
 		if s.end(ErrHubClosed) {
 			h.mx.subscribers.Add(-1)
@@ -360,22 +357,66 @@ func (h *Hub) Close() {
 	}
 }
 
-// Subscribe registers a consumer of feeds (validated, lower-case, without
-// duplicates, entitled by the caller) with a queue of queue frames
-// (DefaultQueue when < 1). The hub connects upstream for the feeds not yet
-// carried. The newest report the hub holds of each feed, if valid (see
-// Latest), comes first, then every newer report, each once, in
-// observationsTimestamp order per feed, as the upstream's bytes. Feeds
-// over the connection budget get nothing (Stats.FeedsUncarried). After
-// Close, the subscription is returned already ended with ErrHubClosed.
-func (h *Hub) Subscribe(feeds []string, queue int) *Subscription {
-	s, _ := h.subscribe(feeds, queue, nil, nil)
-	return s
+// SubscribeOptions are how a consumer subscribes (Hub.Subscribe).
+type SubscribeOptions struct {
+	// Queue is the subscription's queue length, in frames; DefaultQueue
+	// when < 1.
+	Queue int
+	// From, for a consumer that comes back, holds per feed the
+	// observationsTimestamp of the last report it received (0 or absent:
+	// none, the feed starts as a new consumer's does). Each such feed
+	// first gets, in order, every report after that second: from the
+	// hub's history, and what the history does not reach fetched with
+	// Config.Backfill (the consumer's newer frames of that feed wait
+	// meanwhile); then live ones, each once. Empty: a new consumer.
+	From map[string]int64
+	// Within is for a consumer that must get every one of its feeds: the
+	// hub refuses (ErrNoRoom, nothing subscribed) when some feed is not
+	// carried now and the wanted set, with the feeds not yet wanted, is
+	// over what Config.MaxConnections and Config.FeedsPerConnection
+	// carry, so that the consumer is told rather than left without
+	// frames. A sharing hub counts every replica's wants instead: it
+	// refuses when some feed is neither carried by the layout of the
+	// union its last tick read nor by a connection of its own, and the
+	// union, with this hub's wants not yet in it and the feeds nobody
+	// wants yet, is over what the layout can carry
+	// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While
+	// sharing is down (Redis), the hub checks its own wants as an
+	// unshared hub does. A hub that has not yet connected, or not yet read
+	// the union, admits every consumer. No Redis call: the figures are
+	// those of the last reconcile and tick.
+	Within bool
+	// Charge, if not nil, is asked before each second fetched for the
+	// consumer's replay (see FillCharge).
+	Charge FillCharge
 }
 
-// subscribe is Subscribe, and SubscribeFrom with from; charge is the
-// subscription's FillCharge (nil: none).
-func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, int) {
+// Subscribe registers a consumer of feeds (validated, lower-case, without
+// duplicates, entitled by the caller). The hub connects upstream for the
+// feeds not yet carried. The newest report the hub holds of each feed, if
+// valid (see Latest), comes first (or, for a feed of o.From, the replay of
+// what the consumer missed), then every newer report, each once, in
+// observationsTimestamp order per feed, as the upstream's bytes. Feeds
+// over the connection budget get nothing (Stats.FeedsUncarried) unless
+// o.Within refuses them. The error is ErrNoRoom (o.Within only); after
+// Close, the subscription is returned already ended with ErrHubClosed.
+// Subscription.Replayed tells how many reports it replayed at once.
+func (h *Hub) Subscribe(feeds []string, o SubscribeOptions) (*Subscription, error) {
+	if o.Within && !h.admits(feeds) {
+		return nil, ErrNoRoom
+	}
+	// A consumer admitted between the check and subscribe may take the
+	// last room; the window is a few instructions wide.
+	from := o.From
+	if len(from) == 0 {
+		from = nil
+	}
+	return h.subscribe(feeds, o.Queue, from, o.Charge), nil
+}
+
+// subscribe registers s (see Subscribe); charge is the subscription's
+// FillCharge (nil: none).
+func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
@@ -385,7 +426,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		h.mu.Unlock()
 		s.end(ErrHubClosed)
 		s.releaseOnce.Do(func() {})
-		return s, 0
+		return s
 	}
 	h.subs[s] = struct{}{}
 	added := false
@@ -411,7 +452,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		f := h.wants[id]
 		f.mu.Lock()
 		if mark := from[id]; mark > 0 {
-			frames := h.resumeFeed(s, f, mark)
+			frames := h.cont.resume(s, f, mark)
 			f.subs = append(f.subs, s)
 			if n, ok := s.deliver(id, frames); !ok {
 				overflow = true
@@ -422,7 +463,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 			f.subs = append(f.subs, s)
 			// While a gap is filled, the newest report is among the frames
 			// held, which every subscriber gets when it is filled.
-			if l := f.latest.Load(); l != nil && l.sess.valid() && f.filling == 0 {
+			if l := f.latest.Load(); l != nil && l.src.Valid() && f.filling == 0 {
 				if sent, o := s.send(l.frame); sent {
 					h.mx.delivered(1)
 				} else if o {
@@ -433,6 +474,7 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		f.mu.Unlock()
 	}
 	h.mu.Unlock()
+	s.replayed = replayed
 	if from != nil {
 		h.mx.resumed()
 		h.mx.replayed(replayed)
@@ -443,59 +485,28 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 		s.release()
 	}
 	if added {
-		h.kick()
+		h.up.kick()
 	}
-	return s, replayed
-}
-
-// subscribeFrom is Subscribe, or SubscribeFrom when from is not empty.
-func (h *Hub) subscribeFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
-	if len(from) == 0 {
-		from = nil
-	}
-	s, _ := h.subscribe(feeds, queue, from, charge)
 	return s
 }
 
-// ErrNoRoom is the error of SubscribeWithin when the upstream connection
-// budget cannot carry the feeds asked for.
+// ErrNoRoom is the error of Subscribe with SubscribeOptions.Within when
+// the upstream connection budget cannot carry the feeds asked for.
 var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 
-// SubscribeWithin is Subscribe for a consumer that must get every one of
-// its feeds: it refuses (ErrNoRoom, nothing subscribed) when some feed is
-// not carried now and the wanted set, with the feeds not yet wanted, is
-// over what Config.MaxConnections and Config.FeedsPerConnection carry, so
-// that the consumer is told rather than left without frames. A sharing
-// hub counts every replica's wants instead: it refuses when some feed is
-// neither carried by the layout of the union its last tick read nor by a
-// connection of its own, and the union, with this hub's wants not yet in
-// it and the feeds nobody wants yet, is over what the layout can carry
-// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While sharing is down
-// (Redis), the hub checks its own wants as an unshared hub does. A hub
-// that has not yet connected, or not yet read the union, admits every
-// consumer. No Redis call: the figures are those of the last reconcile
-// and tick.
-func (h *Hub) SubscribeWithin(feeds []string, queue int) (*Subscription, error) {
-	return h.SubscribeWithinFrom(feeds, queue, nil, nil)
-}
-
-// SubscribeWithinFrom is SubscribeWithin for a consumer that comes back
-// with its watermarks (see SubscribeFrom); nil from: a new consumer.
-// charge, if not nil, is asked before each second fetched for the
-// consumer's replay (see FillCharge).
-func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int64, charge FillCharge) (*Subscription, error) {
-	if h.sh != nil && h.sh.shared.Load() {
-		if !h.roomShared(feeds, h.sh.room.Load()) {
-			return nil, ErrNoRoom
-		}
-		return h.subscribeFrom(feeds, queue, from, charge), nil
+// admits reports whether the budget has room for feeds (see
+// SubscribeOptions.Within).
+func (h *Hub) admits(feeds []string) bool {
+	if h.sh != nil && h.sh.Sharing() {
+		return h.roomShared(feeds, h.sh.Union())
 	}
-	capacity := h.capacity.Load()
-	carried := h.carried.Load()
+	capacity := h.up.capacity.Load()
+	carried := h.up.carried.Load()
 	if capacity == 0 || carried == nil {
-		return h.subscribeFrom(feeds, queue, from, charge), nil
+		return true
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	fresh, all := 0, true
 	for _, id := range feeds {
 		if !(*carried)[id] {
@@ -505,31 +516,24 @@ func (h *Hub) SubscribeWithinFrom(feeds []string, queue int, from map[string]int
 			fresh++
 		}
 	}
-	if !all && int64(len(h.wants)+fresh) > capacity {
-		h.mu.Unlock()
-		return nil, ErrNoRoom
-	}
-	h.mu.Unlock()
-	// A consumer admitted between the check and Subscribe may take the
-	// last room; the window is a few instructions wide.
-	return h.subscribeFrom(feeds, queue, from, charge), nil
+	return all || int64(len(h.wants)+fresh) <= capacity
 }
 
 // roomShared reports whether the union u of a sharing hub's last tick has
-// room for feeds (see SubscribeWithin); nil u or capacity 0: room. Another
+// room for feeds (see SubscribeOptions.Within); nil u or capacity 0: room. Another
 // replica's consumer admitted since that tick may take the last room: the
 // window is a tick wide.
-func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {
-	if u == nil || u.capacity == 0 {
+func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
+	if u == nil || u.Capacity == 0 {
 		return true
 	}
 	var own map[string]bool
-	if c := h.carried.Load(); c != nil {
+	if c := h.up.carried.Load(); c != nil {
 		own = *c
 	}
 	all := true
 	for _, id := range feeds {
-		if !u.feeds[id] && !own[id] {
+		if !u.Feeds[id] && !own[id] {
 			all = false
 			break
 		}
@@ -539,20 +543,20 @@ func (h *Hub) roomShared(feeds []string, u *unionRoom) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	size := len(u.feeds)
+	size := len(u.Feeds)
 	for _, id := range feeds {
-		if _, in := u.feeds[id]; !in && h.wants[id] == nil {
+		if _, in := u.Feeds[id]; !in && h.wants[id] == nil {
 			size++
 		}
 	}
-	if size > u.capacity {
+	if size > u.Capacity {
 		return false
 	}
 	// This hub's wants the tick has not published yet (a consumer just
 	// admitted here) count too.
 	for id := range h.wants {
-		if _, in := u.feeds[id]; !in {
-			if size++; size > u.capacity {
+		if _, in := u.Feeds[id]; !in {
+			if size++; size > u.Capacity {
 				return false
 			}
 		}
@@ -617,6 +621,34 @@ func (h *Hub) unwant(s *Subscription, id string, now time.Time) {
 	}
 }
 
+// originShared marks the frames received from another replica in logs.
+const originShared = "shared"
+
+// deliverFrame hands one frame, delivered by src, to the subscribers of
+// its feed, if the feed's continuity takes it (see continuity.take).
+func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
+	id, ts, ok := parseFrame(frame)
+	if !ok {
+		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
+		return
+	}
+	if h.cont.future(ts, origin) {
+		return
+	}
+	f := (*h.feeds.Load())[string(id)]
+	if f == nil {
+		return // no longer wanted
+	}
+	f.mu.Lock()
+	if !h.cont.take(f, ts, frame, src) {
+		f.mu.Unlock()
+		return
+	}
+	n, slow := f.fanOut([]histFrame{{ts, frame}})
+	f.mu.Unlock()
+	h.mx.fannedOut(n, slow)
+}
+
 // Latest returns the newest report frame the hub holds for feed (the
 // upstream's bytes: exactly the JSON {"report":{...}} that REST latest
 // answers) and its observationsTimestamp, only while the upstream
@@ -638,7 +670,7 @@ func (h *Hub) LatestSince(feed string, oldest int64) (frame []byte, observations
 		return nil, 0, false
 	}
 	l := f.latest.Load()
-	if l == nil || !l.sess.valid() || l.ts < oldest {
+	if l == nil || !l.src.Valid() || l.ts < oldest {
 		return nil, 0, false
 	}
 	h.st.latestServed.Add(1)
@@ -686,7 +718,7 @@ func (h *Hub) Want(feed string) {
 	f.idleSince = now
 	h.publishFeeds()
 	h.mu.Unlock()
-	h.kick()
+	h.up.kick()
 }
 
 // pruneDemand forgets the demand older than DemandWindow, or all of it when
@@ -703,10 +735,47 @@ func (h *Hub) pruneDemand(now time.Time) {
 	}
 }
 
+// wanted drops the feeds past their grace (nobody subscribed, not pinned,
+// no REST demand within Grace) and returns those wanted: what the
+// upstream's reconcile carries.
+func (h *Hub) wanted(now time.Time) map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dropped := false
+	for id, f := range h.wants {
+		if f.refs > 0 || f.pinned || now.Sub(f.idleSince) < h.cfg.Grace ||
+			(!f.demandAt.IsZero() && now.Sub(f.demandAt) < h.cfg.Grace) {
+			continue
+		}
+		delete(h.wants, id)
+		dropped = true
+	}
+	if dropped {
+		h.publishFeeds()
+	}
+	desired := make(map[string]bool, len(h.wants))
+	for id := range h.wants {
+		desired[id] = true
+	}
+	return desired
+}
+
+// local returns the feeds wanted now (grace included): what a share tick
+// publishes.
+func (h *Hub) local() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	local := make([]string, 0, len(h.wants))
+	for id := range h.wants {
+		local = append(local, id)
+	}
+	return local
+}
+
 // kick asks the manager to reconcile.
-func (h *Hub) kick() {
+func (u *upstream) kick() {
 	select {
-	case h.kickCh <- struct{}{}:
+	case u.kickCh <- struct{}{}:
 	default:
 	}
 }

@@ -26,7 +26,7 @@ func TestFanOutSharesConnections(t *testing.T) {
 		if i%2 == 0 {
 			sub = append(sub, feeds[(i+1)%3])
 		}
-		cs = append(cs, collect(t, h.Subscribe(sub, 0)))
+		cs = append(cs, collect(t, subscribe(t, h, sub, SubscribeOptions{})))
 	}
 	e.run(t, 30*time.Millisecond)
 	for i, c := range cs {
@@ -62,11 +62,11 @@ func TestMakeBeforeBreak(t *testing.T) {
 	h := e.hub(t, nil)
 	feeds := e.crypto(t, 2)
 	a, b := feeds[0], feeds[1]
-	ca := collect(t, h.Subscribe([]string{a}, 0))
+	ca := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return ca.count(a) >= 5 }, wait, 5*time.Millisecond)
 
-	cb := collect(t, h.Subscribe([]string{b}, 0))
+	cb := collect(t, subscribe(t, h, []string{b}, SubscribeOptions{}))
 	require.Eventually(t, func() bool { return cb.count(b) >= 5 }, wait, 5*time.Millisecond)
 	n := ca.count(a)
 	require.Eventually(t, func() bool { return ca.count(a) >= n+5 }, wait, 5*time.Millisecond)
@@ -92,7 +92,7 @@ func TestDropAndStall(t *testing.T) {
 	e := newEnv(t, nil)
 	h := e.hub(t, nil)
 	a := e.crypto(t, 1)[0]
-	c := collect(t, h.Subscribe([]string{a}, 0))
+	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return c.count(a) >= 5 }, wait, 5*time.Millisecond)
 
@@ -122,7 +122,7 @@ func TestRefusedUpgradeRetried(t *testing.T) {
 	require.NoError(t, e.sim.SetFaults(refuse(503)))
 	h := e.hub(t, nil)
 	a := e.crypto(t, 1)[0]
-	c := collect(t, h.Subscribe([]string{a}, 0))
+	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return h.Stats().Reconnects[reasonRefused] >= 2 }, wait, 5*time.Millisecond)
 	require.NoError(t, e.sim.SetFaults(refuse(0)))
@@ -135,8 +135,8 @@ func TestSlowConsumer(t *testing.T) {
 	e := newEnv(t, nil)
 	h := e.hub(t, nil)
 	a := e.crypto(t, 1)[0]
-	fast := collect(t, h.Subscribe([]string{a}, 0))
-	slow := h.Subscribe([]string{a}, 1)
+	fast := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	slow := subscribe(t, h, []string{a}, SubscribeOptions{Queue: 1})
 	t.Cleanup(slow.Close)
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return h.Stats().SlowCloses == 1 }, wait, 5*time.Millisecond)
@@ -159,7 +159,7 @@ func TestHighAvailability(t *testing.T) {
 	e := newEnv(t, func(c *simulatorConfig) { c.HAOrigins = []string{"001", "002"} })
 	h := e.hub(t, nil)
 	feeds := e.crypto(t, 2)
-	c := collect(t, h.Subscribe(feeds, 0))
+	c := collect(t, subscribe(t, h, feeds, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return c.count(feeds[0]) >= 10 && c.count(feeds[1]) >= 10 }, wait, 5*time.Millisecond)
 	assert.Equal(t, int64(2), e.open())
@@ -197,11 +197,11 @@ func TestLatest(t *testing.T) {
 	}
 	_, _, ok := latestA()
 	assert.False(t, ok, "not streamed")
-	c := collect(t, h.Subscribe([]string{a}, 0))
+	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = latestA()
 	assert.False(t, ok, "no frame yet")
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { return c.count(a) == 1 }, wait, 5*time.Millisecond)
 	frame, ts, ok := latestA()
 	require.True(t, ok)
@@ -213,11 +213,11 @@ func TestLatest(t *testing.T) {
 	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = latestA()
 	assert.False(t, ok, "the new connection has delivered nothing yet")
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { _, ts2, ok := latestA(); return ok && ts2 == ts+1 }, wait, 5*time.Millisecond)
 
 	// A new subscriber gets the newest report first.
-	c2 := collect(t, h.Subscribe([]string{a}, 0))
+	c2 := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	require.Eventually(t, func() bool { return c2.count(a) == 1 }, wait, 5*time.Millisecond)
 	assert.Equal(t, ts+1, c2.of(a)[0].ts)
 	assert.Equal(t, served.Load(), h.Stats().LatestServed, "every answer with ok true counted")
@@ -232,8 +232,7 @@ func TestWant(t *testing.T) {
 	for range DemandThreshold - 1 {
 		h.Want(a)
 	}
-	h.Want("0xnot-a-feed")
-	time.Sleep(50 * time.Millisecond)
+	h.Want("0xnot-a-feed") // Want is synchronous: nothing to wait for
 	assert.Equal(t, 0, h.Stats().FeedsWanted, "below the threshold")
 	h.Want(a)
 	require.Eventually(t, func() bool { _, _, ok := h.Latest(a); return ok }, wait, 5*time.Millisecond)
@@ -250,7 +249,7 @@ func TestMaxConnections(t *testing.T) {
 	e := newEnv(t, nil)
 	h := e.hub(t, func(c *Config) { c.MaxConnections = 3; c.FeedsPerConnection = 2 })
 	feeds := e.crypto(t, 5)
-	c := collect(t, h.Subscribe(feeds, 0))
+	c := collect(t, subscribe(t, h, feeds, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool {
 		st := h.Stats()
@@ -278,13 +277,13 @@ func TestPinnedAndClose(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.Pinned = feeds[:1] })
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { _, _, ok := h.Latest(feeds[0]); return ok }, wait, 5*time.Millisecond)
-	sub := h.Subscribe(feeds, 4)
+	sub := subscribe(t, h, feeds, SubscribeOptions{Queue: 4})
 	h.Close()
 	for range sub.C() {
 	}
 	assert.ErrorIs(t, sub.Err(), ErrHubClosed)
 	require.Eventually(t, func() bool { return e.open() == 0 }, wait, 5*time.Millisecond)
-	late := h.Subscribe(feeds, 1)
+	late := subscribe(t, h, feeds, SubscribeOptions{Queue: 1})
 	_, open := <-late.C()
 	assert.False(t, open)
 	assert.ErrorIs(t, late.Err(), ErrHubClosed)
@@ -311,7 +310,7 @@ func TestOriginDiscoveryAskedAgain(t *testing.T) {
 
 	h := e.hub(t, nil)
 	feeds := e.crypto(t, 2)
-	c := collect(t, h.Subscribe(feeds, 0))
+	c := collect(t, subscribe(t, h, feeds, SubscribeOptions{}))
 	require.Eventually(t, func() bool {
 		st := h.Stats()
 		return len(st.Connections) == 1 && st.Connections[0].Origin == ""
@@ -353,9 +352,9 @@ func TestSwitchWithoutRoomBreaksFirst(t *testing.T) {
 			}
 		}
 	}()
-	a := collect(t, h.Subscribe(feeds[:1], 4096))
+	a := collect(t, subscribe(t, h, feeds[:1], SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{a}, feeds[0], 2)
-	b := collect(t, h.Subscribe(feeds[1:], 4096))
+	b := collect(t, subscribe(t, h, feeds[1:], SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{b}, feeds[1], 2)
 	awaitMore(t, []*collector{b}, feeds[2], 2)
 	close(stop)

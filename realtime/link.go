@@ -33,7 +33,7 @@ const (
 // link keeps one upstream connection for a fixed feed list and origin: it
 // dials, reads, pings, and reconnects with backoff until retired.
 type link struct {
-	h      *Hub
+	u      *upstream
 	origin string // "" without HA
 	feeds  []string
 	target string // /api/v1/ws?feedIDs=a,b: the request target, as signed
@@ -57,9 +57,9 @@ type session struct {
 	next  atomic.Pointer[session]
 }
 
-// valid reports whether the session, or the chain of its make-before-break
+// Valid reports whether the session, or the chain of its make-before-break
 // successors, is up.
-func (s *session) valid() bool {
+func (s *session) Valid() bool {
 	for i := 0; s != nil && i < 8; i++ {
 		if s.alive.Load() {
 			return true
@@ -71,14 +71,14 @@ func (s *session) valid() bool {
 
 // startLink starts a link's goroutine; tag names the shared chunk whose
 // frames it publishes ("" none).
-func (h *Hub) startLink(origin string, feeds []string, tag string) *link {
-	l := &link{h: h, origin: origin, feeds: feeds, tag: tag, first: make(chan struct{}),
+func (u *upstream) startLink(origin string, feeds []string, tag string) *link {
+	l := &link{u: u, origin: origin, feeds: feeds, tag: tag, first: make(chan struct{}),
 		target: wsPath + "?feedIDs=" + strings.Join(feeds, ",")}
-	l.ctx, l.cancel = context.WithCancel(h.ctx)
-	h.linkMu.Lock()
-	h.links[l] = struct{}{}
-	h.linkMu.Unlock()
-	h.wg.Add(1)
+	l.ctx, l.cancel = context.WithCancel(u.ctx)
+	u.linkMu.Lock()
+	u.links[l] = struct{}{}
+	u.linkMu.Unlock()
+	u.wg.Add(1)
 	go l.run()
 	return l
 }
@@ -97,10 +97,10 @@ func (l *link) retire(succ *link) {
 func (l *link) setState(s *string) {
 	old := l.state.Swap(s)
 	if old != nil {
-		l.h.mx.conns(l.origin, *old).Dec()
+		l.u.mx.conns(l.origin, *old).Dec()
 	}
 	if s != nil {
-		l.h.mx.conns(l.origin, *s).Inc()
+		l.u.mx.conns(l.origin, *s).Inc()
 	}
 }
 
@@ -113,16 +113,16 @@ var (
 func ptr(s string) *string { return &s }
 
 func (l *link) run() {
-	h := l.h
-	defer h.wg.Done()
+	u := l.u
+	defer u.wg.Done()
 	defer func() {
 		l.setState(nil)
-		h.health.gone(l)
-		h.linkMu.Lock()
-		delete(h.links, l)
-		h.linkMu.Unlock()
+		u.health.gone(l)
+		u.linkMu.Lock()
+		delete(u.links, l)
+		u.linkMu.Unlock()
 		// Room for a switch or a chunk that waited for it (see room).
-		h.kick()
+		u.kick()
 	}()
 	for attempt := 0; ; attempt++ {
 		l.setState(pConnecting)
@@ -131,25 +131,25 @@ func (l *link) run() {
 			if l.ctx.Err() != nil {
 				return
 			}
-			h.reconnected(reasonRefused)
-			h.health.failed(l, false, zap.Error(err), zap.Int("attempt", attempt+1))
+			u.reconnected(reasonRefused)
+			u.health.failed(l, false, zap.Error(err), zap.Int("attempt", attempt+1))
 		} else {
-			h.health.up(l)
-			sess := &session{id: h.sessN.Add(1)}
+			u.health.up(l)
+			sess := &session{id: u.sessN.Add(1)}
 			sess.alive.Store(true)
 			l.sess.Store(sess)
 			l.setState(pUp)
 			frames, reason := l.serve(c, sess)
 			sess.alive.Store(false)
 			if l.tag != "" {
-				h.sh.sessionDown(l.tag, sess)
+				u.sh.SessionDown(l.tag, sess.id)
 			}
 			c.CloseNow()
 			if l.ctx.Err() != nil {
 				return
 			}
-			h.reconnected(reason)
-			h.health.failed(l, true, zap.String("reason", reason), zap.Int64("frames", frames))
+			u.reconnected(reason)
+			u.health.failed(l, true, zap.String("reason", reason), zap.Int64("frames", frames))
 			if frames > 0 {
 				attempt = 0
 			}
@@ -167,7 +167,7 @@ func (l *link) run() {
 
 // dial opens the connection, signed over the exact request target.
 func (l *link) dial() (*websocket.Conn, error) {
-	req, err := l.h.upgradeRequest(l.target, l.origin)
+	req, err := l.u.upgradeRequest(l.target, l.origin)
 	if err != nil {
 		return nil, err
 	}
@@ -186,15 +186,15 @@ func (l *link) dial() (*websocket.Conn, error) {
 // upgradeRequest returns the upgrade request of target (path and query,
 // raw commas) and origin, signed over target exactly as it goes on the
 // wire (coder/websocket sends the URL's RequestURI unchanged).
-func (h *Hub) upgradeRequest(target, origin string) (*http.Request, error) {
-	req, err := http.NewRequest(http.MethodGet, h.base+target, nil)
+func (u *upstream) upgradeRequest(target, origin string) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodGet, u.base+target, nil)
 	if err != nil {
 		return nil, err
 	}
 	if req.URL.RequestURI() != target {
 		return nil, errors.New("realtime: the request target would not go on the wire as signed")
 	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
+	auth.Sign(req, u.cfg.APIKey, u.cfg.Secret, u.cfg.Clock.Now())
 	if origin != "" {
 		req.Header.Set(headerOrigin, origin)
 	}
@@ -208,8 +208,8 @@ const retireCloseWait = time.Second
 // without frame or pong for StallTimeout is closed as stalled. It returns
 // the frames read and why it ended.
 func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason string) {
-	h := l.h
-	stall := h.cfg.StallTimeout
+	u := l.u
+	stall := u.cfg.StallTimeout
 	start := time.Now()
 	var last atomic.Int64 // since start, at the last frame or pong
 	var stalled atomic.Bool
@@ -280,90 +280,17 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 			continue
 		}
 		frames++
-		h.deliver(l, sess, bytes.Clone(buf.Bytes()))
+		u.deliver(l, sess, bytes.Clone(buf.Bytes()))
 		l.firstOnce.Do(func() { close(l.first) })
 	}
 }
 
 // deliver takes one frame read by l: it is published to the other
 // replicas when l carries a shared chunk, and handed to the hub.
-func (h *Hub) deliver(l *link, sess *session, frame []byte) {
-	h.mx.frameIn(l.origin)
+func (u *upstream) deliver(l *link, sess *session, frame []byte) {
+	u.mx.frameIn(l.origin)
 	if l.tag != "" {
-		h.sh.publishFrame(l.tag, sess, frame)
+		u.sh.Publish(l.tag, sess.id, frame)
 	}
-	h.deliverFrame(l.origin, sess, frame)
-}
-
-// originShared marks the frames received from another replica in logs.
-const originShared = "shared"
-
-// deliverFrame hands one frame, delivered by sess, to the subscribers of
-// its feed, unless it is not newer than the feed's watermark.
-func (h *Hub) deliverFrame(origin string, sess *session, frame []byte) {
-	id, ts, ok := parseFrame(frame)
-	if !ok {
-		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
-		return
-	}
-	if ts > h.cfg.Now().Add(MaxFuture).Unix() {
-		// Taken, it would hold the feed's watermark, and every report
-		// until that time would be dropped as old, on every replica.
-		h.mx.m.future.WithLabelValues(h.cfg.Network).Inc()
-		if now := time.Now().Unix(); now-h.futureLogged.Load() >= 60 {
-			h.futureLogged.Store(now)
-			h.log.Warn("report frame dated in the future dropped", zap.String("origin", origin), zap.Int64("observationsTimestamp", ts))
-		}
-		return
-	}
-	f := (*h.feeds.Load())[string(id)]
-	if f == nil {
-		return // no longer wanted
-	}
-	var slow []*Subscription
-	n := 0
-	f.mu.Lock()
-	if ts <= f.watermark {
-		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.sess.valid() {
-			// The same report from a connection that is up.
-			f.latest.Store(&latest{frame: cur.frame, ts: ts, sess: sess})
-		}
-		f.mu.Unlock()
-		h.mx.duplicate()
-		return
-	}
-	if h.cfg.Check != nil && !h.cfg.Check(frame) {
-		f.mu.Unlock() // counted and logged by the checker
-		return
-	}
-	prev := f.watermark
-	f.watermark = ts
-	f.latest.Store(&latest{frame: frame, ts: ts, sess: sess})
-	if h.holdForGap(f, prev, ts, frame) {
-		f.mu.Unlock() // delivered when the gap is filled
-		return
-	}
-	h.record(f, ts, frame)
-	for _, s := range f.subs {
-		if s.holding.Load() > 0 {
-			k, ok := s.deliver(f.id, []histFrame{{ts, frame}})
-			n += k
-			if !ok {
-				slow = append(slow, s)
-			}
-			continue
-		}
-		sent, overflow := s.send(frame)
-		if sent {
-			n++
-		} else if overflow {
-			slow = append(slow, s)
-		}
-	}
-	f.mu.Unlock()
-	h.mx.delivered(n)
-	for _, s := range slow {
-		h.mx.slowClose()
-		s.release()
-	}
+	u.frames(l.origin, sess, frame)
 }

@@ -5,15 +5,60 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"streamgate/auth"
+	"streamgate/realtime/share"
 )
+
+// upstream holds a hub's upstream connections: its manager goroutine
+// plans the chunks of the wanted feeds within the budget (planOwn, and the
+// shared chunks with a Sharer), discovers the HA origins and keeps one
+// link per chunk and origin (link.go), switching make-before-break. It is
+// given what it needs from the hub as functions: the wanted feeds
+// (wanted, local) and the frame path (frames).
+type upstream struct {
+	cfg     *Config // the hub's, read only
+	base    string  // scheme://host[:port] of the WebSocket
+	httpURL string  // http(s)://host[:port]/ for HEAD /
+	log     *zap.Logger
+	mx      *hubMetrics
+	st      *hubCounters
+	ctx     context.Context // the hub's: ends every link
+	wg      *sync.WaitGroup // the hub's
+	kickCh  chan struct{}
+	sh      *share.Sharer // nil without sharing
+
+	wanted func(now time.Time) map[string]bool           // the feeds wanted, those past their grace dropped
+	local  func() []string                               // the feeds wanted, as they are
+	frames func(origin string, src source, frame []byte) // the hub's frame path
+
+	// Owned by the manager goroutine.
+	chunks   []*chunk
+	origins  []string
+	resolved bool
+	// A discovery that failed (no answer, or not 200) is asked again at
+	// rediscoverAt, after rediscoverWait, doubled each time up to a minute,
+	// rather than leaving the hub without origins for its whole life.
+	rediscoverAt   time.Time
+	rediscoverWait time.Duration
+
+	linkMu sync.Mutex
+	links  map[*link]struct{} // for Stats
+	health *linkHealth        // one log line per change of an origin's state
+	carry  atomic.Int64       // feeds carried
+	// carried and capacity are the feeds carried and how many the budget
+	// holds, as the last reconcile left them (for SubscribeOptions.Within); nil and 0 before.
+	carried  atomic.Pointer[map[string]bool]
+	capacity atomic.Int64
+	over     atomic.Int64  // feeds wanted but not carried
+	sessN    atomic.Uint64 // numbers the sessions
+}
 
 // chunk is a set of feeds carried together: one link per origin.
 type chunk struct {
@@ -26,129 +71,87 @@ type chunk struct {
 // manage reconciles the upstream connections with the wanted feeds, when
 // kicked and on a tick (for the grace periods); a sharing hub also talks
 // to Redis every share tick.
-func (h *Hub) manage() {
-	defer h.wg.Done()
-	every := min(max(h.cfg.Grace/4, 10*time.Millisecond), time.Second)
+func (u *upstream) manage() {
+	defer u.wg.Done()
+	every := min(max(u.cfg.Grace/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var share <-chan time.Time
 	var leave <-chan chan struct{}
 	var stepNow <-chan struct{}
-	if h.sh != nil {
-		leave = h.sh.leaving
-		stepNow = h.sh.stepNow
-		st := time.NewTicker(h.sh.tick)
+	if u.sh != nil {
+		leave = u.sh.Leaving()
+		stepNow = u.sh.StepNow()
+		st := time.NewTicker(u.sh.Tick())
 		defer st.Stop()
 		share = st.C
 		defer func() {
-			if !h.sh.left { // handover has let them go
-				h.sh.release(h.cfg.MaxConnections)
+			if !u.sh.Left() { // handover has let them go
+				u.sh.Release()
 			}
 		}()
-		h.shareStep()
+		u.shareStep()
 	}
 	for {
 		beat := false
 		select {
-		case <-h.ctx.Done():
-			return // the links end with h.ctx
-		case <-h.kickCh:
+		case <-u.ctx.Done():
+			return // the links end with u.ctx
+		case <-u.kickCh:
 		case <-t.C:
 		case <-share:
-			h.shareStep()
+			u.shareStep()
 			beat = true
 		case <-stepNow:
-			h.shareStep()
+			u.shareStep()
 			beat = true
 		case done := <-leave:
-			h.handover()
+			u.sh.Handover()
 			close(done)
 		}
-		if h.sh != nil && h.sh.left {
+		if u.sh != nil && u.sh.Left() {
 			continue // closing: the connections stay as they are
 		}
-		h.reconcile()
+		u.reconcile()
 		if beat {
-			h.heartbeats()
+			u.heartbeats()
 		}
 	}
 }
 
-// heartbeats sends the heartbeat of every chunk held, as reconciled.
-func (h *Hub) heartbeats() {
-	for _, c := range h.chunks {
-		if c.tag != "" && h.sh.held[c.tag] {
-			h.sh.heartbeat(c.tag, c.feeds, c.links)
+// heartbeats sends the heartbeat of every chunk held, as reconciled: its
+// feeds and its sessions up.
+func (u *upstream) heartbeats() {
+	for _, c := range u.chunks {
+		if c.tag == "" || !u.sh.Holds(c.tag) {
+			continue
 		}
-	}
-}
-
-// handover lets the leases of the chunks held go and waits, while their
-// connections still publish, until another replica's connection for each
-// delivers (its frames or heartbeat heard since), within a lease; or
-// until a tick and a half shows that no replica took any of them. Then
-// the hub may close without a gap for the other replicas' clients.
-func (h *Hub) handover() {
-	s := h.sh
-	s.left = true
-	s.leftA.Store(true)
-	if !s.ok || len(s.held) == 0 {
-		return
-	}
-	var tags, keys []string
-	for t := range s.held {
-		i, _ := splitTag(t)
-		tags = append(tags, t)
-		keys = append(keys, s.kLease+strconv.Itoa(i))
-	}
-	since := time.Now()
-	s.release(h.cfg.MaxConnections)
-	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
-	defer cancel()
-	tk := time.NewTicker(20 * time.Millisecond)
-	defer tk.Stop()
-	taken := false
-	for {
-		if s.takenOver(tags, since) {
-			h.log.Info("shared chunks handed over", zap.Strings("chunks", tags))
-			return
-		}
-		if !taken && time.Since(since) > s.tick*3/2 {
-			n, err := s.c.Exists(ctx, keys...).Result()
-			if err != nil || n == 0 {
-				return // nobody wants them, or Redis fails: nothing to wait for
+		var up []uint64
+		for _, l := range c.links {
+			if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
+				up = append(up, ss.id)
 			}
-			taken = true
 		}
-		select {
-		case <-ctx.Done():
-			h.log.Warn("shared chunks not taken over within a lease: closing", zap.Strings("chunks", tags))
-			return
-		case <-tk.C:
-		}
+		u.sh.Heartbeat(c.tag, c.feeds, up)
 	}
 }
 
 // shareStep runs a share tick.
-func (h *Hub) shareStep() {
-	h.mu.Lock()
-	local := make([]string, 0, len(h.wants))
-	for id := range h.wants {
-		local = append(local, id)
-	}
-	h.mu.Unlock()
+func (u *upstream) shareStep() {
+	local := u.local()
 	maxChunks := 0
-	if h.resolved {
-		maxChunks = h.maxChunks()
+	if u.resolved {
+		maxChunks = u.maxChunks()
 	}
-	h.sh.step(local, maxChunks)
-	h.sh.holds.Store(int64(len(h.sh.held)))
+	if over, ok := u.sh.Step(local, maxChunks, u.maxChunks); ok {
+		u.over.Store(int64(over))
+	}
 }
 
 // maxChunks returns how many chunks the budget allows, discovering the
 // origins first if need be. Called by the manager goroutine.
-func (h *Hub) maxChunks() int {
-	return chunkBudget(h.cfg.MaxConnections, len(h.linkOrigins()))
+func (u *upstream) maxChunks() int {
+	return chunkBudget(u.cfg.MaxConnections, len(u.linkOrigins()))
 }
 
 // chunkBudget is how many chunks maxConns connections carry with origins
@@ -165,24 +168,24 @@ func chunkBudget(maxConns, origins int) int {
 }
 
 // linkOrigins returns the origins each chunk connects to ("" without HA).
-func (h *Hub) linkOrigins() []string {
-	if !h.resolved || (!h.rediscoverAt.IsZero() && !time.Now().Before(h.rediscoverAt)) {
-		origins, ok := h.discover()
-		h.origins, h.resolved = origins, true
-		h.rediscoverAt = time.Time{}
+func (u *upstream) linkOrigins() []string {
+	if !u.resolved || (!u.rediscoverAt.IsZero() && !time.Now().Before(u.rediscoverAt)) {
+		origins, ok := u.discover()
+		u.origins, u.resolved = origins, true
+		u.rediscoverAt = time.Time{}
 		if !ok {
-			h.rediscoverWait = min(max(2*h.rediscoverWait, time.Second), time.Minute)
+			u.rediscoverWait = min(max(2*u.rediscoverWait, time.Second), time.Minute)
 			// Jittered, so that replicas started together do not ask
 			// together again.
-			h.rediscoverAt = time.Now().Add(h.rediscoverWait/2 + rand.N(h.rediscoverWait/2))
+			u.rediscoverAt = time.Now().Add(u.rediscoverWait/2 + rand.N(u.rediscoverWait/2))
 		}
 	}
-	origins := h.origins
+	origins := u.origins
 	if len(origins) == 0 {
 		origins = []string{""}
 	}
-	if len(origins) > h.cfg.MaxConnections {
-		origins = origins[:h.cfg.MaxConnections]
+	if len(origins) > u.cfg.MaxConnections {
+		origins = origins[:u.cfg.MaxConnections]
 	}
 	return origins
 }
@@ -191,55 +194,37 @@ func (h *Hub) linkOrigins() []string {
 // chunks within the budget and switches the chunks that changed. A
 // sharing hub holds the shared chunks whose lease it has and carries on
 // its own chunks only the wanted feeds without another source.
-func (h *Hub) reconcile() {
-	now := time.Now()
-	h.mu.Lock()
-	dropped := false
-	for id, f := range h.wants {
-		if f.refs > 0 || f.pinned || now.Sub(f.idleSince) < h.cfg.Grace ||
-			(!f.demandAt.IsZero() && now.Sub(f.demandAt) < h.cfg.Grace) {
-			continue
-		}
-		delete(h.wants, id)
-		dropped = true
-	}
-	if dropped {
-		h.publishFeeds()
-	}
-	desired := make(map[string]bool, len(h.wants))
-	for id := range h.wants {
-		desired[id] = true
-	}
-	h.mu.Unlock()
-	if len(desired) == 0 && len(h.chunks) == 0 && (h.sh == nil || len(h.sh.held) == 0) {
+func (u *upstream) reconcile() {
+	desired := u.wanted(time.Now())
+	if len(desired) == 0 && len(u.chunks) == 0 && (u.sh == nil || u.sh.Holding() == 0) {
 		return
 	}
-	origins := h.linkOrigins()
-	maxChunks := chunkBudget(h.cfg.MaxConnections, len(origins))
+	origins := u.linkOrigins()
+	maxChunks := chunkBudget(u.cfg.MaxConnections, len(origins))
 	// Without a chunk's connections in reserve, a switch closes the old
 	// connections first, then opens the new ones when they have ended (the
 	// seconds between are a gap, filled from REST).
-	breakFirst := maxChunks*len(origins)+len(origins) > h.cfg.MaxConnections
+	breakFirst := maxChunks*len(origins)+len(origins) > u.cfg.MaxConnections
 
 	// The sharing layer: the shared chunks this replica holds, and what is
 	// left for its own connections.
 	var held map[string][]string
-	if h.sh != nil {
-		held, desired, maxChunks = h.sharedPlan(desired, maxChunks)
+	if u.sh != nil {
+		held, desired, maxChunks = u.sharedPlan(desired, maxChunks)
 	}
 
-	started, retiring, total := h.applyShared(held, origins)
+	started, retiring, total := u.applyShared(held, origins)
 
 	// This replica's own chunks, as planOwn lays them out.
 	var own []*chunk
 	var current [][]string
-	for _, c := range h.chunks {
+	for _, c := range u.chunks {
 		if c.tag == "" {
 			own = append(own, c)
 			current = append(current, c.feeds)
 		}
 	}
-	next, over := planOwn(current, desired, h.cfg.FeedsPerConnection, maxChunks)
+	next, over := planOwn(current, desired, u.cfg.FeedsPerConnection, maxChunks)
 	for i, feeds := range next {
 		if i < len(own) {
 			own[i].next = feeds
@@ -247,20 +232,20 @@ func (h *Hub) reconcile() {
 		}
 		c := &chunk{next: feeds}
 		own = append(own, c)
-		h.chunks = append(h.chunks, c)
+		u.chunks = append(u.chunks, c)
 	}
-	if h.sh == nil || !h.sh.ok {
-		if over := int64(over); over != h.over.Swap(over) && over > 0 {
-			h.log.Warn("feeds over the upstream connection budget stay unsubscribed",
-				zap.Int64("feeds", over), zap.Int("max_connections", h.cfg.MaxConnections),
-				zap.Int("feeds_per_connection", h.cfg.FeedsPerConnection))
+	if u.sh == nil || !u.sh.Sharing() {
+		if over := int64(over); over != u.over.Swap(over) && over > 0 {
+			u.log.Warn("feeds over the upstream connection budget stay unsubscribed",
+				zap.Int64("feeds", over), zap.Int("max_connections", u.cfg.MaxConnections),
+				zap.Int("feeds_per_connection", u.cfg.FeedsPerConnection))
 		}
 	}
-	h.mx.uncarried.Set(float64(h.over.Load()))
+	u.mx.uncarried.Set(float64(u.over.Load()))
 
 	// Switch what changed.
-	kept := h.chunks[:0]
-	for _, c := range h.chunks {
+	kept := u.chunks[:0]
+	for _, c := range u.chunks {
 		if c.tag != "" {
 			kept = append(kept, c)
 			continue
@@ -272,13 +257,13 @@ func (h *Hub) reconcile() {
 				l.retire(nil)
 			}
 			continue
-		case c.links == nil && !h.room(len(origins)):
+		case c.links == nil && !u.room(len(origins)):
 			// No room yet: the chunk waits, empty, for a later reconcile.
 			c.feeds = nil
 		case c.links == nil:
 			c.feeds = slices.Clone(c.next)
 			for _, o := range origins {
-				l := h.startLink(o, c.feeds, "")
+				l := u.startLink(o, c.feeds, "")
 				c.links = append(c.links, l)
 				started = append(started, l)
 			}
@@ -290,7 +275,7 @@ func (h *Hub) reconcile() {
 				l.retire(nil)
 			}
 			c.links, c.feeds = nil, nil
-		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !h.room(len(origins)):
+		case (!slices.Equal(c.feeds, c.next) || !c.on(origins)) && !u.room(len(origins)):
 			// A switch waits while another is in flight: the changes
 			// gathered meanwhile make one switch when there is room.
 		case !slices.Equal(c.feeds, c.next) || !c.on(origins):
@@ -298,28 +283,28 @@ func (h *Hub) reconcile() {
 			old := c.links
 			c.links = nil
 			for _, o := range origins {
-				c.links = append(c.links, h.startLink(o, c.feeds, ""))
+				c.links = append(c.links, u.startLink(o, c.feeds, ""))
 			}
-			h.retireAfter(old, c.links)
+			u.retireAfter(old, c.links)
 		}
 		total += len(c.feeds)
 		kept = append(kept, c)
 	}
-	clear(h.chunks[len(kept):])
-	h.chunks = kept
-	h.retireWhenUp(retiring, started)
+	clear(u.chunks[len(kept):])
+	u.chunks = kept
+	u.retireWhenUp(retiring, started)
 	// What Admit needs: the feeds carried now, and how many this
 	// replica's own connections can carry.
 	carriedNow := make(map[string]bool, total)
-	for _, c := range h.chunks {
+	for _, c := range u.chunks {
 		for _, id := range c.feeds {
 			carriedNow[id] = true
 		}
 	}
-	h.carried.Store(&carriedNow)
-	h.capacity.Store(int64(maxChunks * h.cfg.FeedsPerConnection))
-	h.carry.Store(int64(total))
-	h.mx.feeds.Set(float64(total))
+	u.carried.Store(&carriedNow)
+	u.capacity.Store(int64(maxChunks * u.cfg.FeedsPerConnection))
+	u.carry.Store(int64(total))
+	u.mx.feeds.Set(float64(total))
 }
 
 // on reports whether c's links are one per origin of origins, in order
@@ -344,15 +329,15 @@ func (c *chunk) on(origins []string) bool {
 // switch refused waits for a later reconcile (a link's end kicks one),
 // and the changes made meanwhile are applied together. Called by the
 // manager goroutine.
-func (h *Hub) room(origins int) bool {
-	h.linkMu.Lock()
-	defer h.linkMu.Unlock()
-	return len(h.links)+origins <= h.cfg.MaxConnections
+func (u *upstream) room(origins int) bool {
+	u.linkMu.Lock()
+	defer u.linkMu.Unlock()
+	return len(u.links)+origins <= u.cfg.MaxConnections
 }
 
 // retireWhenUp closes old once every link of succ has delivered a frame,
 // or after StallTimeout; at once without succ.
-func (h *Hub) retireWhenUp(old, succ []*link) {
+func (u *upstream) retireWhenUp(old, succ []*link) {
 	if len(old) == 0 {
 		return
 	}
@@ -362,10 +347,10 @@ func (h *Hub) retireWhenUp(old, succ []*link) {
 		}
 		return
 	}
-	h.wg.Add(1)
+	u.wg.Add(1)
 	go func() {
-		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.StallTimeout)
+		defer u.wg.Done()
+		ctx, cancel := context.WithTimeout(u.ctx, u.cfg.StallTimeout)
 		defer cancel()
 		for _, s := range succ {
 			select {
@@ -381,11 +366,11 @@ func (h *Hub) retireWhenUp(old, succ []*link) {
 
 // retireAfter closes each of old once its successor (same origin) has
 // delivered a frame, or after StallTimeout: make-before-break.
-func (h *Hub) retireAfter(old, succ []*link) {
-	h.wg.Add(1)
+func (u *upstream) retireAfter(old, succ []*link) {
+	u.wg.Add(1)
 	go func() {
-		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.StallTimeout)
+		defer u.wg.Done()
+		ctx, cancel := context.WithTimeout(u.ctx, u.cfg.StallTimeout)
 		defer cancel()
 		for i, o := range old {
 			var s *link
@@ -405,33 +390,33 @@ func (h *Hub) retireAfter(old, succ []*link) {
 // Without the header, or on failure, there is none: one connection per
 // chunk. ok is false when the upstream did not answer 200 (then it is
 // asked again later).
-func (h *Hub) discover() (origins []string, ok bool) {
-	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+func (u *upstream) discover() (origins []string, ok bool) {
+	ctx, cancel := context.WithTimeout(u.ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, h.httpURL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.httpURL, nil)
 	if err != nil {
-		h.log.Warn("origin discovery", zap.Error(err))
+		u.log.Warn("origin discovery", zap.Error(err))
 		return nil, false
 	}
-	if h.cfg.DiscoveryBudget != nil {
-		if err := h.cfg.DiscoveryBudget(ctx); err != nil {
-			h.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
+	if u.cfg.DiscoveryBudget != nil {
+		if err := u.cfg.DiscoveryBudget(ctx); err != nil {
+			u.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
 			return nil, false
 		}
 	}
-	auth.Sign(req, h.cfg.APIKey, h.cfg.Secret, h.cfg.Now())
-	resp, err := h.cfg.HTTPClient.Do(req)
+	auth.Sign(req, u.cfg.APIKey, u.cfg.Secret, u.cfg.Clock.Now())
+	resp, err := u.cfg.HTTPClient.Do(req)
 	if err != nil {
-		h.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))
+		u.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))
 		return nil, false
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		h.log.Warn("origin discovery refused: one connection per chunk until it is asked again", zap.Int("status", resp.StatusCode))
+		u.log.Warn("origin discovery refused: one connection per chunk until it is asked again", zap.Int("status", resp.StatusCode))
 		return nil, false
 	}
 	origins = parseOrigins(resp.Header.Get(headerAvailableOrigins))
-	h.log.Info("upstream origins", zap.Strings("origins", origins))
+	u.log.Info("upstream origins", zap.Strings("origins", origins))
 	return origins, true
 }
 
@@ -449,264 +434,14 @@ func parseOrigins(v string) []string {
 }
 
 // reconnected counts a reconnect.
-func (h *Hub) reconnected(reason string) {
+func (u *upstream) reconnected(reason string) {
 	switch reason {
 	case reasonDrop:
-		h.st.reconnDrop.Add(1)
+		u.st.reconnDrop.Add(1)
 	case reasonStall:
-		h.st.reconnStall.Add(1)
+		u.st.reconnStall.Add(1)
 	case reasonRefused:
-		h.st.reconnRefused.Add(1)
+		u.st.reconnRefused.Add(1)
 	}
-	h.mx.m.reconnects.WithLabelValues(h.cfg.Network, reason).Inc()
-}
-
-// hubMetrics are one hub's series and counters.
-type hubMetrics struct {
-	m       *Metrics
-	network string
-	st      *hubCounters
-
-	subscribers, feeds, uncarried                   prometheus.Gauge
-	framesOut, duplicates, slowCloses, latestServed prometheus.Counter
-}
-
-func newHubMetrics(m *Metrics, network string, st *hubCounters) hubMetrics {
-	if m == nil {
-		m = NewMetrics(nil) // unregistered: recorded nowhere
-	}
-	return hubMetrics{m: m, network: network, st: st,
-		subscribers:  m.subscribers.WithLabelValues(network),
-		feeds:        m.feeds.WithLabelValues(network),
-		uncarried:    m.uncarried.WithLabelValues(network),
-		framesOut:    m.framesOut.WithLabelValues(network),
-		duplicates:   m.duplicates.WithLabelValues(network),
-		slowCloses:   m.slowCloses.WithLabelValues(network),
-		latestServed: m.latestServed.WithLabelValues(network),
-	}
-}
-
-func originLabel(o string) string {
-	if o == "" {
-		return "none"
-	}
-	return o
-}
-
-func (x *hubMetrics) conns(origin, state string) prometheus.Gauge {
-	return x.m.conns.WithLabelValues(x.network, originLabel(origin), state)
-}
-
-func (x *hubMetrics) frameIn(origin string) {
-	x.st.framesIn.Add(1)
-	x.m.framesIn.WithLabelValues(x.network, originLabel(origin)).Inc()
-}
-
-func (x *hubMetrics) delivered(n int) {
-	if n > 0 {
-		x.st.framesOut.Add(int64(n))
-		x.framesOut.Add(float64(n))
-	}
-}
-
-func (x *hubMetrics) duplicate() {
-	x.st.duplicates.Add(1)
-	x.duplicates.Inc()
-}
-
-func (x *hubMetrics) shareMode(sharing bool) {
-	v := 0.0
-	if sharing {
-		v = 1
-	}
-	x.m.shareSharing.WithLabelValues(x.network).Set(v)
-}
-
-func (x *hubMetrics) shareFallback() {
-	x.st.fallbacks.Add(1)
-	x.m.shareFallbacks.WithLabelValues(x.network).Inc()
-}
-
-// chunkRole sets the role of chunk t; "" forgets the chunk.
-func (x *hubMetrics) chunkRole(t, role string) {
-	switch role {
-	case "":
-		x.m.shareHolder.DeleteLabelValues(x.network, t)
-	case RoleHolder:
-		x.m.shareHolder.WithLabelValues(x.network, t).Set(1)
-	default:
-		x.m.shareHolder.WithLabelValues(x.network, t).Set(0)
-	}
-}
-
-func (x *hubMetrics) lease(event string) {
-	x.m.shareLeases.WithLabelValues(x.network, event).Inc()
-}
-
-func (x *hubMetrics) sharePublished(n int) {
-	x.st.published.Add(int64(n))
-	x.m.sharePublished.WithLabelValues(x.network).Add(float64(n))
-}
-
-func (x *hubMetrics) shareResubscribed(reason string) {
-	x.m.shareResubs.WithLabelValues(x.network, reason).Inc()
-}
-
-func (x *hubMetrics) sharePublishFailed(n int) {
-	x.m.sharePubFailed.WithLabelValues(x.network).Add(float64(n))
-}
-
-func (x *hubMetrics) shareReceived() {
-	x.st.received.Add(1)
-	x.m.shareReceived.WithLabelValues(x.network).Inc()
-}
-
-func (x *hubMetrics) backfilled(n int64) {
-	if n > 0 {
-		x.st.backfilled.Add(n)
-		x.m.backfilled.WithLabelValues(x.network).Add(float64(n))
-	}
-}
-
-func (x *hubMetrics) unfilled(n int64) {
-	if n > 0 {
-		x.st.unfilled.Add(n)
-		x.m.unfilled.WithLabelValues(x.network).Add(float64(n))
-	}
-}
-
-func (x *hubMetrics) resumed() {
-	x.st.resumed.Add(1)
-	x.m.resumed.WithLabelValues(x.network).Inc()
-}
-
-func (x *hubMetrics) replayed(n int) {
-	if n > 0 {
-		x.st.replayed.Add(int64(n))
-		x.m.replayed.WithLabelValues(x.network).Add(float64(n))
-	}
-}
-
-func (x *hubMetrics) slowClose() {
-	x.st.slowCloses.Add(1)
-	x.slowCloses.Inc()
-}
-
-// Stats is a snapshot of a hub.
-type Stats struct {
-	Network string
-	Origins []string // the HA origins of the connections held; none without HA
-	// Connections are the upstream connections, one per chunk and origin
-	// (a make-before-break switch shows both for a moment).
-	Connections []ConnStats
-	// FeedsWanted are the feeds wanted (subscriptions, pinned, demand, in
-	// grace); FeedsSubscribed those carried upstream; FeedsUncarried those
-	// over the budget (MaxConnections, FeedsPerConnection).
-	FeedsWanted, FeedsSubscribed, FeedsUncarried int
-	// FeedsLive are the feeds carried by at least one connection that is
-	// up now: FeedsSubscribed counts a feed laid out on a connection
-	// whatever its state, so both origins down still carry none live.
-	FeedsLive           int
-	Subscribers         int
-	FramesIn, FramesOut int64            // read upstream; queued to subscriptions
-	Duplicates          int64            // dropped by the watermark
-	SlowCloses          int64            // subscriptions closed with ErrSlowConsumer
-	Reconnects          map[string]int64 // by reason: drop, stall, refused
-	LatestServed        int64
-	// Backfilled and Unfilled are the (stream, second) pairs of gaps
-	// fetched over REST and those that could not be; Resumed the
-	// subscriptions resumed from a watermark and Replayed their reports.
-	Backfilled, Unfilled, Resumed, Replayed int64
-	// Share is the stream sharing with the other replicas; nil when the
-	// hub does not share.
-	Share *ShareStats
-}
-
-// ShareStats is a sharing hub's side of Stats.
-type ShareStats struct {
-	Replica string
-	// Sharing is false while Redis fails and the replica holds its own
-	// connections for every feed it wants.
-	Sharing bool
-	// Held is how many chunks this replica holds (their connections are
-	// among Connections).
-	Held int
-	// Reaped counts the leases of dead holders this replica freed for
-	// takeover.
-	Reaped int64
-	// Resubscribed counts the subscriptions to the channel made again
-	// (ended or refused by Redis, or silent).
-	Resubscribed        int64
-	Published, Received int64 // frames through Redis
-	Fallbacks           int64
-	// Union is how many feeds every replica wants together, as the last
-	// tick read them, and UnionCapacity how many its layout can carry
-	// (SubscribeWithin refuses beyond); both 0 while not sharing.
-	Union, UnionCapacity int
-}
-
-// ConnStats is one upstream connection.
-type ConnStats struct {
-	Origin string // "" without HA
-	State  string // connecting, up, down
-	Feeds  int
-}
-
-// Stats returns a snapshot of the hub.
-func (h *Hub) Stats() Stats {
-	s := Stats{Network: h.cfg.Network,
-		FramesIn: h.st.framesIn.Load(), FramesOut: h.st.framesOut.Load(),
-		Duplicates: h.st.duplicates.Load(), SlowCloses: h.st.slowCloses.Load(),
-		LatestServed: h.st.latestServed.Load(),
-		Backfilled:   h.st.backfilled.Load(), Unfilled: h.st.unfilled.Load(),
-		Resumed: h.st.resumed.Load(), Replayed: h.st.replayed.Load(),
-		Reconnects: map[string]int64{reasonDrop: h.st.reconnDrop.Load(),
-			reasonStall: h.st.reconnStall.Load(), reasonRefused: h.st.reconnRefused.Load()},
-		FeedsSubscribed: int(h.carry.Load()), FeedsUncarried: int(h.over.Load()),
-	}
-	if h.sh != nil {
-		s.Share = &ShareStats{Replica: h.sh.id, Sharing: h.sh.shared.Load(), Held: int(h.sh.holds.Load()),
-			Published: h.st.published.Load(), Received: h.st.received.Load(), Fallbacks: h.st.fallbacks.Load(),
-			Reaped: h.sh.reaped.Load(), Resubscribed: h.sh.resubs.Load()}
-		if u := h.sh.room.Load(); u != nil {
-			s.Share.Union, s.Share.UnionCapacity = len(u.feeds), u.capacity
-		}
-	}
-	h.mu.Lock()
-	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)
-	h.mu.Unlock()
-	live := map[string]struct{}{}
-	h.linkMu.Lock()
-	for l := range h.links {
-		if st := l.state.Load(); st != nil {
-			s.Connections = append(s.Connections, ConnStats{Origin: l.origin, State: *st, Feeds: len(l.feeds)})
-			if *st == stateUp {
-				for _, f := range l.feeds {
-					live[f] = struct{}{}
-				}
-			}
-		}
-	}
-	h.linkMu.Unlock()
-	s.FeedsLive = len(live)
-	slices.SortFunc(s.Connections, func(a, b ConnStats) int {
-		return strings.Compare(a.Origin+a.State, b.Origin+b.State)
-	})
-	for _, c := range s.Connections {
-		if c.Origin != "" && !slices.Contains(s.Origins, c.Origin) {
-			s.Origins = append(s.Origins, c.Origin)
-		}
-	}
-	return s
-}
-
-// Up returns how many upstream connections are up.
-func (s Stats) Up() int {
-	n := 0
-	for _, c := range s.Connections {
-		if c.State == stateUp {
-			n++
-		}
-	}
-	return n
+	u.mx.m.reconnects.WithLabelValues(u.cfg.Network, reason).Inc()
 }

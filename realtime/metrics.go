@@ -1,6 +1,10 @@
 package realtime
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"streamgate/realtime/share"
+)
 
 // Metrics are the hub's Prometheus metrics, shared by the hubs of every
 // network (each hub labels its series with its network). Every name starts
@@ -20,19 +24,11 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamgate_ws_frames_future_total{network}                frames dropped: observationsTimestamp more than MaxFuture ahead of the clock
 //	streamgate_ws_backfilled_seconds_total{network}           (stream, second) pairs of gaps fetched over REST (Config.Backfill)
 //	streamgate_ws_gaps_unfilled_total{network}                (stream, second) pairs of gaps that could not be filled (REST failed or had none, beyond BackfillMax)
-//	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeFrom)
+//	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeOptions.From)
 //	streamgate_ws_replayed_reports_total{network}             reports replayed to resumed subscriptions (history and fetched)
 //
-// With stream sharing (Config.Share):
-//
-//	streamgate_ws_share_sharing{network}                      gauge: 1 while sharing through Redis, 0 while holding its own connections
-//	streamgate_ws_share_fallbacks_total{network}              times the replica stopped sharing (Redis down or slow)
-//	streamgate_ws_share_chunk_holder{network,chunk}           gauge per chunk of the layout ("n/i"): 1 holder, 0 follower
-//	streamgate_ws_share_leases_total{network,event}           event acquired, lost (to another replica), released or reaped (a dead holder's lease freed)
-//	streamgate_ws_share_frames_published_total{network}       frames published to the other replicas
-//	streamgate_ws_share_frames_received_total{network}        frames received from the other replicas
-//	streamgate_ws_share_publish_failed_total{network}         messages not published (queue full or Redis failing)
-//	streamgate_ws_share_resubscribed_total{network,reason}    subscriptions to the channel made again: ended (by Redis), refused (an error reply), silent (own presence not heard back)
+// With stream sharing (Config.Share), the streamgate_ws_share_ metrics of
+// package share, registered with them.
 type Metrics struct {
 	conns        *prometheus.GaugeVec
 	feeds        *prometheus.GaugeVec
@@ -50,14 +46,7 @@ type Metrics struct {
 	resumed      *prometheus.CounterVec
 	replayed     *prometheus.CounterVec
 
-	shareSharing   *prometheus.GaugeVec
-	shareFallbacks *prometheus.CounterVec
-	shareHolder    *prometheus.GaugeVec
-	shareLeases    *prometheus.CounterVec
-	sharePublished *prometheus.CounterVec
-	shareReceived  *prometheus.CounterVec
-	sharePubFailed *prometheus.CounterVec
-	shareResubs    *prometheus.CounterVec
+	share *share.Metrics
 }
 
 // MetricReconnects is the name of the counter of upstream WebSocket
@@ -105,29 +94,106 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Client subscriptions that resumed where a connection the gateway ended or lost left off, by network."}, []string{"network"}),
 		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_replayed_reports_total",
 			Help: "Reports replayed to resumed client subscriptions (from the history or fetched), by network."}, []string{"network"}),
-		shareSharing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_sharing",
-			Help: "1 while the upstream WebSocket connections are shared with the other replicas through Redis, 0 while this replica holds its own."}, []string{"network"}),
-		shareFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_fallbacks_total",
-			Help: "Times this replica stopped sharing the stream (Redis down or slow) and held its own upstream connections."}, []string{"network"}),
-		shareHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "streamgate_ws_share_chunk_holder",
-			Help: "Per shared chunk (n/i): 1 when this replica holds its lease and upstream connection, 0 when it follows."}, []string{"network", "chunk"}),
-		shareLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_leases_total",
-			Help: "Chunk leases acquired, lost to another replica, released, or reaped (the lease of a holder gone from Redis freed for takeover)."}, []string{"network", "event"}),
-		sharePublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_published_total",
-			Help: "Report frames published to the other replicas through Redis."}, []string{"network"}),
-		shareReceived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_frames_received_total",
-			Help: "Report frames received from the other replicas through Redis."}, []string{"network"}),
-		sharePubFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_publish_failed_total",
-			Help: "Messages (frames, heartbeats) not published: queue full or Redis failing."}, []string{"network"}),
-		shareResubs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_share_resubscribed_total",
-			Help: "Subscriptions to the sharing channel made again: ended by Redis, refused (an error reply), or silent (this replica's own presence message not heard back)."}, []string{"network", "reason"}),
+		share: share.NewMetrics(reg),
 	}
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
 			m.duplicates, m.slowCloses, m.reconnects, m.latestServed, m.future,
-			m.backfilled, m.unfilled, m.resumed, m.replayed,
-			m.shareSharing, m.shareFallbacks, m.shareHolder, m.shareLeases, m.sharePublished,
-			m.shareReceived, m.sharePubFailed, m.shareResubs)
+			m.backfilled, m.unfilled, m.resumed, m.replayed)
 	}
 	return m
+}
+
+// hubMetrics are one hub's series and counters.
+type hubMetrics struct {
+	m       *Metrics
+	network string
+	st      *hubCounters
+
+	subscribers, feeds, uncarried                   prometheus.Gauge
+	framesOut, duplicates, slowCloses, latestServed prometheus.Counter
+}
+
+func newHubMetrics(m *Metrics, network string, st *hubCounters) hubMetrics {
+	if m == nil {
+		m = NewMetrics(nil) // unregistered: recorded nowhere
+	}
+	return hubMetrics{m: m, network: network, st: st,
+		subscribers:  m.subscribers.WithLabelValues(network),
+		feeds:        m.feeds.WithLabelValues(network),
+		uncarried:    m.uncarried.WithLabelValues(network),
+		framesOut:    m.framesOut.WithLabelValues(network),
+		duplicates:   m.duplicates.WithLabelValues(network),
+		slowCloses:   m.slowCloses.WithLabelValues(network),
+		latestServed: m.latestServed.WithLabelValues(network),
+	}
+}
+
+func originLabel(o string) string {
+	if o == "" {
+		return "none"
+	}
+	return o
+}
+
+func (x *hubMetrics) conns(origin, state string) prometheus.Gauge {
+	return x.m.conns.WithLabelValues(x.network, originLabel(origin), state)
+}
+
+func (x *hubMetrics) frameIn(origin string) {
+	x.st.framesIn.Add(1)
+	x.m.framesIn.WithLabelValues(x.network, originLabel(origin)).Inc()
+}
+
+func (x *hubMetrics) delivered(n int) {
+	if n > 0 {
+		x.st.framesOut.Add(int64(n))
+		x.framesOut.Add(float64(n))
+	}
+}
+
+// fannedOut counts n frames queued, and releases the subscriptions that
+// overflowed (slow), counting each. Called without any feed's lock.
+func (x *hubMetrics) fannedOut(n int, slow []*Subscription) {
+	x.delivered(n)
+	for _, s := range slow {
+		x.slowClose()
+		s.release()
+	}
+}
+
+func (x *hubMetrics) duplicate() {
+	x.st.duplicates.Add(1)
+	x.duplicates.Inc()
+}
+
+func (x *hubMetrics) backfilled(n int64) {
+	if n > 0 {
+		x.st.backfilled.Add(n)
+		x.m.backfilled.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) unfilled(n int64) {
+	if n > 0 {
+		x.st.unfilled.Add(n)
+		x.m.unfilled.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) resumed() {
+	x.st.resumed.Add(1)
+	x.m.resumed.WithLabelValues(x.network).Inc()
+}
+
+func (x *hubMetrics) replayed(n int) {
+	if n > 0 {
+		x.st.replayed.Add(int64(n))
+		x.m.replayed.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) slowClose() {
+	x.st.slowCloses.Add(1)
+	x.slowCloses.Inc()
 }

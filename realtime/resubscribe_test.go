@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 )
 
@@ -89,9 +90,9 @@ func TestShareResubscribesWhenSilent(t *testing.T) {
 		c.AddHook(hs[i])
 		t.Cleanup(func() { c.Close() })
 		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+			cfg.Share = &share.Config{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{}))
 	}
 	e.run(t, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
@@ -129,9 +130,9 @@ func TestShareOutageReapsNobody(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
+			cfg.Share = &share.Config{Client: c, Lease: 9 * time.Second, Replica: "r" + strconv.Itoa(i)}
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{}))
 	}
 	e.run(t, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
@@ -139,7 +140,7 @@ func TestShareOutageReapsNobody(t *testing.T) {
 	reaping := func(want bool) func() bool {
 		return func() bool {
 			for _, h := range hubs {
-				if h.sh.reaping.Load() != want {
+				if h.sh.Stats().Reaping != want {
 					return false
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 )
 
@@ -51,11 +52,11 @@ func shareRun(b *testing.B, shared bool, replicasN, feedsN, seconds int) (conns 
 				c, err := redisconn.NewURL(rs.URL(), "", redisconn.Options{})
 				require.NoError(b, err)
 				b.Cleanup(func() { c.Close() })
-				cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+				cfg.Share = &share.Config{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 			}
 		})
 		hubs[i] = h
-		cols[i] = collect(b, h.Subscribe(feeds, 1024))
+		cols[i] = collect(b, subscribe(b, h, feeds, SubscribeOptions{Queue: 1024}))
 	}
 	want := int64(4 * replicasN)
 	if shared {

@@ -1,10 +1,7 @@
 package realtime
 
 import (
-	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 	"streamgate/simulator"
 )
@@ -33,9 +31,9 @@ func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string)
 		t.Cleanup(func() { c.Close() })
 		clients[i] = c
 		hubs[i] = e.hub(t, func(cfg *Config) {
-			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+			cfg.Share = &share.Config{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 		})
-		cols[i] = collect(t, hubs[i].Subscribe(feeds, 0))
+		cols[i] = collect(t, subscribe(t, hubs[i], feeds, SubscribeOptions{}))
 	}
 	return hubs, cols, clients
 }
@@ -296,7 +294,7 @@ func TestShareLatestFollowsTheHolder(t *testing.T) {
 	_, _, ok := hubs[follower].Latest(a)
 	assert.False(t, ok, "no frame yet")
 
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { return cols[follower].count(a) == 1 }, wait, 5*time.Millisecond)
 	frame, ts, ok := hubs[follower].Latest(a)
 	require.True(t, ok)
@@ -308,89 +306,9 @@ func TestShareLatestFollowsTheHolder(t *testing.T) {
 	require.Eventually(t, func() bool { return hubs[holder].Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = hubs[follower].Latest(a)
 	assert.False(t, ok, "the holder's new connection has delivered nothing yet")
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	require.Eventually(t, func() bool { _, _, ok := hubs[follower].Latest(a); return ok }, wait, 5*time.Millisecond)
 	assert.Equal(t, 2, cols[follower].count(a))
-}
-
-// The layout depends on the union only, and a feed added moves no other
-// feed while the number of chunks stays.
-func TestShareLayout(t *testing.T) {
-	var feeds []string
-	for i := range 120 {
-		feeds = append(feeds, "0x"+strings.Repeat("0", 60)+fmt.Sprintf("%04x", i))
-	}
-	l := newLayout(feeds[:100], 4, 50)
-	assert.Equal(t, 2, l.n, "100 feeds, 50 per connection")
-	again := newLayout(slices.Clone(feeds[:100]), 4, 50)
-	assert.Equal(t, l.chunks, again.chunks)
-	total := 0
-	for i, c := range l.chunks {
-		total += len(c)
-		assert.True(t, slices.IsSorted(c))
-		for _, f := range c {
-			assert.Equal(t, i, l.slot[f])
-		}
-	}
-	assert.Equal(t, 100, total, "a full chunk spills into the next with room")
-	assert.Zero(t, l.over)
-	more := newLayout(feeds[:101], 4, 50)
-	require.Equal(t, 3, more.n)
-	less := newLayout(feeds[:99], 4, 50)
-	require.Equal(t, 2, less.n)
-	changed := 0
-	for i := range less.chunks {
-		if !slices.Equal(less.chunks[i], l.chunks[i]) {
-			changed++
-		}
-	}
-	assert.LessOrEqual(t, changed, 1, "one chunk changes")
-	assert.Zero(t, newLayout(nil, 4, 50).n)
-	assert.Equal(t, 4, newLayout(feeds, 4, 10).n, "capped by the connections")
-	assert.Equal(t, 80, newLayout(feeds, 4, 10).over, "over 4 × 10")
-}
-
-// A message on the channel, whatever its bytes, never panics, only a
-// well-formed frame of another replica reaches the subscriptions, and only
-// this replica's own presence message counts as heard back.
-func FuzzShareMessage(f *testing.F) {
-	feed := "0x" + strings.Repeat("ab", 32)
-	report := `{"report":{"feedID":"` + feed + `","fullReport":"0x00","validFromTimestamp":1,"observationsTimestamp":7}}`
-	f.Add([]byte("sg1 F 1/0 other 3\n" + report))
-	f.Add([]byte("sg1 F 1/0 me 3\n" + report))
-	f.Add([]byte("sg1 H 1/0 other 1f 3,4\n"))
-	f.Add([]byte("sg1 D 1/0 other 3\n"))
-	f.Add([]byte("sg1 H 1/0 other\n"))
-	f.Add([]byte("sg1\n"))
-	f.Add([]byte("sg1 P me\n"))
-	f.Add([]byte("sg1 P other\n"))
-	f.Fuzz(func(t *testing.T, m []byte) {
-		h, err := New(Config{Network: "mainnet", URL: "ws://127.0.0.1:1", APIKey: "k", Secret: []byte("s")})
-		require.NoError(t, err)
-		defer h.Close()
-		s := &sharer{h: h, id: "me", tick: 100 * time.Millisecond, remote: map[string]*remoteChunk{}}
-		sub := h.Subscribe([]string{feed}, 4)
-		defer sub.Close()
-		s.echoSent.Store(1)
-		s.receive(m)
-		// Every message is a header line ended by '\n' (share.go), the
-		// presence message too: without it nothing is taken.
-		header, _, whole := strings.Cut(string(m), "\n")
-		if rest, ok := strings.CutPrefix(header, "sg1 "); ok && whole && slices.Equal(strings.Fields(rest), []string{"P", "me"}) {
-			assert.Zero(t, s.echoSent.Load(), "its own presence heard back")
-		} else {
-			assert.Equal(t, int64(1), s.echoSent.Load(), "not its own presence")
-		}
-		select {
-		case got := <-sub.C():
-			fields := strings.Fields(header)
-			require.GreaterOrEqual(t, len(fields), 5)
-			assert.Equal(t, []string{"sg1", "F"}, fields[:2])
-			assert.NotEqual(t, "me", fields[3], "its own frames are ignored")
-			assert.True(t, strings.HasSuffix(string(m), string(got)), "the frame's bytes unchanged")
-		default:
-		}
-	})
 }
 
 // Replicas wanting different feeds: the holder carries the union (the
@@ -403,9 +321,9 @@ func TestShareUnionOfWants(t *testing.T) {
 	a, b, c, d := fs[0], fs[1], fs[2], fs[3]
 	hubs, _, _ := replicas(t, e, rs, 3, nil)
 	cols := []*collector{
-		collect(t, hubs[0].Subscribe([]string{a}, 0)),
-		collect(t, hubs[1].Subscribe([]string{b}, 0)),
-		collect(t, hubs[2].Subscribe([]string{a, c}, 0)),
+		collect(t, subscribe(t, hubs[0], []string{a}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[1], []string{b}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[2], []string{a, c}, SubscribeOptions{})),
 	}
 	for range DemandThreshold {
 		hubs[1].Want(d) // latest polled on replica 1: streamed
@@ -478,23 +396,23 @@ func TestShareSubscribeWithin(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		hubs[i] = e.hub(t, func(cfg *Config) {
 			cfg.MaxConnections, cfg.FeedsPerConnection = 1, 3
-			cfg.Share = &ShareConfig{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
+			cfg.Share = &share.Config{Client: c, Lease: shareLease, Replica: "r" + strconv.Itoa(i)}
 		})
 	}
 	e.run(t, 20*time.Millisecond)
-	col := collect(t, hubs[0].Subscribe(fs[:2], 0))
+	col := collect(t, subscribe(t, hubs[0], fs[:2], SubscribeOptions{}))
 	require.Eventually(t, func() bool {
 		st := hubs[1].Stats().Share
 		return st.Sharing && st.Union == 2 && st.UnionCapacity == 3 && col.count(fs[0]) > 0
 	}, wait, 10*time.Millisecond)
 
-	sub, err := hubs[1].SubscribeWithin(fs[2:3], 0)
+	sub, err := hubs[1].Subscribe(fs[2:3], SubscribeOptions{Within: true})
 	require.NoError(t, err, "room for one more in the union")
 	defer sub.Close()
-	_, err = hubs[1].SubscribeWithin(fs[3:4], 0)
+	_, err = hubs[1].Subscribe(fs[3:4], SubscribeOptions{Within: true})
 	require.ErrorIs(t, err, ErrNoRoom, "the feed just admitted counts, whether or not a tick has published it")
 	assert.Equal(t, 1, hubs[1].Stats().Subscribers, "nothing subscribed for the refused consumer")
-	carried, err := hubs[1].SubscribeWithin(fs[:1], 0)
+	carried, err := hubs[1].Subscribe(fs[:1], SubscribeOptions{Within: true})
 	require.NoError(t, err, "a feed the union carries is admitted")
 	defer carried.Close()
 	got := collect(t, carried)

@@ -10,10 +10,10 @@ import "slices"
 // budget still allows, from desired (every feed wanted) and maxChunks
 // (every chunk the budget allows). Called by the manager goroutine of a
 // sharing hub.
-func (h *Hub) sharedPlan(desired map[string]bool, maxChunks int) (held map[string][]string, own map[string]bool, maxOwn int) {
+func (u *upstream) sharedPlan(desired map[string]bool, maxChunks int) (held map[string][]string, own map[string]bool, maxOwn int) {
 	carried := map[string]bool{}
 	up := map[string]bool{}
-	for _, c := range h.chunks {
+	for _, c := range u.chunks {
 		if c.tag == "" {
 			for _, id := range c.feeds {
 				carried[id] = true
@@ -26,7 +26,7 @@ func (h *Hub) sharedPlan(desired map[string]bool, maxChunks int) (held map[strin
 			}
 		}
 	}
-	held, ownList := h.sh.plan(desired,
+	held, ownList := u.sh.Plan(desired,
 		func(id string) bool { return carried[id] },
 		func(t string) bool { return up[t] })
 	own = make(map[string]bool, len(ownList))
@@ -42,12 +42,12 @@ func (h *Hub) sharedPlan(desired map[string]bool, maxChunks int) (held map[strin
 // the links started and the feeds the kept shared chunks carry. It
 // replaces h.chunks (own chunks kept as they are). Called by the manager
 // goroutine; without sharing held is nil and only own chunks stay.
-func (h *Hub) applyShared(held map[string][]string, origins []string) (started, retiring []*link, total int) {
-	kept := make([]*chunk, 0, len(h.chunks)+len(held))
+func (u *upstream) applyShared(held map[string][]string, origins []string) (started, retiring []*link, total int) {
+	kept := make([]*chunk, 0, len(u.chunks)+len(held))
 	// As for own chunks (reconcile): without room in reserve, a switch
 	// closes the old connections first.
-	breakFirst := chunkBudget(h.cfg.MaxConnections, len(origins))*len(origins)+len(origins) > h.cfg.MaxConnections
-	for _, c := range h.chunks {
+	breakFirst := chunkBudget(u.cfg.MaxConnections, len(origins))*len(origins)+len(origins) > u.cfg.MaxConnections
+	for _, c := range u.chunks {
 		if c.tag == "" {
 			kept = append(kept, c)
 			continue
@@ -62,32 +62,32 @@ func (h *Hub) applyShared(held map[string][]string, origins []string) (started, 
 				l.retire(nil)
 			}
 			continue // started again below once there is room
-		case (!slices.Equal(c.feeds, feeds) || !c.on(origins)) && h.room(len(origins)):
+		case (!slices.Equal(c.feeds, feeds) || !c.on(origins)) && u.room(len(origins)):
 			c.feeds = slices.Clone(feeds)
 			old := c.links
 			c.links = nil
 			for _, o := range origins {
-				c.links = append(c.links, h.startLink(o, c.feeds, c.tag))
+				c.links = append(c.links, u.startLink(o, c.feeds, c.tag))
 			}
-			h.retireAfter(old, c.links)
+			u.retireAfter(old, c.links)
 		}
 		delete(held, c.tag)
 		total += len(c.feeds)
 		kept = append(kept, c)
 	}
 	for t, feeds := range held {
-		if len(feeds) == 0 || !h.room(len(origins)) {
+		if len(feeds) == 0 || !u.room(len(origins)) {
 			continue // no room yet: a later reconcile starts it
 		}
 		c := &chunk{tag: t, feeds: slices.Clone(feeds)}
 		for _, o := range origins {
-			l := h.startLink(o, c.feeds, t)
+			l := u.startLink(o, c.feeds, t)
 			c.links = append(c.links, l)
 			started = append(started, l)
 		}
 		total += len(c.feeds)
 		kept = append(kept, c)
 	}
-	h.chunks = kept
+	u.chunks = kept
 	return started, retiring, total
 }

@@ -42,7 +42,7 @@ type Subscription struct {
 	pumpWG  sync.WaitGroup
 	done    chan struct{} // closed when the subscription ends (stops the pump)
 	// held are, per feed whose resume fill is under way, the frames that
-	// wait for it (see Hub.SubscribeFrom); holding counts its feeds.
+	// wait for it (see SubscribeOptions.From); holding counts its feeds.
 	held    map[string][]histFrame
 	holding atomic.Int32
 
@@ -55,6 +55,10 @@ type Subscription struct {
 	// of the subscription stop.
 	fillRefused atomic.Bool
 
+	// replayed is how many reports the subscription replayed at once from
+	// the history (SubscribeOptions.From); set before Subscribe returns.
+	replayed int
+
 	// dropped are the feeds dropped by Drop; nil before any.
 	dropped atomic.Pointer[map[string]bool]
 }
@@ -63,6 +67,12 @@ type Subscription struct {
 // The slices are shared with other subscribers: never modify them. C is
 // closed when the subscription ends; then Err says why.
 func (s *Subscription) C() <-chan []byte { return s.ch }
+
+// Replayed returns how many reports the subscription replayed at once
+// from the hub's history when it resumed (SubscribeOptions.From); those
+// fetched with Config.Backfill follow, and both are counted in
+// streamgate_ws_replayed_reports_total. 0 for a new consumer.
+func (s *Subscription) Replayed() int { return s.replayed }
 
 // Err returns, once C is closed, why: nil after Close, ErrSlowConsumer when
 // the queue overflowed, ErrHubClosed when the hub was closed. Before, nil.
@@ -305,6 +315,21 @@ func (s *Subscription) deliver(feed string, frames []histFrame) (int, bool) {
 		return 0, false
 	}
 	return len(b), true
+}
+
+// fanOut queues frames (in order) to every subscriber of f, as deliver
+// does for each. It returns how many it queued and the subscriptions that
+// overflowed (to release once f.mu is let go: see hubMetrics.fannedOut).
+// f.mu is held.
+func (f *feed) fanOut(frames []histFrame) (n int, slow []*Subscription) {
+	for _, s := range f.subs {
+		k, ok := s.deliver(f.id, frames)
+		n += k
+		if !ok {
+			slow = append(slow, s)
+		}
+	}
+	return n, slow
 }
 
 // addHeld adds got to the frames held for feed and returns them all, in

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,14 +49,19 @@ func TestNewValidates(t *testing.T) {
 	for _, want := range []string{"ws://", "APIKey", "negative", "pinned"} {
 		assert.Contains(t, err.Error(), want)
 	}
-	h, err := New(Config{URL: "wss://ws.example:443/some/path", APIKey: "k", Secret: []byte("s")})
+	// The sizes are the configuration's (package config declares their
+	// defaults): required here, kept as given.
+	_, err = New(Config{URL: "wss://ws.example:443/some/path", APIKey: "k", Secret: []byte("s")})
+	require.ErrorContains(t, err, "MaxConnections, FeedsPerConnection and Grace are required")
+	h, err := New(Config{URL: "wss://ws.example:443/some/path", APIKey: "k", Secret: []byte("s"),
+		MaxConnections: 6, FeedsPerConnection: 50, Grace: 30 * time.Second})
 	require.NoError(t, err)
 	defer h.Close()
-	assert.Equal(t, "wss://ws.example:443", h.base)
-	assert.Equal(t, "https://ws.example:443/", h.httpURL)
-	assert.Equal(t, DefaultMaxConnections, h.cfg.MaxConnections)
-	assert.Equal(t, DefaultFeedsPerConnection, h.cfg.FeedsPerConnection)
-	assert.Equal(t, DefaultGrace, h.cfg.Grace)
+	assert.Equal(t, "wss://ws.example:443", h.up.base)
+	assert.Equal(t, "https://ws.example:443/", h.up.httpURL)
+	assert.Equal(t, 6, h.cfg.MaxConnections)
+	assert.Equal(t, 50, h.cfg.FeedsPerConnection)
+	assert.Equal(t, 30*time.Second, h.cfg.Grace)
 	assert.Equal(t, DefaultStallTimeout, h.cfg.StallTimeout)
 	assert.Empty(t, h.Stats().Connections, "no connection without demand")
 }
@@ -65,7 +71,7 @@ func TestMetricsRegistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := e.hub(t, func(c *Config) { c.Metrics = NewMetrics(reg) })
 	a := e.crypto(t, 1)[0]
-	c := collect(t, h.Subscribe([]string{a}, 0))
+	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return c.count(a) >= 2 }, wait, 5*time.Millisecond)
 	h.Latest(a)
@@ -99,7 +105,7 @@ func TestSubscriptionMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for range n {
-		subs = append(subs, h.Subscribe(feeds, 0))
+		subs = append(subs, subscribe(t, h, feeds, SubscribeOptions{}))
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -116,11 +122,12 @@ func TestSubscriptionMemory(t *testing.T) {
 // published vector for a raw comma.
 func TestUpgradeSignature(t *testing.T) {
 	h, err := New(Config{URL: "ws://ws.example", APIKey: "clientId", Secret: []byte("userSecret"),
-		Now: func() time.Time { return time.UnixMilli(1718885772000) }})
+		MaxConnections: 4, FeedsPerConnection: 50, Grace: 30 * time.Second,
+		Clock: clockwork.NewFakeClockAt(time.UnixMilli(1718885772000))})
 	require.NoError(t, err)
 	defer h.Close()
 	target := "/api/v1/ws?feedIDs=0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782,0x00037da06d56d083fe599397a4769a042d63aa73dc4ef57709d31e9971a5b439"
-	req, err := h.upgradeRequest(target, "002")
+	req, err := h.up.upgradeRequest(target, "002")
 	require.NoError(t, err)
 	assert.Equal(t, target, req.URL.RequestURI())
 	assert.Equal(t, "6bf268bf66d540528d4bad7d9dabb7809e8c25a0bed3b9b8b0453e0417ee1948", req.Header.Get("X-Authorization-Signature-SHA256"))

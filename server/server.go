@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -32,6 +33,7 @@ import (
 	"streamgate/proxy"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/realtime/share"
 	"streamgate/redisconn"
 	"streamgate/status"
 	"streamgate/tracing"
@@ -47,8 +49,10 @@ type Options struct {
 	AccessLog *zap.Logger
 	// Registry receives the metrics; /metrics serves it. Nil: a new one.
 	Registry *prometheus.Registry
-	// Now is the clock of the cache, the gateway and the team quotas (the
-	// upstream budget always follows the wall clock). Nil: time.Now.
+	// Now is the clock of the cache, the gateway, the team quotas and the
+	// real-time hubs' signatures and reports (the upstream budget and the
+	// hubs' connection timers always follow the wall clock). Nil:
+	// time.Now.
 	Now func() time.Time
 	// Limits, if non-nil, are used instead of the ones the configuration's
 	// ratelimit section describes; the Server does not close them.
@@ -74,19 +78,11 @@ type Server struct {
 	gw       *proxy.Gateway
 	streams  *wsgate.Gate // the WebSocket endpoint
 	hubs     map[string]*realtime.Hub
-	// backfillOf holds, per hub, the gateway's backfill once it is built.
-	backfillOf map[string]*atomic.Pointer[backfillFunc]
-	gates      map[string]*don.Gate // report verification per network
-	status     *status.Sampler
-	version    string
-	loadedAt   atomic.Pointer[time.Time]     // when the configuration in force was loaded
-	reloaded   atomic.Pointer[status.Reload] // the last reload's outcome
-
-	// discoveryOf holds, per hub, the gateway's budget for its origin
-	// discovery; gwBuilt is closed once the hubs have the gateway's
-	// functions.
-	discoveryOf map[string]*atomic.Pointer[budgetFunc]
-	gwBuilt     chan struct{}
+	gates    map[string]*don.Gate // report verification per network
+	status   *status.Sampler
+	version  string
+	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
+	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -182,9 +178,6 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if err := s.setGates(cfg); err != nil {
 		return nil, err
 	}
-	if err := s.startHubs(cfg, embedded, opts.Now); err != nil {
-		return nil, err
-	}
 	access := opts.AccessLog
 	if access == nil {
 		access = s.log
@@ -213,7 +206,6 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Metrics:     metrics,
 		Now:         opts.Now,
 		Embedded:    embedded,
-		Hubs:        s.hubs,
 		Gates:       s.gates,
 		Streams:     s.streams,
 		Tracer:      s.traces.Tracer(),
@@ -223,7 +215,12 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.setBackfills()
+	// The hubs are built after the gateway, each with the gateway's bulk
+	// path for its gaps and its budget for its origin discovery, and then
+	// handed to it: nothing is bound late.
+	if err := s.startHubs(cfg, embedded, opts.Now); err != nil {
+		return nil, err
+	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
 	}, func() float64 {
@@ -331,14 +328,14 @@ func (s *Server) startEmbedded(cfg *config.Config) (map[string]proxy.Upstream, e
 }
 
 // startHubs starts the real-time hub of every network that has an upstream
-// WebSocket: its ws_url, or the embedded upstream's. With realtime.share and
-// the limits' Redis, the hubs share their connections with the other
-// replicas through it.
+// WebSocket (its ws_url, or the embedded upstream's) and gives it to the
+// gateway (Gateway.Stream). Each hub fetches its gaps' reports over the
+// gateway's REST bulk path (Gateway.Backfill) and waits on the gateway's
+// upstream budget before an origin discovery (Gateway.DiscoveryBudget):
+// the gateway is built first. With realtime.share and the limits' Redis,
+// the hubs share their connections with the other replicas through it.
 func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstream, now func() time.Time) error {
 	s.hubs = map[string]*realtime.Hub{}
-	s.backfillOf = map[string]*atomic.Pointer[backfillFunc]{}
-	s.discoveryOf = map[string]*atomic.Pointer[budgetFunc]{}
-	s.gwBuilt = make(chan struct{})
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
@@ -353,51 +350,51 @@ func (s *Server) startHubs(cfg *config.Config, embedded map[string]proxy.Upstrea
 			metrics = realtime.NewMetrics(s.reg)
 		}
 		// An embedded upstream is this process's own: nothing to share.
-		var share *realtime.ShareConfig
+		var sharing *share.Config
 		if _, own := embedded[name]; !own && s.limits.Redis() != nil && cfg.Shared() {
 			rc := s.limits.Redis()
-			share = &realtime.ShareConfig{Client: rc, Lease: cfg.Realtime.ShareLease}
+			sharing = &share.Config{Client: rc, Lease: cfg.Realtime.ShareLease}
 		}
-		// The gateway, built after the hubs, fetches the gaps' reports.
-		backfill := new(atomic.Pointer[backfillFunc])
-		discovery := new(atomic.Pointer[budgetFunc])
+		var backfill realtime.BackfillSource
+		if f := s.gw.Backfill(name); f != nil {
+			backfill = realtime.BackfillFunc(f)
+		}
 		hub, err := realtime.New(realtime.Config{
 			Network: name, URL: wsURL, APIKey: key, Secret: secret,
 			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
 			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
-			Logger: s.log.Named("realtime"), Metrics: metrics, Now: now, // the hub adds the network
-			Share: share, Check: s.gates[name].CheckFrame,
-			Backfill: func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
-				f := backfill.Load()
-				if f == nil {
-					return nil, errNotStarted
-				}
-				return (*f)(ctx, feeds, ts)
-			},
-			BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
-			DiscoveryBudget: func(ctx context.Context) error {
-				// A hub with pinned streams discovers at once, maybe
-				// before the gateway and its budget are built: it waits.
-				select {
-				case <-s.gwBuilt:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				if f := discovery.Load(); f != nil {
-					return (*f)(ctx)
-				}
-				return nil
-			},
+			Logger: s.log.Named("realtime"), Metrics: metrics, Clock: hubClock(now), // the hub adds the network
+			Share: sharing, Check: s.gates[name].CheckFrame,
+			Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
+			DiscoveryBudget: s.gw.DiscoveryBudget(name),
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
 		}
 		s.hubs[name] = hub
-		s.backfillOf[name] = backfill
-		s.discoveryOf[name] = discovery
+		s.gw.Stream(name, hub)
 	}
 	return nil
 }
+
+// hubClock is the hubs' clock: now's time (Options.Now), with the wall
+// clock's timers; nil (the real clock) without now.
+func hubClock(now func() time.Time) clockwork.Clock {
+	if now == nil {
+		return nil
+	}
+	return nowClock{Clock: clockwork.NewRealClock(), now: now}
+}
+
+// nowClock is a clockwork.Clock whose time is now's.
+type nowClock struct {
+	clockwork.Clock
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time                  { return c.now() }
+func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
+func (c nowClock) Until(t time.Time) time.Duration { return t.Sub(c.now()) }
 
 // resumeRedis is the Redis that shares the stream clients' watermarks:
 // the limits' when the replicas share the stream; nil otherwise.
@@ -406,32 +403,6 @@ func (s *Server) resumeRedis(cfg *config.Config) redis.UniversalClient {
 		return nil
 	}
 	return s.limits.Redis()
-}
-
-// errNotStarted: a hub asked for a backfill before the gateway was built.
-var errNotStarted = errors.New("the gateway is not started yet")
-
-// backfillFunc is realtime.Config.Backfill.
-type backfillFunc = func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
-
-// budgetFunc is realtime.Config.DiscoveryBudget.
-type budgetFunc = func(ctx context.Context) error
-
-// setBackfills gives each hub the gateway's REST path for its gaps.
-func (s *Server) setBackfills() {
-	for name, ref := range s.backfillOf {
-		if f := s.gw.Backfill(name); f != nil {
-			ref.Store(&f)
-		}
-	}
-	for name, ref := range s.discoveryOf {
-		if f := s.gw.DiscoveryBudget(name); f != nil {
-			ref.Store(&f)
-		}
-	}
-	if s.gwBuilt != nil {
-		close(s.gwBuilt)
-	}
 }
 
 // Start serves every listener and loads each network's catalog in the
@@ -749,12 +720,12 @@ func shutdown(ctx context.Context, group []*served) error {
 	return errors.Join(errs...)
 }
 
-// newStreams builds the WebSocket endpoint of cfg's realtime section on
-// the hubs.
+// newStreams builds the WebSocket endpoint of cfg's realtime section; the
+// gateway makes each network's endpoint on its hub (Gateway.Stream).
 func (s *Server) newStreams(cfg *config.Config, now func() time.Time) (*wsgate.Gate, error) {
 	rt := &cfg.Realtime
 	return wsgate.New(wsgate.Config{
-		Hubs: s.hubs, Gates: s.gates,
+		Gates: s.gates,
 		Queue: rt.ClientQueue, PingInterval: rt.PingInterval, TeamConnections: rt.TeamConnections, Origins: rt.ClientOrigins,
 		ResumeWindow: rt.ResumeWindow, ResumeRecordsPerTeam: rt.ResumeRecordsPerTeam, ResumeRecords: rt.ResumeRecords,
 		ResumeRedis: s.resumeRedis(cfg), Conns: connsOf(s.limits),

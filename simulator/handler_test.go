@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -524,7 +525,7 @@ func TestDeterminism(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	clk := &clock{t: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	e := newEnv(t, func(c *Config) { c.RateLimit, c.Burst, c.Now = 10, 10, clk.Now })
 	eth := findStream(t, e.sim, Mainnet, nameETH)
 	latest := "/api/v1/reports/latest?feedID=" + eth
@@ -552,7 +553,7 @@ func TestRateLimit(t *testing.T) {
 	}
 
 	// Tokens come back with time.
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	for i := range 10 {
 		resp, _ := e.get(t, Mainnet, latest, org)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d after a second", i)
@@ -642,14 +643,12 @@ func TestRateModes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &clock{t: second}
+			clk := clockwork.NewFakeClockAt(second)
 			e := newEnv(t, func(c *Config) { c.RateLimit, c.RateMode, c.Burst, c.Now = 10, tc.mode, tc.burst, clk.Now })
 			eth := findStream(t, e.sim, Mainnet, nameETH)
 			latest := "/api/v1/reports/latest?feedID=" + eth
 			for i, r := range tc.reqs {
-				clk.mu.Lock()
-				clk.t = second.Add(r.at)
-				clk.mu.Unlock()
+				clk.Advance(second.Add(r.at).Sub(clk.Now()))
 				resp, _ := e.get(t, Mainnet, latest, org)
 				require.Equal(t, r.want, resp.StatusCode, "request %d at +%v", i, r.at)
 			}

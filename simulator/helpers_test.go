@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +17,6 @@ import (
 // t0 is the clock of the tests: the instant of the real V3 report,
 // 2025-09-23T00:09:48Z, a Tuesday.
 var t0 = time.Unix(1758586188, 0).UTC()
-
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // newTestSim returns a simulator with Default's keys on a clock fixed at
 // t0, without rate limits unless mutate sets them.

@@ -61,7 +61,7 @@ func TestOutage(t *testing.T) {
 	assert.Zero(t, e.sim.OutageLeft())
 
 	c := e.mustDial(t, Mainnet, target, org, nil)
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	assert.Equal(t, t0.Unix()+1, parseFrame(t, c.next(t)).ObservationsTimestamp)
 	resp, _ = e.get(t, Mainnet, "/api/v1/reports/latest?feedID="+btc, org)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)

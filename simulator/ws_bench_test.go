@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jonboulle/clockwork"
 
 	"streamgate/auth"
 )
@@ -85,7 +86,7 @@ func BenchmarkWSIdleConn(b *testing.B) {
 // connection of every readable mainnet stream, the clock moved one second
 // per round, and every frame of that second read by the client.
 func BenchmarkWSFrames(b *testing.B) {
-	clk := &clock{t: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	s := newTestSim(b, func(c *Config) {
 		c.Now = clk.Now
 		c.WSTick = time.Millisecond
@@ -115,7 +116,7 @@ func BenchmarkWSFrames(b *testing.B) {
 	b.ResetTimer()
 	frames := 0
 	for range b.N {
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 		for range len(feeds) {
 			if _, _, err := conn.Read(ctx); err != nil {
 				b.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,12 +27,12 @@ import (
 // reports of the new seconds follow at once.
 type wsEnv struct {
 	*env
-	clk *clock
+	clk *clockwork.FakeClock
 }
 
 func newWSEnv(t *testing.T, mutate func(*Config)) *wsEnv {
 	t.Helper()
-	clk := &clock{t: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	e := newEnv(t, func(c *Config) {
 		c.Now = clk.Now
 		c.WSTick = 2 * time.Millisecond
@@ -217,7 +218,7 @@ func TestWSFrames(t *testing.T) {
 	prev := start
 	const seconds = 4
 	for range seconds {
-		e.clk.Add(time.Second)
+		e.clk.Advance(time.Second)
 		want := 0
 		cur := map[string]int64{}
 		for _, f := range feeds {
@@ -505,7 +506,7 @@ func TestWSHighAvailability(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, statusOf(resp))
 
 	startBTC, startBUIDL := lastOf(t, e.sim, Mainnet, btc), lastOf(t, e.sim, Mainnet, buidl)
-	e.clk.Add(3 * time.Second)
+	e.clk.Advance(3 * time.Second)
 	nBTC, nBUIDL := lastOf(t, e.sim, Mainnet, btc)-startBTC, lastOf(t, e.sim, Mainnet, buidl)-startBUIDL
 	require.Equal(t, int64(3), nBTC)
 	require.Equal(t, int64(3), nBUIDL)
@@ -529,7 +530,7 @@ func TestWSOriginWithoutHA(t *testing.T) {
 	e := newWSEnv(t, nil)
 	btc := findStream(t, e.sim, Mainnet, nameBTC)
 	c := e.mustDial(t, Mainnet, "/api/v1/ws?feedIDs="+btc, org, http.Header{OriginHeader: {"001"}})
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	assert.Equal(t, t0.Unix()+1, parseFrame(t, c.next(t)).ObservationsTimestamp)
 }
 
@@ -590,7 +591,7 @@ func TestWSStall(t *testing.T) {
 	// Stall everything: no pongs, no frames, for open and new connections.
 	require.NoError(t, e.sim.SetFaults(Faults{WSStall: true}))
 	framesBefore := e.sim.Counters().WSTotal(Mainnet).Frames
-	e.clk.Add(2 * time.Second)
+	e.clk.Advance(2 * time.Second)
 	assert.ErrorIs(t, a.ping(short), context.DeadlineExceeded)
 	late := e.mustDial(t, Mainnet, target, org, nil) // the upgrade still succeeds
 	assert.ErrorIs(t, late.ping(short), context.DeadlineExceeded)
@@ -605,7 +606,7 @@ func TestWSStall(t *testing.T) {
 			assert.Equal(t, t0.Unix()+int64(i)+1, parseFrame(t, c.next(t)).ObservationsTimestamp)
 		}
 	}
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	for _, c := range []*wsClient{a, b, late} {
 		require.NoError(t, c.ping(10*time.Second))
 		assert.Equal(t, t0.Unix()+3, parseFrame(t, c.next(t)).ObservationsTimestamp)
@@ -613,7 +614,7 @@ func TestWSStall(t *testing.T) {
 
 	// One origin stalls, the other goes on.
 	require.NoError(t, e.sim.SetFaults(Faults{WSStall: true, WSStallOrigin: "001"}))
-	e.clk.Add(time.Second)
+	e.clk.Advance(time.Second)
 	assert.Equal(t, t0.Unix()+4, parseFrame(t, b.next(t)).ObservationsTimestamp)
 	require.NoError(t, b.ping(10*time.Second))
 	assert.Equal(t, t0.Unix()+4, parseFrame(t, late.next(t)).ObservationsTimestamp) // no origin chosen

@@ -7,8 +7,8 @@
 //
 // What the REST side decides (the upgrade's signature, its streams and
 // their entitlement, a resumed fill's charge to the team's quota) it asks
-// of the network's REST, given to Gate.Network; the real-time hub of each
-// network carries the streams.
+// of the network's REST, given to Gate.Network with the network's
+// real-time hub, which carries the streams.
 package wsgate
 
 import (
@@ -31,9 +31,6 @@ import (
 
 // Config is what a Gate is built with.
 type Config struct {
-	// Hubs are the real-time hubs by network name; a network without one
-	// answers /api/v1/ws with 503.
-	Hubs map[string]*realtime.Hub
 	// Gates are the DON gates by network name, for the decoded view of
 	// the frames; a network without one decodes without verification.
 	Gates map[string]*don.Gate
@@ -86,26 +83,23 @@ type Gate struct {
 	log     *zap.Logger
 }
 
-// New returns the Gate of cfg, or every problem of cfg. With no hub, no
-// network streams and the settings of the clients are not needed.
+// New returns the Gate of cfg, or every problem of cfg.
 func New(cfg Config) (*Gate, error) {
-	if len(cfg.Hubs) > 0 {
-		var errs []error
-		if cfg.Queue <= 0 {
-			errs = append(errs, errors.New("wsgate: Config.Queue must be at least 1"))
-		}
-		if cfg.PingInterval <= 0 {
-			errs = append(errs, errors.New("wsgate: Config.PingInterval must be above zero"))
-		}
-		if cfg.TeamConnections <= 0 {
-			errs = append(errs, errors.New("wsgate: Config.TeamConnections must be at least 1"))
-		}
-		if cfg.ResumeWindow > 0 && (cfg.ResumeRecordsPerTeam <= 0 || cfg.ResumeRecords < cfg.ResumeRecordsPerTeam) {
-			errs = append(errs, errors.New("wsgate: Config.ResumeRecordsPerTeam must be at least 1 and ResumeRecords at least as many"))
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, err
-		}
+	var errs []error
+	if cfg.Queue <= 0 {
+		errs = append(errs, errors.New("wsgate: Config.Queue must be at least 1"))
+	}
+	if cfg.PingInterval <= 0 {
+		errs = append(errs, errors.New("wsgate: Config.PingInterval must be above zero"))
+	}
+	if cfg.TeamConnections <= 0 {
+		errs = append(errs, errors.New("wsgate: Config.TeamConnections must be at least 1"))
+	}
+	if cfg.ResumeWindow > 0 && (cfg.ResumeRecordsPerTeam <= 0 || cfg.ResumeRecords < cfg.ResumeRecordsPerTeam) {
+		errs = append(errs, errors.New("wsgate: Config.ResumeRecordsPerTeam must be at least 1 and ResumeRecords at least as many"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	g := &Gate{cfg: cfg, conns: &teamConns{counter: cfg.Conns}, metrics: cfg.Metrics, log: cfg.Logger}
 	if g.log == nil {
@@ -118,7 +112,7 @@ func New(cfg Config) (*Gate, error) {
 	if now == nil {
 		now = time.Now
 	}
-	if cfg.ResumeWindow > 0 && len(cfg.Hubs) > 0 {
+	if cfg.ResumeWindow > 0 { // its flusher starts with the first client
 		g.resume = newResumeStore(cfg.ResumeWindow, cfg.ResumeRecordsPerTeam, cfg.ResumeRecords,
 			cfg.ResumeRedis, g.log, now, g.metrics)
 	}
@@ -183,14 +177,15 @@ func (n *Network) ServeRoot(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	n.serveRoot(w, r, p)
 }
 
-// Network returns the endpoint of network name, whose upgrades rest
-// checks; nil for a nil Gate.
-func (g *Gate) Network(name string, rest REST) *Network {
+// Network returns the endpoint of network name on its real-time hub (nil:
+// the network does not stream, its upgrades are refused with 503), whose
+// upgrades rest checks; nil for a nil Gate.
+func (g *Gate) Network(name string, hub *realtime.Hub, rest REST) *Network {
 	if g == nil {
 		return nil
 	}
 	c := g.cfg
-	return &Network{name: name, hub: c.Hubs[name], gate: c.Gates[name], rest: rest,
+	return &Network{name: name, hub: hub, gate: c.Gates[name], rest: rest,
 		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),
 		conns: g.conns, resume: g.resume, metrics: g.metrics}
 }

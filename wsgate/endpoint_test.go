@@ -9,29 +9,28 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/realtime"
 	"streamgate/wsgate"
 )
 
-// New refuses a configuration a streaming network cannot run with, every
-// problem at once; without a hub the clients' settings are not needed.
+// valid is a Gate's configuration as the server's defaults make it.
+var valid = wsgate.Config{Queue: 8, PingInterval: time.Second, TeamConnections: 1}
+
+// New refuses a configuration the endpoint cannot run with, every problem
+// at once.
 func TestNewChecksTheConfig(t *testing.T) {
-	hubs := map[string]*realtime.Hub{"mainnet": nil}
-	good := wsgate.Config{Hubs: hubs, Queue: 8, PingInterval: time.Second, TeamConnections: 1}
 	for _, tc := range []struct {
 		name  string
 		cfg   func(*wsgate.Config)
 		wants []string // every problem named
 	}{
 		{"valid", func(*wsgate.Config) {}, nil},
-		{"no hub: nothing needed", func(c *wsgate.Config) { *c = wsgate.Config{} }, nil},
-		{"every client setting wrong", func(c *wsgate.Config) { c.Queue, c.PingInterval, c.TeamConnections = 0, 0, 0 },
+		{"every client setting missing", func(c *wsgate.Config) { *c = wsgate.Config{} },
 			[]string{"Queue", "PingInterval", "TeamConnections"}},
 		{"resume records unbounded", func(c *wsgate.Config) { c.ResumeWindow, c.ResumeRecordsPerTeam, c.ResumeRecords = time.Minute, 10, 5 },
 			[]string{"ResumeRecords"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := good
+			cfg := valid
 			tc.cfg(&cfg)
 			g, err := wsgate.New(cfg)
 			if tc.wants == nil {
@@ -51,10 +50,10 @@ func TestNewChecksTheConfig(t *testing.T) {
 // Network), refuse an upgrade with 503 and its JSON error, and answer / with
 // no origins.
 func TestNoStreamNetwork(t *testing.T) {
-	g, err := wsgate.New(wsgate.Config{})
+	g, err := wsgate.New(valid)
 	require.NoError(t, err)
 	defer g.Close()
-	for name, n := range map[string]*wsgate.Network{"no hub": g.Network("mainnet", nil), "no endpoint": nil} {
+	for name, n := range map[string]*wsgate.Network{"no hub": g.Network("mainnet", nil, nil), "no endpoint": nil} {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			n.ServeWS(rec, httptest.NewRequest(http.MethodGet, "/api/v1/ws?feedIDs=0x01", nil), nil)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"streamgate/realtime"
+	"streamgate/realtime/share"
 )
 
 // The resume records' keys are those every release has written (an
@@ -18,10 +18,10 @@ func TestResumeKeys(t *testing.T) {
 		"the key of a record is its identity's SHA-256, 16 bytes in hex, as before")
 	assert.NotContains(t, resumeKey(id), "key-1", "no key ID appears in Redis")
 
-	assert.True(t, strings.HasPrefix(realtime.DefaultSharePrefix, streamKeyPrefix),
+	assert.True(t, strings.HasPrefix(share.DefaultPrefix, streamKeyPrefix),
 		"realtime's sharing keys start with the stream side's prefix")
-	assert.False(t, strings.HasPrefix(resumeKeyPrefix, realtime.DefaultSharePrefix),
+	assert.False(t, strings.HasPrefix(resumeKeyPrefix, share.DefaultPrefix),
 		"a resume record is never one of the sharing keys")
-	assert.False(t, strings.HasPrefix(realtime.DefaultSharePrefix, resumeKeyPrefix),
+	assert.False(t, strings.HasPrefix(share.DefaultPrefix, resumeKeyPrefix),
 		"nor a sharing key a resume record")
 }

@@ -284,7 +284,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if len(from) > 0 {
 		charge = n.resumeCharge(team)
 	}
-	sub, err := n.hub.SubscribeWithinFrom(rq.feeds, n.ws.queue, from, charge)
+	sub, err := n.hub.Subscribe(rq.feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: from, Within: true, Charge: charge})
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)

@@ -29,7 +29,7 @@ import (
 // replica (a record per client, written at most every resumeFlush and
 // when the connection ends). A client that connects with the same
 // identity within the window gets, before live reports, every report
-// after its watermarks (realtime.Hub.SubscribeFrom). A client that closed
+// after its watermarks (realtime.SubscribeOptions.From). A client that closed
 // its connection itself (a close frame) starts afresh next time: its
 // record is deleted.
 //

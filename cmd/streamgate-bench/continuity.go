@@ -13,12 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/redis/go-redis/v9"
 
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/internal/balancer"
+	"streamgate/internal/fleet"
 	"streamgate/server"
 	"streamgate/simulator"
 )
@@ -53,11 +53,12 @@ func scenarioContinuity(ctx context.Context, o *options) error {
 	if o.dur < 3*time.Second || o.dur > 2*time.Minute {
 		return errors.New("continuity: -d (the steady time between the events) between 3s and 2m")
 	}
-	redisURL, admin, stop, err := benchRedis(ctx, o)
+	rd, err := startModeRedis(o, redisSingle)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer rd.Close()
+	redisURL, admin := rd.Target.URL, rd.Admin
 
 	sim, err := simulator.New(simulator.Default()) // 10 requests per second per key and endpoint
 	if err != nil {
@@ -170,22 +171,6 @@ func (r *contReplica) close() {
 	r.ready.Close()
 }
 
-// contClient is one streaming application.
-type contClient struct {
-	ha    bool
-	feeds []int
-	index map[string]int
-
-	mu       sync.Mutex
-	got      map[int][]int64 // per stream, the seconds kept in arrival order
-	highest  map[int]int64
-	repeated int // plain: a second received again
-	reconns  int
-	origins  int
-	failures int
-	lastErr  string
-}
-
 // contRun is one side's figures.
 type contRun struct {
 	clients, ha                    int
@@ -204,7 +189,247 @@ type contRun struct {
 	lastErr                        string
 }
 
-func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, upstream, redisURL string, admin *redis.Client, feeds []string, continuity bool) (*contRun, error) {
+// contFleet is the three in-process replicas of a side behind the
+// balancer. They run in this process rather than as processes of the
+// binary (internal/fleet's) because the scenario reports this process's
+// heap (replicas, clients, simulator) against the baseline's, the
+// history's cost; the balancer, the Redis and the counting clients are
+// internal/fleet's.
+type contFleet struct {
+	bal                *balancer.Balancer
+	reps               []*contReplica
+	redisURL, upstream string
+	keys               []key
+	conns              int
+	continuity         bool
+}
+
+// startContFleet starts the balancer and three replicas, each routed to.
+func startContFleet(o *options, upstream, redisURL string, keys []key, continuity bool) (_ *contFleet, err error) {
+	bal, err := balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	cf := &contFleet{bal: bal, reps: make([]*contReplica, 3), redisURL: redisURL, upstream: upstream, keys: keys,
+		conns: 2*o.conc + 50, continuity: continuity}
+	defer func() {
+		if err != nil {
+			cf.close()
+		}
+	}()
+	for i := range cf.reps {
+		if err := cf.start(i); err != nil {
+			return nil, err
+		}
+	}
+	return cf, nil
+}
+
+// start starts replica i and returns when the balancer routes to it.
+func (cf *contFleet) start(i int) error {
+	r, readyURL, err := startContReplica(cf.redisURL, cf.upstream, cf.keys, cf.conns, cf.continuity)
+	if err != nil {
+		return err
+	}
+	cf.reps[i] = r
+	select {
+	case <-cf.bal.Add(balancer.Backend{Addr: r.addr, Ready: readyURL}):
+		return nil
+	case <-time.After(60 * time.Second):
+		return errors.New("a replica was not ready within 60s")
+	}
+}
+
+// restart drains each replica in turn as SIGTERM drains it, then starts
+// its successor and waits until it is routed to.
+func (cf *contFleet) restart(ctx context.Context) error {
+	for i, old := range cf.reps {
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		old.srv.Shutdown(sctx) // what SIGTERM does: drain, then stop
+		scancel()
+		old.ready.Close()
+		cf.bal.Remove(old.addr)
+		cf.reps[i] = nil
+		if err := cf.start(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cf *contFleet) close() {
+	for _, r := range cf.reps {
+		if r != nil {
+			r.close()
+		}
+	}
+	cf.bal.Close()
+}
+
+// contClient is one streaming application: a counting client of
+// internal/fleet and its streams' indices in the scenario's.
+type contClient struct {
+	*fleet.Client
+	feeds []int
+}
+
+// contClients are a side's clients and what they share.
+type contClients struct {
+	list   []*contClient
+	live   []atomic.Int64 // per stream, the newest second any client has
+	notify fleet.Notifier
+	toLive sync.Mutex // guards run.toLive
+}
+
+// startContClients starts o.conc clients (every tenth in HA mode), each
+// with its own key, of continuityFeedsPerClient streams, in waves of 50.
+// Each records in run.toLive the time from a reconnect until it has, on
+// every stream, the newest second any client had when it connected.
+func startContClients(ctx context.Context, wg *sync.WaitGroup, o *options, base string, keys []key, feeds []string, run *contRun) *contClients {
+	cs := &contClients{live: make([]atomic.Int64, len(feeds))}
+	st := newStamps()
+	for i := range o.conc {
+		c := &contClient{}
+		for j := range continuityFeedsPerClient {
+			c.feeds = append(c.feeds, (i+j*7)%len(feeds))
+		}
+		slices.Sort(c.feeds)
+		c.feeds = slices.Compact(c.feeds)
+		names := make([]string, len(c.feeds))
+		for j, f := range c.feeds {
+			names[j] = feeds[f]
+		}
+		k := keys[i]
+		c.Client = fleet.NewClient(fleet.ClientConfig{Base: base, Feeds: names, HA: i%10 == 9,
+			Sign: func(req *http.Request) {
+				target := req.URL.RequestURI()
+				if req.Method == http.MethodHead {
+					target = "HEAD /"
+				}
+				auth.Sign(req, k.ID, k.Secret, time.UnixMilli(st.next(i, target, time.Now())))
+			},
+			DiscoverTries: 5, DialTimeout: 10 * time.Second, Notify: &cs.notify,
+			OnConnect: func(first bool) fleet.Watch { return cs.watch(c, first, run) }})
+		if c.HA() {
+			run.ha++
+		}
+		cs.list = append(cs.list, c)
+		c.Run(ctx, wg)
+		if i%50 == 49 {
+			time.Sleep(50 * time.Millisecond) // connect in waves
+		}
+	}
+	return cs
+}
+
+// watch is what client c does with each report of a connection: it
+// raises the streams' live second and, on a reconnect, records the time
+// until c has every stream's live second as it was at the connect. Only
+// the end of a connection that had not got there is noted as an error.
+func (cs *contClients) watch(c *contClient, first bool, run *contRun) fleet.Watch {
+	at := time.Now()
+	want := make([]int64, len(c.feeds))
+	for j, f := range c.feeds {
+		want[j] = cs.live[f].Load()
+	}
+	measured := first // the first connection is not a reconnect
+	return fleet.Watch{Quiet: func() bool { return measured }, Report: func(j int, ts int64) {
+		live := &cs.live[c.feeds[j]]
+		for cur := live.Load(); ts > cur && !live.CompareAndSwap(cur, ts); cur = live.Load() {
+		}
+		if measured {
+			return
+		}
+		for g, w := range want {
+			if c.HighestAt(g) < w {
+				return
+			}
+		}
+		measured = true
+		cs.toLive.Lock()
+		run.toLive.record(time.Since(at))
+		cs.toLive.Unlock()
+	}}
+}
+
+// allLive waits (at most 2 minutes) until every client has received
+// every one of its streams.
+func (cs *contClients) allLive(ctx context.Context) error {
+	n := 0
+	cs.notify.Await(ctx, 2*time.Minute, func() bool {
+		n = 0
+		for _, c := range cs.list {
+			all := true
+			for j := range c.feeds {
+				all = all && c.HighestAt(j) > 0
+			}
+			if all {
+				n++
+			}
+		}
+		return n == len(cs.list)
+	})
+	if n < len(cs.list) {
+		return fmt.Errorf("%d of %d clients received every stream within 2m", n, len(cs.list))
+	}
+	return nil
+}
+
+// settle takes, per stream, the newest second any client has, and waits
+// (at most a minute) until every client has it; it returns those seconds
+// and the client streams still behind.
+func (cs *contClients) settle(ctx context.Context) ([]int64, int64) {
+	hi := make([]int64, len(cs.live))
+	for f := range hi {
+		hi[f] = cs.live[f].Load()
+	}
+	var behind int64
+	cs.notify.Await(ctx, time.Minute, func() bool {
+		behind = 0
+		for _, c := range cs.list {
+			for j, f := range c.feeds {
+				if c.HighestAt(j) < hi[f] {
+					behind++
+				}
+			}
+		}
+		return behind == 0
+	})
+	return hi, behind
+}
+
+// count adds up the clients' (stream, second) pairs, each stream's from
+// the client's first report to hi, and their connections.
+func (cs *contClients) count(run *contRun, hi []int64) {
+	for _, c := range cs.list {
+		st := c.Stats()
+		run.reconnects += int64(st.Reconnects)
+		run.failures += int64(st.Failures)
+		if st.LastErr != "" {
+			run.lastErr = st.LastErr
+		}
+		lo, his := map[string]int64{}, map[string]int64{}
+		for j, name := range c.Feeds() {
+			if first, ok := c.First(name); ok {
+				lo[name], his[name] = first-1, hi[c.feeds[j]]
+			}
+		}
+		t := c.Count(0, lo, his)
+		run.pairs += int64(t.Pairs)
+		run.repeated += int64(t.Repeated)
+		run.disordered += int64(t.Disordered)
+		if c.HA() {
+			run.haMissing += int64(t.Missing)
+		} else {
+			run.missing += int64(t.Missing)
+		}
+	}
+}
+
+// runContinuity runs one side: the fleet, the clients, the steady time,
+// a rolling restart, the steady time, an 8 s upstream outage and the
+// steady time again, then the count.
+func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, upstream, redisURL string, admin redis.UniversalClient, feeds []string, continuity bool) (*contRun, error) {
 	// Each client has a key of its own, as separate applications do (a
 	// returning client is known by its key and its streams).
 	keys := make([]key, o.conc)
@@ -212,165 +437,40 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 		id, secret := benchKey("c", i)
 		keys[i] = key{ID: id, Secret: []byte(secret)}
 	}
-	bal, err := balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond})
+	cf, err := startContFleet(o, upstream, redisURL, keys, continuity)
 	if err != nil {
 		return nil, err
 	}
-	defer bal.Close()
-	conns := 2*o.conc + 50
-	reps := make([]*contReplica, 3)
-	defer func() {
-		for _, r := range reps {
-			if r != nil {
-				r.close()
-			}
-		}
-	}()
-	startOne := func(i int) error {
-		r, readyURL, err := startContReplica(redisURL, upstream, keys, conns, continuity)
-		if err != nil {
-			return err
-		}
-		reps[i] = r
-		bal.Add(balancer.Backend{Addr: r.addr, Ready: readyURL})
-		for deadline := time.Now().Add(60 * time.Second); !slices.Contains(bal.Ready(), r.addr); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				return errors.New("a replica was not ready within 60s")
-			}
-		}
-		return nil
-	}
-	for i := range reps {
-		if err := startOne(i); err != nil {
-			return nil, err
-		}
-	}
-	index := map[string]int{}
-	for i, f := range feeds {
-		index[f] = i
-	}
-	// live is, per stream, the newest second any client has.
-	live := make([]atomic.Int64, len(feeds))
-	st := newStamps()
-	base := "http://" + bal.Addr()
+	defer cf.close()
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	run := &contRun{clients: o.conc}
-	var toLiveMu sync.Mutex
-	clients := make([]*contClient, o.conc)
-	for i := range clients {
-		c := &contClient{ha: i%10 == 9, index: index, got: map[int][]int64{}, highest: map[int]int64{}}
-		for j := range continuityFeedsPerClient {
-			c.feeds = append(c.feeds, (i+j*7)%len(feeds))
-		}
-		slices.Sort(c.feeds)
-		c.feeds = slices.Compact(c.feeds)
-		clients[i] = c
-		if c.ha {
-			run.ha++
-		}
-		names := make([]string, len(c.feeds))
-		for j, f := range c.feeds {
-			names[j] = feeds[f]
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			origins := []string{""}
-			if c.ha {
-				origins = discoverOrigins(cctx, base, keys[i], st, i)
-			}
-			c.mu.Lock()
-			c.origins = len(origins)
-			c.mu.Unlock()
-			var owg sync.WaitGroup
-			for _, origin := range origins {
-				owg.Add(1)
-				go func() {
-					defer owg.Done()
-					first := true
-					for cctx.Err() == nil {
-						ws, err := dialOrigin(cctx, base, keys[i], st, i, names, origin)
-						if err != nil {
-							c.mu.Lock()
-							c.failures++
-							c.lastErr = err.Error()
-							c.mu.Unlock()
-						} else {
-							at := time.Now()
-							want := make(map[int]int64, len(c.feeds))
-							for _, f := range c.feeds {
-								want[f] = live[f].Load()
-							}
-							if !first {
-								c.mu.Lock()
-								c.reconns++
-								c.mu.Unlock()
-							}
-							measured := first // the first connection is not a reconnect
-							first = false
-							err := readFrames(cctx, ws, func(feed []byte, ts, _ int64) {
-								f, ok := index[string(feed)]
-								if !ok {
-									return
-								}
-								c.keep(f, ts)
-								for cur := live[f].Load(); ts > cur && !live[f].CompareAndSwap(cur, ts); cur = live[f].Load() {
-								}
-								if measured {
-									return
-								}
-								c.mu.Lock()
-								done := true
-								for g, w := range want {
-									done = done && c.highest[g] >= w
-								}
-								c.mu.Unlock()
-								if done {
-									measured = true
-									toLiveMu.Lock()
-									run.toLive.record(time.Since(at))
-									toLiveMu.Unlock()
-								}
-							})
-							ws.CloseNow()
-							if !measured && cctx.Err() == nil {
-								c.mu.Lock()
-								c.lastErr = fmt.Sprint(err)
-								c.mu.Unlock()
-							}
-						}
-						select {
-						case <-cctx.Done():
-						case <-time.After(time.Second):
-						}
-					}
-				}()
-			}
-			owg.Wait()
-		}()
-		if i%50 == 49 {
-			time.Sleep(50 * time.Millisecond) // connect in waves
-		}
+	cs := startContClients(cctx, &wg, o, "http://"+cf.bal.Addr(), keys, feeds, run)
+	if err := cs.allLive(ctx); err != nil {
+		return nil, err
 	}
-	// Every client live on every stream, then the steady time.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		n := 0
-		for _, c := range clients {
-			c.mu.Lock()
-			if len(c.highest) == len(c.feeds) {
-				n++
-			}
-			c.mu.Unlock()
-		}
-		if n == len(clients) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d clients received every stream within 2m", n, len(clients))
-		}
+	if err := runContinuityEvents(ctx, o, sim, cf, run); err != nil {
+		return nil, err
 	}
+	hi, behind := cs.settle(ctx)
+	run.unsettle = behind
+	// The process's heap while everything is still up, after a collection:
+	// compared with the baseline's (no history), it is the history's cost.
+	run.heapInUse, _ = heap()
+	if err := run.measureHistory(ctx, sim, admin, feeds, hi, continuity); err != nil {
+		return nil, err
+	}
+	cancel()
+	wg.Wait()
+	cs.count(run, hi)
+	return run, nil
+}
+
+// runContinuityEvents waits the steady time, restarts the replicas one
+// after the other, waits the steady time, has the upstream fail for 8 s
+// and waits the steady time again.
+func runContinuityEvents(ctx context.Context, o *options, sim *simulator.Simulator, cf *contFleet, run *contRun) error {
 	sleep := func(d time.Duration) {
 		select {
 		case <-ctx.Done():
@@ -379,17 +479,8 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 	}
 	sleep(o.dur)
 	began := time.Now()
-	for i := range reps {
-		old := reps[i]
-		sctx, scancel := context.WithTimeout(ctx, time.Minute)
-		old.srv.Shutdown(sctx) // what SIGTERM does: drain, then stop
-		scancel()
-		old.ready.Close()
-		bal.Remove(old.addr)
-		reps[i] = nil
-		if err := startOne(i); err != nil {
-			return nil, err
-		}
+	if err := cf.restart(ctx); err != nil {
+		return err
 	}
 	run.restart = time.Since(began)
 	sleep(o.dur)
@@ -398,53 +489,34 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 	sleep(8 * time.Second)
 	run.outage = time.Since(began)
 	sleep(o.dur)
+	return nil
+}
 
-	// The end of the count: per stream, the newest second any client has;
-	// wait (at most a minute) until every client has it.
-	hi := make([]int64, len(feeds))
-	for f := range hi {
-		hi[f] = live[f].Load()
-	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		behind := 0
-		for _, c := range clients {
-			c.mu.Lock()
-			for _, f := range c.feeds {
-				if c.highest[f] < hi[f] {
-					behind++
-				}
-			}
-			c.mu.Unlock()
-		}
-		if run.unsettle = int64(behind); behind == 0 {
-			break
-		}
-	}
-	// The process's heap while everything is still up, after a collection:
-	// compared with the baseline's (no history), it is the history's cost.
-	run.heapInUse, _ = heap()
-	for _, f := range feeds {
-		rep, ok := sim.Report(simulator.Mainnet, f, hi[slices.Index(feeds, f)])
+// measureHistory records the mean frame of the streams at their seconds
+// hi, the history's seconds, and the history in Redis: every key of type
+// stream.
+func (run *contRun) measureHistory(ctx context.Context, sim *simulator.Simulator, admin redis.UniversalClient, feeds []string, hi []int64, continuity bool) error {
+	for i, f := range feeds {
+		rep, ok := sim.Report(simulator.Mainnet, f, hi[i])
 		if !ok {
-			return nil, fmt.Errorf("the simulator has no report of %s", f)
+			return fmt.Errorf("the simulator has no report of %s", f)
 		}
 		b, err := json.Marshal(struct {
 			Report simulator.Report `json:"report"`
 		}{rep})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		run.frameBytes += float64(len(b)) / float64(len(feeds))
 	}
 	if continuity {
 		run.historySeconds = int64(config.Default().Realtime.ResumeWindow / time.Second)
 	}
-	// The history in Redis, if any: every key of type stream.
 	var cursor uint64
 	for {
 		keys, next, err := admin.ScanType(ctx, cursor, "*", 1000, "stream").Result()
 		if err != nil {
-			return nil, fmt.Errorf("redis scan: %w", err)
+			return fmt.Errorf("redis scan: %w", err)
 		}
 		for _, key := range keys {
 			run.historyKeys++
@@ -456,118 +528,9 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 			}
 		}
 		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	cancel()
-	wg.Wait()
-	for _, c := range clients {
-		c.mu.Lock()
-		run.reconnects += int64(c.reconns)
-		run.failures += int64(c.failures)
-		if c.lastErr != "" {
-			run.lastErr = c.lastErr
-		}
-		run.repeated += int64(c.repeated)
-		for _, f := range c.feeds {
-			got := c.got[f]
-			if len(got) == 0 {
-				continue
-			}
-			seen := make(map[int64]bool, len(got))
-			var top int64
-			for _, ts := range got {
-				if !seen[ts] && ts < top {
-					run.disordered++
-				}
-				seen[ts] = true
-				top = max(top, ts)
-			}
-			for ts := got[0]; ts <= hi[f]; ts++ {
-				run.pairs++
-				if !seen[ts] {
-					if c.ha {
-						run.haMissing++
-					} else {
-						run.missing++
-					}
-				}
-			}
-		}
-		c.mu.Unlock()
-	}
-	return run, nil
-}
-
-// keep records a report: a plain client keeps every one (a second
-// received again is counted), an HA client only one newer than the newest
-// it has, as the SDKs deduplicate.
-func (c *contClient) keep(f int, ts int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ha && ts <= c.highest[f] {
-		return
-	}
-	if !c.ha && slices.Contains(c.got[f], ts) {
-		c.repeated++
-	}
-	c.highest[f] = max(c.highest[f], ts)
-	c.got[f] = append(c.got[f], ts)
-}
-
-// discoverOrigins asks HEAD / for the origins, as the SDKs do in HA mode;
-// none (or no answer within a few tries) means one connection.
-func discoverOrigins(ctx context.Context, base string, k key, st *stamps, keyIndex int) []string {
-	for range 5 {
-		req, err := http.NewRequestWithContext(ctx, http.MethodHead, base+"/", nil)
-		if err != nil {
-			break
-		}
-		auth.Sign(req, k.ID, k.Secret, time.UnixMilli(st.next(keyIndex, "HEAD /", time.Now())))
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				if v := strings.Trim(resp.Header.Get(simulator.OriginsHeader), "{}"); v != "" {
-					return strings.Split(v, ",")
-				}
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
 			return nil
-		case <-time.After(time.Second):
 		}
 	}
-	return []string{""}
-}
-
-// dialOrigin dials the stream of feeds at base, signed with k, naming
-// origin in X-Cll-Origin when it is set (dialWS: none).
-func dialOrigin(ctx context.Context, base string, k key, st *stamps, keyIndex int, feeds []string, origin string) (*websocket.Conn, error) {
-	target := "/api/v1/ws?feedIDs=" + strings.Join(feeds, ",")
-	req, err := http.NewRequest(http.MethodGet, base+target, nil)
-	if err != nil {
-		return nil, err
-	}
-	auth.Sign(req, k.ID, k.Secret, time.UnixMilli(st.next(keyIndex, target, time.Now())))
-	if origin != "" {
-		req.Header.Set(simulator.OriginHeader, origin)
-	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, resp, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{
-		HTTPHeader: req.Header, CompressionMode: websocket.CompressionDisabled,
-	})
-	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("upgrade: status %d: %w", resp.StatusCode, err)
-		}
-		return nil, err
-	}
-	c.SetReadLimit(64 << 10)
-	return c, nil
 }
 
 func (r *contRun) print(o *options, name string) {

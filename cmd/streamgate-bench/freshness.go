@@ -174,16 +174,7 @@ func freshFeeds(n int) ([]freshFeed, string, error) {
 // runFreshness runs one load on a stack of its own, with behaviour b.
 func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simulator.RateMode, clients int, feeds []freshFeed, warmup time.Duration) (*freshResult, error) {
 	f := b.f
-	sc := stackConfig{
-		ClientKeys: clients, LogLevel: o.logLevel,
-		SimRateLimit: freshUpstreamRate, SimRateMode: mode,
-		Budget: config.Rate{RPS: o.budgetRPS, Burst: freshUpstreamRate}, BudgetMargin: o.budgetMargin,
-		Freshness: &f, NoLatestFromStream: true,
-	}
-	if mode == simulator.RateBucket {
-		sc.SimBurst = 1 // the strictest bucket
-	}
-	s, err := startStack(sc)
+	s, err := startFreshStack(o, &f, mode, clients)
 	if err != nil {
 		return nil, err
 	}
@@ -201,105 +192,23 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simula
 	ctx, cancel := context.WithTimeout(ctx, warmup+o.dur+f.MaxWait+45*time.Second)
 	defer cancel()
 
-	client, st := newClient(clients), newStamps()
-	start := time.Now()
-	measureFrom := start.Add(warmup)
-	stop := measureFrom.Add(o.dur)
+	p := &freshPoll{o: o, s: s, feeds: feeds, clients: clients, client: newClient(clients), st: newStamps(), start: time.Now()}
+	p.measureFrom = p.start.Add(warmup)
+	p.stop = p.measureFrom.Add(o.dur)
 	r := &freshResult{label: b.label, mode: mode, budgetRPS: o.budgetRPS, clients: clients, streams: len(feeds), window: o.dur,
 		feeds: feeds, badFeeds: map[int]int64{}, status: map[int]int64{}, xcache: map[string]int64{}, latestCalls: map[string]int64{}, bulkCalls: map[string]int64{}}
 
-	// The simulator's counters cover exactly the window.
-	var snap simulator.Counters
-	var bulkCalls, bulkStreams, warm429 int64
-	counted := make(chan struct{})
-	go func() {
-		defer close(counted)
-		t := time.NewTimer(time.Until(measureFrom))
-		select {
-		case <-t.C:
-			warm429 = s.sim.Counters().ByStatus(http.StatusTooManyRequests)
-			s.resetCounters()
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-		t = time.NewTimer(time.Until(stop))
-		select {
-		case <-t.C:
-			snap, bulkCalls, bulkStreams = s.sim.Counters(), s.bulk.calls.Load(), s.bulk.streams.Load()
-		case <-ctx.Done():
-			t.Stop()
-		}
-	}()
-
+	counts := countFreshWindow(ctx, s, p.measureFrom, p.stop)
 	tallies := make([]*freshClient, clients)
 	var wg sync.WaitGroup
 	for w := range clients {
 		fc := &freshClient{status: map[int]int64{}, xcache: map[string]int64{}, bad: map[int]int64{}}
 		tallies[w] = fc
-		wg.Go(func() {
-			k := &s.clientKeys[w]
-			// Clients start spread over one interval; each request asks
-			// for a stream drawn at random (uniformly), so that clients
-			// that waited together do not move on together.
-			rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(start.UnixNano())))
-			next := start.Add(o.every * time.Duration(w) / time.Duration(clients))
-			for ctx.Err() == nil {
-				if d := time.Until(next); d > 0 {
-					if !next.Before(stop) {
-						return
-					}
-					t := time.NewTimer(d)
-					select {
-					case <-t.C:
-					case <-ctx.Done():
-						t.Stop()
-						return
-					}
-				}
-				sent := time.Now()
-				if !sent.Before(stop) {
-					return
-				}
-				next = next.Add(o.every)
-				if next.Before(sent) {
-					next = sent // late: the next one at once after this answer
-				}
-				fi := rng.IntN(len(feeds))
-				feed := feeds[fi]
-				a, err := get(ctx, client, st, k, s.gateway[feed.network], latestTarget(feed.id))
-				if sent.Before(measureFrom) {
-					continue
-				}
-				fc.asked++
-				if err != nil {
-					if ctx.Err() == nil {
-						fc.errors++
-					}
-					continue
-				}
-				now := time.Now()
-				fc.answered++
-				fc.lat.record(now.Sub(sent))
-				fc.status[a.status]++
-				if a.status != http.StatusOK {
-					fc.bad[fi]++
-				}
-				if xc := a.header.Get("X-Cache"); xc != "" {
-					fc.xcache[xc]++
-				}
-				var doc frameHead
-				if a.status == http.StatusOK && json.Unmarshal(a.body, &doc) == nil {
-					age := now.Sub(time.Unix(doc.Report.ObservationsTimestamp, 0))
-					fc.age.record(age)
-					fc.ageLag.record(age - time.Duration(feed.lag)*time.Second)
-				}
-			}
-		})
+		wg.Go(func() { fc.poll(ctx, p, w) })
 	}
 	wg.Wait()
 	end := time.Now()
-	<-counted
+	<-counts.done
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("freshness %s, %d clients: the run did not end in time: %w", b.label, clients, err)
 	}
@@ -312,7 +221,140 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simula
 		fmt.Fprintf(o.out, "  %s, %d clients: upstream calls did not stop within 20s of the load's end; the stack is left open\n", b.label, clients)
 	}
 	closed = true
-	r.drain = max(end.Sub(stop), 0)
+	r.drain = max(end.Sub(p.stop), 0)
+	r.add(tallies, counts)
+	return r, nil
+}
+
+// startFreshStack starts the stack of a freshness load: the simulator
+// limited as mode counts, the gateway with freshness f and the budget of
+// the flags, and a key per client.
+func startFreshStack(o *options, f *freshness, mode simulator.RateMode, clients int) (*stack, error) {
+	sc := stackConfig{
+		ClientKeys: clients, LogLevel: o.logLevel,
+		SimRateLimit: freshUpstreamRate, SimRateMode: mode,
+		Budget: config.Rate{RPS: o.budgetRPS, Burst: freshUpstreamRate}, BudgetMargin: o.budgetMargin,
+		Freshness: f, NoLatestFromStream: true,
+	}
+	if mode == simulator.RateBucket {
+		sc.SimBurst = 1 // the strictest bucket
+	}
+	return startStack(sc)
+}
+
+// freshCounts are the simulator's counters over exactly the window.
+type freshCounts struct {
+	done                            chan struct{} // closed when they are taken, or ctx ended
+	snap                            simulator.Counters
+	bulkCalls, bulkStreams, warm429 int64
+}
+
+// countFreshWindow resets the counters at measureFrom (noting the 429s of
+// the warm-up) and takes them at stop.
+func countFreshWindow(ctx context.Context, s *stack, measureFrom, stop time.Time) *freshCounts {
+	c := &freshCounts{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		t := time.NewTimer(time.Until(measureFrom))
+		select {
+		case <-t.C:
+			c.warm429 = s.sim.Counters().ByStatus(http.StatusTooManyRequests)
+			s.resetCounters()
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		t = time.NewTimer(time.Until(stop))
+		select {
+		case <-t.C:
+			c.snap, c.bulkCalls, c.bulkStreams = s.sim.Counters(), s.bulk.calls.Load(), s.bulk.streams.Load()
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}()
+	return c
+}
+
+// freshPoll is what a freshness load's clients share.
+type freshPoll struct {
+	o                        *options
+	s                        *stack
+	feeds                    []freshFeed
+	clients                  int
+	client                   *http.Client
+	st                       *stamps
+	start, measureFrom, stop time.Time
+}
+
+// poll is client w's loop: a request every o.every until the window's
+// stop, the ones sent from measureFrom on counted.
+func (fc *freshClient) poll(ctx context.Context, p *freshPoll, w int) {
+	k := &p.s.clientKeys[w]
+	// Clients start spread over one interval; each request asks
+	// for a stream drawn at random (uniformly), so that clients
+	// that waited together do not move on together.
+	rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(p.start.UnixNano())))
+	next := p.start.Add(p.o.every * time.Duration(w) / time.Duration(p.clients))
+	for ctx.Err() == nil {
+		if d := time.Until(next); d > 0 {
+			if !next.Before(p.stop) {
+				return
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		sent := time.Now()
+		if !sent.Before(p.stop) {
+			return
+		}
+		next = next.Add(p.o.every)
+		if next.Before(sent) {
+			next = sent // late: the next one at once after this answer
+		}
+		fi := rng.IntN(len(p.feeds))
+		feed := p.feeds[fi]
+		a, err := get(ctx, p.client, p.st, k, p.s.gateway[feed.network], latestTarget(feed.id))
+		if sent.Before(p.measureFrom) {
+			continue
+		}
+		fc.record(ctx, sent, fi, feed, a, err)
+	}
+}
+
+// record counts one answer of a request sent in the window.
+func (fc *freshClient) record(ctx context.Context, sent time.Time, fi int, feed freshFeed, a *answer, err error) {
+	fc.asked++
+	if err != nil {
+		if ctx.Err() == nil {
+			fc.errors++
+		}
+		return
+	}
+	now := time.Now()
+	fc.answered++
+	fc.lat.record(now.Sub(sent))
+	fc.status[a.status]++
+	if a.status != http.StatusOK {
+		fc.bad[fi]++
+	}
+	if xc := a.header.Get("X-Cache"); xc != "" {
+		fc.xcache[xc]++
+	}
+	var doc frameHead
+	if a.status == http.StatusOK && json.Unmarshal(a.body, &doc) == nil {
+		age := now.Sub(time.Unix(doc.Report.ObservationsTimestamp, 0))
+		fc.age.record(age)
+		fc.ageLag.record(age - time.Duration(feed.lag)*time.Second)
+	}
+}
+
+// add adds up the clients' tallies and the upstream's counts.
+func (r *freshResult) add(tallies []*freshClient, c *freshCounts) {
 	for _, fc := range tallies {
 		r.asked += fc.asked
 		r.answered += fc.answered
@@ -326,14 +368,13 @@ func runFreshness(ctx context.Context, o *options, b freshBehaviour, mode simula
 	}
 	for _, network := range []string{"mainnet", "testnet"} {
 		simNet := simulator.NetworkFor(network)
-		r.latestCalls[network] = snap.ByEndpoint(simNet, simulator.EndpointLatest)
-		r.bulkCalls[network] = snap.ByEndpoint(simNet, simulator.EndpointBulk)
+		r.latestCalls[network] = c.snap.ByEndpoint(simNet, simulator.EndpointLatest)
+		r.bulkCalls[network] = c.snap.ByEndpoint(simNet, simulator.EndpointBulk)
 	}
-	r.bulkStreams = bulkStreams
-	r.upstream429 = snap.ByStatus(http.StatusTooManyRequests)
-	r.warmup429 = warm429
-	r.otherCalls = snap.Total() - r.latestCalls["mainnet"] - r.latestCalls["testnet"] - bulkCalls
-	return r, nil
+	r.bulkStreams = c.bulkStreams
+	r.upstream429 = c.snap.ByStatus(http.StatusTooManyRequests)
+	r.warmup429 = c.warm429
+	r.otherCalls = c.snap.Total() - r.latestCalls["mainnet"] - r.latestCalls["testnet"] - c.bulkCalls
 }
 
 func printFreshResult(o *options, r *freshResult) {
@@ -379,14 +420,6 @@ func printFreshTable(o *options, rs []*freshResult) {
 			strconv.FormatInt(r.bulkCalls["mainnet"]+r.bulkCalls["testnet"], 10),
 			strconv.FormatInt(r.upstream429, 10), strconv.FormatInt(r.warmup429, 10), strings.ReplaceAll(fmtCounts(r.xcache), " ", ","))
 	}
-}
-
-// pct is a share in percent with enough digits for 0.1 %.
-func pct(n, of int64) string {
-	if of == 0 {
-		return "n/a"
-	}
-	return strconv.FormatFloat(100*float64(n)/float64(of), 'f', 2, 64)
 }
 
 // parseRateModes parses -rate-mode: simulator mode names, comma-separated,

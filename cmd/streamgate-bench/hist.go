@@ -2,6 +2,7 @@ package main
 
 import (
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -96,4 +97,25 @@ func (h *histogram) mean() time.Duration {
 		return 0
 	}
 	return h.sum / time.Duration(h.n)
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianF(fs []float64) float64 {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -54,167 +54,244 @@ func (r hitRound) cpuPerRequest() time.Duration {
 // (the order turning each round), as the median over the rounds of the
 // ratio within each round.
 func scenarioHit(ctx context.Context, o *options) error {
-	ttl := o.latestTTL
-	if ttl == 0 {
-		ttl = time.Hour
+	h := &hitRun{o: o, ttl: o.latestTTL}
+	if h.ttl == 0 {
+		h.ttl = time.Hour
 	}
 	if !o.set["rounds"] {
 		o.rounds = 5
 	}
-	rounds := max(o.rounds, 1)
-	serverCPU, pinned := "", ""
-	if _, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 && o.pin {
-		serverCPU = "0"
-		if err := exec.Command("taskset", "-a", "-p", "-c", "1", strconv.Itoa(os.Getpid())).Run(); err != nil {
-			return fmt.Errorf("pinning the client to CPU 1: %w", err)
-		}
-		pinned = "servers pinned to CPU 0, this client (all its threads) to CPU 1, by taskset"
-	} else {
-		pinned = "not pinned (no taskset, fewer than 2 CPUs, or -pin=false): other work on the machine is counted to no side, but shares the CPUs"
+	h.rounds = max(o.rounds, 1)
+	if err := h.pin(); err != nil {
+		return err
 	}
-
-	var sides []*hitSide
-	var sink *httptest.Server // the collector stand-in of -tracing, closed after the gateways
-	defer func() {
-		for _, sd := range sides {
-			if !sd.shared {
-				sd.child.stop()
-			}
-		}
-		if sink != nil {
-			sink.Close()
-		}
-	}()
-	start := func(label, role, desc string, setup childSetup) (*hitSide, error) {
-		c, err := startChild(ctx, role, setup, serverCPU)
-		if err != nil {
-			return nil, err
-		}
-		sd := &hitSide{label: label, desc: desc, child: c, total: newResult()}
-		sides = append(sides, sd)
-		return sd, nil
+	defer h.close()
+	h.client, h.st = newClient(o.conc), newStamps()
+	if err := h.startGateways(ctx); err != nil {
+		return err
 	}
-	gw, err := start("gateway", "gateway", "streamgate, access log "+o.logLevel,
-		childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams})
+	h.keys = make([]key, o.conc)
+	for i := range h.keys {
+		id, secret := benchKey("c", i)
+		h.keys[i] = key{ID: id, Secret: []byte(secret)}
+	}
+	answers, err := h.recordAnswers(ctx)
 	if err != nil {
 		return err
 	}
+	if _, err := h.start(ctx, "bare-hmac", "bare-hmac", "net/http (the gateway's server timeouts), verifies the signature, sends the recorded answer",
+		childSetup{Conc: o.conc, Answers: answers}); err != nil {
+		return err
+	}
+	if _, err := h.start(ctx, "bare", "bare", "net/http (the gateway's server timeouts), sends the recorded answer",
+		childSetup{Conc: o.conc, Answers: answers}); err != nil {
+		return err
+	}
+	if err := h.addBulk(ctx); err != nil {
+		return err
+	}
+	h.prepare(ctx)
+	if err := h.measureIdle(ctx); err != nil {
+		return err
+	}
+	if err := h.runRounds(ctx); err != nil {
+		return err
+	}
+	h.print()
+	return nil
+}
+
+// hitRun is one run of the hit scenario: its servers (sides) and the
+// client's parts.
+type hitRun struct {
+	o                 *options
+	ttl               time.Duration
+	rounds            int
+	serverCPU, pinned string // the servers' CPU for taskset ("": none), and what was pinned, in words
+	sides             []*hitSide
+	gw                *hitSide         // the first gateway
+	sink              *httptest.Server // the collector stand-in of -tracing, closed after the gateways
+	certDir           string
+	client            *http.Client
+	st                *stamps
+	keys              []key
+	targets           []string // the latest targets, one per stream
+	idle              time.Duration
+}
+
+// pin pins this process, the client, to CPU 1 and has the servers pinned
+// to CPU 0, where there is taskset and two CPUs and -pin is on.
+func (h *hitRun) pin() error {
+	if _, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 && h.o.pin {
+		h.serverCPU = "0"
+		if err := exec.Command("taskset", "-a", "-p", "-c", "1", strconv.Itoa(os.Getpid())).Run(); err != nil {
+			return fmt.Errorf("pinning the client to CPU 1: %w", err)
+		}
+		h.pinned = "servers pinned to CPU 0, this client (all its threads) to CPU 1, by taskset"
+	} else {
+		h.pinned = "not pinned (no taskset, fewer than 2 CPUs, or -pin=false): other work on the machine is counted to no side, but shares the CPUs"
+	}
+	return nil
+}
+
+// close stops every server, then the collector stand-in.
+func (h *hitRun) close() {
+	for _, sd := range h.sides {
+		if !sd.shared {
+			sd.child.stop()
+		}
+	}
+	if h.sink != nil {
+		h.sink.Close()
+	}
+	if h.certDir != "" {
+		os.RemoveAll(h.certDir)
+	}
+}
+
+// start starts a server process of role and adds it as a side.
+func (h *hitRun) start(ctx context.Context, label, role, desc string, setup childSetup) (*hitSide, error) {
+	c, err := startChild(ctx, role, setup, h.serverCPU)
+	if err != nil {
+		return nil, err
+	}
+	sd := &hitSide{label: label, desc: desc, child: c, total: newResult()}
+	h.sides = append(h.sides, sd)
+	return sd, nil
+}
+
+// startGateways starts the gateway, and as the flags ask the gateway
+// without access log, over TLS and tracing at three sample ratios.
+func (h *hitRun) startGateways(ctx context.Context) error {
+	o := h.o
+	base := childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: h.ttl, Streams: o.streams}
+	var err error
+	if h.gw, err = h.start(ctx, "gateway", "gateway", "streamgate, access log "+o.logLevel, base); err != nil {
+		return err
+	}
 	if o.logLevel != "off" {
-		if _, err := start("gw-nolog", "gateway", "streamgate, access log off",
-			childSetup{Conc: o.conc, LogLevel: "off", LatestTTL: ttl, Streams: o.streams}); err != nil {
+		setup := base
+		setup.LogLevel = "off"
+		if _, err := h.start(ctx, "gw-nolog", "gateway", "streamgate, access log off", setup); err != nil {
 			return err
 		}
 	}
-	client, st := newClient(o.conc), newStamps()
 	if o.hitTLS {
 		files, pool, err := benchCert()
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(files.dir)
+		h.certDir = files.dir
 		// HTTP/1.1 on both sides, so that the difference is TLS alone.
-		client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}
-		if _, err := start("gw-tls", "gateway", "streamgate over TLS 1.3 (HTTP/1.1, kept-alive connections), access log "+o.logLevel,
-			childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams, TLSCert: files.cert, TLSKey: files.key}); err != nil {
+		h.client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}
+		setup := base
+		setup.TLSCert, setup.TLSKey = files.cert, files.key
+		if _, err := h.start(ctx, "gw-tls", "gateway", "streamgate over TLS 1.3 (HTTP/1.1, kept-alive connections), access log "+o.logLevel, setup); err != nil {
 			return err
 		}
 	}
 	if o.hitTracing {
-		sink = otlpSink()
+		h.sink = otlpSink()
 		for _, r := range []struct {
 			label string
 			ratio float64
 		}{{"gw-trace0", 0}, {"gw-trace1%", 0.01}, {"gw-trace100", 1}} {
-			if _, err := start(r.label, "gateway", fmt.Sprintf("streamgate tracing at sample_ratio %v (OTLP/HTTP), access log %s", r.ratio, o.logLevel),
-				childSetup{Conc: o.conc, LogLevel: o.logLevel, LatestTTL: ttl, Streams: o.streams, Traces: sink.URL, Ratio: r.ratio}); err != nil {
+			setup := base
+			setup.Traces, setup.Ratio = h.sink.URL, r.ratio
+			if _, err := h.start(ctx, r.label, "gateway", fmt.Sprintf("streamgate tracing at sample_ratio %v (OTLP/HTTP), access log %s", r.ratio, o.logLevel), setup); err != nil {
 				return err
 			}
 		}
 	}
-	feeds := gw.child.ready.Feeds
-	keys := make([]key, o.conc)
-	for i := range keys {
-		id, secret := benchKey("c", i)
-		keys[i] = key{ID: id, Secret: []byte(secret)}
-	}
-	// Fill each gateway's cache, then record each stream's answer, a hit,
-	// for the bare servers (Date and Content-Length are the server's own).
-	targets := make([]string, len(feeds))
+	return nil
+}
+
+// recordAnswers fills each gateway's cache, then records each stream's
+// answer, a hit, for the bare servers (Date and Content-Length are the
+// server's own).
+func (h *hitRun) recordAnswers(ctx context.Context) (map[string]*childAnswer, error) {
+	feeds := h.gw.child.ready.Feeds
+	h.targets = make([]string, len(feeds))
 	for i, f := range feeds {
-		targets[i] = latestTarget(f)
+		h.targets[i] = latestTarget(f)
 	}
 	answers := map[string]*childAnswer{}
-	for _, sd := range sides {
-		for _, t := range targets {
-			if _, err := get(ctx, client, st, &keys[0], sd.child.ready.URL, t); err != nil {
-				return err
+	for _, sd := range h.sides {
+		for _, t := range h.targets {
+			if _, err := get(ctx, h.client, h.st, &h.keys[0], sd.child.ready.URL, t); err != nil {
+				return nil, err
 			}
 		}
-		for _, t := range targets {
-			var a *answer
-			for try := 0; ; try++ { // the cache's writes are asynchronous
-				if a, err = get(ctx, client, st, &keys[0], sd.child.ready.URL, t); err != nil {
-					return err
-				}
-				if a.status == http.StatusOK && a.header.Get("X-Cache") == "HIT" || try == 50 {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if a.status != http.StatusOK || a.header.Get("X-Cache") != "HIT" {
-				return fmt.Errorf("warming %s: status %d, X-Cache %q: %.200s", t, a.status, a.header.Get("X-Cache"), a.body)
+		for _, t := range h.targets {
+			a, err := h.hit(ctx, sd.child.ready.URL, t)
+			if err != nil {
+				return nil, err
 			}
 			a.header.Del("Date")
 			a.header.Del("Content-Length")
 			answers[t] = &childAnswer{Status: a.status, Header: a.header, Body: a.body}
 		}
 	}
-	if _, err := start("bare-hmac", "bare-hmac", "net/http (the gateway's server timeouts), verifies the signature, sends the recorded answer",
-		childSetup{Conc: o.conc, Answers: answers}); err != nil {
-		return err
-	}
-	if _, err := start("bare", "bare", "net/http (the gateway's server timeouts), sends the recorded answer",
-		childSetup{Conc: o.conc, Answers: answers}); err != nil {
-		return err
-	}
+	return answers, nil
+}
 
-	if n := o.hitBulk; n > 0 {
-		// Bulk requests of n of the streams at one timestamp, all cached
-		// once the first has been answered, on the first gateway.
-		if n > len(feeds) {
-			return fmt.Errorf("-hit-bulk %d: only %d streams (-streams)", n, len(feeds))
+// hit asks for target until the answer is a cache hit (the cache's
+// writes are asynchronous), at most 51 times.
+func (h *hitRun) hit(ctx context.Context, base, target string) (*answer, error) {
+	for try := 0; ; try++ {
+		a, err := get(ctx, h.client, h.st, &h.keys[0], base, target)
+		if err != nil {
+			return nil, err
 		}
-		target := bulkTarget(feeds[:n], time.Now().Add(-time.Hour).Unix())
-		for try := 0; ; try++ {
-			a, err := get(ctx, client, st, &keys[0], gw.child.ready.URL, target)
-			if err != nil {
-				return err
-			}
-			if a.status == http.StatusOK && a.header.Get("X-Cache") == "HIT" {
-				break
-			}
-			if try == 50 {
-				return fmt.Errorf("warming %s: status %d, X-Cache %q", target, a.status, a.header.Get("X-Cache"))
-			}
-			time.Sleep(20 * time.Millisecond)
+		if a.status == http.StatusOK && a.header.Get("X-Cache") == "HIT" {
+			return a, nil
 		}
-		sides = append(sides, &hitSide{label: "gw-bulk", desc: fmt.Sprintf("streamgate (the gateway above), bulk of %d streams, every one cached", n),
-			child: gw.child, total: newResult(), shared: true,
-			next: func(int64, int, *rand.Rand) call { return call{Target: target} }})
+		if try == 50 {
+			return nil, fmt.Errorf("warming %s: status %d, X-Cache %q: %.200s", target, a.status, a.header.Get("X-Cache"), a.body)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	next := func(i int64, _ int, _ *rand.Rand) call { return call{Target: targets[i%int64(len(targets))]} }
+}
+
+// addBulk adds, with -hit-bulk n, the side of bulk requests of n of the
+// streams at one timestamp, all cached once the first has been answered,
+// on the first gateway.
+func (h *hitRun) addBulk(ctx context.Context) error {
+	n := h.o.hitBulk
+	if n <= 0 {
+		return nil
+	}
+	feeds := h.gw.child.ready.Feeds
+	if n > len(feeds) {
+		return fmt.Errorf("-hit-bulk %d: only %d streams (-streams)", n, len(feeds))
+	}
+	target := bulkTarget(feeds[:n], time.Now().Add(-time.Hour).Unix())
+	if _, err := h.hit(ctx, h.gw.child.ready.URL, target); err != nil {
+		return err
+	}
+	h.sides = append(h.sides, &hitSide{label: "gw-bulk", desc: fmt.Sprintf("streamgate (the gateway above), bulk of %d streams, every one cached", n),
+		child: h.gw.child, total: newResult(), shared: true,
+		next: func(int64, int, *rand.Rand) call { return call{Target: target} }})
+	return nil
+}
+
+// prepare prints the run's description and each side's, and gives each
+// side its load, warmed up unmeasured.
+func (h *hitRun) prepare(ctx context.Context) {
+	o := h.o
+	next := func(i int64, _ int, _ *rand.Rand) call { return call{Target: h.targets[i%int64(len(h.targets))]} }
 	fmt.Fprintf(o.out, "hit: GET /api/v1/reports/latest over %d streams, latest_ttl %v (every answer a cache hit), %d clients, %d rounds of %v per side; team rate and daily quota on (never refusing), replay protection on\n",
-		len(feeds), ttl, o.conc, rounds, o.dur/time.Duration(rounds))
-	fmt.Fprintf(o.out, "  %s; server GOMAXPROCS %d\n", pinned, gw.child.ready.Procs)
-	for _, sd := range sides {
+		len(h.targets), h.ttl, o.conc, h.rounds, o.dur/time.Duration(h.rounds))
+	fmt.Fprintf(o.out, "  %s; server GOMAXPROCS %d\n", h.pinned, h.gw.child.ready.Procs)
+	for _, sd := range h.sides {
 		fmt.Fprintf(o.out, "  %-9s %s\n", sd.label, sd.desc)
 		if sd.next == nil {
 			sd.next = next
 		}
-		sd.load = o.newLoad(client, sd.child.ready.URL, keys, st, sd.next)
-		sd.load.Duration = max(o.dur/time.Duration(rounds), time.Millisecond)
+		sd.load = o.newLoad(h.client, sd.child.ready.URL, h.keys, h.st, sd.next)
+		sd.load.Duration = max(o.dur/time.Duration(h.rounds), time.Millisecond)
 		if o.maxRequests > 0 {
-			sd.load.MaxRequests = max(o.maxRequests/int64(rounds), 1)
+			sd.load.MaxRequests = max(o.maxRequests/int64(h.rounds), 1)
 		}
 		if o.warmup > 0 {
 			w := *sd.load
@@ -222,70 +299,93 @@ func scenarioHit(ctx context.Context, o *options) error {
 			w.run(ctx)
 		}
 	}
-	// What each server spends with no request at all: background work
-	// (timers, samplers, the runtime), counted into its CPU per request.
-	idle := time.Second
-	before := make([]childStats, len(sides))
-	for i, sd := range sides {
+}
+
+// measureIdle records what each server spends in a second with no
+// request at all: background work (timers, samplers, the runtime),
+// counted into its CPU per request.
+func (h *hitRun) measureIdle(ctx context.Context) error {
+	h.idle = time.Second
+	before := make([]childStats, len(h.sides))
+	for i, sd := range h.sides {
+		var err error
 		if before[i], err = sd.child.stats(ctx); err != nil {
 			return err
 		}
 	}
-	time.Sleep(idle)
-	for i, sd := range sides {
+	time.Sleep(h.idle)
+	for i, sd := range h.sides {
 		after, err := sd.child.stats(ctx)
 		if err != nil {
 			return err
 		}
 		sd.idleCPU = after.CPU - before[i].CPU
 	}
-	for round := range rounds {
-		for k := range sides {
-			sd := sides[(k+round)%len(sides)]
-			profile := round == 0 && sd == gw && o.cpuProfile != ""
-			if profile {
-				if err := sd.child.profile(ctx, o.cpuProfile); err != nil {
-					return err
-				}
-			}
-			before, err := sd.child.stats(ctx)
-			if err != nil {
+	return nil
+}
+
+// runRounds runs the rounds, each side once a round, the order turning.
+func (h *hitRun) runRounds(ctx context.Context) error {
+	for round := range h.rounds {
+		for k := range h.sides {
+			sd := h.sides[(k+round)%len(h.sides)]
+			profile := round == 0 && sd == h.gw && h.o.cpuProfile != ""
+			if err := h.runRound(ctx, sd, profile); err != nil {
 				return err
 			}
-			r := sd.load.run(ctx)
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			after, err := sd.child.stats(ctx)
-			if err != nil {
-				return err
-			}
-			if profile {
-				if err := sd.child.profile(ctx, ""); err != nil {
-					return err
-				}
-			}
-			sd.total.add(r)
-			sd.rounds = append(sd.rounds, hitRound{requests: r.Requests, serverCPU: after.CPU - before.CPU,
-				allocs: after.Allocs - before.Allocs, allocBytes: after.AllocBytes - before.AllocBytes})
 		}
 	}
+	return nil
+}
 
+// runRound runs one round of sd, with the server's CPU profile when
+// profile is set.
+func (h *hitRun) runRound(ctx context.Context, sd *hitSide, profile bool) error {
+	if profile {
+		if err := sd.child.profile(ctx, h.o.cpuProfile); err != nil {
+			return err
+		}
+	}
+	before, err := sd.child.stats(ctx)
+	if err != nil {
+		return err
+	}
+	r := sd.load.run(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	after, err := sd.child.stats(ctx)
+	if err != nil {
+		return err
+	}
+	if profile {
+		if err := sd.child.profile(ctx, ""); err != nil {
+			return err
+		}
+	}
+	sd.total.add(r)
+	sd.rounds = append(sd.rounds, hitRound{requests: r.Requests, serverCPU: after.CPU - before.CPU,
+		allocs: after.Allocs - before.Allocs, allocBytes: after.AllocBytes - before.AllocBytes})
+	return nil
+}
+
+// print prints a row per side, the details, the idle CPU and the ratios
+// of server CPU per request.
+func (h *hitRun) print() {
+	o, sides := h.o, h.sides
 	const row = "%-10s %9s %9s %11s %9s %9s %10s %9s %9s %7s  %s\n"
 	fmt.Fprintf(o.out, row, "", "requests", "req/s", "server-cpu", "allocs", "bytes", "client-cpu", "p50", "p99", "errors", "statuses")
 	fmt.Fprintf(o.out, row, "", "", "", "/req (med)", "/req", "/req", "/req", "", "", "", "")
 	for _, sd := range sides {
-		var cpus []time.Duration
 		var allocs, bytes uint64
 		for _, rd := range sd.rounds {
-			cpus = append(cpus, rd.cpuPerRequest())
 			allocs += rd.allocs
 			bytes += rd.allocBytes
 		}
 		n := max(uint64(sd.total.Requests), 1)
 		fmt.Fprintf(o.out, row, sd.label,
 			strconv.FormatInt(sd.total.Requests, 10), strconv.FormatFloat(sd.total.rate(), 'f', 0, 64),
-			fmtDur(median(cpus)), strconv.FormatFloat(float64(allocs)/float64(n), 'f', 1, 64),
+			fmtDur(median(cpusOf(sd))), strconv.FormatFloat(float64(allocs)/float64(n), 'f', 1, 64),
 			strconv.FormatUint(bytes/n, 10), fmtDur(sd.total.cpuPerRequest()),
 			fmtDur(sd.total.Hist.quantile(0.50)), fmtDur(sd.total.Hist.quantile(0.99)),
 			strconv.FormatInt(sd.total.Errors, 10), fmtCounts(sd.total.Status))
@@ -293,16 +393,23 @@ func scenarioHit(ctx context.Context, o *options) error {
 	for _, sd := range sides {
 		printDetails(o.out, sd.label, sd.total)
 	}
-	fmt.Fprintf(o.out, "  idle CPU in %v without requests:", idle)
+	fmt.Fprintf(o.out, "  idle CPU in %v without requests:", h.idle)
 	for _, sd := range sides {
 		fmt.Fprintf(o.out, " %s %s;", sd.label, fmtDur(sd.idleCPU))
 	}
 	fmt.Fprintln(o.out)
+	h.printRatios()
+}
+
+// printRatios prints, for pairs of sides, the ratio of their server CPU
+// per request within each round: median, min and max.
+func (h *hitRun) printRatios() {
+	o := h.o
 	byLabel := map[string]*hitSide{}
-	for _, sd := range sides {
+	for _, sd := range h.sides {
 		byLabel[sd.label] = sd
 	}
-	fmt.Fprintf(o.out, "server CPU per request, ratio within each round: median [min, max] of %d rounds\n", rounds)
+	fmt.Fprintf(o.out, "server CPU per request, ratio within each round: median [min, max] of %d rounds\n", h.rounds)
 	for _, p := range [][2]string{{"gateway", "bare-hmac"}, {"gw-nolog", "bare-hmac"}, {"gateway", "gw-nolog"}, {"bare-hmac", "bare"}, {"gateway", "bare"}, {"gw-bulk", "gateway"}, {"gw-tls", "gateway"}, {"gw-trace0", "gateway"}, {"gw-trace1%", "gateway"}, {"gw-trace100", "gateway"}} {
 		a, b := byLabel[p[0]], byLabel[p[1]]
 		if a == nil || b == nil {
@@ -321,7 +428,6 @@ func scenarioHit(ctx context.Context, o *options) error {
 		fmt.Fprintf(o.out, "  %-9s / %-9s %.3f [%.3f, %.3f]  (%s per request)\n", p[0], p[1], med, slices.Min(rs), slices.Max(rs),
 			diff(median(cpusOf(a)), median(cpusOf(b))))
 	}
-	return nil
 }
 
 func cpusOf(sd *hitSide) []time.Duration {
@@ -330,25 +436,4 @@ func cpusOf(sd *hitSide) []time.Duration {
 		out[i] = rd.cpuPerRequest()
 	}
 	return out
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func medianF(fs []float64) float64 {
-	s := slices.Clone(fs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

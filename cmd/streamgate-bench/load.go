@@ -2,372 +2,125 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
-
-	"streamgate/auth"
 )
 
-// key is a client key: an ID and its HMAC secret.
-type key struct {
-	ID     string
-	Secret []byte
-}
-
-// call is one request to make: a target (path and query, exactly as sent)
-// on one of the load's base URLs.
-type call struct {
-	Base      int    // index into load.Bases
-	Target    string // "/api/v1/..." with its query
-	Anonymous bool   // send it unsigned
-}
-
-// load is a closed-loop load: Concurrency workers, each sending one request
-// at a time over a shared keep-alive client, until Duration has passed or
-// MaxRequests have been started, whichever comes first. Every request is
-// signed afresh.
-type load struct {
-	Client      *http.Client
-	Bases       []string
-	Keys        []key // worker w signs with Keys[w%len(Keys)]; none: unsigned
-	Concurrency int
-	Duration    time.Duration
-	MaxRequests int64 // 0: no bound
-	// Next returns the i-th request (i counts from 0 across all workers);
-	// rng is the worker's own.
-	Next func(i int64, worker int, rng *rand.Rand) call
-	// Stamps hands out signing timestamps; shared by loads that use the
-	// same keys on the same targets. Nil: a new one.
-	Stamps *stamps
-}
-
-// result is what a load measured.
-type result struct {
-	Requests int64 // answered, any status
-	Errors   int64 // no answer (transport errors)
-	Bytes    int64
-	Elapsed  time.Duration
-	Status   map[int]int64
-	XCache   map[string]int64 // X-Cache values of the answers
-	ErrKinds map[string]int64
-	ErrFirst map[string]string // one message per kind
-	Lead     time.Duration     // largest lead of a signing timestamp over the clock
-	CPU      time.Duration     // CPU time of the whole process (client and servers)
-	Hist     histogram
-}
-
-// cpuPerRequest is the process's CPU time per answered request.
-func (r *result) cpuPerRequest() time.Duration {
-	if r.Requests == 0 {
-		return 0
+// scenarioLoad: a plain load on an external gateway with the endpoint mix.
+func scenarioLoad(ctx context.Context, o *options) error {
+	if len(o.targets) == 0 {
+		return errors.New("scenario load needs -target")
 	}
-	return r.CPU / time.Duration(r.Requests)
-}
-
-// add merges o, measured apart from r (another round), into r.
-func (r *result) add(o *result) {
-	r.Requests += o.Requests
-	r.Errors += o.Errors
-	r.Bytes += o.Bytes
-	r.Elapsed += o.Elapsed
-	r.CPU += o.CPU
-	r.Lead = max(r.Lead, o.Lead)
-	addCounts(r.Status, o.Status)
-	addCounts(r.XCache, o.XCache)
-	for k, v := range o.ErrKinds {
-		r.ErrKinds[k] += v
-		if _, ok := r.ErrFirst[k]; !ok {
-			r.ErrFirst[k] = o.ErrFirst[k]
-		}
+	if o.keyID == "" || o.secret == "" {
+		return errors.New("scenario load needs -key and -secret (or STREAMGATE_KEY and STREAMGATE_SECRET)")
 	}
-	r.Hist.merge(&o.Hist)
-}
-
-func newResult() *result {
-	return &result{Status: map[int]int64{}, XCache: map[string]int64{}, ErrKinds: map[string]int64{}, ErrFirst: map[string]string{}}
-}
-
-// rate is answered requests per second.
-func (r *result) rate() float64 {
-	if r.Elapsed <= 0 {
-		return 0
+	for i, t := range o.targets {
+		o.targets[i] = strings.TrimRight(t, "/")
 	}
-	return float64(r.Requests) / r.Elapsed.Seconds()
-}
-
-// ok is the number of 2xx answers.
-func (r *result) ok() int64 {
-	var n int64
-	for s, c := range r.Status {
-		if s >= 200 && s < 300 {
-			n += c
-		}
-	}
-	return n
-}
-
-type workerResult struct {
-	requests, errors, bytes int64
-	status                  map[int]int64
-	xcache                  map[string]int64
-	errKinds                map[string]int64
-	errFirst                map[string]string
-	hist                    histogram
-}
-
-// run runs the load. Requests in flight when the time is up are finished
-// and counted; ctx ending stops the load at once, and requests it cut off
-// are not counted.
-func (l *load) run(ctx context.Context) *result {
-	conc := max(l.Concurrency, 1)
-	st := l.Stamps
-	if st == nil {
-		st = newStamps()
-	}
-	var seq atomic.Int64
-	results := make([]*workerResult, conc)
-	cpu := processCPU()
-	start := time.Now()
-	deadline := start.Add(l.Duration)
-	var wg sync.WaitGroup
-	for w := range conc {
-		wr := &workerResult{status: map[int]int64{}, xcache: map[string]int64{}, errKinds: map[string]int64{}, errFirst: map[string]string{}}
-		results[w] = wr
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.worker(ctx, w, deadline, &seq, st, wr)
-		}()
-	}
-	wg.Wait()
-	res := newResult()
-	res.Elapsed, res.CPU = time.Since(start), processCPU()-cpu
-	res.Lead = time.Duration(st.lead.Load()) * time.Millisecond
-	for _, wr := range results {
-		res.Requests += wr.requests
-		res.Errors += wr.errors
-		res.Bytes += wr.bytes
-		addCounts(res.Status, wr.status)
-		addCounts(res.XCache, wr.xcache)
-		for k, v := range wr.errKinds {
-			res.ErrKinds[k] += v
-			if _, ok := res.ErrFirst[k]; !ok {
-				res.ErrFirst[k] = wr.errFirst[k]
-			}
-		}
-		res.Hist.merge(&wr.hist)
-	}
-	return res
-}
-
-func (l *load) worker(ctx context.Context, w int, deadline time.Time, seq *atomic.Int64, st *stamps, wr *workerResult) {
-	rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(deadline.UnixNano())))
-	var k *key
-	if len(l.Keys) > 0 {
-		k = &l.Keys[w%len(l.Keys)]
-	}
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		i := seq.Add(1) - 1
-		if l.MaxRequests > 0 && i >= l.MaxRequests {
-			return
-		}
-		c := l.Next(i, w, rng)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.Bases[c.Base]+c.Target, nil)
+	k := key{ID: o.keyID, Secret: []byte(o.secret)}
+	client, st := newClient(o.conc), newStamps()
+	feeds := o.feeds
+	if len(feeds) == 0 {
+		a, err := get(ctx, client, st, &k, o.targets[0], "/api/v1/feeds")
 		if err != nil {
-			wr.fail("build", err)
-			continue
+			return err
 		}
-		if k != nil && !c.Anonymous {
-			ts := st.next(w%len(l.Keys), c.Target, time.Now())
-			auth.Sign(req, k.ID, k.Secret, time.UnixMilli(ts))
+		var doc struct {
+			Feeds []struct {
+				FeedID string `json:"feedID"`
+			} `json:"feeds"`
 		}
-		start := time.Now()
-		resp, err := l.Client.Do(req)
+		if a.status != http.StatusOK || json.Unmarshal(a.body, &doc) != nil {
+			return fmt.Errorf("listing streams with GET /api/v1/feeds: status %d: %.200s", a.status, a.body)
+		}
+		for _, f := range doc.Feeds {
+			if len(feeds) < o.streams {
+				feeds = append(feeds, f.FeedID)
+			}
+		}
+		if len(feeds) == 0 {
+			return errors.New("GET /api/v1/feeds listed no stream for this key")
+		}
+	}
+	bulk := min(o.bulk, len(feeds))
+	// Reports and bulk ask for whole minutes of the last hour: they repeat,
+	// as real traffic does, so some are cache hits.
+	now := time.Now().Unix()/60*60 - 120
+	next := func(_ int64, w int, rng *rand.Rand) call {
+		c := call{Base: w % len(o.targets)}
+		f := feeds[rng.IntN(len(feeds))]
+		ts := now - 60*rng.Int64N(60)
+		switch o.mix.pick(rng.IntN(o.mix.total)) {
+		case "latest":
+			c.Target = latestTarget(f)
+		case "reports":
+			c.Target = reportTarget(f, ts)
+		case "bulk":
+			start := rng.IntN(len(feeds))
+			ids := make([]string, bulk)
+			for j := range ids {
+				ids[j] = feeds[(start+j)%len(feeds)]
+			}
+			c.Target = bulkTarget(ids, ts)
+		case "page":
+			c.Target = "/api/v1/reports/page?feedID=" + f + "&startTimestamp=" + strconv.FormatInt(ts, 10) + "&limit=10"
+		case "discovery":
+			c.Target = "/api/v1/discovery?asset_class=Crypto"
+		case "feeds":
+			c.Target = "/api/v1/feeds"
+		}
+		return c
+	}
+	fmt.Fprintf(o.out, "load: %s, mix %s, %d streams, bulk of %d, %d clients, %v (cpu/req is this client's alone)\n",
+		strings.Join(o.targets, " "), o.mix, len(feeds), bulk, o.conc, o.dur)
+	l := o.newLoad(client, "", []key{k}, st, next)
+	l.Bases = o.targets
+	if o.warmup > 0 {
+		w := *l
+		w.Duration, w.MaxRequests = o.warmup, 0
+		w.run(ctx)
+	}
+	var before int64
+	if o.control != "" {
+		var err error
+		if before, err = upstreamTotal(ctx, client, o.control); err != nil {
+			return err
+		}
+	}
+	r, err := o.measure(ctx, l, false, true)
+	if err != nil {
+		return err
+	}
+	printHeader(o.out)
+	printRow(o.out, "target", r)
+	printDetails(o.out, "target", r)
+	if o.control != "" {
+		after, err := upstreamTotal(ctx, client, o.control)
 		if err != nil {
-			if ctx.Err() == nil {
-				wr.fail(errKind(err), err)
-			}
-			continue
+			return err
 		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		d := time.Since(start)
-		if err != nil {
-			if ctx.Err() == nil {
-				wr.fail(errKind(err), err)
-			}
-			continue
-		}
-		wr.requests++
-		wr.bytes += n
-		wr.status[resp.StatusCode]++
-		if xc := resp.Header.Get("X-Cache"); xc != "" {
-			wr.xcache[xc]++
-		}
-		wr.hist.record(d)
+		fmt.Fprintf(o.out, "upstream calls %d, per request %s\n", after-before, ratio(float64(after-before), float64(r.Requests)))
 	}
+	return nil
 }
 
-func (wr *workerResult) fail(kind string, err error) {
-	wr.errors++
-	wr.errKinds[kind]++
-	if _, ok := wr.errFirst[kind]; !ok {
-		wr.errFirst[kind] = err.Error()
+// upstreamTotal reads the request total of a streams-sim control API.
+func upstreamTotal(ctx context.Context, client *http.Client, control string) (int64, error) {
+	a, err := get(ctx, client, nil, nil, strings.TrimRight(control, "/"), "/counters")
+	if err != nil {
+		return 0, err
 	}
-}
-
-// errKind is a short label for a transport error.
-func errKind(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "reset"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "eof"
-	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return "no-ports"
+	var doc struct {
+		Total int64 `json:"total"`
 	}
-	return "other"
-}
-
-// stamps hands out signing timestamps (Unix milliseconds) so that no two
-// requests with the same key and target carry the same one: the gateway
-// refuses a signature it has seen, and two requests for one target signed
-// in the same millisecond would sign the same string. Key and target hash
-// to one of a fixed number of slots, each a monotonic clock; two targets
-// sharing a slot only get more distinct timestamps. It is safe for
-// concurrent use.
-type stamps struct {
-	seed  maphash.Seed
-	slots [1 << 14]atomic.Int64
-	lead  atomic.Int64 // largest lead over the clock, in ms
-}
-
-func newStamps() *stamps { return &stamps{seed: maphash.MakeSeed()} }
-
-func (s *stamps) next(keyIndex int, target string, now time.Time) int64 {
-	h := maphash.String(s.seed, target) ^ uint64(keyIndex)*0x9e3779b97f4a7c15
-	slot := &s.slots[h%uint64(len(s.slots))]
-	ms := now.UnixMilli()
-	for {
-		last := slot.Load()
-		ts := max(ms, last+1)
-		if slot.CompareAndSwap(last, ts) {
-			if lead := ts - ms; lead > 0 {
-				for {
-					old := s.lead.Load()
-					if lead <= old || s.lead.CompareAndSwap(old, lead) {
-						break
-					}
-				}
-			}
-			return ts
-		}
+	if a.status != http.StatusOK || json.Unmarshal(a.body, &doc) != nil {
+		return 0, fmt.Errorf("reading %s/counters: status %d", control, a.status)
 	}
-}
-
-// newClient is one keep-alive client for conns concurrent requests per
-// host. It never uses a proxy from the environment.
-func newClient(conns int) *http.Client {
-	t := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        0, // no limit across hosts
-		MaxIdleConnsPerHost: max(conns, 2),
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	return &http.Client{Transport: t, Timeout: 30 * time.Second}
-}
-
-// The printed table.
-
-const rowHeader = "%-10s %9s %9s %9s %9s %9s %9s %9s %7s  %s\n"
-
-func printHeader(w io.Writer) {
-	fmt.Fprintf(w, rowHeader, "", "requests", "req/s", "cpu/req", "p50", "p90", "p99", "max", "errors", "statuses")
-}
-
-func printRow(w io.Writer, label string, r *result) {
-	fmt.Fprintf(w, rowHeader, label,
-		strconv.FormatInt(r.Requests, 10), strconv.FormatFloat(r.rate(), 'f', 0, 64), fmtDur(r.cpuPerRequest()),
-		fmtDur(r.Hist.quantile(0.50)), fmtDur(r.Hist.quantile(0.90)), fmtDur(r.Hist.quantile(0.99)), fmtDur(r.Hist.max),
-		strconv.FormatInt(r.Errors, 10), fmtCounts(r.Status))
-}
-
-// printDetails prints what a row has no room for: X-Cache values, errors,
-// and a lead of the signing clock if any.
-func printDetails(w io.Writer, label string, r *result) {
-	if len(r.XCache) > 0 {
-		fmt.Fprintf(w, "  %s X-Cache: %s\n", label, fmtCounts(r.XCache))
-	}
-	kinds := make([]string, 0, len(r.ErrKinds))
-	for k := range r.ErrKinds {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		fmt.Fprintf(w, "  %s errors %s: %d (first: %s)\n", label, k, r.ErrKinds[k], r.ErrFirst[k])
-	}
-	if r.Lead > 100*time.Millisecond {
-		fmt.Fprintf(w, "  %s signing timestamps ran up to %v ahead of the clock (more than 1000 req/s on one target and key)\n", label, r.Lead)
-	}
-}
-
-func fmtCounts[K int | string](m map[K]int64) string {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%v:%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
-}
-
-// fmtDur prints a latency with about three significant digits.
-func fmtDur(d time.Duration) string {
-	switch {
-	case d < time.Microsecond:
-		return strconv.FormatInt(int64(d), 10) + "ns"
-	case d < time.Millisecond:
-		return sig3(float64(d)/1e3) + "µs"
-	case d < time.Second:
-		return sig3(float64(d)/1e6) + "ms"
-	}
-	return sig3(d.Seconds()) + "s"
-}
-
-func sig3(v float64) string {
-	switch {
-	case v < 10:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	case v < 100:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
-}
-
-// addCounts adds the counts of src to dst.
-func addCounts[K comparable, V int | int64](dst, src map[K]V) {
-	for k, v := range src {
-		dst[k] += v
-	}
+	return doc.Total, nil
 }

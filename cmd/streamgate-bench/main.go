@@ -21,6 +21,13 @@
 //	replicas           one load spread over 1, 2 and 3 replicas sharing limits and the cache tier in one Redis: upstream calls by endpoint; the latency the shared tier adds to a hit; -redis-mode single,sentinel,cluster (or all) for the Redis shared, with Redis round trips, commands and CPU per request and the added p99 of each mode
 //	load               a plain load on -target, an external gateway (the real binary)
 //
+// Each scenario is a file of its own (hit.go, miss.go, latest.go, bulk.go,
+// catalog.go, ws.go, wslatest.go, freshness.go, replicas.go,
+// continuity.go, load.go); options.go reads the flags, and the parts they
+// share have files of their own (loadgen.go the load engine, stack.go the
+// in-process gateway, format.go the output). The fleet, its Redis and the
+// counting stream client are internal/fleet's.
+//
 // Client and servers share this machine's CPUs, so absolute figures are
 // the client's as much as the server's; the ratios of one run are the
 // figures to compare.
@@ -38,14 +45,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
-
-	"streamgate/config"
-	"streamgate/simulator"
 )
 
 func main() {
@@ -67,130 +67,26 @@ func main() {
 	}
 }
 
-// options are the parsed flags.
-type options struct {
-	scenario     string
-	targets      []string
-	keyID        string
-	secret       string
-	conc         int
-	dur          time.Duration
-	maxRequests  int64
-	streams      int
-	feeds        []string
-	mix          mix
-	bulk         int
-	bulkCached   int
-	teams        int
-	latestTTL    time.Duration
-	every        time.Duration
-	warmup       time.Duration
-	rounds       int
-	logLevel     string
-	cpuProfile   string
-	pin          bool
-	hitBulk      int
-	hitTLS       bool
-	hitTracing   bool
-	control      string
-	redis        string
-	redisModes   []string
-	rateModes    []simulator.RateMode
-	budgetRPS    float64
-	budgetMargin time.Duration
-	set          map[string]bool // flags given on the command line
-	out          io.Writer
-	profileStart func() error
-	profileStop  func()
+// scenarios are the load tool's commands, one file each.
+var scenarios = map[string]func(context.Context, *options) error{
+	"hit":               scenarioHit,
+	"miss":              scenarioMiss,
+	"latest-reduction":  scenarioLatest,
+	"bulk-reduction":    scenarioBulk,
+	"catalog-reduction": scenarioCatalog,
+	"ws":                scenarioWS,
+	"ws-latest":         scenarioWSLatest,
+	"freshness":         scenarioFreshness,
+	"load":              scenarioLoad,
+	"replicas":          scenarioReplicas,
+	"continuity":        scenarioContinuity,
 }
 
+// run parses the flags and runs the scenario they name.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("streamgate-bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o options
-	var targets, feeds, mixText, rateModes, redisMode string
-	fs.StringVar(&o.scenario, "scenario", "", "hit, miss, latest-reduction, bulk-reduction, catalog-reduction, ws, ws-latest, freshness, replicas, continuity or load (default: load with -target, else hit)")
-	fs.StringVar(&targets, "target", "", "base URL(s) of an external gateway, comma-separated; clients are spread over them (scenario load)")
-	fs.StringVar(&o.keyID, "key", os.Getenv("STREAMGATE_KEY"), "key ID for -target (default $STREAMGATE_KEY)")
-	fs.StringVar(&o.secret, "secret", "", "key secret for -target (default $STREAMGATE_SECRET)")
-	fs.IntVar(&o.conc, "c", 50, "concurrent clients (latest-reduction, ws-latest: 200; ws, continuity: 1000 WebSocket clients; freshness: 50 and 200, or this with -streams)")
-	fs.DurationVar(&o.dur, "d", 10*time.Second, "duration of each measured run (latest-reduction: 30s)")
-	fs.Int64Var(&o.maxRequests, "n", 0, "most requests of each measured run; 0: no bound (bulk-reduction: 2000)")
-	fs.IntVar(&o.streams, "streams", 20, "streams the requests spread over (continuity: 10; ws, ws-latest: 100; freshness: 30 and 100, or this with -c)")
-	fs.StringVar(&feeds, "feeds", "", "stream IDs for -target, comma-separated (default: the first -streams of GET /api/v1/feeds)")
-	fs.StringVar(&mixText, "mix", "latest=8,reports=1,bulk=1", "endpoint weights of scenario load: latest, reports, bulk, page, discovery, feeds")
-	fs.IntVar(&o.bulk, "bulk", 20, "streams per bulk request")
-	fs.IntVar(&o.bulkCached, "bulk-cached", 15, "bulk-reduction: streams of each bulk request already cached at its timestamp")
-	fs.IntVar(&o.teams, "teams", 20, "catalog-reduction: teams, each with its own key")
-	fs.DurationVar(&o.latestTTL, "latest-ttl", 0, "cache.latest_ttl of the in-process gateway (hit: 1h; else the default, 500ms)")
-	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side (freshness: 5s)")
-	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "freshness: how often each client asks")
-	fs.IntVar(&o.rounds, "rounds", 2, "hit (default 5), miss: alternating runs of each side, each -d/rounds long")
-	fs.IntVar(&o.hitBulk, "hit-bulk", 0, "hit: also measure bulk requests of this many streams, every one cached, on the gateway; 0: not")
-	fs.BoolVar(&o.hitTracing, "tracing", false, "hit: also measure gateways tracing at sample ratio 0, 0.01 and 1, exporting over OTLP/HTTP to a collector stand-in in this process that takes and drops the spans")
-	fs.BoolVar(&o.hitTLS, "tls", false, "hit: also measure a gateway serving https (TLS 1.3, HTTP/1.1 on kept-alive connections, a certificate made for the run)")
-	fs.BoolVar(&o.pin, "pin", true, "hit: pin the servers to CPU 0 and this client to CPU 1 with taskset, where there is taskset and two CPUs")
-	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")
-	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
-	fs.StringVar(&o.redis, "redis", "", "replicas: URL of a Redis to use (it is flushed); default: a redis-server from PATH on a free loopback port")
-	fs.StringVar(&redisMode, "redis-mode", redisSingle, "replicas: the Redis the replicas share: single (one redis-server), sentinel (a master, a replica and three sentinels), cluster (three masters with a replica each), a comma-separated list of them run one after the other, or all; given, the scenario also prints Redis round trips, commands and CPU per request and the p99 added to single mode's")
-	fs.StringVar(&rateModes, "rate-mode", "bucket", "freshness: how the simulator counts its 10/s limit: bucket (burst 1, the strictest), calendar (per calendar second), sliding (in any one second), a comma-separated list of them, or all")
-	fs.DurationVar(&o.budgetMargin, "budget-margin", config.DefaultBudgetMargin, "freshness: the gateway's budget_margin on both networks (positive)")
-	fs.Float64Var(&o.budgetRPS, "budget-rps", 10, "freshness: the gateway's budget rps on both networks (the simulator allows 10/s; a higher value shows how the budget learns from 429s)")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseOptions(args, stdout, stderr)
+	if err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	o.set = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
-	if !o.set["secret"] {
-		o.secret = os.Getenv("STREAMGATE_SECRET")
-	}
-	o.targets = splitList(targets)
-	o.feeds = splitList(feeds)
-	o.out = stdout
-	var err error
-	if o.rateModes, err = parseRateModes(rateModes); err != nil {
-		return err
-	}
-	if o.redisModes, err = parseRedisModes(redisMode); err != nil {
-		return err
-	}
-	if !(o.budgetRPS > 0) {
-		return errors.New("-budget-rps must be positive")
-	}
-	if o.budgetMargin <= 0 {
-		return errors.New("-budget-margin must be positive")
-	}
-	if o.mix, err = parseMix(mixText); err != nil {
-		return err
-	}
-	if o.scenario == "" {
-		o.scenario = "hit"
-		if len(o.targets) > 0 {
-			o.scenario = "load"
-		}
-	}
-	if o.conc < 1 || o.dur <= 0 || o.streams < 1 || o.bulk < 1 || o.maxRequests < 0 {
-		return errors.New("-c, -d, -streams and -bulk must be positive, -n not negative")
-	}
-	o.profileStart, o.profileStop = profiler(o.cpuProfile)
-
-	scenarios := map[string]func(context.Context, *options) error{
-		"hit":               scenarioHit,
-		"miss":              scenarioMiss,
-		"latest-reduction":  scenarioLatest,
-		"bulk-reduction":    scenarioBulk,
-		"catalog-reduction": scenarioCatalog,
-		"ws":                scenarioWS,
-		"ws-latest":         scenarioWSLatest,
-		"freshness":         scenarioFreshness,
-		"load":              scenarioLoad,
-		"replicas":          scenarioReplicas,
-		"continuity":        scenarioContinuity,
 	}
 	sc, ok := scenarios[o.scenario]
 	if !ok {
@@ -201,109 +97,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(o.out, "streamgate-bench %s: %s, %s/%s, GOMAXPROCS %d, %d CPUs (%s)\n",
 		o.scenario, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), cpuModel())
-	return sc(ctx, &o)
-}
-
-// profiler returns functions that start and stop a CPU profile into path;
-// both do nothing when path is empty. Only the first start profiles.
-func profiler(path string) (start func() error, stop func()) {
-	if path == "" {
-		return func() error { return nil }, func() {}
-	}
-	var f *os.File
-	done := false
-	start = func() error {
-		if done || f != nil {
-			return nil
-		}
-		var err error
-		if f, err = os.Create(path); err != nil {
-			return err
-		}
-		return pprof.StartCPUProfile(f)
-	}
-	stop = func() {
-		if f == nil || done {
-			return
-		}
-		pprof.StopCPUProfile()
-		f.Close()
-		done = true
-	}
-	return start, stop
-}
-
-// mix is a weighted choice of endpoints.
-type mix struct {
-	names   []string
-	weights []int
-	total   int
-}
-
-var mixEndpoints = []string{"latest", "reports", "bulk", "page", "discovery", "feeds"}
-
-func parseMix(s string) (mix, error) {
-	var m mix
-	for _, part := range splitList(s) {
-		name, w, ok := strings.Cut(part, "=")
-		n, err := strconv.Atoi(w)
-		known := false
-		for _, e := range mixEndpoints {
-			known = known || e == name
-		}
-		if !ok || err != nil || n < 0 || !known {
-			return mix{}, fmt.Errorf("-mix: %q is not endpoint=weight with endpoint one of %s", part, strings.Join(mixEndpoints, ", "))
-		}
-		if n > 0 {
-			m.names, m.weights = append(m.names, name), append(m.weights, n)
-			m.total += n
-		}
-	}
-	if m.total == 0 {
-		return mix{}, errors.New("-mix: no endpoint with a positive weight")
-	}
-	return m, nil
-}
-
-// pick chooses an endpoint for a number r in [0, total).
-func (m mix) pick(r int) string {
-	for i, w := range m.weights {
-		if r < w {
-			return m.names[i]
-		}
-		r -= w
-	}
-	return m.names[len(m.names)-1]
-}
-
-func (m mix) String() string {
-	parts := make([]string, len(m.names))
-	for i := range m.names {
-		parts[i] = m.names[i] + "=" + strconv.Itoa(m.weights[i])
-	}
-	return strings.Join(parts, ",")
-}
-
-func splitList(s string) []string {
-	var out []string
-	for part := range strings.SplitSeq(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
-// cpuModel is the CPU's model name, from /proc/cpuinfo where there is one.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
+	return sc(ctx, o)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -219,26 +218,6 @@ func TestScenarioFreshnessSmoke(t *testing.T) {
 	}
 	assert.Contains(t, o, "swr    latest_max_stale 3s, latest_max_wait 1s, latest_bulk_refresh true")
 	assert.Contains(t, o, "before latest_max_stale 0s, latest_max_wait 30s, latest_bulk_refresh false")
-}
-
-// frameFields reads the two fields the ws scenario needs as encoding/json
-// does, and refuses a frame without them.
-func TestFrameFields(t *testing.T) {
-	feed := "0x" + strings.Repeat("0a", 32)
-	b, err := json.Marshal(map[string]any{"report": map[string]any{
-		"feedID": feed, "validFromTimestamp": 1795469612, "observationsTimestamp": 1795469613, "fullReport": "0x00",
-	}})
-	require.NoError(t, err)
-	var h frameHead
-	require.NoError(t, json.Unmarshal(b, &h))
-	got, ts, err := frameFields(b)
-	require.NoError(t, err)
-	assert.Equal(t, h.Report.FeedID, string(got))
-	assert.Equal(t, h.Report.ObservationsTimestamp, ts)
-	for _, bad := range []string{`{}`, `{"report":{"feedID":"0x`, `{"report":{"feedID":"0x1"}}`, `{"report":{"feedID":"0x1","observationsTimestamp":"x"}}`} {
-		_, _, err := frameFields([]byte(bad))
-		assert.Error(t, err, bad)
-	}
 }
 
 // The replicas scenario, tiny, against a real redis-server: a row for 1, 2

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,145 +11,65 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"streamgate/config"
+	"streamgate/internal/fleet"
 	"streamgate/internal/redisproc"
 	"streamgate/redisconn"
 )
 
 // The Redis modes of the replicas scenario (-redis-mode).
 const (
-	redisSingle   = "single"
-	redisSentinel = "sentinel"
-	redisCluster  = "cluster"
+	redisSingle   = fleet.RedisSingle
+	redisSentinel = fleet.RedisSentinel
+	redisCluster  = fleet.RedisCluster
 )
 
-var redisModes = []string{redisSingle, redisSentinel, redisCluster}
+var redisModes = fleet.RedisModes
 
 // parseRedisModes reads -redis-mode: single, sentinel, cluster, a
 // comma-separated list of them, or all.
 func parseRedisModes(s string) ([]string, error) {
-	if s == "all" {
-		return redisModes, nil
+	modes, err := fleet.ParseRedisModes(s)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-mode: %w", err)
 	}
-	var out []string
-	for m := range strings.SplitSeq(s, ",") {
-		m = strings.TrimSpace(m)
-		switch m {
-		case redisSingle, redisSentinel, redisCluster:
-		default:
-			return nil, fmt.Errorf("-redis-mode: %q is not single, sentinel or cluster", m)
-		}
-		for _, seen := range out {
-			if seen == m {
-				return nil, fmt.Errorf("-redis-mode: %s given twice", m)
-			}
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return modes, nil
 }
 
 // modeRedis is the Redis of one mode of a run and an admin client of it.
-type modeRedis struct {
-	mode   string
-	target config.RedisTarget    // what the gateways are configured with: URL, Sentinel or Cluster
-	conn   redisconn.Target      // the same for a redisconn client of the bench's own
-	admin  redis.UniversalClient // a plain client, a failover client or a cluster client
-	stop   func()
-	what   string // the servers, for the output
-}
+type modeRedis struct{ *fleet.Redis }
 
-// startModeRedis starts the Redis of mode for the run: for single -redis
-// if given, else a redis-server from PATH on a free loopback port; for
-// sentinel a master, a replica and three sentinels; for cluster three
-// masters with a replica each. Every server listens on loopback and keeps
-// nothing on disk.
-func startModeRedis(ctx context.Context, o *options, mode string) (*modeRedis, error) {
+// startModeRedis starts the Redis of mode for the run (fleet.StartRedis):
+// for single -redis if given, else a redis-server from PATH on a free
+// loopback port; for sentinel a master, a replica and three sentinels;
+// for cluster three masters with a replica each. Every server listens on
+// loopback and keeps nothing on disk.
+func startModeRedis(o *options, mode string) (*modeRedis, error) {
+	url := ""
 	if mode == redisSingle {
-		url, admin, stop, err := benchRedis(ctx, o)
-		if err != nil {
-			return nil, err
+		url = o.redis
+		if _, err := redisproc.LookPath("redis-server"); url == "" && err != nil {
+			return nil, errors.New("this scenario needs Redis: give -redis URL, or install redis-server")
 		}
-		what := "one redis-server"
-		if o.redis != "" {
-			what = "the Redis of -redis"
-		}
-		return &modeRedis{mode: mode, target: config.RedisTarget{URL: url}, conn: redisconn.Target{URL: url},
-			admin: admin, stop: stop, what: what}, nil
 	}
-	bin, err := redisproc.LookPath("redis-server")
+	r, err := fleet.StartRedis(mode, url)
 	if err != nil {
 		return nil, fmt.Errorf("-redis-mode %s: %w", mode, err)
 	}
-	dir, err := os.MkdirTemp("", "streamgate-bench-redis-")
-	if err != nil {
-		return nil, err
+	if url != "" {
+		r.What = "the Redis of -redis"
 	}
-	switch mode {
-	case redisSentinel:
-		sbin, err := redisproc.LookPath("redis-sentinel")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("-redis-mode sentinel: %w", err)
-		}
-		s, err := redisproc.StartSentinel(bin, sbin, dir)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		admin := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redisproc.SentinelMaster, SentinelAddrs: s.Addrs()})
-		return &modeRedis{mode: mode,
-			target: config.RedisTarget{Sentinel: &config.RedisSentinel{Master: redisproc.SentinelMaster, Addrs: s.Addrs()}},
-			conn:   redisconn.Target{Sentinel: &redisconn.Sentinel{Master: redisproc.SentinelMaster, Addrs: s.Addrs()}},
-			admin:  admin, what: "a master, a replica and three sentinels",
-			stop: func() { admin.Close(); s.Stop(); os.RemoveAll(dir) }}, nil
-	default:
-		cli, err := redisproc.LookPath("redis-cli")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("-redis-mode cluster: %w", err)
-		}
-		c, err := redisproc.StartCluster(bin, cli, dir)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-		return &modeRedis{mode: mode,
-			target: config.RedisTarget{Cluster: &config.RedisCluster{Addrs: c.Addrs()}},
-			conn:   redisconn.Target{Cluster: c.Addrs()},
-			admin:  admin, what: "three masters with a replica each",
-			stop: func() { admin.Close(); c.Stop(); os.RemoveAll(dir) }}, nil
-	}
-}
-
-// eachMaster runs fn on every master: the one node, the Sentinel set's
-// master, or each master of the cluster.
-func (r *modeRedis) eachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
-	switch c := r.admin.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, fn)
-	case *redis.Client:
-		return fn(ctx, c)
-	}
-	return fmt.Errorf("redis: admin client %T", r.admin)
+	return &modeRedis{r}, nil
 }
 
 // flush empties every master.
-func (r *modeRedis) flush(ctx context.Context) error {
-	err := r.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.FlushAll(ctx).Err() })
-	if err != nil {
-		return fmt.Errorf("redis: flush: %w", err)
-	}
-	return nil
-}
+func (r *modeRedis) flush(ctx context.Context) error { return r.Flush(ctx) }
 
 // cpu is the CPU time the masters have used since they started:
 // used_cpu_sys + used_cpu_user of INFO cpu, summed over the masters.
 func (r *modeRedis) cpu(ctx context.Context) (time.Duration, error) {
 	var mu sync.Mutex
 	var sum float64
-	err := r.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+	err := r.EachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "cpu").Result()
 		if err != nil {
 			return err

@@ -7,16 +7,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"slices"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
-	"streamgate/internal/redisproc"
 	"streamgate/redisconn"
 	"streamgate/server"
 	"streamgate/simulator"
@@ -120,20 +116,20 @@ type replicaRow struct {
 // of mode and prints their table, then the hit latency.
 func replicasMode(ctx context.Context, o *options, mode string, sim *simulator.Simulator, upstream map[string]string,
 	feeds []string, k key, ttl time.Duration, next func(int) func(int64, int, *rand.Rand) call) (_ []replicaRow, _ hitCost, err error) {
-	rd, err := startModeRedis(ctx, o, mode)
+	rd, err := startModeRedis(o, mode)
 	if err != nil {
 		return nil, hitCost{}, err
 	}
-	defer rd.stop()
+	defer rd.Close()
 	if o.set["redis-mode"] {
-		fmt.Fprintf(o.out, "\n== Redis %s: %s\n", mode, rd.what)
+		fmt.Fprintf(o.out, "\n== Redis %s: %s\n", mode, rd.What)
 	}
 	var rows []replicaRow
 	for n := 1; n <= 3; n++ {
 		if err := rd.flush(ctx); err != nil {
 			return nil, hitCost{}, err
 		}
-		reps, err := startReplicas(n, rd.target, upstream, k, ttl)
+		reps, err := startReplicas(n, rd.Target, upstream, k, ttl)
 		if err != nil {
 			return nil, hitCost{}, err
 		}
@@ -212,11 +208,11 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *simulator.S
 // (an L1 miss answered from Redis), and reports both; then the tier's own
 // lookup (Fill on a key held in Redis) without HTTP.
 func hitLatency(ctx context.Context, o *options, rd *modeRedis, upstream map[string]string, k key, feeds []string) (hitCost, error) {
-	no := hitCost{mode: rd.mode}
+	no := hitCost{mode: rd.Mode}
 	if err := rd.flush(ctx); err != nil {
 		return no, err
 	}
-	reps, err := startReplicas(2, rd.target, upstream, k, 0)
+	reps, err := startReplicas(2, rd.Target, upstream, k, 0)
 	if err != nil {
 		return no, err
 	}
@@ -268,7 +264,7 @@ func hitLatency(ctx context.Context, o *options, rd *modeRedis, upstream map[str
 		diff(l2.quantile(0.5), l1.quantile(0.5)), diff(l2.quantile(0.9), l1.quantile(0.9)))
 
 	// The tier's lookup alone: one EVALSHA, decode, checksum, Check.
-	rc, err := redisconn.New(rd.conn, redisconn.Options{})
+	rc, err := redisconn.New(rd.Conn, redisconn.Options{})
 	if err != nil {
 		return no, err
 	}
@@ -297,7 +293,7 @@ func hitLatency(ctx context.Context, o *options, rd *modeRedis, upstream map[str
 	}
 	fmt.Fprintf(o.out, "shared tier lookup alone (1.6 KB entry, no HTTP): p50 %s, p90 %s, p99 %s\n",
 		fmtDur(look.quantile(0.5)), fmtDur(look.quantile(0.9)), fmtDur(look.quantile(0.99)))
-	return hitCost{mode: rd.mode, fromRedis: l2.quantile(0.99), fromMemory: l1.quantile(0.99), lookup: look.quantile(0.99)}, nil
+	return hitCost{mode: rd.Mode, fromRedis: l2.quantile(0.99), fromMemory: l1.quantile(0.99), lookup: look.quantile(0.99)}, nil
 }
 
 // replicaSet is n gateways (server.New, as the binary builds them) that
@@ -386,35 +382,4 @@ func (rs *replicaSet) close() {
 	for _, srv := range slices.Backward(rs.srvs) {
 		srv.Close()
 	}
-}
-
-// benchRedis is the Redis of a run: -redis, else a redis-server from PATH
-// started on a free loopback port for the run (no persistence). It
-// returns its URL and a client of it; stop closes the client and stops
-// what it started.
-func benchRedis(ctx context.Context, o *options) (url string, admin *redis.Client, stop func(), err error) {
-	url, stopServer := o.redis, func() {}
-	if url == "" {
-		bin, err := redisproc.LookPath("redis-server")
-		if err != nil {
-			return "", nil, nil, errors.New("this scenario needs Redis: give -redis URL, or install redis-server")
-		}
-		dir, err := os.MkdirTemp("", "streamgate-bench-redis-")
-		if err != nil {
-			return "", nil, nil, err
-		}
-		srv, err := redisproc.Start(bin, dir, nil)
-		if err != nil {
-			os.RemoveAll(dir)
-			return "", nil, nil, err
-		}
-		url, stopServer = srv.URL(), func() { srv.Stop(); os.RemoveAll(dir) }
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		stopServer()
-		return "", nil, nil, fmt.Errorf("-redis: %w", err)
-	}
-	admin = redis.NewClient(opt)
-	return url, admin, func() { admin.Close(); stopServer() }, nil
 }

@@ -333,3 +333,17 @@ func benchLogger(level string) (*zap.Logger, error) {
 	}
 	return nil, fmt.Errorf("-log: %q is not one of debug, info, warn, error, off", level)
 }
+
+// startWarmStack starts the stack of the request scenarios (latest_ttl of
+// the flags, a key per client) and warms it; the caller closes it.
+func startWarmStack(ctx context.Context, o *options) (*stack, error) {
+	s, err := startStack(stackConfig{LatestTTL: o.latestTTL, ClientKeys: o.conc, LogLevel: o.logLevel})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.warm(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gobwas/ws"
 
+	"streamgate/internal/fleet"
 	"streamgate/simulator"
 )
 
@@ -62,7 +63,7 @@ func (b *bareFanout) pump() {
 		if err != nil {
 			return
 		}
-		feed, _, err := frameFields(frame)
+		feed, _, err := fleet.FrameFields(frame)
 		if err != nil {
 			continue
 		}

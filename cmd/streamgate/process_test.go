@@ -5,7 +5,6 @@ package main
 // loopback port. They learn the addresses from the JSON log on stderr.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,6 +26,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/internal/fleet"
 )
 
 // binary is the streamgate binary under test.
@@ -40,14 +39,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "streamgate")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race") // the binary too is checked for races
-	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building streamgate:", err)
+	// With -race, the binary too is checked for races.
+	if err := fleet.Build(context.Background(), ".", binary, raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -146,19 +140,19 @@ func (l logLine) str(key string) string {
 	return s
 }
 
-// proc is a running streamgate process.
+// proc is a running streamgate process (a fleet.Proc) as the tests use it:
+// every wait fails the test rather than return an error, and its cleanup
+// kills it, fails the test on a data race the binary reported and logs
+// the process's log when the test failed.
 type proc struct {
+	*fleet.Proc
 	t       testing.TB
-	cmd     *exec.Cmd
 	cfgPath string
 
-	mu      sync.Mutex
-	lines   []logLine
-	raw     []string
-	changed chan struct{} // closed and replaced when a line arrives
-
-	exited  chan struct{} // closed when the process has ended
-	exitErr error
+	// A copy of the log as it comes, for the tests that read it whole.
+	mu    sync.Mutex
+	lines []logLine
+	raw   []string
 
 	net   map[string]string // network → base URL
 	admin string            // admin base URL
@@ -175,34 +169,52 @@ func start(t testing.TB, cfg string, networks []string, args ...string) *proc {
 // configuration first.
 func startFiles(t testing.TB, cfg string, files map[string]string, networks []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cfgPath: filepath.Join(t.TempDir(), "streamgate.yaml"), changed: make(chan struct{}),
-		exited: make(chan struct{}), net: map[string]string{}}
-	for name, content := range files {
-		require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p.cfgPath), name), []byte(content), 0o600))
-	}
-	p.writeConfig(cfg)
-	p.cmd = exec.Command(binary, append([]string{"-config", p.cfgPath}, args...)...)
-	stderr, err := p.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	go p.read(stderr)
-	t.Cleanup(func() {
-		if !p.done() {
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
+	p := &proc{t: t}
+	fp, err := fleet.StartProc(fleet.ProcConfig{Binary: binary, Dir: t.TempDir(), Config: cfg, Files: files,
+		Networks: networks, Args: args, Log: p.record})
+	if err != nil {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		for _, line := range p.raw {
+		t.Fatalf("%v; streamgate log (last lines):\n%s", err, strings.Join(p.raw[max(0, len(p.raw)-60):], "\n"))
+	}
+	p.use(fp)
+	return p
+}
+
+// use makes p the test's view of fp and registers its cleanup.
+func (p *proc) use(fp *fleet.Proc) {
+	p.Proc, p.cfgPath, p.net, p.admin = fp, fp.ConfigPath(), fp.Net, fp.Admin
+	watch(p.t, fp)
+}
+
+// record keeps a copy of a log line.
+func (p *proc) record(_ int, raw string) {
+	var l logLine
+	if json.Unmarshal([]byte(raw), &l) != nil {
+		l = logLine{"raw": raw}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.raw = append(p.raw, raw)
+	p.lines = append(p.lines, l)
+}
+
+// watch has the test's cleanup kill p, fail the test on a data race the
+// binary reported, and, when the test failed, log the end of p's log.
+func watch(t testing.TB, p *fleet.Proc) {
+	t.Cleanup(func() {
+		p.Kill()
+		raw := p.Raw()
+		for _, line := range raw {
 			if strings.Contains(line, "DATA RACE") {
-				t.Errorf("the binary reported a data race:\n%s", strings.Join(p.raw, "\n"))
+				t.Errorf("the binary reported a data race:\n%s", strings.Join(raw, "\n"))
 				return
 			}
 		}
 		if t.Failed() {
-			t.Logf("streamgate log (last lines):\n%s", strings.Join(p.raw[max(0, len(p.raw)-60):], "\n"))
+			t.Logf("streamgate log (last lines):\n%s", strings.Join(raw[max(0, len(raw)-60):], "\n"))
 			var notable []string // what the access log's lines would bury
-			for _, line := range p.raw {
+			for _, line := range raw {
 				if !strings.Contains(line, `"msg":"request"`) {
 					notable = append(notable, line)
 				}
@@ -210,71 +222,21 @@ func startFiles(t testing.TB, cfg string, files map[string]string, networks []st
 			t.Logf("streamgate log, all but the access log (last lines):\n%s", strings.Join(notable[max(0, len(notable)-40):], "\n"))
 		}
 	})
-
-	p.admin = "http://" + p.waitLog(20*time.Second, func(l logLine) bool { return l.str("msg") == "admin listening" }).str("addr")
-	for _, name := range networks {
-		l := p.waitLog(20*time.Second, func(l logLine) bool {
-			return l.str("msg") == "serving network" && l.str("network") == name
-		})
-		scheme := "http://"
-		if tls, _ := l["tls"].(bool); tls {
-			scheme = "https://"
-		}
-		p.net[name] = scheme + l.str("listen")
-	}
-	return p
 }
 
-// writeConfig replaces the configuration file atomically, as an operator's
-// tooling would (a reader never sees half a file).
+// writeConfig replaces the configuration file atomically.
 func (p *proc) writeConfig(cfg string) {
 	p.t.Helper()
-	tmp := p.cfgPath + ".new"
-	require.NoError(p.t, os.WriteFile(tmp, []byte(cfg), 0o600))
-	require.NoError(p.t, os.Rename(tmp, p.cfgPath))
+	require.NoError(p.t, p.WriteConfig(cfg))
 }
 
-func (p *proc) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		raw := sc.Text()
-		var l logLine
-		if json.Unmarshal([]byte(raw), &l) != nil {
-			l = logLine{"raw": raw}
-		}
-		p.mu.Lock()
-		p.raw = append(p.raw, raw)
-		p.lines = append(p.lines, l)
-		close(p.changed)
-		p.changed = make(chan struct{})
-		p.mu.Unlock()
-	}
-	io.Copy(io.Discard, r)
-	p.exitErr = p.cmd.Wait()
-	close(p.exited)
-}
-
-func (p *proc) done() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) done() bool { return p.Done() }
 
 // findLog returns the first line from index from on that matches, and the
 // index after it.
-func (p *proc) findLog(from int, match func(logLine) bool) (logLine, int, chan struct{}) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := from; i < len(p.lines); i++ {
-		if match(p.lines[i]) {
-			return p.lines[i], i + 1, nil
-		}
-	}
-	return nil, len(p.lines), p.changed
+func (p *proc) findLog(from int, match func(logLine) bool) (logLine, int, <-chan struct{}) {
+	l, next, changed := p.FindLog(from, func(l fleet.Line) bool { return match(logLine(l)) })
+	return logLine(l), next, changed
 }
 
 // waitLog waits for a log line that matches, failing the test after timeout
@@ -289,53 +251,27 @@ func (p *proc) waitLog(timeout time.Duration, match func(logLine) bool) logLine 
 // after the line found, for the next wait.
 func (p *proc) waitLogFrom(from int, timeout time.Duration, match func(logLine) bool) (logLine, int) {
 	p.t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		l, next, changed := p.findLog(from, match)
-		if l != nil {
-			return l, next
-		}
-		from = next
-		select {
-		case <-changed:
-		case <-p.exited:
-			if l, next, _ := p.findLog(from, match); l != nil {
-				return l, next
-			}
-			p.t.Fatalf("streamgate exited (%v) before the awaited log line", p.exitErr)
-		case <-deadline.C:
-			p.t.Fatalf("no awaited log line within %s", timeout)
-		}
+	l, next, err := p.WaitLogFrom(from, timeout, func(l fleet.Line) bool { return match(logLine(l)) })
+	if err != nil {
+		p.t.Fatal(err)
 	}
+	return logLine(l), next
 }
 
 // logMark is the number of log lines so far: waits from it see only later ones.
-func (p *proc) logMark() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.lines)
-}
+func (p *proc) logMark() int { return p.Mark() }
 
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
-	require.NoError(p.t, p.cmd.Process.Signal(sig))
+	require.NoError(p.t, p.Signal(sig))
 }
 
 // wait waits for the process to end and returns its exit code.
 func (p *proc) wait(timeout time.Duration) int {
 	p.t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(timeout):
-		p.t.Fatalf("streamgate still running %s after being asked to stop", timeout)
-	}
-	var ee *exec.ExitError
-	if errors.As(p.exitErr, &ee) {
-		return ee.ExitCode()
-	}
-	require.NoError(p.t, p.exitErr)
-	return 0
+	code, err := p.Wait(timeout)
+	require.NoError(p.t, err)
+	return code
 }
 
 // signer signs requests with one key, never twice with the same timestamp

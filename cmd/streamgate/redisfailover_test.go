@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/internal/redistest"
-	"streamgate/simulator"
 )
 
 // shareKey is a key of mainnet's stream sharing: the master that serves
@@ -67,7 +65,7 @@ func streamingRedisFailover(t *testing.T, block string, kill func() time.Duratio
 		cfg := continuityConfig(upstream, "redis://unused")
 		return strings.Replace(cfg, `redis: {url: "redis://unused"}`, "redis: "+block, 1)
 	})
-	feeds := feedIDs(t, c.reps[0].net["mainnet"], 3)
+	feeds := feedIDs(t, c.Replica(0).Net["mainnet"], 3)
 	var phase atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -77,28 +75,28 @@ func streamingRedisFailover(t *testing.T, block string, kill func() time.Duratio
 	// One upstream connection per origin for the whole fleet: the three
 	// streams fit one connection, the upstream has two origins.
 	const shared = 2
-	require.Eventually(t, func() bool { return c.sharing() && c.upstreamOpen() == shared }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return c.sharing() && c.UpstreamOpen() == shared }, 30*time.Second, 100*time.Millisecond,
 		"the replicas share %d upstream connections", shared)
 
 	c.runScenarios(feeds, clients, &phase, func() { cancel(); wg.Wait() }, []scenario{
 		{"Redis master SIGKILLed", func() {
 			var peak atomic.Int64
-			stop := c.sampleUpstream(&peak)
-			before429 := c.refused()
+			stop := c.SampleUpstream(&peak)
+			before429 := c.Refused()
 			took := kill()
 			end := time.Now()
 			var after time.Duration
 			require.Eventually(t, func() bool {
 				after = time.Since(end)
-				return c.sharing() && c.upstreamOpen() == shared
+				return c.sharing() && c.UpstreamOpen() == shared
 			}, 60*time.Second, 50*time.Millisecond, "the replicas share again, none restarted")
 			stop()
-			for i, p := range c.reps {
-				assert.False(t, p.done(), "replica %d exited", i)
+			for i, p := range c.Replicas() {
+				assert.False(t, p.Done(), "replica %d exited", i)
 			}
 			t.Logf("failover %v; every replica shares again %v after its end; upstream connections: %d before, %d at most meanwhile, %d after; replicas restarted 0",
-				took.Round(time.Millisecond), after.Round(10*time.Millisecond), shared, peak.Load(), c.upstreamOpen())
-			refused := c.refused()
+				took.Round(time.Millisecond), after.Round(10*time.Millisecond), shared, peak.Load(), c.UpstreamOpen())
+			refused := c.Refused()
 			for e := range before429 {
 				refused[e] -= before429[e]
 			}
@@ -117,77 +115,23 @@ func streamingRedisFailover(t *testing.T, block string, kill func() time.Duratio
 // sharing reports whether every replica shares mainnet's upstream
 // connections through Redis.
 func (c *cluster) sharing() bool {
-	for _, p := range c.reps {
-		ok := false
-		for _, m := range scrape(c.t, p)["streamgate_ws_share_sharing"].GetMetric() {
-			if labelsOf(m)["network"] == simulator.Mainnet && value(m) == 1 {
-				ok = true
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// refused counts the upstream's 429 answers by endpoint.
-func (c *cluster) refused() map[string]int64 {
-	out := map[string]int64{}
-	c.sim.Counters().Sum(func(n simulator.Count) bool {
-		if n.Status == http.StatusTooManyRequests {
-			out[n.Endpoint] += n.N
-		}
-		return false
-	})
-	return out
+	ok, err := c.Sharing()
+	assert.NoError(c.t, err)
+	return ok
 }
 
 // perReplica is the sum of the metric family name on each replica.
 func (c *cluster) perReplica(name string) []float64 {
-	out := make([]float64, len(c.reps))
-	for i, p := range c.reps {
-		for _, m := range scrape(c.t, p)[name].GetMetric() {
-			out[i] += value(m)
-		}
-	}
-	return out
+	v, err := c.PerReplica(name)
+	assert.NoError(c.t, err)
+	return v
 }
 
 // resumed is the number of client subscriptions resumed on the replicas.
 func (c *cluster) resumed() float64 {
 	n := 0.0
-	for _, p := range c.reps {
-		for _, m := range scrape(c.t, p)["streamgate_ws_resumed_total"].GetMetric() {
-			n += value(m)
-		}
+	for _, v := range c.perReplica("streamgate_ws_resumed_total") {
+		n += v
 	}
 	return n
-}
-
-// upstreamOpen is the number of upstream WebSocket connections open now.
-func (c *cluster) upstreamOpen() int64 { return c.sim.Counters().WSTotal(simulator.Mainnet).Open }
-
-// sampleUpstream records in peak the most upstream connections open at
-// once until the returned stop is called.
-func (c *cluster) sampleUpstream(peak *atomic.Int64) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tk := time.NewTicker(10 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			if n := c.upstreamOpen(); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-done:
-				return
-			case <-tk.C:
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }

@@ -58,9 +58,11 @@ type Balancer struct {
 
 type backend struct {
 	Backend
-	ready  atomic.Bool
-	routed atomic.Int64
-	stop   chan struct{}
+	ready     atomic.Bool
+	routed    atomic.Int64
+	stop      chan struct{}
+	firstUp   chan struct{} // closed at the first poll that answers 200
+	closeOnce sync.Once
 }
 
 // Listen starts a balancer on addr (e.g. "127.0.0.1:0") in front of
@@ -89,13 +91,17 @@ func Listen(addr string, opts Options, backends ...Backend) (*Balancer, error) {
 // Addr is the address the balancer listens on.
 func (b *Balancer) Addr() string { return b.ln.Addr().String() }
 
-// Add puts a backend behind the balancer and starts polling it.
-func (b *Balancer) Add(be Backend) {
-	nb := &backend{Backend: be, stop: make(chan struct{})}
+// Add puts a backend behind the balancer and starts polling it. The
+// returned channel is closed once a poll of the backend answers 200: from
+// then on the balancer routes new connections to it (until it turns not
+// ready). It is never closed for a backend that is never ready.
+func (b *Balancer) Add(be Backend) <-chan struct{} {
+	nb := &backend{Backend: be, stop: make(chan struct{}), firstUp: make(chan struct{})}
 	b.mu.Lock()
 	b.backends = append(b.backends, nb)
 	b.mu.Unlock()
 	go b.poll(nb)
+	return nb.firstUp
 }
 
 // Remove takes the backend serving addr from the balancer: no new
@@ -167,7 +173,11 @@ func (b *Balancer) poll(be *backend) {
 	t := time.NewTicker(b.opts.Interval)
 	defer t.Stop()
 	for {
-		be.ready.Store(b.check(be.Ready))
+		ready := b.check(be.Ready)
+		be.ready.Store(ready)
+		if ready {
+			be.closeOnce.Do(func() { close(be.firstUp) })
+		}
 		select {
 		case <-be.stop:
 			be.ready.Store(false)

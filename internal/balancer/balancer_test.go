@@ -205,3 +205,30 @@ func TestRemove(t *testing.T) {
 		assert.Equal(t, "b", name)
 	}
 }
+
+// TestAddSignalsFirstReady: the channel Add returns stays open while the
+// backend answers 503, and is closed by the first poll that answers 200;
+// from then on the balancer routes to it.
+func TestAddSignalsFirstReady(t *testing.T) {
+	r := newReplica(t, "r", false)
+	b, err := Listen("127.0.0.1:0", Options{Interval: 5 * time.Millisecond})
+	require.NoError(t, err)
+	defer b.Close()
+	up := b.Add(r.backend())
+	polled := r.polls.Load()
+	require.Eventually(t, func() bool { return r.polls.Load() > polled+2 }, 10*time.Second, time.Millisecond, "polled while not ready")
+	select {
+	case <-up:
+		t.Fatal("closed while the backend answers 503")
+	default:
+	}
+	r.ready.Store(true)
+	select {
+	case <-up:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not closed after the backend turned ready")
+	}
+	assert.Equal(t, []string{r.ln.Addr().String()}, b.Ready())
+	name, _ := greet(t, b)
+	assert.Equal(t, "r", name)
+}

@@ -1,8 +1,9 @@
-package realtime
+package share
 
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,8 +20,8 @@ import (
 // known but no longer alive (presenceScript): the holder crashed or lost
 // Redis. Then it runs a share tick at once, so that it (or another
 // replica, at its own next tick) takes the chunk; the frames the dead
-// holder had not relayed are filled from REST as any gap (see
-// continuity.go). A replica that never wrote a presence (an older version
+// holder had not relayed are filled from REST as any gap (the hub's
+// continuity). A replica that never wrote a presence (an older version
 // during a rolling deploy) is not known and its leases only expire.
 //
 // A replica frees nobody's lease until its own presence writes have
@@ -63,16 +64,37 @@ end
 return n
 `)
 
-// presence writes this replica's presence and frees the leases of dead
-// holders until the hub closes; it deletes the presence when the hub hands
-// over.
-func (s *sharer) presence() {
-	h := s.h
-	defer h.wg.Done()
-	keys := []string{s.kAlive, s.kKnown}
-	for i := range h.cfg.MaxConnections {
-		keys = append(keys, s.kLease+strconv.Itoa(i))
+// presence is a Sharer's presence in Redis: it writes it and frees the
+// leases of dead holders (asking its Sharer for a tick at once, stepNow).
+type presence struct {
+	c      redis.UniversalClient
+	id     string   // this replica
+	kAlive string   // replica → expiry (ms, Redis's clock)
+	keys   []string // alive, known (replicas seen within knownTTL), and every lease
+	log    *zap.Logger
+	mx     shareMetrics
+
+	stepNow chan struct{} // a tick at once: a dead holder's lease was freed
+	left    atomic.Bool   // the Sharer handed over: delete the presence and stop
+	reaped  atomic.Int64  // leases of dead holders freed
+	reaping atomic.Bool   // the presence may free leases (see reapAfter)
+}
+
+// newPresence returns the presence of replica id among the keys of base
+// (<prefix>{<network>}:), with leases 0 to maxConns-1.
+func newPresence(c redis.UniversalClient, id, base string, maxConns int, log *zap.Logger, mx shareMetrics) *presence {
+	keys := []string{base + "alive", base + "known"}
+	for i := range maxConns {
+		keys = append(keys, base+"lease:"+strconv.Itoa(i))
 	}
+	return &presence{c: c, id: id, kAlive: base + "alive", keys: keys, log: log, mx: mx, stepNow: make(chan struct{}, 1)}
+}
+
+// run writes this replica's presence and frees the leases of dead
+// holders until ctx ends; it deletes the presence when the Sharer hands
+// over.
+func (s *presence) run(ctx context.Context) {
+	keys := s.keys
 	args := []any{s.id, presenceTTL.Milliseconds(), knownTTL.Milliseconds(), "0"}
 	t := time.NewTicker(presenceEvery)
 	defer t.Stop()
@@ -80,12 +102,12 @@ func (s *sharer) presence() {
 	for first := true; ; first = false {
 		if !first {
 			select {
-			case <-h.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 		}
-		if s.leftA.Load() {
+		if s.left.Load() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			s.c.ZRem(ctx, s.kAlive, s.id)
 			cancel()
@@ -98,8 +120,8 @@ func (s *sharer) presence() {
 		if reap {
 			args[3] = "1"
 		}
-		ctx, cancel := context.WithTimeout(h.ctx, presenceEvery)
-		n, err := presenceScript.Run(ctx, s.c, keys, args...).Int64()
+		wctx, cancel := context.WithTimeout(ctx, presenceEvery)
+		n, err := presenceScript.Run(wctx, s.c, keys, args...).Int64()
 		cancel()
 		if err != nil {
 			okSince = time.Time{}
@@ -110,8 +132,8 @@ func (s *sharer) presence() {
 		}
 		if n > 0 {
 			s.reaped.Add(n)
-			h.mx.lease("reaped")
-			h.log.Info("a chunk's holder is gone: its lease freed for takeover", zap.Int64("leases", n))
+			s.mx.lease("reaped")
+			s.log.Info("a chunk's holder is gone: its lease freed for takeover", zap.Int64("leases", n))
 			select {
 			case s.stepNow <- struct{}{}:
 			default:
