@@ -149,12 +149,8 @@ type Network struct {
 	rest    REST
 }
 
-// network is Network under the name its handlers (serveWS, serveRoot,
-// serveStream) were written with.
-type network = Network
-
 // resumeCharge is what a resumed client's fill costs team (REST.Charge).
-func (n *network) resumeCharge(team string) realtime.FillCharge { return n.rest.Charge(team) }
+func (n *Network) resumeCharge(team string) realtime.FillCharge { return n.rest.Charge(team) }
 
 // noStream is the endpoint of a network without a stream.
 var noStream = &Network{}

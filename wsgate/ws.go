@@ -243,7 +243,7 @@ var (
 // client, and no client is ever passed through to the upstream one to one.
 // The streams and their entitlement are the network's REST's to check
 // (REST.ReadStreams).
-func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	if n.hub == nil {
 		writeError(w, errNoStream)
 		return
@@ -257,7 +257,6 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if !ok {
 		return
 	}
-	rq := streamQuery{feeds: feeds}
 	if !isUpgrade(r) {
 		writeError(w, errNotUpgrade)
 		return
@@ -275,7 +274,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	var resumeAs string
 	var from map[string]int64
 	if n.resume != nil {
-		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, rq.feeds)
+		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, feeds)
 		from, _ = n.resume.load(r.Context(), resumeAs)
 	}
 	// Subscribed before the upgrade: a client whose streams the upstream
@@ -284,7 +283,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if len(from) > 0 {
 		charge = n.resumeCharge(team)
 	}
-	sub, err := n.hub.Subscribe(rq.feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: from, Within: true, Charge: charge})
+	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: from, Within: true, Charge: charge})
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -299,12 +298,12 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer conn.Close()
-	upgraded(r.Context(), len(rq.feeds), from != nil)
+	upgraded(r.Context(), len(feeds), from != nil)
 	n.metrics.wsClient(n.name, origin, 1)
 	defer n.metrics.wsClient(n.name, origin, -1)
 
 	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
-		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
+		upgrade: r, sub: sub, feeds: slices.Clone(feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
 	wc.rest = n.rest
 	if n.resume != nil {
@@ -329,7 +328,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // balancer the two usually land on two replicas. Every origin carries
 // every stream. An X-Cll-Origin not among them is a 400, as on the
 // upgrade. Nothing goes upstream.
-func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
+func (n *Network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
 	if n.hub != nil && n.ws.originsHV != "" {
 		if _, err := n.ws.clientOrigin(r); err != nil {
@@ -340,9 +339,6 @@ func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Prin
 	}
 	w.WriteHeader(http.StatusOK)
 }
-
-// streamQuery is an upgrade's query as the network's REST read it.
-type streamQuery struct{ feeds []string }
 
 // isUpgrade reports whether r asks for a WebSocket.
 func isUpgrade(r *http.Request) bool {
