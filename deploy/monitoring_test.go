@@ -24,6 +24,7 @@ import (
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 	"streamgate/redisconn"
+	"streamgate/wsgate"
 )
 
 // metric is one metric family the gateway exposes.
@@ -35,14 +36,15 @@ type metric struct {
 // Labels every series carries once scraped.
 var targetLabels = []string{"job", "instance"}
 
-// registeredMetrics returns the metric families that proxy.NewMetrics and
-// ratelimit.NewMetrics register, plus those cmd/streamgate registers
+// registeredMetrics returns the metric families that proxy.NewMetrics,
+// wsgate.NewMetrics, ratelimit.NewMetrics and the others register, plus those cmd/streamgate registers
 // itself. Vector metrics appear in a registry's Gather only once a label
 // set is used, so the names come from the collectors' descriptions.
 func registeredMetrics(t *testing.T) map[string]metric {
 	t.Helper()
 	rec := &recorder{reg: prometheus.NewRegistry(), metrics: map[string]metric{}}
 	proxy.NewMetrics(rec)
+	wsgate.NewMetrics(rec)
 	if _, err := ratelimit.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/ratelimit"
+	"streamgate/wsgate"
 )
 
 // The middlewares of a network's chain (see network.chain): each a value
@@ -104,7 +105,7 @@ func (a authenticator) wrap(next http.Handler) http.Handler {
 		// The verifier's clock is the network's (Gateway's now).
 		res, err := pol.verifier.CheckAt(pol.keys, r, st.clock(a.now))
 		if errors.Is(err, auth.ErrBadSignature) && st.route.name == "ws" {
-			res, err = pol.verifier.Check(pol.keys, wsAltTarget(r))
+			res, err = pol.verifier.Check(pol.keys, wsgate.AltTarget(r))
 		}
 		if err == nil || errors.Is(err, auth.ErrSkew) || errors.Is(err, auth.ErrReplay) {
 			// Only a verified signature's skew is a sample: anyone can
@@ -412,13 +413,4 @@ func (rc recorder) wrap(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// wsAltTarget returns r as signed by the clients that sign a WebSocket
-// upgrade as /api/v1/ws? and the raw query, whatever target they send:
-// the second form authentication accepts for the ws route.
-func wsAltTarget(r *http.Request) *http.Request {
-	alt := *r
-	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
-	return &alt
 }

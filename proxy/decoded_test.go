@@ -240,10 +240,10 @@ func TestDecodedStream(t *testing.T) {
 		seen[doc.Report.FeedID]++
 	}
 	// Without the opt-in, the upstream's binary frames.
-	raw, _, err := dialWS(ctx, c, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+	raw, _, err := c.DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 	require.NoError(t, err)
 	defer raw.CloseNow()
-	f := readFrames(t, ctx, raw, 1)[0]
+	f := servertest.ReadFrames(t, ctx, raw, 1)[0]
 	assert.Equal(t, eth, f.Report.FeedID)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"streamgate/auth"
+	"streamgate/internal/apierror"
 	"streamgate/ratelimit"
 )
 
@@ -33,20 +34,7 @@ func writeError(w http.ResponseWriter, err error) {
 		return
 	}
 	status, msg, retry := statusOf(err)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	if retry > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	b := make([]byte, 0, 2*len(msg)+32)
-	b = append(b, `{"error":`...)
-	b = strconv.AppendQuote(b, msg)
-	b = append(b, `,"message":`...)
-	b = strconv.AppendQuote(b, msg)
-	b = append(b, "}\n"...)
-	w.Write(b)
+	apierror.Write(w, status, msg, retry)
 }
 
 // statusOf maps an error to the status, message and Retry-After of its

@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -33,6 +32,7 @@ import (
 	"streamgate/don"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
+	"streamgate/wsgate"
 )
 
 // Deps are the collaborators of a Gateway. Cache is required; the rest have
@@ -77,10 +77,10 @@ type Deps struct {
 	// Embedded gives, by network name, the upstream started for each
 	// network whose configured upstream is "embedded".
 	Embedded map[string]Upstream
-	// Conns counts each team's WebSocket connections against
-	// realtime.team_connections; nil: this process counts alone (with the
-	// Redis limits, ratelimit.RedisConns counts across the replicas).
-	Conns ratelimit.Conns
+	// Streams is the WebSocket endpoint (/api/v1/ws and the HA origins of
+	// /): a network given a hub (Stream) serves it; nil: /api/v1/ws
+	// answers 503 on every network.
+	Streams *wsgate.Gate
 	// Gates check the DON's signatures of the reports of each network
 	// where they enter (don.Gate); a network without one checks none.
 	Gates map[string]*don.Gate
@@ -91,10 +91,6 @@ type Deps struct {
 	// PropagateUpstream sends the traceparent of each upstream call to the
 	// upstream (tracing.propagate_upstream).
 	PropagateUpstream bool
-	// ResumeRedis, if non-nil, shares the stream clients' watermarks with
-	// the other replicas, so that a client resumes on any of them
-	// (realtime.resume_window); nil: each replica keeps its own.
-	ResumeRedis redis.UniversalClient
 }
 
 // Upstream is an upstream's address and the organisation's credential
@@ -123,8 +119,7 @@ type Gateway struct {
 	// unknownHost answers a Host no network of a shared listener serves,
 	// observed (access log, metrics, request ID) like every answer.
 	unknownHost http.Handler
-	conns       *teamConns // WebSocket connections per team
-	resume      *resumeStore
+	streams     *wsgate.Gate // nil: no WebSocket endpoint
 
 	replayStore  auth.ReplayStore
 	replayRecord *auth.ReplayRecord // the signatures seen, kept across reloads
@@ -190,7 +185,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		networks:  map[string]*network{},
-		conns:     &teamConns{counter: deps.Conns},
+		streams:   deps.Streams,
 		cache:     deps.Cache,
 		limiter:   deps.Limiter,
 		admitter:  deps.Admitter,
@@ -204,9 +199,6 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
-	if g.conns.counter == nil {
-		g.conns.counter = &ratelimit.MemoryConns{}
-	}
 	g.auditLog = g.log.Named("audit")
 	accessLog := deps.AccessLog
 	if accessLog == nil {
@@ -214,10 +206,6 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	if g.now == nil {
 		g.now = time.Now
-	}
-	if cfg.Realtime.ResumeWindow > 0 { // used only by a network given a hub (Stream)
-		g.resume = newResumeStore(cfg.Realtime.ResumeWindow, cfg.Realtime.ResumeRecordsPerTeam, cfg.Realtime.ResumeRecords,
-			deps.ResumeRedis, g.log, g.now, g.metrics)
 	}
 	g.unknownHost = observe("unknown-host", accessLog, g.metrics, deps.Tracer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
@@ -275,7 +263,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 				return nil, err
 			}
 		}
-		g.networks[name] = g.newNetwork(name, nc, up, base, budget, transport, accessLog, deps, cfg.Cache.LatestBulkRefresh, &cfg.Realtime)
+		g.networks[name] = g.newNetwork(name, nc, up, base, budget, transport, accessLog, deps, cfg.Cache.LatestBulkRefresh)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -286,7 +274,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 // newNetwork builds a network's owners, each with what it needs, and its
 // chain.
 func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base *url.URL, budget ratelimit.Budget,
-	transport http.RoundTripper, accessLog *zap.Logger, deps Deps, bulkRefresh bool, rt *config.Realtime) *network {
+	transport http.RoundTripper, accessLog *zap.Logger, deps Deps, bulkRefresh bool) *network {
 	org := &credential{key: up.APIKey, secret: up.Secret}
 	client := &upstream{
 		network: name,
@@ -328,10 +316,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		bulk:    &bulkSource{sourceDeps: src, shared: deps.Shared, maxBulk: nc.Upstream.MaxBulk},
 		fresh:   fresh,
 		gate:    deps.Gates[name],
-		conns:   g.conns,
-		resume:  g.resume,
 		quota:   g.quota,
-		ws:      newWSSettings(rt.ClientQueue, rt.PingInterval, rt.TeamConnections, rt.ClientOrigins),
 		pol:     &g.pol,
 		metrics: g.metrics,
 		now:     g.now,
@@ -458,7 +443,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	}
 	g.pol.Store(pol)
 	// Open WebSockets were admitted under the old policy: check each again.
-	g.conns.recheck(pol)
+	g.streams.Recheck()
 	return nil
 }
 
@@ -467,25 +452,23 @@ func (g *Gateway) policy() *policy { return g.pol.Load() }
 // Close stops the gateway's background work (the latest refreshers);
 // requests still waiting for a refresh get an error.
 func (g *Gateway) Close() {
-	g.conns.wait()
-	if g.resume != nil {
-		g.resume.close()
-	}
 	for _, n := range g.networks {
 		n.fresh.close()
 	}
 }
 
 // Stream gives network name its real-time hub: the network answers
-// /api/v1/ws from it and latest from its stream too; a network without
-// one answers /api/v1/ws with 503 and latest from REST only. The gateway
+// /api/v1/ws from it (its endpoint, Deps.Streams's on the hub) and latest
+// from its stream too; a network without one answers /api/v1/ws with 503
+// and latest from REST only. The gateway
 // is built first, each hub then with what it takes from the gateway
 // (Backfill, DiscoveryBudget), and handed over here, before the gateway
 // serves a request (Handler): not safe for concurrent use with requests.
 // Unknown networks are ignored.
 func (g *Gateway) Stream(name string, hub *realtime.Hub) {
 	if n := g.networks[name]; n != nil {
-		n.hub, n.latest.hub = hub, hub
+		n.latest.hub = hub
+		n.streams = g.streams.Network(name, hub, n)
 	}
 }
 

@@ -17,14 +17,8 @@ import (
 	"streamgate/simulator"
 )
 
-type reportBody struct {
-	Report struct {
-		FeedID                string `json:"feedID"`
-		ValidFromTimestamp    int64  `json:"validFromTimestamp"`
-		ObservationsTimestamp int64  `json:"observationsTimestamp"`
-		FullReport            string `json:"fullReport"`
-	} `json:"report"`
-}
+// reportBody is a report answer's body: a stream frame's shape.
+type reportBody = servertest.Frame
 
 type reportsBody struct {
 	Reports []struct {

@@ -35,14 +35,6 @@ type Metrics struct {
 	latestWaitTimeout *prometheus.CounterVec
 	refreshes         *prometheus.CounterVec
 	refreshWaits      *prometheus.HistogramVec
-	wsClients         *prometheus.GaugeVec
-	wsClientsByOrigin *prometheus.GaugeVec
-	wsDrains          prometheus.Gauge
-	wsClientCloses    *prometheus.CounterVec
-	wsRefusals        *prometheus.CounterVec
-	wsStopped         *prometheus.CounterVec
-	resumeDropped     *prometheus.CounterVec
-	resumeRecords     prometheus.Gauge
 
 	// The children of the request path's vectors, looked up once for each
 	// set of label values and kept: a hit costs map lookups, not the
@@ -105,10 +97,7 @@ const (
 	MetricUpstreamErrors      = "streamgate_upstream_errors_total"      // counter; network, endpoint, reason
 	MetricCallsSaved          = "streamgate_upstream_calls_saved_total" // counter; network, kind
 	MetricRateLimitRejections = "streamgate_ratelimit_rejections_total" // counter; team, limit
-	MetricWSClients           = "streamgate_ws_clients"                 // gauge; network
 	MetricReplayFull          = "streamgate_replay_record_full_total"   // counter
-	MetricWSClientsByOrigin   = "streamgate_ws_clients_by_origin"       // gauge; network, origin
-	MetricWSDrains            = "streamgate_ws_drains_in_progress"      // gauge
 )
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -171,30 +160,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_latest_refresh_wait_seconds", Help: "Time a latest refresh waited in the queue for the upstream budget, by network.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10},
 		}, []string{"network"}),
-		wsClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricWSClients, Help: "Client WebSocket connections open, by network.",
-		}, []string{"network"}),
-		wsClientsByOrigin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricWSClientsByOrigin, Help: "Client WebSocket connections open, by network and the HA origin the client named (X-Cll-Origin; none without).",
-		}, []string{"network", "origin"}),
-		wsDrains: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricWSDrains, Help: "1 while this replica closes its stream clients in steps (shutdown, realtime.drain_delay passed).",
-		}),
-		wsClientCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_closes_total", Help: "Client WebSocket connections ended, by network and reason (client, slow, ping, write, shutdown, drain: closed in steps while the replica shuts down, revoked: a reload took the key, team or network away, flood: more than 10 frames a second from the client).",
-		}, []string{"network", "reason"}),
-		wsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_refusals_total", Help: "Client WebSocket upgrades refused after authentication, by network and reason (team_limit; upstream_budget: the upstream connections cannot carry the streams asked for, 503).",
-		}, []string{"network", "reason"}),
-		wsStopped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_client_streams_stopped_total", Help: "Streams of open client WebSocket connections stopped by a reload that took them from the team's feeds, by network.",
-		}, []string{"network"}),
-		resumeDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_resume_records_dropped_total", Help: "Stream clients' resume records this replica dropped to stay within its bounds, by reason (team: realtime.resume_records_per_team, total: realtime.resume_records); such a client starts live.",
-		}, []string{"reason"}),
-		resumeRecords: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "streamgate_ws_resume_records", Help: "Stream clients' resume records this replica keeps (in memory, or in Redis with the shared limits), within realtime.resume_records.",
-		}),
 		credRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_upstream_credential_refused_total", Help: "Upstream answers 401/403 to a credential the gateway signs with (answered 502), by network, credential (network: the network's upstream credential; team: a team's own upstream credential) and team (the team whose own credential it is, else empty): the operator must fix that credential.",
 		}, []string{"network", "credential", "team"}),
@@ -202,8 +167,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.requestDuration, m.cacheResults, m.upstreamCalls, m.upstreamDuration,
 			m.upstreamErrors, m.upstreamSaved, m.coalescedWaiters, m.rateLimited, m.authFailures, m.clockSkew, m.integrityFailures,
-			m.replayStoreErrors, m.credRefused, m.wsClients, m.wsClientsByOrigin, m.wsDrains, m.wsClientCloses, m.wsRefusals, m.wsStopped,
-			m.resumeDropped, m.resumeRecords,
+			m.replayStoreErrors, m.credRefused,
 			m.latestAges, m.latestWaitTimeout, m.refreshes, m.refreshWaits,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "streamgate_replay_record_entries", Help: "Signatures held by this replica's replay record (auth.replay_max_entries bounds it).",
@@ -345,52 +309,6 @@ func (m *Metrics) refresh(network, via, result string) {
 func (m *Metrics) refreshWait(network string, d time.Duration) {
 	if m != nil {
 		m.refreshWaits.WithLabelValues(network).Observe(d.Seconds())
-	}
-}
-
-func (m *Metrics) wsClient(network, origin string, delta float64) {
-	if m != nil {
-		m.wsClients.WithLabelValues(network).Add(delta)
-		if origin == "" {
-			origin = "none"
-		}
-		m.wsClientsByOrigin.WithLabelValues(network, origin).Add(delta)
-	}
-}
-
-func (m *Metrics) wsDrain(delta float64) {
-	if m != nil {
-		m.wsDrains.Add(delta)
-	}
-}
-
-func (m *Metrics) wsClosed(network, reason string) {
-	if m != nil {
-		m.wsClientCloses.WithLabelValues(network, reason).Inc()
-	}
-}
-
-func (m *Metrics) wsStreamsStopped(network string, n int) {
-	if m != nil {
-		m.wsStopped.WithLabelValues(network).Add(float64(n))
-	}
-}
-
-func (m *Metrics) resumeRecordDropped(reason string) {
-	if m != nil {
-		m.resumeDropped.WithLabelValues(reason).Inc()
-	}
-}
-
-func (m *Metrics) resumeRecordsKept(n int) {
-	if m != nil {
-		m.resumeRecords.Set(float64(n))
-	}
-}
-
-func (m *Metrics) wsRefused(network, reason string) {
-	if m != nil {
-		m.wsRefusals.WithLabelValues(network, reason).Inc()
 	}
 }
 

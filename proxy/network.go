@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"net/http/httputil"
 	"sync/atomic"
@@ -10,10 +9,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"streamgate/auth"
 	"streamgate/don"
 	"streamgate/ratelimit"
-	"streamgate/realtime"
+	"streamgate/wsgate"
 )
 
 // network is one network's assembly: its listener's handler (the chain)
@@ -29,8 +27,11 @@ import (
 //     (freshness.go) that schedules their refreshes;
 //   - catalog, the catalog views and the discovery endpoints (catalog.go);
 //   - up, the upstream client (upstream.go); ans, the answers (respond.go);
-//   - the WebSocket endpoint (ws.go) and pass-through (passthrough.go),
-//     which use the network's fields directly.
+//   - streams, the network's WebSocket endpoint (wsgate), which asks the
+//     network for the streams of an upgrade and their entitlement
+//     (streams.go);
+//   - pass-through (passthrough.go), which uses the network's fields
+//     directly.
 type network struct {
 	name   string
 	listen string
@@ -49,13 +50,8 @@ type network struct {
 	bulk    *bulkSource
 	fresh   *refresher // schedules latest refreshes within the budget
 
-	hub   *realtime.Hub // nil: no stream for this network
-	gate  *don.Gate     // verifies reports where they enter; nil: none
-	ws    wsSettings
-	conns *teamConns // the gateway's, shared by its networks
-	// resume keeps the stream clients' watermarks (wsresume.go); nil:
-	// realtime.resume_window is 0.
-	resume *resumeStore
+	gate    *don.Gate       // verifies reports where they enter; nil: none
+	streams *wsgate.Network // the WebSocket endpoint on the hub (Stream); nil: none
 	// quota is the gateway's daily quota counter: a resumed stream
 	// client's fill is charged to its team's (resumeCharge).
 	quota ratelimit.Quota
@@ -88,8 +84,3 @@ func (n *network) serveRoute(w http.ResponseWriter, r *http.Request) {
 // credentialFor returns the credential that team's calls on n are signed
 // with: its own, if configured, else the organisation's.
 func (n *network) credentialFor(team string) *credential { return n.reads.credentialFor(team) }
-
-// entitled is the read check's, for the WebSocket endpoint.
-func (n *network) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...string) error {
-	return n.reads.entitled(ctx, p, cred, feedIDs...)
-}

@@ -35,33 +35,7 @@ func (c *quotaClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // labels in reg, 0 if absent.
 func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; !ok || v != lp.GetValue() {
-					continue metrics
-				}
-			}
-			{
-				switch {
-				case m.Counter != nil:
-					return m.Counter.GetValue()
-				case m.Gauge != nil:
-					return m.Gauge.GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return servertest.MetricValue(t, reg, name, labels)
 }
 
 // metricSum returns the sum of the counter name over every label set.

@@ -52,10 +52,10 @@ type (
 )
 
 func (e rootEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	e.n.serveRoot(w, r, p)
+	e.n.streams.ServeRoot(w, r, p)
 }
 func (e wsEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	e.n.serveWS(w, r, p)
+	e.n.streams.ServeWS(w, r, p)
 }
 func (e passEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	e.n.passThrough(w, r, p)

@@ -98,7 +98,7 @@ func TestTLSServesAndRotates(t *testing.T) {
 		for range n {
 			_, data, err := conn.Read(ctx)
 			require.NoError(t, err)
-			var f frame
+			var f servertest.Frame
 			require.NoError(t, json.Unmarshal(data, &f))
 			seconds = append(seconds, f.Report.ObservationsTimestamp)
 		}

@@ -75,12 +75,3 @@ func endSpan(sp trace.Span, err error) {
 	}
 	sp.End()
 }
-
-// upgraded notes a WebSocket upgrade on the request's server span, which
-// lasts as long as the connection.
-func upgraded(ctx context.Context, streams int, resumed bool) {
-	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
-		sp.AddEvent("websocket upgraded", trace.WithAttributes(
-			attribute.Int("streamgate.streams", streams), attribute.Bool("streamgate.resumed", resumed)))
-	}
-}

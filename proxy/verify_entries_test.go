@@ -62,16 +62,16 @@ func TestVerifyStream(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			conn, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+			conn, _, err := servertest.Demo().DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 			require.NoError(t, err)
 			defer conn.CloseNow()
 			gate := env.Server.Gate("mainnet")
-			check := func(f frame) don.Result {
+			check := func(f servertest.Frame) don.Result {
 				res, ok := gate.Verify(don.Record(f.Report))
 				require.True(t, ok)
 				return res
 			}
-			last := readFrames(t, ctx, conn, 1)[0]
+			last := servertest.ReadFrames(t, ctx, conn, 1)[0]
 			require.True(t, check(last).OK(), "the genuine stream verifies")
 
 			for _, fc := range forgeries {
@@ -82,7 +82,7 @@ func TestVerifyStream(t *testing.T) {
 					require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
 					// The forged frames were dropped: the next frame the
 					// client gets is genuine, and newer.
-					f := readFrames(t, ctx, conn, 1)[0]
+					f := servertest.ReadFrames(t, ctx, conn, 1)[0]
 					assert.True(t, check(f).OK(), "%s: frame at %d verifies", fc.forge, f.Report.ObservationsTimestamp)
 					assert.Greater(t, f.Report.ObservationsTimestamp, last.Report.ObservationsTimestamp)
 					last = f
@@ -91,7 +91,7 @@ func TestVerifyStream(t *testing.T) {
 				// Report: the forged frames reach the client, served with
 				// the cause they were counted with.
 				for {
-					f := readFrames(t, ctx, conn, 1)[0]
+					f := servertest.ReadFrames(t, ctx, conn, 1)[0]
 					if check(f).Cause == fc.cause {
 						break
 					}

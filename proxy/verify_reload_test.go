@@ -40,10 +40,10 @@ func TestVerifyReloadToEnforceDropsWhatReportAdmitted(t *testing.T) {
 	resp, _ = c.Get(t, env.Mainnet, report)
 	require.Equal(t, "HIT", resp.Header.Get("X-Cache"), "the forged report, cached in mode report")
 
-	conn, _, err := dialWS(ctx, c, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
+	conn, _, err := c.DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 	require.NoError(t, err)
 	defer conn.CloseNow()
-	f := readFrames(t, ctx, conn, 1)[0]
+	f := servertest.ReadFrames(t, ctx, conn, 1)[0]
 	res, _ := gate.Verify(don.Record(f.Report))
 	require.Equal(t, don.CauseDuplicateSigner, res.Cause, "the forged frame, delivered in mode report")
 	hub := env.Server.Hub("mainnet")

@@ -22,13 +22,13 @@ func TestWSOutageBackfilled(t *testing.T) {
 	defer cancel()
 	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	c, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+btc+","+eth, "")
+	c, _, err := servertest.Demo().DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+btc+","+eth, "")
 	require.NoError(t, err)
 	defer c.CloseNow()
 
 	got := map[string][]int64{}
 	read := func(n int) {
-		for _, f := range readFrames(t, ctx, c, n) {
+		for _, f := range servertest.ReadFrames(t, ctx, c, n) {
 			got[f.Report.FeedID] = append(got[f.Report.FeedID], f.Report.ObservationsTimestamp)
 		}
 	}

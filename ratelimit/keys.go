@@ -6,8 +6,8 @@ package ratelimit
 // slot and one script, transaction or pipeline may touch them together on
 // a cluster. Team names hold no braces (config checks them).
 
-// TeamRateKey is the limiter key of a team's rate, and the Conns key of
-// its WebSocket connections.
+// TeamRateKey is the limiter key of a team's rate, and the key of its
+// WebSocket connections' count (wsgate.Conns).
 func TeamRateKey(team string) string { return "team:{" + team + "}" }
 
 // KeyRateKey is the limiter key of the rate of one of team's keys.

@@ -13,6 +13,7 @@ import (
 	"streamgate/config"
 	"streamgate/ratelimit"
 	"streamgate/redisconn"
+	"streamgate/wsgate"
 )
 
 // Limits are the team limits, daily quotas and upstream budgets of a
@@ -26,7 +27,7 @@ type Limits struct {
 	ReplayStore auth.ReplayStore // nil with the memory backend
 	// Conns counts each team's WebSocket connections across the replicas;
 	// nil with the memory backend (each process counts its own).
-	Conns  *ratelimit.RedisConns
+	Conns  *wsgate.RedisConns
 	client *redisconn.Client
 }
 
@@ -162,7 +163,7 @@ func newLimits(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metr
 		}
 	}
 	l.ReplayStore = auth.NewRedisReplay(l.client, "streamgate:replay:")
-	l.Conns = ratelimit.NewRedisConns(l.client, "streamgate:wsconns:", 0)
+	l.Conns = wsgate.NewRedisConns(l.client, "streamgate:wsconns:", 0)
 	return l, nil
 }
 

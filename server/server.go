@@ -37,6 +37,7 @@ import (
 	"streamgate/redisconn"
 	"streamgate/status"
 	"streamgate/tracing"
+	"streamgate/wsgate"
 )
 
 // Options are a Server's dependencies besides its configuration. Every
@@ -75,6 +76,7 @@ type Server struct {
 	limits   *Limits
 	ownLimit bool
 	gw       *proxy.Gateway
+	streams  *wsgate.Gate // the WebSocket endpoint
 	hubs     map[string]*realtime.Hub
 	gates    map[string]*don.Gate // report verification per network
 	status   *status.Sampler
@@ -188,6 +190,9 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		SampleRatio: cfg.Tracing.SampleRatio, PropagateUpstream: cfg.Tracing.PropagateUpstream, Version: version}); err != nil {
 		return nil, err
 	}
+	if s.streams, err = s.newStreams(cfg, opts.Now); err != nil {
+		return nil, err
+	}
 	s.gw, err = proxy.New(cfg, proxy.Deps{
 		Cache:       s.store,
 		Shared:      s.shared,
@@ -196,14 +201,13 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Admitter:    s.limits.Admitter,
 		Budgets:     s.limits.Budgets,
 		ReplayStore: s.limits.ReplayStore,
-		Conns:       connsOf(s.limits),
 		Logger:      s.log,
 		AccessLog:   access,
 		Metrics:     metrics,
 		Now:         opts.Now,
 		Embedded:    embedded,
 		Gates:       s.gates,
-		ResumeRedis: s.resumeRedis(cfg),
+		Streams:     s.streams,
 		Tracer:      s.traces.Tracer(),
 
 		PropagateUpstream: s.traces.PropagateUpstream(),
@@ -613,12 +617,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		// Then the stream clients are closed (1001) in steps, an HA
 		// client's second connection once its first has reconnected
-		// (proxy.Gateway.DrainStreams); closing the hubs ends the
+		// (wsgate.Gate.DrainStreams); closing the hubs ends the
 		// subscriptions of any left. A sharing hub first hands its chunks
 		// over to another replica (within realtime.share_lease): the hubs
 		// close together.
-		if s.gw != nil {
-			s.gw.DrainStreams(ctx)
+		if s.streams != nil {
+			s.streams.DrainStreams(ctx)
 		}
 		s.status.Stop()
 		var hubs sync.WaitGroup
@@ -627,6 +631,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		hubs.Wait()
 		s.hubs = nil
+		s.streams.Close()
 		s.gw.Close()
 		shutdown(ctx, s.upstreams)
 		if s.admin != nil {
@@ -661,6 +666,7 @@ func (s *Server) release() {
 	if s.status != nil {
 		s.status.Stop()
 	}
+	s.streams.Close()
 	if s.gw != nil {
 		s.gw.Close()
 	}
@@ -714,9 +720,22 @@ func shutdown(ctx context.Context, group []*served) error {
 	return errors.Join(errs...)
 }
 
+// newStreams builds the WebSocket endpoint of cfg's realtime section; the
+// gateway makes each network's endpoint on its hub (Gateway.Stream).
+func (s *Server) newStreams(cfg *config.Config, now func() time.Time) (*wsgate.Gate, error) {
+	rt := &cfg.Realtime
+	return wsgate.New(wsgate.Config{
+		Gates: s.gates,
+		Queue: rt.ClientQueue, PingInterval: rt.PingInterval, TeamConnections: rt.TeamConnections, Origins: rt.ClientOrigins,
+		ResumeWindow: rt.ResumeWindow, ResumeRecordsPerTeam: rt.ResumeRecordsPerTeam, ResumeRecords: rt.ResumeRecords,
+		ResumeRedis: s.resumeRedis(cfg), Conns: connsOf(s.limits),
+		Metrics: wsgate.NewMetrics(s.reg), Logger: s.log, Now: now,
+	})
+}
+
 // connsOf is the limits' count of WebSocket connections across replicas,
 // or nil (an interface holding no pointer) with the memory backend.
-func connsOf(l *Limits) ratelimit.Conns {
+func connsOf(l *Limits) wsgate.Conns {
 	if l.Conns == nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"streamgate/cache/shared"
 	"streamgate/proxy"
 	"streamgate/ratelimit"
+	"streamgate/wsgate"
 )
 
 // Snapshot is what the page and /status.json show. Counts are since the
@@ -359,12 +360,12 @@ func (s *Sampler) build(f Facts) *Snapshot {
 			h := &Hub{FeedsWanted: st.FeedsWanted, FeedsSubscribed: st.FeedsSubscribed, FeedsUncarried: st.FeedsUncarried,
 				FeedsLive:   st.FeedsLive,
 				Subscribers: st.Subscribers, Reconnects: st.Reconnects,
-				Clients:    int64(cur.sum(proxy.MetricWSClients, match, nil)),
+				Clients:    int64(cur.sum(wsgate.MetricWSClients, match, nil)),
 				Backfilled: st.Backfilled, Unfilled: st.Unfilled, Resumed: st.Resumed, Replayed: st.Replayed}
-			if v, ok := cur.value(proxy.MetricWSDrains, nil); ok && v > 0 {
+			if v, ok := cur.value(wsgate.MetricWSDrains, nil); ok && v > 0 {
 				h.Draining = true
 			}
-			for o, v := range cur.by(proxy.MetricWSClientsByOrigin, "origin", match) {
+			for o, v := range cur.by(wsgate.MetricWSClientsByOrigin, "origin", match) {
 				if v > 0 {
 					if h.ClientsByOrigin == nil {
 						h.ClientsByOrigin = map[string]int64{}

@@ -28,6 +28,7 @@ import (
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 	"streamgate/redisconn"
+	"streamgate/wsgate"
 )
 
 // Defaults of Options.
@@ -200,7 +201,7 @@ var families = map[string]bool{
 	ratelimit.MetricBudgetWaits:       true,
 	ratelimit.MetricBudgetRefusals:    true,
 	proxy.MetricRateLimitRejections:   true,
-	proxy.MetricWSClients:             true,
+	wsgate.MetricWSClients:            true,
 	ratelimit.MetricBudgetAdjustments: true,
 	shared.MetricFillsSaved:           true,
 	shared.MetricUp:                   true,
@@ -210,8 +211,8 @@ var families = map[string]bool{
 	MetricBudgetRPS:                   true,
 	MetricBudgetEffectiveRPS:          true,
 	MetricGapsUnfilled:                true,
-	proxy.MetricWSClientsByOrigin:     true,
-	proxy.MetricWSDrains:              true,
+	wsgate.MetricWSClientsByOrigin:    true,
+	wsgate.MetricWSDrains:             true,
 }
 
 // Sample gathers the registry once and computes a new snapshot.

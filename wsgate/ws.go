@@ -1,4 +1,4 @@
-package proxy
+package wsgate
 
 import (
 	"context"
@@ -65,30 +65,37 @@ const wsWriteTimeout = 10 * time.Second
 
 // teamConns counts the WebSocket connections each team holds, on every
 // network of the gateway together (across the replicas with the Redis
-// limits: Deps.Conns), and holds every open client, so that a reload can
+// limits: Config.Conns), and holds every open client, so that a reload can
 // check each again (recheck).
 type teamConns struct {
-	counter ratelimit.Conns
+	counter Conns
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
+	idle    chan struct{} // closed when the last client is removed; nil: none waits
 }
 
-// wsEndWait bounds how long Gateway.Close waits for the stream clients'
+// wsEndWait bounds how long Gate.Close waits for the stream clients'
 // handlers to finish (their close handshake, their resume record).
 const wsEndWait = wsCloseWait + time.Second
 
 // wait waits for the handlers of the open clients to finish, within
 // wsEndWait.
 func (tc *teamConns) wait() {
-	deadline := time.Now().Add(wsEndWait)
-	for {
-		tc.mu.Lock()
-		n := len(tc.clients)
+	tc.mu.Lock()
+	if len(tc.clients) == 0 {
 		tc.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return
+	}
+	if tc.idle == nil {
+		tc.idle = make(chan struct{})
+	}
+	idle := tc.idle
+	tc.mu.Unlock()
+	t := time.NewTimer(wsEndWait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
 	}
 }
 
@@ -111,11 +118,16 @@ func (tc *teamConns) remove(c *wsClient) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	delete(tc.clients, c)
+	if len(tc.clients) == 0 && tc.idle != nil {
+		close(tc.idle)
+		tc.idle = nil
+	}
 }
 
-// recheck checks every open client against pol, the policy a reload has
-// just put in force (see wsClient.recheck).
-func (tc *teamConns) recheck(pol *policy) {
+// recheck checks every open client against the key store its network's
+// REST has in force, which a reload has just swapped (see
+// wsClient.recheck).
+func (tc *teamConns) recheck() {
 	tc.mu.Lock()
 	clients := make([]*wsClient, 0, len(tc.clients))
 	for c := range tc.clients {
@@ -123,7 +135,7 @@ func (tc *teamConns) recheck(pol *policy) {
 	}
 	tc.mu.Unlock()
 	for _, c := range clients {
-		c.recheck(pol)
+		c.recheck(c.rest.Keys())
 	}
 }
 
@@ -144,6 +156,7 @@ type wsClient struct {
 	// revoked carries the reason the connection must close (1008), once.
 	revoked chan string
 	dropped func(n int) // counts streams stopped by a reload
+	rest    REST        // its network's, for the keys in force
 }
 
 // Reasons a reload closes an open connection (1008, policy violation).
@@ -161,7 +174,7 @@ const (
 // p's secrets, in either form authenticate accepts (the target sent, or
 // /api/v1/ws? and the raw query).
 func stillSigns(p *auth.Principal, r *http.Request) bool {
-	return p.StillSigns(r) || p.StillSigns(wsAltTarget(r))
+	return p.StillSigns(r) || p.StillSigns(AltTarget(r))
 }
 
 // recheck applies a reload to the connection: a team or key gone, moved,
@@ -171,10 +184,10 @@ func stillSigns(p *auth.Principal, r *http.Request) bool {
 // sent either), and the connection goes on with the others, or closes
 // when none is left. The entitlement against the credential's catalog is
 // not asked again: a reload does not change the catalog.
-func (c *wsClient) recheck(pol *policy) {
+func (c *wsClient) recheck(keys *auth.KeyStore) {
 	reason := ""
-	p, ok := pol.keys.Lookup(c.upgrade.Header.Get(auth.HeaderAuthorization))
-	switch _, teamOK := pol.keys.Team(c.team); {
+	p, ok := keys.Lookup(c.upgrade.Header.Get(auth.HeaderAuthorization))
+	switch _, teamOK := keys.Team(c.team); {
 	case !teamOK:
 		reason = reasonTeamGone
 	case !ok:
@@ -228,7 +241,9 @@ var (
 // network's hub and gets each report of its streams as the upstream sent it,
 // in one binary frame, exactly once. Nothing goes upstream for a refused
 // client, and no client is ever passed through to the upstream one to one.
-func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+// The streams and their entitlement are the network's REST's to check
+// (REST.ReadStreams).
+func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	if n.hub == nil {
 		writeError(w, errNoStream)
 		return
@@ -238,17 +253,9 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		writeError(w, err)
 		return
 	}
-	rq, ok := n.reads.read(w, r, p, "ws", shapeStreams)
+	feeds, ok := n.rest.ReadStreams(w, r, p)
 	if !ok {
 		return
-	}
-	if rq.cred != n.org {
-		// The stream is the organisation's: the streams must exist for
-		// its credential too.
-		if err := n.entitled(r.Context(), p, n.org, rq.feeds...); err != nil {
-			refuseEntitlement(w, r, err)
-			return
-		}
 	}
 	if !isUpgrade(r) {
 		writeError(w, errNotUpgrade)
@@ -267,7 +274,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	var resumeAs string
 	var from map[string]int64
 	if n.resume != nil {
-		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, rq.feeds)
+		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, feeds)
 		from, _ = n.resume.load(r.Context(), resumeAs)
 	}
 	// Subscribed before the upgrade: a client whose streams the upstream
@@ -276,7 +283,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if len(from) > 0 {
 		charge = n.resumeCharge(team)
 	}
-	sub, err := n.hub.Subscribe(rq.feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: from, Within: true, Charge: charge})
+	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: from, Within: true, Charge: charge})
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -291,13 +298,14 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return
 	}
 	defer conn.Close()
-	upgraded(r.Context(), len(rq.feeds), from != nil)
+	upgraded(r.Context(), len(feeds), from != nil)
 	n.metrics.wsClient(n.name, origin, 1)
 	defer n.metrics.wsClient(n.name, origin, -1)
 
 	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
-		upgrade: r, sub: sub, feeds: slices.Clone(rq.feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
+		upgrade: r, sub: sub, feeds: slices.Clone(feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
+	wc.rest = n.rest
 	if n.resume != nil {
 		wc.mark = n.resume.track(team, resumeAs, from)
 	}
@@ -308,7 +316,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
-	wc.recheck(n.policy())
+	wc.recheck(n.rest.Keys())
 	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
 }
 
@@ -320,7 +328,7 @@ func (n *network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // balancer the two usually land on two replicas. Every origin carries
 // every stream. An X-Cll-Origin not among them is a 400, as on the
 // upgrade. Nothing goes upstream.
-func (n *network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
+func (n *Network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
 	if n.hub != nil && n.ws.originsHV != "" {
 		if _, err := n.ws.clientOrigin(r); err != nil {

@@ -1,4 +1,4 @@
-package proxy_test
+package wsgate_test
 
 import (
 	"context"

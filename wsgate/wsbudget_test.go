@@ -1,4 +1,4 @@
-package proxy_test
+package wsgate_test
 
 import (
 	"context"
@@ -111,5 +111,5 @@ func assertBudgetRefusal(t *testing.T, env *servertest.Env, resp *http.Response,
 	var doc struct{ Error, Message string }
 	require.NoError(t, json.Unmarshal(body, &doc), string(body))
 	assert.Contains(t, doc.Message, "ws_max_connections")
-	assert.Equal(t, 1.0, counterValue(t, env, "streamgate_ws_client_refusals_total", "mainnet", "upstream_budget"))
+	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_ws_client_refusals_total", map[string]string{"network": "mainnet", "reason": "upstream_budget"}))
 }

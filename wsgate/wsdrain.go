@@ -1,4 +1,4 @@
-package proxy
+package wsgate
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Drain of the stream clients (Gateway.DrainStreams): a replica that
+// Drain of the stream clients (Gate.DrainStreams): a replica that
 // shuts down closes its clients with 1001 in steps rather than all at
 // once, and never both connections of an HA client together.
 const (
@@ -44,7 +44,7 @@ func (c *wsClient) pairKey() string {
 // shared through Redis, names a newer connection), or drainPairWait has
 // passed. When ctx ends the rest are closed at once. It returns when every
 // client was told to close.
-func (g *Gateway) DrainStreams(ctx context.Context) {
+func (g *Gate) DrainStreams(ctx context.Context) {
 	tc := g.conns
 	tc.mu.Lock()
 	groups := map[string][]*wsClient{}
@@ -116,7 +116,7 @@ func (g *Gateway) DrainStreams(ctx context.Context) {
 // connected again, here or on another replica: a resume record of its
 // identity written since by another connection. Without resume records,
 // nothing tells: false.
-func (g *Gateway) reconnected(ctx context.Context, first *wsClient, closedAt time.Time) bool {
+func (g *Gate) reconnected(ctx context.Context, first *wsClient, closedAt time.Time) bool {
 	if g.resume == nil || first.mark == nil {
 		return false
 	}

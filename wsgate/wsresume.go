@@ -1,4 +1,4 @@
-package proxy
+package wsgate
 
 import (
 	"context"
@@ -86,7 +86,7 @@ func newResumeStore(window time.Duration, perTeam, total int, rc redis.Universal
 // appears in Redis.
 func resumeKey(id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return "streamgate:ws:v1:resume:" + hex.EncodeToString(sum[:16])
+	return resumeKeyPrefix + hex.EncodeToString(sum[:16])
 }
 
 // resumeID is a client's identity (see above).

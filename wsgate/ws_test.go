@@ -1,4 +1,4 @@
-package proxy_test
+package wsgate_test
 
 import (
 	"context"
@@ -10,62 +10,43 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
 
 // frame is the part of a stream frame the tests read.
-type frame struct {
-	Report struct {
-		FeedID                string `json:"feedID"`
-		ValidFromTimestamp    int64  `json:"validFromTimestamp"`
-		ObservationsTimestamp int64  `json:"observationsTimestamp"`
-		FullReport            string `json:"fullReport"`
-	} `json:"report"`
-}
+type frame = servertest.Frame
 
 // dialWS opens a WebSocket to the gateway at base (http://…) for target,
 // signed by c over signedTarget (the target itself when empty).
 func dialWS(ctx context.Context, c *servertest.Client, base, target, signedTarget string) (*websocket.Conn, *http.Response, error) {
-	if signedTarget == "" {
-		signedTarget = target
-	}
-	req, err := http.NewRequest(http.MethodGet, base+"/", nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	path, query, _ := strings.Cut(signedTarget, "?")
-	req.URL.Opaque, req.URL.RawQuery = path, query
-	auth.Sign(req, c.Key, []byte(c.Secret), time.Now())
-	h := http.Header{}
-	for _, name := range []string{auth.HeaderAuthorization, auth.HeaderTimestamp, auth.HeaderSignature} {
-		h.Set(name, req.Header.Get(name))
-	}
-	return websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{HTTPHeader: h})
+	return c.DialWS(ctx, base, target, signedTarget)
 }
 
 // readFrames reads n frames from conn.
 func readFrames(t *testing.T, ctx context.Context, conn *websocket.Conn, n int) []frame {
 	t.Helper()
-	var out []frame
-	for len(out) < n {
-		typ, data, err := conn.Read(ctx)
-		require.NoError(t, err)
-		require.Equal(t, websocket.MessageBinary, typ, "reports come in binary frames")
-		var f frame
-		require.NoError(t, json.Unmarshal(data, &f), "one report per frame: %s", data)
-		out = append(out, f)
-	}
-	return out
+	return servertest.ReadFrames(t, ctx, conn, n)
 }
+
+// metricValue returns the value of the counter or gauge name with exactly
+// labels in reg, 0 if absent.
+func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	return servertest.MetricValue(t, reg, name, labels)
+}
+
+// noReplayCheck turns replay protection off: at a clock that stands still,
+// the same request signed twice carries the same signature.
+func noReplayCheck(c *config.Config) { c.Auth.ReplayProtection = false }
 
 func wsOpen(env *servertest.Env) int64 { return env.Sim.Counters().WSTotal("").Open }
 
@@ -227,9 +208,11 @@ func TestWSKeepAliveAndClose(t *testing.T) {
 	}()
 	require.NoError(t, reader.Ping(ctx), "the gateway answers a client's ping")
 
-	// The silent client reads nothing (so answers no ping) for ten ping
-	// intervals; what it then reads ends with the gateway's close.
-	time.Sleep(time.Second)
+	// The silent client reads nothing (so answers no ping) until the
+	// gateway has closed it; what it then reads ends with the close.
+	require.Eventually(t, func() bool {
+		return metricValue(t, env.Registry, "streamgate_ws_client_closes_total", map[string]string{"network": "mainnet", "reason": "ping"}) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the gateway closes the client that answers no ping")
 	var closeErr error
 	for closeErr == nil {
 		_, _, closeErr = silent.Read(ctx)

@@ -1,4 +1,4 @@
-package proxy_test
+package wsgate_test
 
 import (
 	"context"
@@ -132,7 +132,15 @@ func TestWSResumeOnAnotherReplica(t *testing.T) {
 	envs[0].Server.Close()
 	<-w.done
 	from := lastOf(t, w, feeds)
-	time.Sleep(1500 * time.Millisecond) // away
+	// Away until the upstream has published seconds the client missed.
+	require.Eventually(t, func() bool {
+		for _, f := range feeds {
+			if _, last, ok := sim.Window(simulator.Mainnet, f); !ok || last < from[f]+2 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "seconds published while the client is away")
 
 	c2, _, err := dialWS(ctx, demo, envs[1].Mainnet, target, "")
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package ratelimit
+package wsgate
 
 import (
 	"context"
@@ -39,7 +39,16 @@ func TestRedisConns(t *testing.T) {
 	relA()
 	relB, ok := b.Acquire(ctx, "team:x", 2)
 	require.True(t, ok, "a released slot is free")
-	time.Sleep(4 * time.Second) // past the ttl: the renewals kept them
+	// Past the slots' expiries as they stand now, on Redis's clock, only
+	// the renewals keep them.
+	slots, err := a.c.ZRangeWithScores(ctx, "test:conns:team:x", 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, slots, 2)
+	expiry := max(slots[0].Score, slots[1].Score)
+	require.Eventually(t, func() bool {
+		now, err := a.c.Time(ctx).Result()
+		return err == nil && float64(now.UnixMilli()) > expiry
+	}, 20*time.Second, 50*time.Millisecond, "Redis's clock passes the slots' expiries")
 	_, ok = a.Acquire(ctx, "team:x", 2)
 	assert.False(t, ok, "slots renewed while held")
 

@@ -1,4 +1,4 @@
-package proxy
+package wsgate
 
 import (
 	"bufio"
@@ -195,7 +195,7 @@ var errShutdown = errors.New("the gateway is shutting down")
 // wc.mark, if not nil, records the watermark of every stream written
 // (resume); a signal on wc.drain closes the client with 1001 (the gateway
 // shuts down, DrainStreams).
-func (n *network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
+func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
 	revoked, drainCh, mark := wc.revoked, wc.drain, wc.mark
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
@@ -302,7 +302,7 @@ func drain(frames [][]byte, ch <-chan []byte) ([][]byte, bool) {
 
 // endStream closes a client whose subscription the hub ended: too slow, or
 // the gateway shutting down.
-func (n *network) endStream(c *wsConn, sub *realtime.Subscription, readDone <-chan error) string {
+func (n *Network) endStream(c *wsConn, sub *realtime.Subscription, readDone <-chan error) string {
 	if errors.Is(sub.Err(), realtime.ErrSlowConsumer) {
 		c.closeWith(ws.StatusPolicyViolation, "slow consumer: frames were not read fast enough", readDone)
 		return "slow"

@@ -1,0 +1,253 @@
+// Package wsgate is the gateway's WebSocket endpoint for clients
+// (/api/v1/ws): it admits an upgrade (the team's connection limit, the
+// upstream budget of its streams through the network's hub), holds the
+// client's connection (frames in batches, pings, a reload's recheck),
+// keeps its resume record so that a client that comes back gets what it
+// missed, and drains the clients in steps when the replica shuts down.
+//
+// What the REST side decides (the upgrade's signature, its streams and
+// their entitlement, a resumed fill's charge to the team's quota) it asks
+// of the network's REST, given to Gate.Network with the network's
+// real-time hub, which carries the streams.
+package wsgate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"streamgate/auth"
+	"streamgate/don"
+	"streamgate/internal/apierror"
+	"streamgate/realtime"
+)
+
+// Config is what a Gate is built with.
+type Config struct {
+	// Gates are the DON gates by network name, for the decoded view of
+	// the frames; a network without one decodes without verification.
+	Gates map[string]*don.Gate
+	// Queue is how many frames may wait for one client
+	// (realtime.client_queue).
+	Queue int
+	// PingInterval is how often the gateway pings a client; a client that
+	// has not answered the previous ping is closed
+	// (realtime.ping_interval).
+	PingInterval time.Duration
+	// TeamConnections is how many connections one team may hold at once,
+	// on every network together (realtime.team_connections).
+	TeamConnections int
+	// Origins are the HA origins advertised to clients (HEAD /) and
+	// accepted in X-Cll-Origin (realtime.client_origins); none: no HA.
+	Origins []string
+	// ResumeWindow is how long a client's watermarks are kept for its
+	// return (realtime.resume_window); 0: no resume.
+	ResumeWindow time.Duration
+	// ResumeRecordsPerTeam and ResumeRecords bound the resume records this
+	// replica writes (realtime.resume_records_per_team, resume_records).
+	ResumeRecordsPerTeam, ResumeRecords int
+	// ResumeRedis, if non-nil, shares the resume records with the other
+	// replicas, so that a client resumes on any of them; nil: each
+	// replica keeps its own.
+	ResumeRedis redis.UniversalClient
+	// Conns counts each team's connections; nil: this process counts
+	// alone.
+	Conns Conns
+	// Metrics records the endpoint's metrics; nil: none.
+	Metrics *Metrics
+	// Logger receives the drain's and the resume store's lines; nil:
+	// nothing is logged.
+	Logger *zap.Logger
+	// Now is the clock of the resume windows; nil: time.Now.
+	Now func() time.Time
+}
+
+// Gate is the WebSocket endpoint of every network of the gateway: the
+// team connection counts, the open clients and the resume records are the
+// gateway's, shared by its networks. The server builds it, gives it to the
+// gateway, which routes each network's upgrades to Network's handlers and
+// calls Recheck on a reload, and at shutdown drains it (DrainStreams)
+// and closes it. It is safe for concurrent use.
+type Gate struct {
+	cfg     Config
+	conns   *teamConns
+	resume  *resumeStore // nil: no resume
+	metrics *Metrics
+	log     *zap.Logger
+}
+
+// New returns the Gate of cfg, or every problem of cfg.
+func New(cfg Config) (*Gate, error) {
+	var errs []error
+	if cfg.Queue <= 0 {
+		errs = append(errs, errors.New("wsgate: Config.Queue must be at least 1"))
+	}
+	if cfg.PingInterval <= 0 {
+		errs = append(errs, errors.New("wsgate: Config.PingInterval must be above zero"))
+	}
+	if cfg.TeamConnections <= 0 {
+		errs = append(errs, errors.New("wsgate: Config.TeamConnections must be at least 1"))
+	}
+	if cfg.ResumeWindow > 0 && (cfg.ResumeRecordsPerTeam <= 0 || cfg.ResumeRecords < cfg.ResumeRecordsPerTeam) {
+		errs = append(errs, errors.New("wsgate: Config.ResumeRecordsPerTeam must be at least 1 and ResumeRecords at least as many"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	g := &Gate{cfg: cfg, conns: &teamConns{counter: cfg.Conns}, metrics: cfg.Metrics, log: cfg.Logger}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.conns.counter == nil {
+		g.conns.counter = &MemoryConns{}
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	if cfg.ResumeWindow > 0 { // its flusher starts with the first client
+		g.resume = newResumeStore(cfg.ResumeWindow, cfg.ResumeRecordsPerTeam, cfg.ResumeRecords,
+			cfg.ResumeRedis, g.log, now, g.metrics)
+	}
+	return g, nil
+}
+
+// REST is what the endpoint asks of the REST side of one network (proxy's
+// network implements it): the endpoint reads no query, holds no key and
+// counts no quota of its own.
+type REST interface {
+	// ReadStreams reads an upgrade's streams (feedIDs) and checks that the
+	// team may read each and that its credential's catalog and the
+	// organisation's hold it; on a refusal it has answered w and ok is
+	// false. Nothing goes upstream for a refused client.
+	ReadStreams(w http.ResponseWriter, r *http.Request, p *auth.Principal) (feeds []string, ok bool)
+	// Keys returns the key store in force (a reload swaps it).
+	Keys() *auth.KeyStore
+	// Charge returns what a resumed client's fill costs team.
+	Charge(team string) realtime.FillCharge
+}
+
+// Network is the endpoint of one network: ServeWS and ServeRoot, called
+// by the gateway's chain once the upgrade is authenticated and admitted. A
+// nil *Network answers as a network without a stream. It is safe for
+// concurrent use.
+type Network struct {
+	name    string
+	hub     *realtime.Hub // nil: no stream for this network
+	gate    *don.Gate
+	ws      wsSettings
+	conns   *teamConns
+	resume  *resumeStore
+	metrics *Metrics
+	rest    REST
+}
+
+// resumeCharge is what a resumed client's fill costs team (REST.Charge).
+func (n *Network) resumeCharge(team string) realtime.FillCharge { return n.rest.Charge(team) }
+
+// noStream is the endpoint of a network without a stream.
+var noStream = &Network{}
+
+// ServeWS serves an upgrade to /api/v1/ws (serveWS); a nil Network, or one
+// without a hub, refuses it with 503.
+func (n *Network) ServeWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if n == nil {
+		n = noStream
+	}
+	n.serveWS(w, r, p)
+}
+
+// ServeRoot answers GET and HEAD / (serveRoot): the HA origins of a
+// network that streams.
+func (n *Network) ServeRoot(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
+	if n == nil {
+		n = noStream
+	}
+	n.serveRoot(w, r, p)
+}
+
+// Network returns the endpoint of network name on its real-time hub (nil:
+// the network does not stream, its upgrades are refused with 503), whose
+// upgrades rest checks; nil for a nil Gate.
+func (g *Gate) Network(name string, hub *realtime.Hub, rest REST) *Network {
+	if g == nil {
+		return nil
+	}
+	c := g.cfg
+	return &Network{name: name, hub: hub, gate: c.Gates[name], rest: rest,
+		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),
+		conns: g.conns, resume: g.resume, metrics: g.metrics}
+}
+
+// Recheck checks every open client against the configuration a reload has
+// just put in force (see wsClient.recheck).
+func (g *Gate) Recheck() {
+	if g != nil {
+		g.conns.recheck()
+	}
+}
+
+// Close waits for the handlers of the open clients to finish (within
+// wsEndWait), then stops the resume store after its last write.
+func (g *Gate) Close() {
+	if g == nil {
+		return
+	}
+	g.conns.wait()
+	if g.resume != nil {
+		g.resume.close()
+	}
+}
+
+// AltTarget returns r as signed by the clients that sign a WebSocket
+// upgrade as /api/v1/ws? and the raw query, whatever target they send:
+// the second form authentication accepts for the ws route.
+func AltTarget(r *http.Request) *http.Request {
+	alt := *r
+	alt.RequestURI = "/api/v1/ws?" + r.URL.RawQuery
+	return &alt
+}
+
+// wantsDecoded reports whether the client asked for the decoded view
+// (Accept: application/vnd.streamgate.decoded+json).
+func wantsDecoded(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), don.DecodedMediaType)
+}
+
+// upgraded notes a WebSocket upgrade on the request's server span, which
+// lasts as long as the connection.
+func upgraded(ctx context.Context, streams int, resumed bool) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.AddEvent("websocket upgraded", trace.WithAttributes(
+			attribute.Int("streamgate.streams", streams), attribute.Bool("streamgate.resumed", resumed)))
+	}
+}
+
+// apiError is a refusal the endpoint answers itself, before the upgrade.
+// Its text is safe to show to the client.
+type apiError struct {
+	status     int
+	msg        string
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
+
+// writeError answers err, one of the endpoint's refusals, as the API
+// answers every error.
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, "internal error")
+	}
+	apierror.Write(w, ae.status, ae.msg, ae.retryAfter)
+}
