@@ -55,6 +55,14 @@ func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
 // hub starts a hub on the env with short test settings.
 func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	t.Helper()
+	h, err := New(e.config(mutate))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	return h
+}
+
+// config is the Config of a hub on the env with short test settings.
+func (e *env) config(mutate func(*Config)) Config {
 	cfg := Config{
 		Network: "mainnet",
 		URL:     "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
@@ -71,10 +79,7 @@ func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	h, err := New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(h.Close)
-	return h
+	return cfg
 }
 
 // run moves the clock one second every period until the test ends.

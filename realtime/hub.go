@@ -181,8 +181,8 @@ type Hub struct {
 
 	// up holds the upstream connections and their plan (see upstream);
 	// sh, nil without Config.Share, shares them with the other replicas
-	// (package share): the upstream's manager drives it, the hub asks it
-	// about room and hands it over as it closes.
+	// (package share): the upstream sees it through the interface sharing,
+	// the hub starts it, asks it about room and hands over as it closes.
 	up *upstream
 	sh *share.Sharer
 
@@ -234,7 +234,12 @@ type hubCounters struct {
 // New validates cfg, applies the defaults of its optional fields and
 // starts the hub's manager.
 // No connection is opened until a feed is wanted (at once for Pinned).
-func New(cfg Config) (*Hub, error) {
+func New(cfg Config) (*Hub, error) { return newHub(cfg, nil) }
+
+// newHub is New; join, if non-nil, gives the hub its sharing instead of
+// Config.Share (an alternate implementation of the interface sharing: the
+// tests' in memory).
+func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 	var errs []error
 	u, err := url.Parse(cfg.URL)
 	var base, httpURL string
@@ -289,23 +294,29 @@ func New(cfg Config) (*Hub, error) {
 		subs:   map[*Subscription]struct{}{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
-	if cfg.Share != nil {
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
+	h.up = &upstream{cfg: &h.cfg, base: base, log: h.log, mx: &h.mx, st: &h.st,
+		ctx: h.ctx, wg: &h.wg, peers: alone{}, kickCh: make(chan struct{}, 1),
+		disc:   &origins{cfg: &h.cfg, httpURL: httpURL, log: h.log, ctx: h.ctx},
+		links:  map[*link]struct{}{},
+		health: newLinkHealth(h.log),
+		wanted: h.wanted, frames: h.deliverFrame}
+	switch {
+	case join != nil:
+		h.up.peers = join(h)
+	case cfg.Share != nil:
 		sh, err := share.New(*cfg.Share, share.Deps{Network: cfg.Network,
 			MaxConnections: cfg.MaxConnections, FeedsPerConnection: cfg.FeedsPerConnection,
 			Deliver: func(frame []byte, src *share.Session) { h.deliverFrame(originShared, src, frame) },
-			Logger:  h.log, Metrics: h.mx.m.share})
+			Wanted:  h.local, Budget: h.up.budget, Stepped: h.up.kick,
+			Logger: h.log, Metrics: h.mx.m.share})
 		if err != nil {
+			h.cancel()
 			return nil, fmt.Errorf("realtime: %w", err)
 		}
-		h.sh = sh
+		h.sh, h.up.peers = sh, sh
 	}
-	h.ctx, h.cancel = context.WithCancel(context.Background())
-	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
-	h.up = &upstream{cfg: &h.cfg, base: base, httpURL: httpURL, log: h.log, mx: &h.mx, st: &h.st,
-		ctx: h.ctx, wg: &h.wg, sh: h.sh, kickCh: make(chan struct{}, 1),
-		links:  map[*link]struct{}{},
-		health: newLinkHealth(h.log),
-		wanted: h.wanted, local: h.local, frames: h.deliverFrame}
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
