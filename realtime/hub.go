@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -431,7 +432,8 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 	if queue < 1 {
 		queue = DefaultQueue
 	}
-	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge}
+	s := &Subscription{feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge,
+		leave: h.release, drop: h.drop}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -610,6 +612,42 @@ func (h *Hub) release(s *Subscription) {
 	for _, id := range s.feeds {
 		h.unwant(s, id, now)
 	}
+}
+
+// drop stops feeds for s (Subscription.Drop).
+func (h *Hub) drop(s *Subscription, feeds []string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	drop := make(map[string]bool, len(feeds))
+	for _, id := range feeds {
+		if slices.Contains(s.feeds, id) {
+			drop[id] = true
+		}
+	}
+	if len(drop) == 0 {
+		return len(s.feeds)
+	}
+	// The caller's slice is shared: build a new one.
+	kept := make([]string, 0, len(s.feeds))
+	for _, id := range s.feeds {
+		if !drop[id] {
+			kept = append(kept, id)
+		}
+	}
+	old := map[string]bool{}
+	if d := s.dropped.Load(); d != nil {
+		maps.Copy(old, *d)
+	}
+	maps.Copy(old, drop)
+	s.dropped.Store(&old)
+	if _, ok := h.subs[s]; ok {
+		now := time.Now()
+		for id := range drop {
+			h.unwant(s, id, now)
+		}
+	}
+	s.feeds = kept
+	return len(kept)
 }
 
 // unwant removes s from feed id's subscribers; a feed nobody wants any more
