@@ -21,9 +21,13 @@
 // subscriptions, the wanted set and the fan-out (hub.go, subscription.go);
 // continuity, the one owner of "every subscriber gets every second of its
 // feeds once, in order": watermarks, the newest reports, the history, gap
-// fills and resumes (continuity.go); upstream, the connections and their
-// plan (manager.go, link.go, plan.go, health.go, shareplan.go); and, with
-// Config.Share, a share.Sharer.
+// fills and resumes (continuity.go); upstream, the connections, their
+// plan and the HA origins (manager.go, link.go, plan.go, health.go,
+// origins.go, sharing.go); and the sharing with the other replicas, which
+// the upstream sees through the interface sharing (four methods,
+// sharing.go): with Config.Share a share.Sharer, which runs its own tick,
+// else alone{}. A Subscription is given what it asks of the hub (its
+// release, Drop) when made, not the hub.
 //
 // Config.Clock is the hub's time: it dates the signatures and runs the
 // timers of continuity (a gap's gathering, a fill's retries, a resumed
@@ -342,7 +346,7 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 // is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
 // hands its chunks over: it lets its leases go and keeps its connections
 // until another replica's connection for each chunk delivers, within a
-// lease (see share.Sharer.Handover). Idempotent.
+// lease (see share.Sharer.Leave). Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
