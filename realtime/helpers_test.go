@@ -211,6 +211,34 @@ func awaitMore(t *testing.T, cols []*collector, feed string, n int) []int {
 	return before
 }
 
+// counts returns how many frames of each feed every collector has now.
+func counts(cols []*collector, feeds []string) []map[string]int {
+	out := make([]map[string]int, len(cols))
+	for i, c := range cols {
+		out[i] = map[string]int{}
+		for _, f := range feeds {
+			out[i][f] = c.count(f)
+		}
+	}
+	return out
+}
+
+// awaitEach waits until every collector has n more frames of each feed
+// than it had at from (counts).
+func awaitEach(t *testing.T, cols []*collector, feeds []string, from []map[string]int, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < from[i][f]+n {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "%d more frames of each feed at every collector", n)
+}
+
 // consecutive checks that the frames of feed follow each other second by
 // second: no gap, no duplicate, in order.
 func consecutive(t *testing.T, fs []frame) {

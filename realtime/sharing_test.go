@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/realtime/share"
-	"streamgate/simulator"
 )
 
 // memBoard is an alternate implementation of the interface sharing, in
@@ -136,33 +135,7 @@ func TestSharingInMemory(t *testing.T) {
 		return e.open() == 1 && hubs[0].Stats().Up() == 1 && len(hubs[1].Stats().Connections) == 0
 	}, wait, 10*time.Millisecond, "the holder's one connection carries the union")
 
-	from := make([]map[string]int, len(cols))
-	for i, c := range cols {
-		from[i] = map[string]int{}
-		for _, f := range feeds {
-			from[i][f] = c.count(f)
-		}
-	}
-	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
-	require.Eventually(t, func() bool {
-		for i, c := range cols {
-			for _, f := range feeds {
-				if c.count(f) < from[i][f]+20 {
-					return false
-				}
-			}
-		}
-		return true
-	}, wait, 10*time.Millisecond)
-	assert.Equal(t, accepted, e.sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no upstream connection opened meanwhile")
-	assert.Equal(t, int64(1), e.open())
-	for i, c := range cols {
-		for _, f := range feeds {
-			fs := c.of(f)
-			increasing(t, fs)
-			consecutive(t, fs[max(from[i][f]-1, 0):])
-		}
-	}
+	oneConnection(t, e, cols, feeds, 20)
 	assert.Positive(t, board.members[0].beats.Load(), "the holder told its sharing what the held chunk carries")
 	assert.Zero(t, board.members[1].beats.Load())
 	l, _, ok := hubs[1].Latest(feeds[0])
