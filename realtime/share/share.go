@@ -254,7 +254,8 @@ func New(cfg Config, deps Deps) (*Sharer, error) {
 
 // Leave asks the tick goroutine to hand the chunks held over (handover),
 // and waits for it (at most a lease and a second). The hub calls it as it
-// closes; from then on, Plan keeps the connections as they are.
+// closes; once the handover has begun, Plan keeps the connections as
+// they are.
 func (s *Sharer) Leave() {
 	done := make(chan struct{})
 	t := time.NewTimer(s.lease + time.Second)
