@@ -55,6 +55,14 @@ func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
 // hub starts a hub on the env with short test settings.
 func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	t.Helper()
+	h, err := New(e.config(mutate))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	return h
+}
+
+// config is the Config of a hub on the env with short test settings.
+func (e *env) config(mutate func(*Config)) Config {
 	cfg := Config{
 		Network: "mainnet",
 		URL:     "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
@@ -71,10 +79,7 @@ func (e *env) hub(t testing.TB, mutate func(*Config)) *Hub {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	h, err := New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(h.Close)
-	return h
+	return cfg
 }
 
 // run moves the clock one second every period until the test ends.
@@ -204,6 +209,34 @@ func awaitMore(t *testing.T, cols []*collector, feed string, n int) []int {
 		return true
 	}, wait, 10*time.Millisecond, "%d more frames of %s at every collector", n, feed)
 	return before
+}
+
+// counts returns how many frames of each feed every collector has now.
+func counts(cols []*collector, feeds []string) []map[string]int {
+	out := make([]map[string]int, len(cols))
+	for i, c := range cols {
+		out[i] = map[string]int{}
+		for _, f := range feeds {
+			out[i][f] = c.count(f)
+		}
+	}
+	return out
+}
+
+// awaitEach waits until every collector has n more frames of each feed
+// than it had at from (counts).
+func awaitEach(t *testing.T, cols []*collector, feeds []string, from []map[string]int, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i, c := range cols {
+			for _, f := range feeds {
+				if c.count(f) < from[i][f]+n {
+					return false
+				}
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "%d more frames of each feed at every collector", n)
 }
 
 // consecutive checks that the frames of feed follow each other second by

@@ -21,9 +21,13 @@
 // subscriptions, the wanted set and the fan-out (hub.go, subscription.go);
 // continuity, the one owner of "every subscriber gets every second of its
 // feeds once, in order": watermarks, the newest reports, the history, gap
-// fills and resumes (continuity.go); upstream, the connections and their
-// plan (manager.go, link.go, plan.go, health.go, shareplan.go); and, with
-// Config.Share, a share.Sharer.
+// fills and resumes (continuity.go); upstream, the connections, their
+// plan and the HA origins (manager.go, link.go, plan.go, health.go,
+// origins.go, sharing.go); and the sharing with the other replicas, which
+// the upstream sees through the interface sharing (four methods,
+// sharing.go): with Config.Share a share.Sharer, which runs its own tick,
+// else alone{}. A Subscription is given what it asks of the hub (its
+// release, Drop) when made, not the hub.
 //
 // Config.Clock is the hub's time: it dates the signatures and runs the
 // timers of continuity (a gap's gathering, a fill's retries, a resumed
@@ -37,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -181,8 +186,8 @@ type Hub struct {
 
 	// up holds the upstream connections and their plan (see upstream);
 	// sh, nil without Config.Share, shares them with the other replicas
-	// (package share): the upstream's manager drives it, the hub asks it
-	// about room and hands it over as it closes.
+	// (package share): the upstream sees it through the interface sharing,
+	// the hub starts it, asks it about room and hands over as it closes.
 	up *upstream
 	sh *share.Sharer
 
@@ -234,7 +239,12 @@ type hubCounters struct {
 // New validates cfg, applies the defaults of its optional fields and
 // starts the hub's manager.
 // No connection is opened until a feed is wanted (at once for Pinned).
-func New(cfg Config) (*Hub, error) {
+func New(cfg Config) (*Hub, error) { return newHub(cfg, nil) }
+
+// newHub is New; join, if non-nil, gives the hub its sharing instead of
+// Config.Share (an alternate implementation of the interface sharing: the
+// tests' in memory).
+func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 	var errs []error
 	u, err := url.Parse(cfg.URL)
 	var base, httpURL string
@@ -289,23 +299,29 @@ func New(cfg Config) (*Hub, error) {
 		subs:   map[*Subscription]struct{}{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
-	if cfg.Share != nil {
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
+	h.up = &upstream{cfg: &h.cfg, base: base, log: h.log, mx: &h.mx, st: &h.st,
+		ctx: h.ctx, wg: &h.wg, peers: alone{}, kickCh: make(chan struct{}, 1),
+		disc:   &origins{cfg: &h.cfg, httpURL: httpURL, log: h.log, ctx: h.ctx},
+		links:  map[*link]struct{}{},
+		health: newLinkHealth(h.log),
+		wanted: h.wanted, frames: h.deliverFrame}
+	switch {
+	case join != nil:
+		h.up.peers = join(h)
+	case cfg.Share != nil:
 		sh, err := share.New(*cfg.Share, share.Deps{Network: cfg.Network,
 			MaxConnections: cfg.MaxConnections, FeedsPerConnection: cfg.FeedsPerConnection,
 			Deliver: func(frame []byte, src *share.Session) { h.deliverFrame(originShared, src, frame) },
-			Logger:  h.log, Metrics: h.mx.m.share})
+			Wanted:  h.local, Budget: h.up.budget, Stepped: h.up.kick,
+			Logger: h.log, Metrics: h.mx.m.share})
 		if err != nil {
+			h.cancel()
 			return nil, fmt.Errorf("realtime: %w", err)
 		}
-		h.sh = sh
+		h.sh, h.up.peers = sh, sh
 	}
-	h.ctx, h.cancel = context.WithCancel(context.Background())
-	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
-	h.up = &upstream{cfg: &h.cfg, base: base, httpURL: httpURL, log: h.log, mx: &h.mx, st: &h.st,
-		ctx: h.ctx, wg: &h.wg, sh: h.sh, kickCh: make(chan struct{}, 1),
-		links:  map[*link]struct{}{},
-		health: newLinkHealth(h.log),
-		wanted: h.wanted, local: h.local, frames: h.deliverFrame}
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
@@ -330,7 +346,7 @@ func New(cfg Config) (*Hub, error) {
 // is ErrHubClosed) and waits for the hub's goroutines. A sharing hub first
 // hands its chunks over: it lets its leases go and keeps its connections
 // until another replica's connection for each chunk delivers, within a
-// lease (see share.Sharer.Handover). Idempotent.
+// lease (see share.Sharer.Leave). Idempotent.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
@@ -420,7 +436,8 @@ func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge
 	if queue < 1 {
 		queue = DefaultQueue
 	}
-	s := &Subscription{h: h, feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge}
+	s := &Subscription{feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge,
+		leave: h.release, drop: h.drop}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -599,6 +616,42 @@ func (h *Hub) release(s *Subscription) {
 	for _, id := range s.feeds {
 		h.unwant(s, id, now)
 	}
+}
+
+// drop stops feeds for s (Subscription.Drop).
+func (h *Hub) drop(s *Subscription, feeds []string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	drop := make(map[string]bool, len(feeds))
+	for _, id := range feeds {
+		if slices.Contains(s.feeds, id) {
+			drop[id] = true
+		}
+	}
+	if len(drop) == 0 {
+		return len(s.feeds)
+	}
+	// The caller's slice is shared: build a new one.
+	kept := make([]string, 0, len(s.feeds))
+	for _, id := range s.feeds {
+		if !drop[id] {
+			kept = append(kept, id)
+		}
+	}
+	old := map[string]bool{}
+	if d := s.dropped.Load(); d != nil {
+		maps.Copy(old, *d)
+	}
+	maps.Copy(old, drop)
+	s.dropped.Store(&old)
+	if _, ok := h.subs[s]; ok {
+		now := time.Now()
+		for id := range drop {
+			h.unwant(s, id, now)
+		}
+	}
+	s.feeds = kept
+	return len(kept)
 }
 
 // unwant removes s from feed id's subscribers; a feed nobody wants any more

@@ -142,7 +142,7 @@ func (l *link) run() {
 			frames, reason := l.serve(c, sess)
 			sess.alive.Store(false)
 			if l.tag != "" {
-				u.sh.SessionDown(l.tag, sess.id)
+				u.peers.SessionDown(l.tag, sess.id)
 			}
 			c.CloseNow()
 			if l.ctx.Err() != nil {
@@ -290,7 +290,7 @@ func (l *link) serve(c *websocket.Conn, sess *session) (frames int64, reason str
 func (u *upstream) deliver(l *link, sess *session, frame []byte) {
 	u.mx.frameIn(l.origin)
 	if l.tag != "" {
-		u.sh.Publish(l.tag, sess.id, frame)
+		u.peers.Publish(l.tag, sess.id, frame)
 	}
 	u.frames(l.origin, sess, frame)
 }

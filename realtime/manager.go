@@ -2,51 +2,38 @@ package realtime
 
 import (
 	"context"
-	"math/rand/v2"
-	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-
-	"streamgate/auth"
-	"streamgate/realtime/share"
 )
 
 // upstream holds a hub's upstream connections: its manager goroutine
-// plans the chunks of the wanted feeds within the budget (planOwn, and the
-// shared chunks with a Sharer), discovers the HA origins and keeps one
-// link per chunk and origin (link.go), switching make-before-break. It is
-// given what it needs from the hub as functions: the wanted feeds
-// (wanted, local) and the frame path (frames).
+// plans the chunks of the wanted feeds within the budget (the shared
+// chunks the sharing lets it hold, then planOwn), discovers the HA origins
+// and keeps one link per chunk and origin (link.go), switching
+// make-before-break. It is given what it needs from the hub as functions:
+// the wanted feeds (wanted) and the frame path (frames); and the sharing
+// with the other replicas as a small interface (sharing).
 type upstream struct {
-	cfg     *Config // the hub's, read only
-	base    string  // scheme://host[:port] of the WebSocket
-	httpURL string  // http(s)://host[:port]/ for HEAD /
-	log     *zap.Logger
-	mx      *hubMetrics
-	st      *hubCounters
-	ctx     context.Context // the hub's: ends every link
-	wg      *sync.WaitGroup // the hub's
-	kickCh  chan struct{}
-	sh      *share.Sharer // nil without sharing
+	cfg    *Config // the hub's, read only
+	base   string  // scheme://host[:port] of the WebSocket
+	log    *zap.Logger
+	mx     *hubMetrics
+	st     *hubCounters
+	ctx    context.Context // the hub's: ends every link
+	wg     *sync.WaitGroup // the hub's
+	kickCh chan struct{}
+	peers  sharing  // alone{} without sharing
+	disc   *origins // the HA origins
 
 	wanted func(now time.Time) map[string]bool           // the feeds wanted, those past their grace dropped
-	local  func() []string                               // the feeds wanted, as they are
 	frames func(origin string, src source, frame []byte) // the hub's frame path
 
 	// Owned by the manager goroutine.
-	chunks   []*chunk
-	origins  []string
-	resolved bool
-	// A discovery that failed (no answer, or not 200) is asked again at
-	// rediscoverAt, after rediscoverWait, doubled each time up to a minute,
-	// rather than leaving the hub without origins for its whole life.
-	rediscoverAt   time.Time
-	rediscoverWait time.Duration
+	chunks []*chunk
 
 	linkMu sync.Mutex
 	links  map[*link]struct{} // for Stats
@@ -69,89 +56,33 @@ type chunk struct {
 }
 
 // manage reconciles the upstream connections with the wanted feeds, when
-// kicked and on a tick (for the grace periods); a sharing hub also talks
-// to Redis every share tick.
+// kicked (a subscription, a link's end, a tick of the sharing) and on a
+// tick (for the grace periods).
 func (u *upstream) manage() {
 	defer u.wg.Done()
 	every := min(max(u.cfg.Grace/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var share <-chan time.Time
-	var leave <-chan chan struct{}
-	var stepNow <-chan struct{}
-	if u.sh != nil {
-		leave = u.sh.Leaving()
-		stepNow = u.sh.StepNow()
-		st := time.NewTicker(u.sh.Tick())
-		defer st.Stop()
-		share = st.C
-		defer func() {
-			if !u.sh.Left() { // handover has let them go
-				u.sh.Release()
-			}
-		}()
-		u.shareStep()
-	}
 	for {
-		beat := false
 		select {
 		case <-u.ctx.Done():
 			return // the links end with u.ctx
 		case <-u.kickCh:
 		case <-t.C:
-		case <-share:
-			u.shareStep()
-			beat = true
-		case <-stepNow:
-			u.shareStep()
-			beat = true
-		case done := <-leave:
-			u.sh.Handover()
-			close(done)
-		}
-		if u.sh != nil && u.sh.Left() {
-			continue // closing: the connections stay as they are
 		}
 		u.reconcile()
-		if beat {
-			u.heartbeats()
-		}
 	}
 }
 
-// heartbeats sends the heartbeat of every chunk held, as reconciled: its
-// feeds and its sessions up.
-func (u *upstream) heartbeats() {
-	for _, c := range u.chunks {
-		if c.tag == "" || !u.sh.Holds(c.tag) {
-			continue
-		}
-		var up []uint64
-		for _, l := range c.links {
-			if ss := l.sess.Load(); ss != nil && ss.alive.Load() {
-				up = append(up, ss.id)
-			}
-		}
-		u.sh.Heartbeat(c.tag, c.feeds, up)
+// budget returns how many chunks the connection budget allows: 0 while
+// the origins are not known, unless discover asks to discover them. The
+// sharing's tick asks it (share.Deps.Budget).
+func (u *upstream) budget(discover bool) int {
+	origins, ok := u.disc.get(discover)
+	if !ok {
+		return 0
 	}
-}
-
-// shareStep runs a share tick.
-func (u *upstream) shareStep() {
-	local := u.local()
-	maxChunks := 0
-	if u.resolved {
-		maxChunks = u.maxChunks()
-	}
-	if over, ok := u.sh.Step(local, maxChunks, u.maxChunks); ok {
-		u.over.Store(int64(over))
-	}
-}
-
-// maxChunks returns how many chunks the budget allows, discovering the
-// origins first if need be. Called by the manager goroutine.
-func (u *upstream) maxChunks() int {
-	return chunkBudget(u.cfg.MaxConnections, len(u.linkOrigins()))
+	return chunkBudget(u.cfg.MaxConnections, len(origins))
 }
 
 // chunkBudget is how many chunks maxConns connections carry with origins
@@ -167,53 +98,28 @@ func chunkBudget(maxConns, origins int) int {
 	return n
 }
 
-// linkOrigins returns the origins each chunk connects to ("" without HA).
-func (u *upstream) linkOrigins() []string {
-	if !u.resolved || (!u.rediscoverAt.IsZero() && !time.Now().Before(u.rediscoverAt)) {
-		origins, ok := u.discover()
-		u.origins, u.resolved = origins, true
-		u.rediscoverAt = time.Time{}
-		if !ok {
-			u.rediscoverWait = min(max(2*u.rediscoverWait, time.Second), time.Minute)
-			// Jittered, so that replicas started together do not ask
-			// together again.
-			u.rediscoverAt = time.Now().Add(u.rediscoverWait/2 + rand.N(u.rediscoverWait/2))
-		}
-	}
-	origins := u.origins
-	if len(origins) == 0 {
-		origins = []string{""}
-	}
-	if len(origins) > u.cfg.MaxConnections {
-		origins = origins[:u.cfg.MaxConnections]
-	}
-	return origins
-}
-
 // reconcile drops the feeds past their grace, splits the wanted set into
 // chunks within the budget and switches the chunks that changed. A
 // sharing hub holds the shared chunks whose lease it has and carries on
 // its own chunks only the wanted feeds without another source.
 func (u *upstream) reconcile() {
-	desired := u.wanted(time.Now())
-	if len(desired) == 0 && len(u.chunks) == 0 && (u.sh == nil || u.sh.Holding() == 0) {
+	// The sharing: the shared chunks this replica holds, and the wanted
+	// feeds left to its own connections.
+	wanted := u.wanted(time.Now())
+	plan := u.plan(wanted)
+	if plan.Keep || (len(wanted) == 0 && len(u.chunks) == 0 && len(plan.Held) == 0) {
 		return
 	}
-	origins := u.linkOrigins()
+	desired := plan.Own
+	origins, _ := u.disc.get(true)
 	maxChunks := chunkBudget(u.cfg.MaxConnections, len(origins))
 	// Without a chunk's connections in reserve, a switch closes the old
 	// connections first, then opens the new ones when they have ended (the
 	// seconds between are a gap, filled from REST).
 	breakFirst := maxChunks*len(origins)+len(origins) > u.cfg.MaxConnections
+	maxChunks = max(maxChunks-len(plan.Held), 0)
 
-	// The sharing layer: the shared chunks this replica holds, and what is
-	// left for its own connections.
-	var held map[string][]string
-	if u.sh != nil {
-		held, desired, maxChunks = u.sharedPlan(desired, maxChunks)
-	}
-
-	started, retiring, total := u.applyShared(held, origins)
+	started, retiring, total := u.applyShared(plan.Held, origins)
 
 	// This replica's own chunks, as planOwn lays them out.
 	var own []*chunk
@@ -234,7 +140,9 @@ func (u *upstream) reconcile() {
 		own = append(own, c)
 		u.chunks = append(u.chunks, c)
 	}
-	if u.sh == nil || !u.sh.Sharing() {
+	if plan.Sharing {
+		u.over.Store(int64(plan.Over))
+	} else {
 		if over := int64(over); over != u.over.Swap(over) && over > 0 {
 			u.log.Warn("feeds over the upstream connection budget stay unsubscribed",
 				zap.Int64("feeds", over), zap.Int("max_connections", u.cfg.MaxConnections),
@@ -305,6 +213,7 @@ func (u *upstream) reconcile() {
 	u.capacity.Store(int64(maxChunks * u.cfg.FeedsPerConnection))
 	u.carry.Store(int64(total))
 	u.mx.feeds.Set(float64(total))
+	u.peers.Carrying(u.held())
 }
 
 // on reports whether c's links are one per origin of origins, in order
@@ -384,53 +293,6 @@ func (u *upstream) retireAfter(old, succ []*link) {
 			o.retire(s)
 		}
 	}()
-}
-
-// discover asks the upstream, with a signed HEAD /, for its HA origins.
-// Without the header, or on failure, there is none: one connection per
-// chunk. ok is false when the upstream did not answer 200 (then it is
-// asked again later).
-func (u *upstream) discover() (origins []string, ok bool) {
-	ctx, cancel := context.WithTimeout(u.ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.httpURL, nil)
-	if err != nil {
-		u.log.Warn("origin discovery", zap.Error(err))
-		return nil, false
-	}
-	if u.cfg.DiscoveryBudget != nil {
-		if err := u.cfg.DiscoveryBudget(ctx); err != nil {
-			u.log.Info("origin discovery waits for the upstream budget: one connection per chunk until it is asked again", zap.Error(err))
-			return nil, false
-		}
-	}
-	auth.Sign(req, u.cfg.APIKey, u.cfg.Secret, u.cfg.Clock.Now())
-	resp, err := u.cfg.HTTPClient.Do(req)
-	if err != nil {
-		u.log.Warn("origin discovery failed: one connection per chunk until it is asked again", zap.Error(err))
-		return nil, false
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		u.log.Warn("origin discovery refused: one connection per chunk until it is asked again", zap.Int("status", resp.StatusCode))
-		return nil, false
-	}
-	origins = parseOrigins(resp.Header.Get(headerAvailableOrigins))
-	u.log.Info("upstream origins", zap.Strings("origins", origins))
-	return origins, true
-}
-
-// parseOrigins reads X-Cll-Available-Origins: {001,002}.
-func parseOrigins(v string) []string {
-	v = strings.TrimSpace(v)
-	v = strings.TrimSuffix(strings.TrimPrefix(v, "{"), "}")
-	var out []string
-	for o := range strings.SplitSeq(v, ",") {
-		if o = strings.TrimSpace(o); o != "" && !slices.Contains(out, o) {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // reconnected counts a reconnect.

@@ -65,6 +65,26 @@ func settled(e *env, hubs []*Hub) bool {
 	return true
 }
 
+// oneConnection checks a sustained period on one upstream connection: n
+// more reports of each feed at every collector, no upstream connection
+// opened meanwhile, and every collector's frames in order, each second
+// once.
+func oneConnection(t *testing.T, e *env, cols []*collector, feeds []string, n int) {
+	t.Helper()
+	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
+	from := counts(cols, feeds)
+	awaitEach(t, cols, feeds, from, n)
+	assert.Equal(t, accepted, e.sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no upstream connection opened meanwhile")
+	assert.Equal(t, int64(1), e.open())
+	for i, c := range cols {
+		for _, f := range feeds {
+			fs := c.of(f)
+			increasing(t, fs)
+			consecutive(t, fs[max(from[i][f]-1, 0):])
+		}
+	}
+}
+
 // Three replicas wanting the same feeds: the upstream sees one
 // connection, and every subscription on every replica gets every report,
 // in order, once; a follower answers Latest from the holder's frames.
@@ -77,33 +97,7 @@ func TestShareOneConnection(t *testing.T) {
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
 
 	// A sustained period: 40 reports of each feed on every replica.
-	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
-	from := make([]map[string]int, len(cols))
-	for i, c := range cols {
-		from[i] = map[string]int{}
-		for _, f := range feeds {
-			from[i][f] = c.count(f)
-		}
-	}
-	require.Eventually(t, func() bool {
-		for i, c := range cols {
-			for _, f := range feeds {
-				if c.count(f) < from[i][f]+40 {
-					return false
-				}
-			}
-		}
-		return true
-	}, wait, 10*time.Millisecond)
-	assert.Equal(t, accepted, e.sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no upstream connection opened meanwhile")
-	assert.Equal(t, int64(1), e.open())
-	for i, c := range cols {
-		for _, f := range feeds {
-			fs := c.of(f)
-			increasing(t, fs)
-			consecutive(t, fs[max(from[i][f]-1, 0):])
-		}
-	}
+	oneConnection(t, e, cols, feeds, 40)
 	holder := holders(hubs)[0]
 	for i, h := range hubs {
 		st := h.Stats().Share
@@ -141,25 +135,10 @@ func TestShareHolderCloses(t *testing.T) {
 	old := holders(hubs)[0]
 	rest := append(append([]*Hub{}, hubs[:old]...), hubs[old+1:]...)
 	restCols := append(append([]*collector{}, cols[:old]...), cols[old+1:]...)
-	from := make([]map[string]int, len(restCols))
-	for i, c := range restCols {
-		from[i] = map[string]int{}
-		for _, f := range feeds {
-			from[i][f] = c.count(f)
-		}
-	}
+	from := counts(restCols, feeds)
 	hubs[old].Close()
 	require.Eventually(t, func() bool { return settled(e, rest) }, wait, 10*time.Millisecond)
-	require.Eventually(t, func() bool {
-		for i, c := range restCols {
-			for _, f := range feeds {
-				if c.count(f) < from[i][f]+20 {
-					return false
-				}
-			}
-		}
-		return true
-	}, wait, 10*time.Millisecond)
+	awaitEach(t, restCols, feeds, from, 20)
 	for i, c := range restCols {
 		select {
 		case <-c.done:

@@ -2,11 +2,9 @@ package realtime
 
 import (
 	"errors"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // The reasons a subscription ends, from Err.
@@ -23,11 +21,17 @@ const DefaultQueue = 64
 // Subscription is one consumer's view of a set of feeds: the report frames,
 // in a bounded queue. Its memory is the struct, its feed list (shared with
 // the caller's slice) and the queue: one slice header (24 bytes) per slot,
-// the frames themselves being shared by every subscriber.
+// the frames themselves being shared by every subscriber. It holds no
+// pointer to its hub: it is given, when made, the two things it asks of
+// the hub (leave, drop).
 type Subscription struct {
-	h     *Hub
-	feeds []string
+	feeds []string // guarded by the hub's mu
 	ch    chan []byte
+
+	// leave gives the subscription's feeds back (release, once); drop
+	// stops some of them (Drop). The hub's, given by subscribe.
+	leave func(*Subscription)
+	drop  func(s *Subscription, feeds []string) int
 
 	mu     sync.Mutex // guards the send and the close of ch, closed, err, backlog
 	closed bool
@@ -218,7 +222,7 @@ func (s *Subscription) end(err error) bool {
 
 // release gives the subscription's feeds back to the hub, once.
 func (s *Subscription) release() {
-	s.releaseOnce.Do(func() { s.h.release(s) })
+	s.releaseOnce.Do(func() { s.leave(s) })
 }
 
 // Drop stops feeds for this subscription at once: the hub no longer
@@ -226,40 +230,7 @@ func (s *Subscription) release() {
 // Keep reports false for their frames already queued. The subscription's
 // other feeds go on. It returns how many feeds the subscription still
 // has. Safe for concurrent use with the hub's deliveries.
-func (s *Subscription) Drop(feeds ...string) int {
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
-	drop := make(map[string]bool, len(feeds))
-	for _, id := range feeds {
-		if slices.Contains(s.feeds, id) {
-			drop[id] = true
-		}
-	}
-	if len(drop) == 0 {
-		return len(s.feeds)
-	}
-	// The caller's slice is shared: build a new one.
-	kept := make([]string, 0, len(s.feeds))
-	for _, id := range s.feeds {
-		if !drop[id] {
-			kept = append(kept, id)
-		}
-	}
-	old := map[string]bool{}
-	if d := s.dropped.Load(); d != nil {
-		maps.Copy(old, *d)
-	}
-	maps.Copy(old, drop)
-	s.dropped.Store(&old)
-	if _, ok := s.h.subs[s]; ok {
-		now := time.Now()
-		for id := range drop {
-			s.h.unwant(s, id, now)
-		}
-	}
-	s.feeds = kept
-	return len(kept)
-}
+func (s *Subscription) Drop(feeds ...string) int { return s.drop(s, feeds) }
 
 // Keep reports whether frame, taken from C, is of a feed still
 // subscribed: false for the frames of a dropped feed (see Drop) queued

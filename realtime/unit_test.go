@@ -58,7 +58,7 @@ func TestNewValidates(t *testing.T) {
 	require.NoError(t, err)
 	defer h.Close()
 	assert.Equal(t, "wss://ws.example:443", h.up.base)
-	assert.Equal(t, "https://ws.example:443/", h.up.httpURL)
+	assert.Equal(t, "https://ws.example:443/", h.up.disc.httpURL)
 	assert.Equal(t, 6, h.cfg.MaxConnections)
 	assert.Equal(t, 50, h.cfg.FeedsPerConnection)
 	assert.Equal(t, 30*time.Second, h.cfg.Grace)

@@ -66,9 +66,9 @@ type remoteChunk struct {
 	sess   map[string]*Session // by holder and session number
 }
 
-// Heartbeat queues the heartbeat of held chunk t: its feeds' digest and
+// heartbeat queues the heartbeat of held chunk t: its feeds' digest and
 // the numbers of its upstream sessions that are up.
-func (r *relay) Heartbeat(t string, feeds []string, up []uint64) {
+func (r *relay) heartbeat(t string, feeds []string, up []uint64) {
 	var b bytes.Buffer
 	b.WriteString("sg1 H " + t + " " + r.id + " " + strconv.FormatUint(digest(feeds), 16) + " ")
 	for i, id := range up {

@@ -4,10 +4,12 @@
 // holder publishes the frames its connections read, and the others hand
 // them to their hub as if they came from a connection of their own (see
 // Config for the protocol). A Sharer knows nothing of the hub: it is given
-// at New the hub's network and sizes, and a function that takes the
-// frames the other replicas relay (Deps.Deliver); the hub's manager asks
-// it every tick what to hold (Step, Plan) and hands it the frames and
-// heartbeats of the chunks it holds (Publish, Heartbeat, SessionDown).
+// at New the hub's network and sizes and a few functions (Deps): the
+// feeds the hub wants, its connection budget, a call after each tick,
+// and one that takes the frames the other replicas relay. It runs its own
+// tick (Start); the hub's upstream asks it what to hold and carry (Plan)
+// and hands it what the chunks it holds read and carry (Publish,
+// SessionDown, Carrying).
 package share
 
 import (
@@ -132,20 +134,31 @@ type Deps struct {
 	// Deliver takes a frame another replica's connection read; src says
 	// while that connection is up. Called by the receiver goroutine.
 	Deliver func(frame []byte, src *Session)
+	// Wanted returns the feeds this replica wants (subscriptions, pinned,
+	// REST demand, grace), published every tick. Budget returns how many
+	// chunks the hub's connection budget allows: 0 while the hub does not
+	// know its origins yet, unless discover asks it to find them. Stepped
+	// is called after every tick, so that the hub plans again (Plan).
+	// All three are called by the Sharer's tick goroutine; required.
+	Wanted  func() []string
+	Budget  func(discover bool) int
+	Stepped func()
 	Logger  *zap.Logger // nil: nop
 	Metrics *Metrics    // nil: nothing recorded
 }
 
 // Sharer is the sharing side of one hub: see the package documentation.
-// It holds the wants and the leases (Step), what to hold and what to
-// carry alone (Plan), and the handover; its relay keeps the channel
-// (Publish, Heartbeat, SessionDown, the receiver) and its presence the
-// reaping of dead holders' leases. Step, Plan, Holds, Holding, Handover
-// and Release belong to the hub's manager goroutine; the others are safe
-// for concurrent use.
+// Its tick goroutine (Start) keeps the wants and the leases (step) and
+// the handover; the hub's upstream asks it what to hold and what to carry
+// alone (Plan) and tells it what the held chunks carry (Carrying); its
+// relay keeps the channel (Publish, SessionDown, the heartbeats, the
+// receiver) and its presence the reaping of dead holders' leases. Plan
+// and Carrying belong to one goroutine (the hub's manager); the others
+// are safe for concurrent use.
 type Sharer struct {
 	*relay
 	pres *presence
+	deps Deps
 
 	perConn int             // FeedsPerConnection
 	maxConn int             // MaxConnections
@@ -156,17 +169,25 @@ type Sharer struct {
 	kWants string
 	kLease string // + chunk index
 
-	// Owned by the manager goroutine.
-	ok        bool             // sharing: the last ticks succeeded
-	lastOK    time.Time        // the last tick that succeeded
-	ticked    bool             // a tick has run
-	layout    layout           // of the last successful tick
-	held      map[string]bool  // chunk tags whose lease this replica holds
+	// Written by the tick goroutine under mu, read by Plan and Carrying
+	// under mu.
+	mu      sync.Mutex
+	ok      bool            // sharing: the last ticks succeeded
+	lastOK  time.Time       // the last tick that succeeded
+	ticked  bool            // a tick has run
+	layout  layout          // of the last successful tick
+	held    map[string]bool // chunk tags whose lease this replica holds
+	over    int             // feeds of the union the last successful tick's layout leaves out
+	left    bool            // handed over: take no lease again
+	ticks   uint64          // ticks run
+	planned uint64          // ticks the last Plan had seen
+	beaten  uint64          // ticks whose heartbeats were sent
+
+	// Owned by the goroutine of Plan.
 	uncovered map[string]int64 // feed → when it was first seen without a live source (ns since start)
 	start     time.Time
 
-	leaving chan chan struct{} // Close asks the manager to hand over
-	left    bool               // handed over: take no lease again (manager)
+	leaving chan chan struct{} // Leave asks the tick goroutine to hand over
 
 	shared atomic.Bool  // mirrors ok, for Stats
 	holds  atomic.Int64 // len(held), for Stats
@@ -193,8 +214,9 @@ func New(cfg Config, deps Deps) (*Sharer, error) {
 	if cfg.Lease < minShareLease {
 		return nil, errors.New("share: Lease must be at least 300ms")
 	}
-	if deps.Deliver == nil || deps.FeedsPerConnection < 1 || deps.MaxConnections < 1 {
-		return nil, errors.New("share: Deps.Deliver, MaxConnections and FeedsPerConnection are required")
+	if deps.Deliver == nil || deps.Wanted == nil || deps.Budget == nil || deps.Stepped == nil ||
+		deps.FeedsPerConnection < 1 || deps.MaxConnections < 1 {
+		return nil, errors.New("share: Deps.Deliver, Wanted, Budget, Stepped, MaxConnections and FeedsPerConnection are required")
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -221,6 +243,7 @@ func New(cfg Config, deps Deps) (*Sharer, error) {
 			deliver: deps.Deliver, log: deps.Logger, mx: mx,
 			pub: make(chan []byte, publishQueue), remote: map[string]*remoteChunk{}},
 		pres:    newPresence(cfg.Client, id, base, deps.MaxConnections, deps.Logger, mx),
+		deps:    deps,
 		perConn: deps.FeedsPerConnection, maxConn: deps.MaxConnections,
 		ctx: context.Background(), lease: cfg.Lease,
 		kWants: base + "wants", kLease: base + "lease:",
@@ -229,9 +252,10 @@ func New(cfg Config, deps Deps) (*Sharer, error) {
 	}, nil
 }
 
-// Leave asks the manager to hand the chunks held over (it calls Handover
-// when Leaving delivers), and waits for it (at most a lease and a
-// second). The hub calls it as it closes.
+// Leave asks the tick goroutine to hand the chunks held over (handover),
+// and waits for it (at most a lease and a second). The hub calls it as it
+// closes; once the handover has begun, Plan keeps the connections as
+// they are.
 func (s *Sharer) Leave() {
 	done := make(chan struct{})
 	t := time.NewTimer(s.lease + time.Second)
@@ -247,11 +271,12 @@ func (s *Sharer) Leave() {
 	}
 }
 
-// Start starts the publisher, the receiver and the presence; they stop
-// when ctx ends (Wait waits for them). Step and Handover use ctx too.
+// Start starts the tick, the publisher, the receiver and the presence;
+// they stop when ctx ends (Wait waits for them). A tick's calls use ctx
+// too.
 func (s *Sharer) Start(ctx context.Context) {
 	s.ctx = ctx
-	for _, run := range []func(context.Context){s.publisher, s.receiver, s.pres.run} {
+	for _, run := range []func(context.Context){s.run, s.publisher, s.receiver, s.pres.run} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -263,30 +288,53 @@ func (s *Sharer) Start(ctx context.Context) {
 // Wait waits for the goroutines of Start, once its ctx has ended.
 func (s *Sharer) Wait() { s.wg.Wait() }
 
-// Leaving delivers a request of Leave to the manager, which calls
-// Handover and then closes the channel it got.
-func (s *Sharer) Leaving() <-chan chan struct{} { return s.leaving }
+// run is the tick goroutine: a tick every Lease/3 and at once when a dead
+// holder's lease was freed, each followed by Deps.Stepped; the handover
+// when Leave asks; the leases let go when ctx ends without one.
+func (s *Sharer) run(ctx context.Context) {
+	t := time.NewTicker(s.tick)
+	defer t.Stop()
+	s.step()
+	for {
+		select {
+		case <-ctx.Done():
+			if !s.hasLeft() { // a handover has let them go
+				s.release()
+			}
+			return
+		case <-t.C:
+			s.step()
+		case <-s.pres.stepNow:
+			s.step()
+		case done := <-s.leaving:
+			s.handover()
+			close(done)
+		}
+	}
+}
 
-// StepNow delivers when a tick is due at once (a dead holder's lease was
-// freed).
-func (s *Sharer) StepNow() <-chan struct{} { return s.pres.stepNow }
+func (s *Sharer) hasLeft() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.left
+}
 
-// Tick is how often the manager calls Step: Lease/3.
-func (s *Sharer) Tick() time.Duration { return s.tick }
-
-// Left reports whether the replica has handed its chunks over (Handover):
-// it takes no lease again, and its connections stay as they are.
-func (s *Sharer) Left() bool { return s.left }
+// step runs a tick (tick) with this replica's wants, counts it and tells
+// the hub.
+func (s *Sharer) step() {
+	if s.hasLeft() {
+		return
+	}
+	s.tickOnce(s.deps.Wanted())
+	s.mu.Lock()
+	s.ticks++
+	s.mu.Unlock()
+	s.deps.Stepped()
+}
 
 // Sharing reports whether the replica shares now: its last ticks
 // succeeded.
 func (s *Sharer) Sharing() bool { return s.shared.Load() }
-
-// Holds reports whether this replica holds chunk t's lease. Manager.
-func (s *Sharer) Holds(t string) bool { return s.held[t] }
-
-// Holding returns how many chunks this replica holds. Manager.
-func (s *Sharer) Holding() int { return len(s.held) }
 
 // Union returns the union of the last successful tick, for the hub's
 // admission; nil while not sharing.
@@ -377,28 +425,26 @@ end
 return 0
 `)
 
-// Step publishes this replica's wants (local), reads the union, lays it
-// out, and renews and takes the leases. maxChunks is how many chunks the
-// hub's budget allows, 0 while the hub does not know yet: then budget is
-// asked, if the union is not empty (it may discover the origins). Called by the manager goroutine every tick. The
-// replica stops sharing when ticks have failed for half a lease (or the
-// first one fails), and shares again at the first that succeeds. It
-// returns, when the tick succeeded (ok), how many feeds of the union its
-// layout leaves over FeedsPerConnection.
-func (s *Sharer) Step(local []string, maxChunks int, budget func() int) (over int, ok bool) {
+// tickOnce publishes this replica's wants (local), reads the union, lays
+// it out, and renews and takes the leases, within the budget that
+// Deps.Budget gives (asked to discover the origins when the union is not
+// empty and they are not known yet). The replica stops sharing when ticks
+// have failed for half a lease (or the first one fails), and shares again
+// at the first that succeeds. The tick goroutine's; it alone writes the
+// fields under mu, so it reads them without.
+func (s *Sharer) tickOnce(local []string) {
 	defer func() { s.holds.Store(int64(len(s.held))) }()
-	if s.left {
-		return 0, false
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.lease)
 	defer cancel()
-	over, err := s.exchange(ctx, local, maxChunks, budget)
+	err := s.exchange(ctx, local, s.deps.Budget(false))
 	if s.ctx.Err() != nil {
-		return 0, false
+		return
 	}
 	first := !s.ticked
-	s.ticked = true
 	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ticked = true
 	if err == nil {
 		s.lastOK = now
 		s.queue([]byte("sg1 P " + s.id + "\n"))
@@ -429,11 +475,11 @@ func (s *Sharer) Step(local []string, maxChunks int, budget func() int) (over in
 			s.log.Info("stream sharing", zap.String("replica", s.id))
 		}
 	}
-	return over, err == nil
 }
 
-// exchange is one tick's Redis calls.
-func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int, budget func() int) (int, error) {
+// exchange is one tick's Redis calls; when they succeed, it sets the
+// held leases, the layout, the over count and the union.
+func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int) error {
 	args := make([]any, 0, 2+len(local))
 	args = append(args, s.lease.Milliseconds(), maxUnion)
 	for _, f := range local {
@@ -441,11 +487,11 @@ func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int, bu
 	}
 	union, err := wantsScript.Run(ctx, s.c, []string{s.kWants}, args...).StringSlice()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	slices.Sort(union)
 	if len(union) > 0 && maxChunks == 0 {
-		maxChunks = budget()
+		maxChunks = s.deps.Budget(true)
 	}
 	lay := newLayout(union, maxChunks, s.perConn)
 	room := &Union{Feeds: make(map[string]bool, len(union)), Capacity: maxChunks * s.perConn}
@@ -469,7 +515,7 @@ func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int, bu
 	}
 	res, err := leaseScript.Run(ctx, s.c, keys, args...).Int64Slice()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	held := map[string]bool{}
 	for i, v := range res {
@@ -507,23 +553,50 @@ func (s *Sharer) exchange(ctx context.Context, local []string, maxChunks int, bu
 			s.mx.chunkRole(t, RoleFollower)
 		}
 	}
-	s.held, s.layout = held, lay
+	s.mu.Lock()
+	s.held, s.layout, s.over = held, lay, lay.over
+	s.mu.Unlock()
 	s.room.Store(room)
-	return lay.over, nil
+	return nil
 }
 
-// Plan returns, for the manager, the chunks this replica holds (by tag)
+// Plan is what a replica's upstream connections carry, as Sharer.Plan
+// says.
+type Plan struct {
+	// Keep: leave the connections as they are. Before the first tick
+	// (nothing is known yet), and once the replica has handed its chunks
+	// over (it is closing).
+	Keep bool
+	// Held are the shared chunks this replica holds (tag → feeds): it
+	// connects for them and publishes what they read.
+	Held map[string][]string
+	// Own are the wanted feeds this replica carries on connections of its
+	// own, within the budget the held chunks leave.
+	Own map[string]bool
+	// Sharing: the replica shares now (its last ticks succeeded); Over is
+	// then how many feeds of every replica's union the layout leaves out.
+	Sharing bool
+	Over    int
+}
+
+// Plan returns, for the hub's upstream, the chunks this replica holds
 // with their feeds, and the wanted feeds (desired) it must carry itself:
 // those without a live source for Lease, and those it carries already
-// until a source is live. carried reports whether a feed is on a
-// connection of the replica's own now; up whether a held chunk has a
-// connection up.
-func (s *Sharer) Plan(desired map[string]bool, carried func(string) bool, up func(string) bool) (held map[string][]string, own []string) {
-	held = map[string][]string{}
+// until a source is live; every wanted feed while it does not share.
+// carried reports whether a feed is on a connection of the replica's own
+// now; up whether a held chunk has a connection up.
+func (s *Sharer) Plan(desired map[string]bool, carried func(feed string) bool, up func(tag string) bool) Plan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.left || !s.ticked {
+		return Plan{Keep: true}
+	}
+	s.planned = s.ticks
+	p := Plan{Held: map[string][]string{}, Own: map[string]bool{}, Sharing: s.ok, Over: s.over}
 	if s.ok {
 		for t := range s.held {
 			i, _ := splitTag(t)
-			held[t] = s.layout.chunks[i]
+			p.Held[t] = s.layout.chunks[i]
 		}
 	}
 	now := time.Now()
@@ -543,8 +616,8 @@ func (s *Sharer) Plan(desired map[string]bool, carried func(string) bool, up fun
 			since = nowNs
 			s.uncovered[f] = since
 		}
-		if !s.ok || !s.ticked || carried(f) || time.Duration(nowNs-since) >= s.lease {
-			own = append(own, f)
+		if !s.ok || carried(f) || time.Duration(nowNs-since) >= s.lease {
+			p.Own[f] = true
 		}
 	}
 	for f := range s.uncovered {
@@ -552,13 +625,38 @@ func (s *Sharer) Plan(desired map[string]bool, carried func(string) bool, up fun
 			delete(s.uncovered, f)
 		}
 	}
-	slices.Sort(own)
-	return held, own
+	return p
 }
 
-// Release lets every lease of this replica go, when the hub closes
-// without a handover. Manager.
-func (s *Sharer) Release() {
+// Held is a chunk this replica holds as its connections carry it: its
+// feeds and the numbers of its upstream sessions that are up.
+type Held struct {
+	Tag   string
+	Feeds []string
+	Up    []uint64
+}
+
+// Carrying is told, after each plan the hub's upstream has carried out,
+// the chunks it connects for as this replica's holder; after a tick, the
+// first such call sends the heartbeat of each chunk still held (its feeds'
+// digest and the sessions up). Called by the goroutine of Plan.
+func (s *Sharer) Carrying(chunks []Held) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.planned <= s.beaten {
+		return
+	}
+	s.beaten = s.planned
+	for _, c := range chunks {
+		if s.held[c.Tag] {
+			s.heartbeat(c.Tag, c.Feeds, c.Up)
+		}
+	}
+}
+
+// release lets every lease of this replica go, when the hub closes
+// without a handover. The tick goroutine's.
+func (s *Sharer) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	keys := make([]string, max(s.maxConn, s.layout.n))
@@ -575,18 +673,22 @@ func (s *Sharer) Release() {
 	for t := range s.held {
 		s.mx.chunkRole(t, "")
 	}
+	s.mu.Lock()
 	s.held = map[string]bool{}
+	s.mu.Unlock()
 }
 
-// Handover lets the leases of the chunks held go and waits, while their
+// handover lets the leases of the chunks held go and waits, while their
 // connections still publish, until another replica's connection for each
 // delivers (its frames or heartbeat heard since), within a lease; or
 // until a tick and a half shows that no replica took any of them. Then
 // the hub may close without a gap for the other replicas' clients. The
-// manager calls it when Leaving delivers; the replica takes no lease
-// again.
-func (s *Sharer) Handover() {
+// tick goroutine calls it when Leave asks; the replica takes no lease
+// again, and Plan keeps the connections as they are.
+func (s *Sharer) handover() {
+	s.mu.Lock()
 	s.left = true
+	s.mu.Unlock()
 	s.pres.left.Store(true)
 	if !s.ok || len(s.held) == 0 {
 		return
@@ -598,7 +700,7 @@ func (s *Sharer) Handover() {
 		keys = append(keys, s.kLease+strconv.Itoa(i))
 	}
 	since := time.Now()
-	s.Release()
+	s.release()
 	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
 	defer cancel()
 	tk := time.NewTicker(20 * time.Millisecond)
