@@ -289,7 +289,7 @@ func (c *Client) ReloadState(ctx context.Context) {
 // "" while its breaker is closed, else a sentence naming the client, its
 // mode and the last failure (never a password).
 func (c *Client) Health() string {
-	state := c.hook.cb.State()
+	state := c.hook.state()
 	if state == gobreaker.StateClosed {
 		return ""
 	}
@@ -303,6 +303,13 @@ func (c *Client) Health() string {
 	}
 	return fmt.Sprintf("Redis (%s, %s) unavailable, breaker %s; last failure: %s", c.name, c.mode, what, cause)
 }
+
+// Ready returns a channel that is closed while the client's breaker is
+// closed: closed already when the client may use Redis now, else closed
+// when its breaker closes again (a probe succeeded). Each outage has its
+// own channel: take it again after it was closed to wait for the next
+// recovery. Its users may wait on it to act at once when Redis is back.
+func (c *Client) Ready() <-chan struct{} { return c.hook.readyCh() }
 
 // Close stops the client and its watcher.
 func (c *Client) Close() error {
