@@ -46,6 +46,9 @@ type breakerHook struct {
 	metrics  *clientMetrics
 
 	lastErr atomic.Pointer[error] // the last failure, for the log line
+	// newMaster is set while the breaker is open after the client's
+	// watcher has seen a failover: it probes the new master(s).
+	newMaster atomic.Bool
 
 	mu       sync.Mutex    // guards the fields below
 	openedAt time.Time     // when the breaker last opened
@@ -157,10 +160,15 @@ func answered(err error) bool {
 
 func (h *breakerHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		// A dial belongs to a command that the breaker let through, or
-		// is the pool's own; while the breaker is open, do not wait for
-		// one.
-		if h.state() == gobreaker.StateOpen {
+		// A dial belongs to a command that the breaker let through, to
+		// the watcher's probe, or is the pool's own; while the breaker
+		// is open, do not wait for one, unless the watcher has seen a
+		// failover: then the dials go to the new master, and the
+		// probe's, the pool's own (go-redis stops dialing for its
+		// callers after as many failed dials as its pool size, until a
+		// dial of its own, once a second, succeeds) and a
+		// subscription's reconnection may get through.
+		if h.state() == gobreaker.StateOpen && !h.newMaster.Load() {
 			return nil, errOpenState
 		}
 		return next(ctx, network, addr)
@@ -205,7 +213,7 @@ func (h *breakerHook) call(ctx context.Context, next func(context.Context) error
 
 func (h *breakerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(inCall{}) != nil {
+		if ctx.Value(inCall{}) != nil || ctx.Value(probeCall{}) != nil {
 			return next(ctx, cmd)
 		}
 		h.metrics.sent(1)
@@ -219,7 +227,7 @@ func (h *breakerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *breakerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if ctx.Value(inCall{}) != nil {
+		if ctx.Value(inCall{}) != nil || ctx.Value(probeCall{}) != nil {
 			return next(ctx, cmds)
 		}
 		h.metrics.sent(len(cmds))
@@ -233,11 +241,36 @@ func (h *breakerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
+// closeAfterProbe closes the breaker, if it is not closed, after the
+// client's watcher has probed Redis itself and found it serving (by says
+// so in the log). It replaces the breaker with a closed one. It reports
+// whether the breaker is closed now.
+func (h *breakerHook) closeAfterProbe(by string) bool {
+	old := h.cb.Load()
+	from := old.State()
+	if from == gobreaker.StateClosed {
+		return true
+	}
+	if !h.cb.CompareAndSwap(old, h.newBreaker()) {
+		return false // another replaced it: look again
+	}
+	h.onStateChange(from, gobreaker.StateClosed, by)
+	return true
+}
+
 // onStateChange runs once per transition: under the breaker's lock, or
 // from closeAfterProbe (then by says what closed it).
 func (h *breakerHook) onStateChange(from, to gobreaker.State, by string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if to == gobreaker.StateClosed && by != "" {
+		select {
+		case <-h.ready:
+			// The replaced breaker's own probe closed it meanwhile.
+			return
+		default:
+		}
+	}
 	h.metrics.breakerChanged(to)
 	switch {
 	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
