@@ -85,6 +85,9 @@ func (fc *failoverCase) recovered() []string {
 // probe of the new master, and writes served at once.
 func (fc *failoverCase) checkRecovered(t *testing.T, key string) {
 	t.Helper()
+	for _, e := range fc.logs.FilterMessage("redis failover seen: the masters moved").All() {
+		t.Logf("failover seen: %v", e.ContextMap()) // what a failed count is made of
+	}
 	require.NoError(t, fc.c.Set(context.Background(), key, "after", 0).Err(), "the first write after the recovery")
 	assert.Empty(t, fc.c.Health())
 	assert.Equal(t, 1.0, testutil.ToFloat64(fc.m.failovers.WithLabelValues("ratelimit")), "failovers counted")
