@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,11 @@ var (
 // breakerHook is the redis.Hook of New: a deadline and a circuit
 // breaker around every call.
 type breakerHook struct {
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// cb is the breaker. Closing it after a probe of the client's own
+	// (closeAfterProbe) replaces it with a new, closed one: gobreaker has
+	// no way to close a breaker from outside, and a call that the old one
+	// let through reports to the old one, which no longer counts.
+	cb       atomic.Pointer[gobreaker.TwoStepCircuitBreaker[struct{}]]
 	timeout  time.Duration
 	failures int
 	open     time.Duration
@@ -40,8 +45,17 @@ type breakerHook struct {
 	log      *zap.Logger
 	metrics  *clientMetrics
 
-	lastErr  atomic.Pointer[error] // the last failure, for the log line
-	openedAt time.Time             // guarded by cb's lock: set in onStateChange
+	lastErr atomic.Pointer[error] // the last failure, for the log line
+	// newMaster is set while the breaker is open after the client's
+	// watcher has seen a failover: it probes the new master(s).
+	newMaster atomic.Bool
+
+	mu       sync.Mutex    // guards the fields below
+	openedAt time.Time     // when the breaker last opened
+	ready    chan struct{} // closed while the breaker is closed
+	// opened receives (without blocking) when the breaker opens: it
+	// wakes the client's watcher, which then looks more often.
+	opened chan struct{}
 }
 
 var _ redis.Hook = (*breakerHook)(nil)
@@ -54,23 +68,49 @@ func newBreakerHook(addr string, opts Options, m *clientMetrics) *breakerHook {
 		addr:     addr,
 		log:      opts.Logger,
 		metrics:  m,
+		ready:    make(chan struct{}),
+		opened:   make(chan struct{}, 1),
 	}
-	failures := uint32(opts.BreakerFailures)
-	h.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+	close(h.ready)
+	h.cb.Store(h.newBreaker())
+	return h
+}
+
+// newBreaker returns a closed breaker whose changes of state are the
+// hook's while it is the hook's breaker.
+func (h *breakerHook) newBreaker() *gobreaker.TwoStepCircuitBreaker[struct{}] {
+	failures := uint32(h.failures)
+	var cb *gobreaker.TwoStepCircuitBreaker[struct{}]
+	cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1, // one probe when half-open
-		Timeout:     opts.BreakerOpen,
+		Timeout:     h.open,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		IsExcluded:  func(err error) bool { return err == errExcluded },
 		// IsSuccessful is err == nil: report classifies.
-		OnStateChange: h.onStateChange,
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if h.cb.Load() == cb { // not one replaced
+				h.onStateChange(from, to, "")
+			}
+		},
 	})
-	return h
+	return cb
+}
+
+// state is the breaker's state now.
+func (h *breakerHook) state() gobreaker.State { return h.cb.Load().State() }
+
+// readyCh returns a channel closed while the breaker is closed: closed
+// already if it is closed now, else closed when it closes.
+func (h *breakerHook) readyCh() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ready
 }
 
 // allow asks the breaker for a call; the error wraps ErrCircuitOpen.
 func (h *breakerHook) allow() (done func(error), err error) {
-	done, err = h.cb.Allow()
+	done, err = h.cb.Load().Allow()
 	if err == nil {
 		return done, nil
 	}
@@ -120,10 +160,15 @@ func answered(err error) bool {
 
 func (h *breakerHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		// A dial belongs to a command that the breaker let through, or
-		// is the pool's own; while the breaker is open, do not wait for
-		// one.
-		if h.cb.State() == gobreaker.StateOpen {
+		// A dial belongs to a command that the breaker let through, to
+		// the watcher's probe, or is the pool's own; while the breaker
+		// is open, do not wait for one, unless the watcher has seen a
+		// failover: then the dials go to the new master, and the
+		// probe's, the pool's own (go-redis stops dialing for its
+		// callers after as many failed dials as its pool size, until a
+		// dial of its own, once a second, succeeds) and a
+		// subscription's reconnection may get through.
+		if h.state() == gobreaker.StateOpen && !h.newMaster.Load() {
 			return nil, errOpenState
 		}
 		return next(ctx, network, addr)
@@ -168,7 +213,7 @@ func (h *breakerHook) call(ctx context.Context, next func(context.Context) error
 
 func (h *breakerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(inCall{}) != nil {
+		if ctx.Value(inCall{}) != nil || ctx.Value(probeCall{}) != nil {
 			return next(ctx, cmd)
 		}
 		h.metrics.sent(1)
@@ -182,7 +227,7 @@ func (h *breakerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *breakerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if ctx.Value(inCall{}) != nil {
+		if ctx.Value(inCall{}) != nil || ctx.Value(probeCall{}) != nil {
 			return next(ctx, cmds)
 		}
 		h.metrics.sent(len(cmds))
@@ -196,12 +241,45 @@ func (h *breakerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// onStateChange runs under the breaker's lock, once per transition.
-func (h *breakerHook) onStateChange(_ string, from, to gobreaker.State) {
+// closeAfterProbe closes the breaker, if it is not closed, after the
+// client's watcher has probed Redis itself and found it serving (by says
+// so in the log). It replaces the breaker with a closed one. It reports
+// whether the breaker is closed now.
+func (h *breakerHook) closeAfterProbe(by string) bool {
+	old := h.cb.Load()
+	from := old.State()
+	if from == gobreaker.StateClosed {
+		return true
+	}
+	if !h.cb.CompareAndSwap(old, h.newBreaker()) {
+		return false // another replaced it: look again
+	}
+	h.onStateChange(from, gobreaker.StateClosed, by)
+	return true
+}
+
+// onStateChange runs once per transition: under the breaker's lock, or
+// from closeAfterProbe (then by says what closed it).
+func (h *breakerHook) onStateChange(from, to gobreaker.State, by string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if to == gobreaker.StateClosed && by != "" {
+		select {
+		case <-h.ready:
+			// The replaced breaker's own probe closed it meanwhile.
+			return
+		default:
+		}
+	}
 	h.metrics.breakerChanged(to)
 	switch {
 	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
 		h.openedAt = time.Now()
+		h.ready = make(chan struct{})
+		select {
+		case h.opened <- struct{}{}:
+		default:
+		}
 		var cause error
 		if p := h.lastErr.Load(); p != nil {
 			cause = *p
@@ -213,9 +291,14 @@ func (h *breakerHook) onStateChange(_ string, from, to gobreaker.State) {
 			zap.Duration("probe_interval", h.open),
 			zap.Error(cause))
 	case to == gobreaker.StateClosed:
+		close(h.ready)
+		if by == "" {
+			by = "a call let through as a probe"
+		}
 		h.log.Info("redis recovered: circuit breaker closed",
 			zap.String("addr", h.addr),
-			zap.Duration("unavailable_for", time.Since(h.openedAt).Round(time.Millisecond)))
+			zap.Duration("unavailable_for", time.Since(h.openedAt).Round(time.Millisecond)),
+			zap.String("closed_by", by))
 	default: // a probe is let through, or failed: the same outage
 		h.log.Debug("redis circuit breaker",
 			zap.Stringer("from", from), zap.Stringer("to", to))

@@ -310,7 +310,7 @@ func TestRedisClientBreakerPanic(t *testing.T) {
 	h := newBreakerHook("127.0.0.1:1", Options{BreakerFailures: 1, BreakerOpen: time.Hour, CommandTimeout: time.Second, Logger: zap.NewNop()}, &clientMetrics{})
 	process := h.ProcessHook(func(context.Context, redis.Cmder) error { panic("boom") })
 	assert.Panics(t, func() { _ = process(context.Background(), redis.NewCmd(context.Background(), "get", "k")) })
-	assert.Equal(t, gobreaker.StateOpen, h.cb.State())
+	assert.Equal(t, gobreaker.StateOpen, h.state())
 }
 
 func newMetrics(t *testing.T) *Metrics {
@@ -374,4 +374,48 @@ func toString(v any) string {
 		return e.Error()
 	}
 	return ""
+}
+
+// isClosed reports whether ch is closed now.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Ready is closed while the breaker is closed; the channel of an outage
+// is open from the breaker's opening to its closing, and a new outage
+// has a new one.
+func TestRedisClientReady(t *testing.T) {
+	bt := newBreakerTest(t, nil, Options{BreakerOpen: 50 * time.Millisecond})
+	ctx := context.Background()
+	require.NoError(t, bt.client.Ping(ctx).Err())
+	assert.True(t, isClosed(bt.client.Ready()), "closed while Redis serves")
+
+	for outage := range 2 {
+		bt.srv.Pause()
+		var err error
+		for i := 0; !errors.Is(err, ErrCircuitOpen); i++ {
+			require.Less(t, i, 100, "the breaker did not open")
+			err = bt.client.Get(ctx, "k").Err()
+		}
+		ready := bt.client.Ready()
+		assert.False(t, isClosed(ready), "outage %d: open while the breaker is open", outage)
+		bt.srv.Resume()
+		// The breaker's own probe closes it: call at a pace until one
+		// succeeds, bounded in count.
+		for i := 0; ; i++ {
+			require.Less(t, i, 5000, "not recovered: %v", err)
+			if err = bt.client.Ping(ctx).Err(); err == nil {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		assert.True(t, isClosed(ready), "outage %d: closed with the breaker", outage)
+		assert.True(t, isClosed(bt.client.Ready()))
+		assert.Equal(t, outage+1, bt.transitions(gobreaker.StateClosed))
+	}
 }

@@ -59,6 +59,12 @@ const (
 	// DefaultWatchInterval is how often a Sentinel or Cluster client
 	// looks where the masters are, to count failovers.
 	DefaultWatchInterval = time.Second
+	// openWatchInterval is how often a Sentinel or Cluster client looks
+	// where the masters are while its breaker is open (if WatchInterval
+	// is not shorter): a failover is seen within it, and the new masters
+	// probed at once (see Client.watch). A look asks a sentinel, or one
+	// cluster node for its slots: not the master that is gone.
+	openWatchInterval = 100 * time.Millisecond
 )
 
 // The library's own retries: a few, short, all within the call's
@@ -157,9 +163,12 @@ type Client struct {
 
 	sentinels []*redis.SentinelClient // ModeSentinel: to watch the master
 	master    string                  // ModeSentinel: the sentinels' configured master name
-	stop      chan struct{}
-	done      sync.WaitGroup
-	closeOnce sync.Once
+	// probeTimeout bounds the watcher's probe: a dial (through the
+	// sentinels) and one reply.
+	probeTimeout time.Duration
+	stop         chan struct{}
+	done         sync.WaitGroup
+	closeOnce    sync.Once
 }
 
 // Target is the Redis one client speaks to: exactly one of URL (a single
@@ -192,7 +201,8 @@ func New(t Target, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{name: opts.Name, log: opts.Logger, stop: make(chan struct{})}
+	c := &Client{name: opts.Name, log: opts.Logger, stop: make(chan struct{}),
+		probeTimeout: opts.DialTimeout + opts.CommandTimeout}
 	var tlsConf *tls.Config
 	if t.TLS {
 		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -289,7 +299,7 @@ func (c *Client) ReloadState(ctx context.Context) {
 // "" while its breaker is closed, else a sentence naming the client, its
 // mode and the last failure (never a password).
 func (c *Client) Health() string {
-	state := c.hook.cb.State()
+	state := c.hook.state()
 	if state == gobreaker.StateClosed {
 		return ""
 	}
@@ -303,6 +313,13 @@ func (c *Client) Health() string {
 	}
 	return fmt.Sprintf("Redis (%s, %s) unavailable, breaker %s; last failure: %s", c.name, c.mode, what, cause)
 }
+
+// Ready returns a channel that is closed while the client's breaker is
+// closed: closed already when the client may use Redis now, else closed
+// when its breaker closes again (a probe succeeded). Each outage has its
+// own channel: take it again after it was closed to wait for the next
+// recovery. Its users may wait on it to act at once when Redis is back.
+func (c *Client) Ready() <-chan struct{} { return c.hook.readyCh() }
 
 // Close stops the client and its watcher.
 func (c *Client) Close() error {
@@ -347,28 +364,100 @@ func (c *Client) CheckServer(ctx context.Context) (reachable bool, err error) {
 
 // watch looks where the masters are every interval and counts each change
 // as a failover seen.
+//
+// While the breaker is not closed it looks every openWatchInterval, and
+// once it has seen the masters move it probes them itself, outside the
+// breaker, at each look until a probe succeeds, which closes the breaker
+// at once: the failover has ended, and the client need not wait for the
+// breaker's next probe (up to BreakerOpen later) to use the new master.
+// Only the watcher probes, one call at a time: the calls of the process
+// still fail at once while Redis is away, and a Redis that is down
+// without a failover (a master restarting in place) is probed by the
+// breaker alone, as before.
 func (c *Client) watch(every time.Duration) {
 	defer c.done.Done()
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	var last string
+	moved := false // the masters moved since the breaker was last closed
 	for {
 		now := c.masters()
 		if now != "" {
 			if last != "" && now != last {
 				c.m.failover()
+				moved = true
 				c.log.Info("redis failover seen: the masters moved",
 					zap.String("client", c.name), zap.String("mode", string(c.mode)),
 					zap.String("was", last), zap.String("now", now))
 			}
 			last = now
 		}
+		wait := every
+		if c.hook.state() == gobreaker.StateClosed {
+			moved = false
+			c.hook.newMaster.Store(false)
+		} else {
+			wait = min(every, openWatchInterval)
+			if moved {
+				c.hook.newMaster.Store(true)
+				if err := c.probe(); err != nil {
+					c.log.Debug("redis failover seen, its new master not ready yet",
+						zap.String("client", c.name), zap.Error(err))
+				} else if c.hook.closeAfterProbe(probeAfterFailover) {
+					moved = false
+					c.hook.newMaster.Store(false)
+				}
+			}
+		}
+		t.Reset(wait)
 		select {
 		case <-c.stop:
 			return
+		case <-c.hook.opened:
 		case <-t.C:
 		}
 	}
+}
+
+// probeAfterFailover is what closed the breaker, in the recovery's log
+// line, when the watcher's probe did.
+const probeAfterFailover = "a probe of the new master after a failover"
+
+// probeCall marks the context of the watcher's probe: the hook lets it
+// through whatever the breaker's state, and it counts neither way; its
+// dial (which the pool may make with a context of its own) is let
+// through by breakerHook.newMaster.
+type probeCall struct{}
+
+// probe asks the masters the client knows now whether they serve, past
+// the breaker: for a Sentinel client, the master the sentinels name must
+// say ROLE master; for a cluster, every master of the slots must answer
+// PING. nil when they do.
+func (c *Client) probe() error {
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), probeCall{}, true), c.probeTimeout)
+	defer cancel()
+	switch c.mode {
+	case ModeSentinel:
+		role, err := c.UniversalClient.Do(ctx, "ROLE").Slice()
+		if err != nil {
+			return fmt.Errorf("redisconn: probe: %w", err)
+		}
+		if len(role) == 0 || role[0] != "master" {
+			return fmt.Errorf("redisconn: probe: the sentinels' master says ROLE %v", role)
+		}
+		return nil
+	case ModeCluster:
+		// ForEachMaster reads the slots afresh first: the client's own
+		// state follows the failover too.
+		err := c.UniversalClient.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.Ping(ctx).Err()
+		})
+		if err != nil {
+			return fmt.Errorf("redisconn: probe: %w", err)
+		}
+		return nil
+	}
+	return nil
 }
 
 // masters describes where the masters are now, "" if unknown: the master's
@@ -389,9 +478,8 @@ func (c *Client) masters() string {
 		cc := c.UniversalClient.(*redis.ClusterClient)
 		var masters []string
 		var mu sync.Mutex
-		// The client's own view, reloaded lazily from the nodes (no call
-		// of the process's: no hook sees it).
-		cc.ReloadState(ctx)
+		// The client's own view, which ForEachMaster reloads from a
+		// node first (no call of the process's: no hook sees it).
 		err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 			mu.Lock()
 			masters = append(masters, n.Options().Addr)
