@@ -217,6 +217,7 @@ func (b *MemoryBudget) take(key string, l Limit) time.Duration {
 		d = allowAt.Sub(now)
 	} else {
 		e.tat = base.Add(t)
+		e.adapt.seen.granted(now)
 	}
 	s.mu.Unlock()
 	b.metrics.budgetRates(b.network, key, l.Rate, eff)
@@ -268,12 +269,14 @@ return left
 
 // budgetScript is a Budget's step in Redis, on Redis's clock: it brings the
 // rate learned from upstream 429s (KEYS[3], a hash) up to date by the
-// rules of adapt.go, and then, for ARGV[4] "throttle", slows it; for
+// rules of adapt.go, and then, for ARGV[4] "throttle", slows it from the
+// observed rate (KEYS[4], a hash: the gaps between granted calls); for
 // "wait" it answers the pause left (KEYS[2]) or, without one, takes a
 // token of the GCRA bucket (KEYS[1]: its theoretical arrival time in
 // seconds since 2017-01-01, as github.com/go-redis/redis_rate keeps it)
-// whose tokens come 1/rate + margin apart. It returns {seconds to wait (0:
-// the token is taken), rate in force, direction of a change or ""}.
+// whose tokens come 1/rate + margin apart, and counts it in the observed
+// rate. It returns {seconds to wait (0: the token is taken), rate in
+// force, direction of a change or ""}.
 //
 // The state read from Redis is not trusted (see the script's comment): a
 // rate in force written too high cannot raise the calls above the
@@ -282,14 +285,17 @@ return left
 //
 // ARGV: 1 configured rate, 2 burst, 3 margin (s), 4 "wait" or "throttle",
 // 5 hold (s), 6 recovery step every (s), 7 ceiling step every (s), 8
-// steps, 9 floor divisor, 10 state ttl (ms).
+// steps, 9 floor divisor, 10 state ttl (ms), 11 floor (rps), 12 observed
+// span (s), 13 gaps the observed rate needs.
 var budgetScript = redis.NewScript(`
 redis.replicate_commands()
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + t[2] / 1000000
 local rate, burst, margin, op = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local hold, every, ceilEvery = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local step, floor = rate / tonumber(ARGV[8]), rate / tonumber(ARGV[9])
+local steps = tonumber(ARGV[8])
+local floor = math.min(rate / tonumber(ARGV[9]), tonumber(ARGV[11]))
+local span, least = tonumber(ARGV[12]), tonumber(ARGV[13])
 
 -- The state is read as untrusted: whoever can write to the Redis can
 -- write it. A rate that is not a finite number > 0 resets it; the rates
@@ -329,18 +335,29 @@ end
 if ceil < rate then
   local n = math.floor((now - math.max(down, lifted)) / ceilEvery)
   if n > 0 then
-    ceil, lifted, dirty = math.min(rate, ceil + n * step), now, true
+    ceil, lifted, dirty = math.min(rate, ceil * (1 + 1 / steps) ^ n), now, true
   end
 end
 if eff < ceil then
   local n = math.floor((now - changed) / every)
   if n > 0 then
-    eff, changed, dir, dirty = math.min(ceil, eff + n * step), now, "up", true
+    eff, changed, dir, dirty = math.min(ceil, eff + n * ceil / steps), now, "up", true
   end
 end
+-- The observed rate: n gaps between granted calls summing to sum seconds.
+local o = redis.call("HMGET", KEYS[4], "last", "sum", "n")
+local olast, osum, on = num(o[1]) or 0, num(o[2]), num(o[3])
+if osum == nil or osum < 0 or on == nil or on < 0 then
+  osum, on = 0, 0
+end
+osum, on = math.min(osum, 2 * span), math.min(on, 1e9)
 if op == "throttle" and (down == 0 or now - down >= hold) then
-  ceil = math.max(floor, eff - step)
-  eff = math.max(floor, eff / 2)
+  local base = eff
+  if on >= least and osum > 0 and on / osum < base then
+    base = on / osum
+  end
+  ceil = math.max(floor, base - base / steps)
+  eff = math.max(floor, base / 2)
   ceil = math.max(ceil, eff)
   down, changed, dir, dirty = now, now, "down", true
 end
@@ -370,6 +387,15 @@ if now < allowAt then
 end
 local new = tat + interval
 redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) * 1000) + 1)
+olast = math.min(math.max(olast, 0), now)
+if olast > 0 and now - olast < span then
+  osum, on = osum + (now - olast), on + 1
+  if osum > span then
+    osum, on = osum / 2, on / 2
+  end
+end
+redis.call("HSET", KEYS[4], "last", now, "sum", osum, "n", on)
+redis.call("PEXPIRE", KEYS[4], ARGV[10])
 return {"0", tostring(eff), dir}
 `)
 
@@ -392,6 +418,7 @@ type RedisBudget struct {
 	rateKey  string
 	pauseKey string
 	adaptKey string
+	seenKey  string
 	fb       *fallback
 	local    *MemoryBudget // the FailOpen fallback; it also records the metrics
 	metrics  *Metrics
@@ -418,6 +445,7 @@ func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, e
 		rateKey:  opts.Prefix + "budget:{" + opts.Network + ":",
 		pauseKey: opts.Prefix + "pause:{" + opts.Network + ":",
 		adaptKey: opts.Prefix + "adapt:{" + opts.Network + ":",
+		seenKey:  opts.Prefix + "seen:{" + opts.Network + ":",
 		fb:       newFallback(opts, "budget"),
 		local:    newMemoryBudget(opts),
 		metrics:  opts.Metrics,
@@ -475,14 +503,16 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 func (b *RedisBudget) budgetArgs(l Limit, op string) []any {
 	return []any{l.Rate, l.Burst, b.margin.Seconds(), op,
 		adaptHold.Seconds(), adaptRecoverEvery.Seconds(), adaptCeilingEvery.Seconds(),
-		adaptSteps, adaptFloorDiv, adaptTTL.Milliseconds()}
+		adaptSteps, adaptFloorDiv, adaptTTL.Milliseconds(), adaptFloorRPS,
+		adaptObserve.Seconds(), adaptObserveMin}
 }
 
 // step runs budgetScript for key; it returns the wait, the rate in force
 // and the direction of a change.
 func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) (time.Duration, float64, string, error) {
-	// The three keys share the hash tag {network:key}: one cluster slot.
-	res, err := budgetScript.Run(ctx, b.client, []string{b.tagged(b.rateKey, key), b.tagged(b.pauseKey, key), b.tagged(b.adaptKey, key)}, b.budgetArgs(l, op)...).StringSlice()
+	// The four keys share the hash tag {network:key}: one cluster slot.
+	keys := []string{b.tagged(b.rateKey, key), b.tagged(b.pauseKey, key), b.tagged(b.adaptKey, key), b.tagged(b.seenKey, key)}
+	res, err := budgetScript.Run(ctx, b.client, keys, b.budgetArgs(l, op)...).StringSlice()
 	if err != nil {
 		return 0, 0, "", err
 	}

@@ -81,6 +81,28 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 		assert.LessOrEqual(t, d, iv+time.Millisecond, "at most an interval away")
 	})
 
+	t.Run("a hostile observed rate", func(t *testing.T) {
+		for i, seen := range []map[string]any{
+			{"last": "1e18", "sum": "nan", "n": "-1"},
+			{"last": "-5", "sum": "inf", "n": "1e300"},
+			{"last": "x", "sum": "1e-300", "n": "1e300"}, // a rate of 1e600: above the rate in force, not obeyed
+		} {
+			key := "/seen" + strconv.Itoa(i)
+			require.NoError(t, rc.HSet(ctx, b.tagged(b.seenKey, key), seen).Err())
+			_, _, _, err := b.step(ctx, key, l, "wait")
+			require.NoError(t, err, "the script runs")
+			_, eff, dir, err := b.step(ctx, key, l, "throttle")
+			require.NoError(t, err)
+			assert.Equal(t, DirectionDown, dir)
+			assert.GreaterOrEqual(t, eff, adaptFloor(l.Rate))
+			assert.LessOrEqual(t, eff, l.Rate/2)
+			ttl, err := rc.PTTL(ctx, b.tagged(b.seenKey, key)).Result()
+			require.NoError(t, err)
+			assert.Greater(t, ttl, time.Duration(0), "the observed rate expires")
+			assert.LessOrEqual(t, ttl, adaptTTL)
+		}
+	})
+
 	t.Run("a throttle on a hostile state", func(t *testing.T) {
 		key := "/throttle"
 		require.NoError(t, rc.HSet(ctx, b.tagged(b.adaptKey, key), map[string]any{"rate": "10", "eff": "1e9", "ceil": "1e9", "changed": "0", "down": "0", "lifted": "0"}).Err())
