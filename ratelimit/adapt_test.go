@@ -32,17 +32,17 @@ func TestAdaptiveSteps(t *testing.T) {
 	}
 	steps := []step{
 		{why: "a new key runs at the configured rate", at: 0, eff: 10},
-		{why: "a 429 halves it", at: 0, throttle: true, eff: 5, dir: DirectionDown},
+		{why: "a 429 halves it (no rate observed: from the rate in force); the ceiling is a tenth below it", at: 0, throttle: true, eff: 5, dir: DirectionDown},
 		{why: "429s of calls sent before the slowdown do not slow again", at: 500 * time.Millisecond, throttle: true, eff: 5},
 		{why: "no step before adaptRecoverEvery", at: adaptRecoverEvery - time.Millisecond, eff: 5},
-		{why: "one step after it", at: adaptRecoverEvery, eff: 6, dir: DirectionUp},
-		{why: "two more after twice as long", at: 3 * adaptRecoverEvery, eff: 8, dir: DirectionUp},
-		{why: "up to the ceiling, one step below the rate that drew the 429", at: 10 * adaptRecoverEvery, eff: 9, dir: DirectionUp},
+		{why: "one step (a tenth of the ceiling, 9) after it", at: adaptRecoverEvery, eff: 5.9, dir: DirectionUp},
+		{why: "two more after twice as long", at: 3 * adaptRecoverEvery, eff: 7.7, dir: DirectionUp},
+		{why: "up to the ceiling, a tenth below the rate that drew the 429", at: 10 * adaptRecoverEvery, eff: 9, dir: DirectionUp},
 		{why: "and no further", at: 20 * adaptRecoverEvery, eff: 9},
-		{why: "the ceiling rises a step after adaptCeilingEvery without a 429", at: adaptCeilingEvery, eff: 10, dir: DirectionUp},
-		{why: "a 429 at 10 after the hold halves again", at: adaptCeilingEvery + 10*time.Second, throttle: true, eff: 5, dir: DirectionDown},
-		{why: "a 429 after the hold and one step up (6) halves that; the ceiling goes a step below 6", at: adaptCeilingEvery + 12*time.Second, throttle: true, eff: 3, dir: DirectionDown},
-		{why: "recovery stops at that ceiling", at: adaptCeilingEvery + 30*time.Second, eff: 5, dir: DirectionUp},
+		{why: "the ceiling rises a tenth after adaptCeilingEvery without a 429", at: adaptCeilingEvery, eff: 9.9, dir: DirectionUp},
+		{why: "a 429 after the hold halves again", at: adaptCeilingEvery + 10*time.Second, throttle: true, eff: 4.95, dir: DirectionDown},
+		{why: "a 429 after the hold and one step up (5.841) halves that; the ceiling goes a tenth below 5.841", at: adaptCeilingEvery + 12*time.Second, throttle: true, eff: 2.9205, dir: DirectionDown},
+		{why: "recovery stops at that ceiling", at: adaptCeilingEvery + 30*time.Second, eff: 5.2569, dir: DirectionUp},
 	}
 	var a adaptive
 	for _, s := range steps {
@@ -58,12 +58,39 @@ func TestAdaptiveSteps(t *testing.T) {
 	}
 
 	t.Run("never below the floor", func(t *testing.T) {
-		var a adaptive
-		var eff float64
-		for i := range 20 {
-			eff, _ = a.throttle(rate, at(time.Duration(i)*adaptHold))
+		for _, c := range []struct{ rate, floor float64 }{
+			{10, 10.0 / adaptFloorDiv}, // the configured rate / 32 when below 1 call a second
+			{10000, adaptFloorRPS},     // else 1 call a second: any limit above it is reachable
+		} {
+			var a adaptive
+			var eff float64
+			for i := range 40 {
+				eff, _ = a.throttle(c.rate, at(time.Duration(i)*adaptHold))
+			}
+			assert.InDelta(t, c.floor, eff, 1e-9, "configured %v", c.rate)
 		}
-		assert.InDelta(t, rate/adaptFloorDiv, eff, 1e-9)
+	})
+	t.Run("a 429 halves the rate observed, when lower than the rate in force", func(t *testing.T) {
+		var a adaptive
+		a.at(10000, t0)
+		for i := range 9 { // 4 calls a second, far below the rate in force
+			a.seen.granted(at(time.Duration(i) * 250 * time.Millisecond))
+		}
+		eff, dir := a.throttle(10000, at(2*time.Second))
+		assert.Equal(t, DirectionDown, dir)
+		assert.InDelta(t, 2, eff, 1e-9, "half of 4")
+		assert.InDelta(t, 3.6, a.ceil, 1e-9, "a tenth below 4")
+	})
+	t.Run("too few calls, or a quiet spell, are no observed rate", func(t *testing.T) {
+		var o observed
+		o.granted(t0)
+		o.granted(at(100 * time.Millisecond))
+		o.granted(at(200 * time.Millisecond))
+		assert.Zero(t, o.rate(), "two gaps")
+		o.granted(at(time.Hour))
+		assert.Zero(t, o.rate(), "a gap of an hour is not counted")
+		o.granted(at(time.Hour + 100*time.Millisecond))
+		assert.InDelta(t, 10, o.rate(), 1e-9)
 	})
 	t.Run("a new configured rate starts afresh", func(t *testing.T) {
 		var a adaptive

@@ -26,13 +26,15 @@ import (
 // that counts as a token bucket of burst 1 finds a token for each.
 type Budget interface {
 	// Wait blocks until key has a token under l, or returns an error. It
-	// waits only as long as ctx's deadline allows: when the token (or the
-	// end of a pause) comes later than the deadline, it returns at once a
-	// *BudgetError, which wraps ErrBudgetExhausted; so it does too if the
-	// deadline passes while it waits after all (a late timer, or, shared
-	// with other replicas, the token it waited for went to another). It
-	// returns ctx's error when ctx is cancelled, or was done on entry; it
-	// never sleeps past ctx.Done.
+	// reserves the token once and sleeps until its time (see
+	// MemoryBudget.reserve and depart). It waits only as long as ctx's
+	// deadline allows: when the token (or the end of a pause) comes later
+	// than the deadline, or beyond budgetHorizon, it returns at once a
+	// *BudgetError, which wraps ErrBudgetExhausted, having reserved
+	// nothing; so it does too if the deadline passes while it waits after
+	// all (a late timer, a pause set meanwhile), the reservation then
+	// spent. It returns ctx's error when ctx is cancelled, or was done on
+	// entry; it never sleeps past ctx.Done.
 	Wait(ctx context.Context, key string, l Limit) error
 	// Pause stops calls for key during d, e.g. for the Retry-After of an
 	// upstream 429. A pause is never shortened by a later, shorter one.
@@ -93,8 +95,8 @@ func late(err error, retryAfter time.Duration) error {
 }
 
 // MemoryBudget is a Budget kept in this process: a GCRA schedule per key
-// that a waiter asks for a token, sleeps until the token's time and asks
-// again, as with the Redis implementation.
+// in which a waiter reserves its token's time once, then sleeps until it
+// and departs (see reserve and depart), as with the Redis implementation.
 type MemoryBudget struct {
 	network string
 	margin  time.Duration
@@ -108,6 +110,8 @@ type budgetEntry struct {
 	tat         time.Time // theoretical arrival time of the next call (GCRA)
 	pausedUntil time.Time
 	adapt       adaptive
+	departed    time.Time     // the last call of this process that went (depart)
+	spacing     time.Duration // the least time between two calls here, as last learned
 }
 
 var _ Budget = (*MemoryBudget)(nil)
@@ -124,7 +128,8 @@ func NewMemoryBudget(opts Options) (*MemoryBudget, error) {
 
 func newMemoryBudget(opts Options) *MemoryBudget {
 	idle := func(e *budgetEntry, now time.Time) bool {
-		return !now.Before(e.pausedUntil) && !now.Before(e.tat) && (e.adapt.eff <= 0 || e.adapt.rest())
+		return !now.Before(e.pausedUntil) && !now.Before(e.tat) && (e.adapt.eff <= 0 || e.adapt.rest()) &&
+			now.Sub(e.departed) > time.Minute
 	}
 	return &MemoryBudget{network: opts.Network, margin: opts.BudgetMargin, keys: newTable(opts.MaxKeys, idle),
 		metrics: opts.Metrics, log: opts.Logger}
@@ -159,12 +164,6 @@ func (b *MemoryBudget) record(key string, start time.Time, waited bool, err erro
 	}
 }
 
-// tooLate reports whether ctx's deadline comes no later than d from now.
-func tooLate(ctx context.Context, d time.Duration) bool {
-	deadline, ok := ctx.Deadline()
-	return ok && time.Until(deadline) <= d
-}
-
 func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bool, err error) {
 	if err := l.Validate(); err != nil {
 		return false, err
@@ -172,38 +171,70 @@ func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bo
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	for {
-		d := b.take(key, l)
-		if d == 0 {
-			return waited, nil
-		}
-		if err := sleep(ctx, d, b.asleep); err != nil {
-			return waited, err
-		}
-		waited = true
+	d, iv, ok := b.reserve(key, l, most(ctx))
+	if !ok {
+		return false, &BudgetError{RetryAfter: d}
 	}
+	return b.depart(ctx, key, d, iv)
 }
 
-// take takes a token of key under l if there is one now and key is not
-// paused, and returns 0; otherwise it returns how long until there may be
-// one. A waiter reserves nothing: it sleeps, then tries again, and the
-// next token counts from the time a token was actually taken. So a waiter
-// woken late by a busy machine (its timer, the scheduler) delays the
-// calls after it instead of going out closer to the next one, and a pause
-// that begins while it sleeps holds it too.
-func (b *MemoryBudget) take(key string, l Limit) time.Duration {
+// reserveSlack is kept between a reserved token and the caller's deadline:
+// the time it takes the answer to come back (from Redis) and the caller
+// to set its timer. Without it a token reserved just inside the deadline
+// was found outside it by the time the caller would sleep, and spent for
+// nothing; a queue of waiters, whose tail is always at the deadline, lost
+// a slot that way again and again.
+const reserveSlack = 20 * time.Millisecond
+
+// most is how long a waiter with ctx may wait for a token it reserves:
+// until its deadline less reserveSlack, or -1 without one.
+func most(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return -1
+	}
+	return max(time.Until(deadline)-reserveSlack, 0)
+}
+
+// budgetHorizon bounds the queue of reservations: a token is reserved no
+// further than this after the end of the key's pause (or the reach of its
+// burst, if longer); a caller whose token comes later is refused, deadline
+// or not. No upstream call is worth waiting a minute for, and the Redis
+// script can tell a time of arrival it wrote from one that it did not.
+const budgetHorizon = time.Minute
+
+// horizon is how far past the end of a pause tokens are reserved at
+// interval t under l.
+func horizon(l Limit, t time.Duration) time.Duration {
+	if reach := time.Duration(l.Burst) * t; reach > budgetHorizon {
+		return reach
+	}
+	return budgetHorizon
+}
+
+// reserve takes key's next token under l for the caller, unless it comes
+// (or key's pause ends) too late: at mostWait or later (mostWait < 0: no
+// limit), or at the horizon past the pause's end. It returns the wait until the token, the spacing of key's calls
+// on this process (see depart: the interval of the rate in force with
+// burst 1, 0 otherwise) and whether the token was reserved. A refusal
+// reserves nothing: the schedule owes nothing for it.
+//
+// A reservation is spent whatever becomes of it: a caller cancelled while
+// it waits leaves its token unused, which costs the key one call (the
+// upstream is spared, not overrun). So a waiter asks once, not after every
+// sleep: with the Redis budget, one script call per upstream call.
+func (b *MemoryBudget) reserve(key string, l Limit, mostWait time.Duration) (time.Duration, time.Duration, bool) {
 	now := time.Now()
 	s := b.keys.shard(key)
 	s.mu.Lock()
 	e, _ := s.get(key, now)
+	var d time.Duration
 	if now.Before(e.pausedUntil) {
-		d := e.pausedUntil.Sub(now)
-		s.mu.Unlock()
-		return d
+		d = e.pausedUntil.Sub(now)
 	}
 	if l.Unlimited() {
 		s.mu.Unlock()
-		return 0
+		return d, 0, mostWait < 0 || d < mostWait
 	}
 	eff, dir := e.adapt.at(l.Rate, now)
 	t := interval(eff, b.margin)
@@ -211,17 +242,83 @@ func (b *MemoryBudget) take(key string, l Limit) time.Duration {
 	if base.Before(now) {
 		base = now
 	}
-	allowAt := base.Add(-time.Duration(l.Burst-1) * t)
-	var d time.Duration
-	if now.Before(allowAt) {
-		d = allowAt.Sub(now)
-	} else {
+	at := base.Add(-time.Duration(l.Burst-1) * t)
+	if at.Before(now) {
+		at = now
+	}
+	if at.Before(e.pausedUntil) {
+		at = e.pausedUntil
+	}
+	d = at.Sub(now)
+	from := now
+	if from.Before(e.pausedUntil) {
+		from = e.pausedUntil
+	}
+	ok := (mostWait < 0 || d < mostWait) && at.Sub(from) < horizon(l, t)
+	e.spacing = spacing(l, t)
+	if ok {
+		if at.After(base) {
+			base = at
+		}
 		e.tat = base.Add(t)
+		e.adapt.seen.granted(at)
 	}
 	s.mu.Unlock()
 	b.metrics.budgetRates(b.network, key, l.Rate, eff)
 	adjusted(b.log, b.metrics, b.network, key, dir, l.Rate, eff)
-	return d
+	return d, spacing(l, t), ok
+}
+
+// spacing is the least time between two calls of a key under l on one
+// process, t being the interval of its rate in force: t with burst 1 (the
+// budget's), none for a bucket with a burst or an unlimited one.
+func spacing(l Limit, t time.Duration) time.Duration {
+	if l.Burst != 1 || l.Unlimited() {
+		return 0
+	}
+	return t
+}
+
+// depart sleeps d, the wait of a reserved token of key, then lets the
+// caller go once this process allows it: not while key is paused here
+// (a pause set while it slept, after an upstream 429: it waits the pause
+// out), and no sooner than iv, or the spacing of the rate in force if
+// longer (a slowdown learned while it slept), after the last call of key
+// that went from this process. A waiter woken late by a busy machine (its timer, the
+// scheduler) thus delays the calls after it instead of going out closer
+// to the next one. Both are known locally: departing costs no round
+// trip. It returns whether the caller waited, or the error of sleep when
+// ctx ends first or its deadline is too close: the reservation is then
+// spent.
+func (b *MemoryBudget) depart(ctx context.Context, key string, d, iv time.Duration) (waited bool, err error) {
+	for {
+		if d > 0 {
+			if err := sleep(ctx, d, b.asleep); err != nil {
+				return waited, err
+			}
+			waited = true
+		}
+		now := time.Now()
+		s := b.keys.shard(key)
+		s.mu.Lock()
+		e, _ := s.get(key, now)
+		if iv > 0 {
+			iv = max(iv, e.spacing)
+		}
+		switch next := e.departed.Add(iv); {
+		case now.Before(e.pausedUntil):
+			d = e.pausedUntil.Sub(now)
+		case iv > 0 && now.Before(next):
+			d = next.Sub(now)
+		default:
+			d = 0
+			e.departed = now
+		}
+		s.mu.Unlock()
+		if d == 0 {
+			return waited, nil
+		}
+	}
 }
 
 // Pause implements Budget.
@@ -249,6 +346,7 @@ func (b *MemoryBudget) Throttled(key string, l Limit) {
 	s.mu.Lock()
 	e, _ := s.get(key, now)
 	eff, dir := e.adapt.throttle(l.Rate, now)
+	e.spacing = spacing(l, interval(eff, b.margin))
 	s.mu.Unlock()
 	b.metrics.budgetRates(b.network, key, l.Rate, eff)
 	adjusted(b.log, b.metrics, b.network, key, dir, l.Rate, eff)
@@ -268,12 +366,17 @@ return left
 
 // budgetScript is a Budget's step in Redis, on Redis's clock: it brings the
 // rate learned from upstream 429s (KEYS[3], a hash) up to date by the
-// rules of adapt.go, and then, for ARGV[4] "throttle", slows it; for
-// "wait" it answers the pause left (KEYS[2]) or, without one, takes a
-// token of the GCRA bucket (KEYS[1]: its theoretical arrival time in
-// seconds since 2017-01-01, as github.com/go-redis/redis_rate keeps it)
-// whose tokens come 1/rate + margin apart. It returns {seconds to wait (0:
-// the token is taken), rate in force, direction of a change or ""}.
+// rules of adapt.go, and then, for ARGV[4] "throttle", slows it from the
+// observed rate (KEYS[4], a hash: the gaps between granted calls); for
+// "wait" it reserves the caller's token of the GCRA bucket (KEYS[1]: its
+// theoretical arrival time in seconds since 2017-01-01, as
+// github.com/go-redis/redis_rate keeps it) whose tokens come 1/rate +
+// margin apart, no sooner than the end of the pause (KEYS[2]), unless
+// that is ARGV[14] seconds away or more (the caller's deadline; < 0: none),
+// and counts it in the observed rate. It returns {seconds until the token
+// (or the end of the pause), rate in force, direction of a change or "",
+// "1" if the token is reserved for the caller, else "0"}: a caller sleeps
+// its wait and goes, without asking again.
 //
 // The state read from Redis is not trusted (see the script's comment): a
 // rate in force written too high cannot raise the calls above the
@@ -282,14 +385,18 @@ return left
 //
 // ARGV: 1 configured rate, 2 burst, 3 margin (s), 4 "wait" or "throttle",
 // 5 hold (s), 6 recovery step every (s), 7 ceiling step every (s), 8
-// steps, 9 floor divisor, 10 state ttl (ms).
+// steps, 9 floor divisor, 10 state ttl (ms), 11 floor (rps), 12 observed
+// span (s), 13 gaps the observed rate needs, 14 most wait (s; < 0: none),
+// 15 queue horizon (s).
 var budgetScript = redis.NewScript(`
 redis.replicate_commands()
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + t[2] / 1000000
 local rate, burst, margin, op = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local hold, every, ceilEvery = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local step, floor = rate / tonumber(ARGV[8]), rate / tonumber(ARGV[9])
+local steps = tonumber(ARGV[8])
+local floor = math.min(rate / tonumber(ARGV[9]), tonumber(ARGV[11]))
+local span, least = tonumber(ARGV[12]), tonumber(ARGV[13])
 
 -- The state is read as untrusted: whoever can write to the Redis can
 -- write it. A rate that is not a finite number > 0 resets it; the rates
@@ -329,18 +436,29 @@ end
 if ceil < rate then
   local n = math.floor((now - math.max(down, lifted)) / ceilEvery)
   if n > 0 then
-    ceil, lifted, dirty = math.min(rate, ceil + n * step), now, true
+    ceil, lifted, dirty = math.min(rate, ceil * (1 + 1 / steps) ^ n), now, true
   end
 end
 if eff < ceil then
   local n = math.floor((now - changed) / every)
   if n > 0 then
-    eff, changed, dir, dirty = math.min(ceil, eff + n * step), now, "up", true
+    eff, changed, dir, dirty = math.min(ceil, eff + n * ceil / steps), now, "up", true
   end
 end
+-- The observed rate: n gaps between granted calls summing to sum seconds.
+local o = redis.call("HMGET", KEYS[4], "last", "sum", "n")
+local olast, osum, on = num(o[1]) or 0, num(o[2]), num(o[3])
+if osum == nil or osum < 0 or on == nil or on < 0 then
+  osum, on = 0, 0
+end
+osum, on = math.min(osum, 2 * span), math.min(on, 1e9)
 if op == "throttle" and (down == 0 or now - down >= hold) then
-  ceil = math.max(floor, eff - step)
-  eff = math.max(floor, eff / 2)
+  local base = eff
+  if on >= least and osum > 0 and on / osum < base then
+    base = on / osum
+  end
+  ceil = math.max(floor, base - base / steps)
+  eff = math.max(floor, base / 2)
   ceil = math.max(ceil, eff)
   down, changed, dir, dirty = now, now, "down", true
 end
@@ -353,24 +471,42 @@ if dirty then
   end
 end
 if op == "throttle" then
-  return {"0", tostring(eff), dir}
+  return {"0", tostring(eff), dir, "1"}
 end
 
+local pauseEnd = now
 local left = redis.call("PTTL", KEYS[2])
 if left > 0 then
-  return {tostring(left / 1000), tostring(eff), dir}
+  pauseEnd = now + left / 1000
 end
 local interval = 1 / eff + margin
--- A time of arrival beyond the burst's reach is not one this script wrote.
+-- Reservations reach no further than the horizon past the pause: a time
+-- of arrival beyond it (and the burst's reach) is not one this script
+-- wrote, and is ignored.
+local horizon = math.max(burst * interval, tonumber(ARGV[15]))
 local tat = num(redis.call("GET", KEYS[1])) or now
-tat = math.min(math.max(tat, now), now + burst * interval)
-local allowAt = tat - (burst - 1) * interval
-if now < allowAt then
-  return {tostring(allowAt - now), tostring(eff), dir}
+if tat > pauseEnd + horizon + burst * interval then
+  tat = now
 end
-local new = tat + interval
+tat = math.max(tat, now)
+local go = math.max(tat - (burst - 1) * interval, now, pauseEnd)
+local mostWait = tonumber(ARGV[14])
+if (mostWait >= 0 and go - now >= mostWait) or go - pauseEnd >= horizon then
+  return {tostring(go - now), tostring(eff), dir, "0"}
+end
+local new = math.max(tat, go) + interval
+-- The last departure counted is no later than the one reserved last.
+olast = math.min(math.max(olast, 0), math.max(tat, pauseEnd))
 redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) * 1000) + 1)
-return {"0", tostring(eff), dir}
+if olast > 0 and go - olast < span then
+  osum, on = osum + math.max(go - olast, 0), on + 1
+  if osum > span then
+    osum, on = osum / 2, on / 2
+  end
+end
+redis.call("HSET", KEYS[4], "last", math.max(go, olast), "sum", osum, "n", on)
+redis.call("PEXPIRE", KEYS[4], ARGV[10])
+return {tostring(go - now), tostring(eff), dir, "1"}
 `)
 
 // pauseTimeout bounds the Redis calls of Pause and Throttled, which have
@@ -378,9 +514,9 @@ return {"0", tostring(eff), dir}
 const pauseTimeout = 2 * time.Second
 
 // RedisBudget is a Budget kept in Redis and shared by every replica: the
-// buckets run a GCRA in a script of their own (a refused call learns how
-// long until its token, waits that long within its deadline, and tries
-// again), the rate learned from upstream 429s is kept beside them, and a
+// buckets run a GCRA in a script of their own (one call per Wait: it
+// reserves the caller's token and answers how long until it, which the
+// caller sleeps locally), the rate learned from upstream 429s is kept beside them, and a
 // pause is a key with a PX expiry, so that an upstream 429 seen by one
 // replica pauses and slows them all. Pauses are kept locally too. While
 // Redis fails it follows Options.FailMode like Redis, waiting on a local
@@ -392,6 +528,7 @@ type RedisBudget struct {
 	rateKey  string
 	pauseKey string
 	adaptKey string
+	seenKey  string
 	fb       *fallback
 	local    *MemoryBudget // the FailOpen fallback; it also records the metrics
 	metrics  *Metrics
@@ -418,6 +555,7 @@ func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, e
 		rateKey:  opts.Prefix + "budget:{" + opts.Network + ":",
 		pauseKey: opts.Prefix + "pause:{" + opts.Network + ":",
 		adaptKey: opts.Prefix + "adapt:{" + opts.Network + ":",
+		seenKey:  opts.Prefix + "seen:{" + opts.Network + ":",
 		fb:       newFallback(opts, "budget"),
 		local:    newMemoryBudget(opts),
 		metrics:  opts.Metrics,
@@ -438,92 +576,104 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 	if err := l.Validate(); err != nil {
 		return false, err
 	}
-	var slept time.Duration // the last wait
-	for {
-		if err := ctx.Err(); err != nil {
-			if waited { // the deadline passed while we waited or asked again
-				err = late(err, slept)
-			}
-			return waited, err
-		}
-		if !b.fb.try() {
-			return b.fallback(ctx, key, l, waited, nil)
-		}
-		d, err := b.next(ctx, key, l)
-		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				if waited { // another replica took the token we waited for
-					ctxErr = late(ctxErr, slept)
-				}
-				return waited, ctxErr
-			}
-			b.fb.failed("budget", err)
-			return b.fallback(ctx, key, l, waited, err)
-		}
-		b.fb.succeeded()
-		if d == 0 {
-			return waited, nil
-		}
-		if err := sleep(ctx, d, b.local.asleep); err != nil {
-			return waited, err
-		}
-		waited, slept = true, d
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
+	if !b.fb.try() {
+		return b.fallback(ctx, key, l, nil)
+	}
+	d, iv, ok, err := b.reserve(ctx, key, l, most(ctx))
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return false, ctxErr
+		}
+		b.fb.failed("budget", err)
+		return b.fallback(ctx, key, l, err)
+	}
+	b.fb.succeeded()
+	if !ok {
+		return false, &BudgetError{RetryAfter: d}
+	}
+	// The token is the caller's: it sleeps until its time and goes, as
+	// this replica allows (its own pauses and spacing, kept locally).
+	return b.local.depart(ctx, key, d, iv)
 }
 
-// budgetArgs are the arguments of budgetScript for l and op.
-func (b *RedisBudget) budgetArgs(l Limit, op string) []any {
+// budgetArgs are the arguments of budgetScript for l, op and the most the
+// caller can wait (< 0: no limit).
+func (b *RedisBudget) budgetArgs(l Limit, op string, mostWait time.Duration) []any {
 	return []any{l.Rate, l.Burst, b.margin.Seconds(), op,
 		adaptHold.Seconds(), adaptRecoverEvery.Seconds(), adaptCeilingEvery.Seconds(),
-		adaptSteps, adaptFloorDiv, adaptTTL.Milliseconds()}
+		adaptSteps, adaptFloorDiv, adaptTTL.Milliseconds(), adaptFloorRPS,
+		adaptObserve.Seconds(), adaptObserveMin, mostWait.Seconds(), budgetHorizon.Seconds()}
 }
 
-// step runs budgetScript for key; it returns the wait, the rate in force
-// and the direction of a change.
-func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string) (time.Duration, float64, string, error) {
-	// The three keys share the hash tag {network:key}: one cluster slot.
-	res, err := budgetScript.Run(ctx, b.client, []string{b.tagged(b.rateKey, key), b.tagged(b.pauseKey, key), b.tagged(b.adaptKey, key)}, b.budgetArgs(l, op)...).StringSlice()
+// step runs budgetScript for key; it returns the wait, the rate in force,
+// the direction of a change and whether a token was reserved (op "wait").
+func (b *RedisBudget) step(ctx context.Context, key string, l Limit, op string, mostWait time.Duration) (time.Duration, float64, string, bool, error) {
+	// The four keys share the hash tag {network:key}: one cluster slot.
+	keys := []string{b.tagged(b.rateKey, key), b.tagged(b.pauseKey, key), b.tagged(b.adaptKey, key), b.tagged(b.seenKey, key)}
+	res, err := budgetScript.Run(ctx, b.client, keys, b.budgetArgs(l, op, mostWait)...).StringSlice()
 	if err != nil {
-		return 0, 0, "", err
+		return 0, 0, "", false, err
 	}
-	if len(res) != 3 {
-		return 0, 0, "", fmt.Errorf("ratelimit: budget script answered %d values, want 3", len(res))
+	if len(res) != 4 {
+		return 0, 0, "", false, fmt.Errorf("ratelimit: budget script answered %d values, want 4", len(res))
 	}
 	wait, err1 := strconv.ParseFloat(res[0], 64)
 	eff, err2 := strconv.ParseFloat(res[1], 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, 0, "", fmt.Errorf("ratelimit: budget script: %w", err)
+		return 0, 0, "", false, fmt.Errorf("ratelimit: budget script: %w", err)
 	}
 	b.metrics.budgetRates(b.network, key, l.Rate, eff)
 	adjusted(b.log, b.metrics, b.network, key, res[2], l.Rate, eff)
 	var d time.Duration
 	if wait > 0 {
-		d = max(time.Duration(math.Ceil(wait*float64(time.Second))), time.Millisecond)
+		d = time.Duration(math.Ceil(wait * float64(time.Second)))
 	}
-	return d, eff, res[2], nil
+	return d, eff, res[2], res[3] == "1", nil
 }
 
-// next takes a token for key if it has one and is not paused, and returns
-// zero; otherwise it returns how long to wait before trying again.
-func (b *RedisBudget) next(ctx context.Context, key string, l Limit) (time.Duration, error) {
+// reserve reserves key's next token under l in Redis, unless it (or the
+// end of key's pause) comes at mostWait or later (< 0: no limit): one
+// script call. It returns the wait until the token, the spacing of key's
+// calls on this replica (see MemoryBudget.depart) and whether the token
+// was reserved. An unlimited budget reserves nothing: it reads the pause.
+func (b *RedisBudget) reserve(ctx context.Context, key string, l Limit, mostWait time.Duration) (time.Duration, time.Duration, bool, error) {
 	if l.Unlimited() {
 		left, err := b.client.PTTL(ctx, b.tagged(b.pauseKey, key)).Result()
 		if err != nil {
-			return 0, err
+			return 0, 0, false, err
 		}
-		return max(left, 0), nil
+		left = max(left, 0)
+		return left, 0, mostWait < 0 || left < mostWait, nil
 	}
-	d, _, _, err := b.step(ctx, key, l, "wait")
-	return d, err
+	d, eff, _, ok, err := b.step(ctx, key, l, "wait", mostWait)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	iv := spacing(l, interval(eff, b.margin))
+	b.local.learned(key, iv)
+	return d, iv, ok, nil
 }
 
-func (b *RedisBudget) fallback(ctx context.Context, key string, l Limit, waited bool, cause error) (bool, error) {
+// learned records the spacing of key's calls under the rate in force as
+// the Redis budget last answered it, for depart.
+func (b *MemoryBudget) learned(key string, spacing time.Duration) {
+	now := time.Now()
+	s := b.keys.shard(key)
+	s.mu.Lock()
+	e, _ := s.get(key, now)
+	e.spacing = spacing
+	s.mu.Unlock()
+}
+
+func (b *RedisBudget) fallback(ctx context.Context, key string, l Limit, cause error) (bool, error) {
 	b.metrics.fallback(b.fb.mode)
 	if b.fb.mode == FailClosed {
-		return waited, unavailable(cause)
+		return false, unavailable(cause)
 	}
-	w, err := b.local.wait(ctx, key, l)
-	return waited || w, err
+	return b.local.wait(ctx, key, l)
 }
 
 // Pause implements Budget: it pauses key on this replica and, through
@@ -558,12 +708,14 @@ func (b *RedisBudget) Throttled(key string, l Limit) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pauseTimeout)
 	defer cancel()
-	if _, _, _, err := b.step(ctx, key, l, "throttle"); err != nil {
+	_, eff, _, _, err := b.step(ctx, key, l, "throttle", -1)
+	if err != nil {
 		b.fb.failed("throttle", err)
 		b.local.Throttled(key, l)
 		return
 	}
 	b.fb.succeeded()
+	b.local.learned(key, spacing(l, interval(eff, b.margin)))
 }
 
 // tagged is the Redis key of prefix (one of the budget's, ending in its

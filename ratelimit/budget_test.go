@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"streamgate/internal/redistest"
+	"streamgate/redisconn"
 )
 
 // budgetTests run against every Budget implementation. Durations are short
@@ -117,6 +121,30 @@ func budgetTests(t *testing.T, newBudget func(t *testing.T) Budget) {
 		}
 	})
 
+	t.Run("a waiter reserves its token; none beyond the horizon", func(t *testing.T) {
+		b := newBudget(t)
+		sleeping := asleep(b)
+		l := Limit{Rate: 1 / (0.6 * budgetHorizon.Seconds()), Burst: 1} // tokens 0.6 horizons apart
+		require.NoError(t, b.Wait(ctx, key, l))
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- b.Wait(ctx, key, l) }() // reserves the token 0.6 horizons away
+		select {
+		case <-sleeping:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not start waiting")
+		}
+		// The next token is 1.2 horizons away: refused at once, even
+		// without a deadline.
+		err := b.Wait(context.Background(), key, l)
+		var be *BudgetError
+		require.ErrorAs(t, err, &be)
+		assert.Greater(t, be.RetryAfter, budgetHorizon)
+		cancel() // the sleeper's reservation is spent
+		assert.ErrorIs(t, <-done, context.Canceled)
+		require.ErrorIs(t, b.Wait(withTimeout(5*time.Second), key, l), ErrBudgetExhausted, "a cancelled reservation is not given back")
+	})
+
 	t.Run("a done context is refused", func(t *testing.T) {
 		b := newBudget(t)
 		ctx, cancel := context.WithCancel(ctx)
@@ -192,4 +220,99 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestRedisBudgetOneRoundTripPerCall: waiters that queue for the Redis
+// budget cost one round trip to Redis each, whatever they wait: the script
+// reserves each its token, and it sleeps locally until then. Before, a
+// waiter asked again after every sleep, and a queue of them cost several
+// round trips per upstream call.
+func TestRedisBudgetOneRoundTripPerCall(t *testing.T) {
+	srv := redistest.New(t)
+	reg := prometheus.NewRegistry()
+	rm, err := redisconn.NewMetrics(reg)
+	require.NoError(t, err)
+	c, err := redisconn.NewURL(srv.URL(), "", redisconn.Options{Name: "ratelimit", Metrics: rm})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	b, err := NewRedisBudget(c, Options{Network: "mainnet", BudgetMargin: 5 * time.Millisecond})
+	require.NoError(t, err)
+	roundTrips := func() float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == redisconn.MetricRoundTrips {
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	l := Limit{Rate: 50, Burst: 1} // tokens 25 ms apart
+	const key = "/api/v1/reports/latest"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, b.Wait(ctx, key, l)) // loads the script
+	before := roundTrips()
+
+	const waiters = 20 // a queue of half a second
+	var wg sync.WaitGroup
+	errs := make(chan error, waiters)
+	for range waiters {
+		wg.Go(func() { errs <- b.Wait(ctx, key, l) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	trips := roundTrips() - before
+	t.Logf("%d waiters: %v round trips to Redis", waiters, trips)
+	assert.EqualValues(t, waiters, trips, "one round trip per granted call")
+}
+
+// TestBudgetPauseReachesASleepingWaiter: a waiter that has reserved its
+// token and sleeps does not go before a pause set meanwhile ends (an
+// upstream 429 seen by this process); memory and Redis budgets alike,
+// without asking Redis again.
+func TestBudgetPauseReachesASleepingWaiter(t *testing.T) {
+	url := redistest.Start(t)
+	for _, impl := range []string{"memory", "redis"} {
+		t.Run(impl, func(t *testing.T) {
+			var b Budget
+			var local *MemoryBudget
+			if impl == "memory" {
+				mb, err := NewMemoryBudget(Options{Network: "n"})
+				require.NoError(t, err)
+				b, local = mb, mb
+			} else {
+				rb, err := NewRedisBudget(newClient(t, url), Options{Network: "n", Prefix: "sleeper:"})
+				require.NoError(t, err)
+				b, local = rb, rb.local
+			}
+			sleeping := make(chan struct{}, 4)
+			local.asleep = func() { sleeping <- struct{}{} }
+			l := Limit{Rate: 0.5, Burst: 1} // the second token 2 s after the first: time to set the pause
+			const key = "/k"
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			require.NoError(t, b.Wait(ctx, key, l))
+			done := make(chan time.Time, 1)
+			go func() {
+				if err := b.Wait(ctx, key, l); err != nil {
+					t.Error(err)
+				}
+				done <- time.Now()
+			}()
+			select {
+			case <-sleeping:
+			case <-ctx.Done():
+				t.Fatal("the waiter did not sleep")
+			}
+			const pause = 3 * time.Second
+			end := time.Now().Add(pause) // no later than the pause's end
+			b.Pause(key, pause)
+			went := <-done
+			assert.False(t, went.Before(end), "the waiter went %v before the pause's end", end.Sub(went))
+		})
+	}
 }

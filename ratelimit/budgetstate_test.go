@@ -54,7 +54,7 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 			}
 			// Written as a hostile writer would: no expiry.
 			require.NoError(t, rc.HSet(ctx, b.tagged(b.adaptKey, key), state).Err())
-			d, eff, _, err := b.step(ctx, key, l, "wait")
+			d, eff, _, _, err := b.step(ctx, key, l, "wait", -1)
 			require.NoError(t, err, "the script runs")
 			assert.Zero(t, d, "the first token is there")
 			assert.LessOrEqual(t, eff, c.most)
@@ -67,7 +67,7 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 			}
 			// The next token is at most an interval of the clamped rate
 			// away (less when the machine was slow between the steps).
-			d, _, _, err = b.step(ctx, key, l, "wait")
+			d, _, _, _, err = b.step(ctx, key, l, "wait", -1)
 			require.NoError(t, err)
 			assert.LessOrEqual(t, d, interval(eff, b.margin)+time.Millisecond)
 		})
@@ -76,15 +76,37 @@ func TestRedisBudgetDistrustsItsState(t *testing.T) {
 	t.Run("a time of arrival far ahead", func(t *testing.T) {
 		key := "/tat"
 		require.NoError(t, rc.Set(ctx, b.tagged(b.rateKey, key), "1e18", 0).Err())
-		d, _, _, err := b.step(ctx, key, l, "wait")
+		d, _, _, _, err := b.step(ctx, key, l, "wait", -1)
 		require.NoError(t, err)
 		assert.LessOrEqual(t, d, iv+time.Millisecond, "at most an interval away")
+	})
+
+	t.Run("a hostile observed rate", func(t *testing.T) {
+		for i, seen := range []map[string]any{
+			{"last": "1e18", "sum": "nan", "n": "-1"},
+			{"last": "-5", "sum": "inf", "n": "1e300"},
+			{"last": "x", "sum": "1e-300", "n": "1e300"}, // a rate of 1e600: above the rate in force, not obeyed
+		} {
+			key := "/seen" + strconv.Itoa(i)
+			require.NoError(t, rc.HSet(ctx, b.tagged(b.seenKey, key), seen).Err())
+			_, _, _, _, err := b.step(ctx, key, l, "wait", -1)
+			require.NoError(t, err, "the script runs")
+			_, eff, dir, _, err := b.step(ctx, key, l, "throttle", -1)
+			require.NoError(t, err)
+			assert.Equal(t, DirectionDown, dir)
+			assert.GreaterOrEqual(t, eff, adaptFloor(l.Rate))
+			assert.LessOrEqual(t, eff, l.Rate/2)
+			ttl, err := rc.PTTL(ctx, b.tagged(b.seenKey, key)).Result()
+			require.NoError(t, err)
+			assert.Greater(t, ttl, time.Duration(0), "the observed rate expires")
+			assert.LessOrEqual(t, ttl, adaptTTL)
+		}
 	})
 
 	t.Run("a throttle on a hostile state", func(t *testing.T) {
 		key := "/throttle"
 		require.NoError(t, rc.HSet(ctx, b.tagged(b.adaptKey, key), map[string]any{"rate": "10", "eff": "1e9", "ceil": "1e9", "changed": "0", "down": "0", "lifted": "0"}).Err())
-		_, eff, dir, err := b.step(ctx, key, l, "throttle")
+		_, eff, dir, _, err := b.step(ctx, key, l, "throttle", -1)
 		require.NoError(t, err)
 		assert.Equal(t, DirectionDown, dir)
 		assert.Equal(t, 5.0, eff, "half of the clamped rate")

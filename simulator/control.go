@@ -25,7 +25,11 @@ import (
 //	                      connection now and answers every API request 503 for that long
 //	                      ("0s" ends one); answers {"dropped":N,"for":"8s"}
 //	GET  /counters        the request counters (see Counters.MarshalJSON)
-//	POST /counters/reset  set the counters to zero (204)
+//	POST /counters/reset  set the counters to zero and forget the refusals (204)
+//	GET  /refusals        the latest requests the rate limit refused, with the call times
+//	                      of their key and endpoint accepted before each (see RateRefusal)
+//	GET  /streams         the streams of ?network= (mainnet or testnet) with their report
+//	                      windows now: [{"feedID":…,"hidden":false,"first":…,"last":…}…]
 //
 // Errors are {"error":"...","message":"..."}.
 func (s *Simulator) ControlHandler() http.Handler {
@@ -114,6 +118,27 @@ func (s *Simulator) serveControl(w http.ResponseWriter, r *http.Request) {
 	case "/counters":
 		if r.Method == http.MethodGet {
 			writeJSON(w, http.StatusOK, mustJSON(s.Counters()))
+			return
+		}
+		allow = "GET"
+	case "/refusals":
+		if r.Method == http.MethodGet {
+			refusals := s.RateRefusals()
+			if refusals == nil {
+				refusals = []RateRefusal{}
+			}
+			writeJSON(w, http.StatusOK, mustJSON(refusals))
+			return
+		}
+		allow = "GET"
+	case "/streams":
+		if r.Method == http.MethodGet {
+			network := r.URL.Query().Get("network")
+			if network != Mainnet && network != Testnet {
+				writeError(w, http.StatusBadRequest, "bad streams: network must be mainnet or testnet, not "+strconv.Quote(truncate(network)), false)
+				return
+			}
+			writeJSON(w, http.StatusOK, mustJSON(s.StreamStates(network)))
 			return
 		}
 		allow = "GET"

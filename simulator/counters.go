@@ -250,8 +250,15 @@ func (cs *counterSet) reset() {
 func (s *Simulator) Counters() Counters { return s.counters.snapshot() }
 
 // ResetCounters sets every counter to zero, except the gauge of open
-// WebSocket connections.
-func (s *Simulator) ResetCounters() { s.counters.reset() }
+// WebSocket connections, and forgets the rate limit's refusals.
+func (s *Simulator) ResetCounters() {
+	s.counters.reset()
+	for _, n := range s.networks {
+		n.limMu.Lock()
+		n.refusals = nil
+		n.limMu.Unlock()
+	}
+}
 
 // countingWriter counts its request once, at the first WriteHeader or
 // Write, before anything reaches the client.

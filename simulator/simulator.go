@@ -204,6 +204,8 @@ type network struct {
 
 	limMu    sync.Mutex
 	limiters map[limiterKey]counter
+	accepted map[limiterKey]*acceptedRing // see RateRefusal
+	refusals []RateRefusal                // the latest refusalLog
 }
 
 type limiterKey struct{ key, endpoint string }
@@ -418,7 +420,23 @@ func (n *network) allow(s *Simulator, k, endpoint string, now time.Time) bool {
 		c = newCounter(s.mode, s.limit, s.burst)
 		n.limiters[lk] = c
 	}
-	return c.allow(now)
+	if n.accepted == nil {
+		n.accepted = map[limiterKey]*acceptedRing{}
+	}
+	ring := n.accepted[lk]
+	if ring == nil {
+		ring = &acceptedRing{}
+		n.accepted[lk] = ring
+	}
+	if c.allow(now) {
+		ring.add(now)
+		return true
+	}
+	if len(n.refusals) >= refusalLog {
+		n.refusals = append(n.refusals[:0], n.refusals[1:]...)
+	}
+	n.refusals = append(n.refusals, RateRefusal{At: now, Network: n.name, Endpoint: endpoint, Key: k, Accepted: ring.list()})
+	return false
 }
 
 // reportCache memoises encoded report records. It is direct-mapped: a

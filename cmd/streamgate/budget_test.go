@@ -1,42 +1,133 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/time/rate"
 
 	"streamgate/config"
 	"streamgate/internal/redistest"
 	"streamgate/simulator"
 )
 
-// The upstream budget against an independent upstream: the simulator on a
-// loopback listener, counting its limit per key and endpoint in one of its
-// modes, and real gateway processes configured with the published figure
-// and the example's burst.
+// The upstream budget against an independent upstream: the simulator as a
+// process of its own (cmd/streams-sim, built without the race detector)
+// on loopback listeners, counting its limit per key and endpoint in one
+// of its modes, and real gateway processes configured with the published
+// figure and the example's burst. Its counters, streams and refusals are
+// read over its control API; when it refused a call, the test logs the
+// call times it had accepted before, so that a failure shows how close
+// together the calls reached it.
 
-// budgetUpstream starts a simulator that allows limit requests per second
-// per key and endpoint, counted as mode says (a bucket: of burst 1).
-func budgetUpstream(t *testing.T, limit int, mode simulator.RateMode) (*simulator.Simulator, string) {
+// simBinary builds cmd/streams-sim once, without the race detector, beside
+// the streamgate binary under test (TestMain removes both).
+var simBinary = sync.OnceValues(func() (string, error) {
+	path := filepath.Join(filepath.Dir(binary), "streams-sim")
+	out, err := exec.Command("go", "build", "-o", path, "streamgate/cmd/streams-sim").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building streams-sim: %w: %s", err, out)
+	}
+	return path, nil
+})
+
+// simProc is a streams-sim process: its mainnet API and its control API.
+type simProc struct {
+	mainnet, control string
+}
+
+// budgetUpstream starts a streams-sim process that allows limit requests
+// per second per key and endpoint, counted as mode says (a bucket: of
+// burst 1), and returns it with its mainnet URL.
+func budgetUpstream(t *testing.T, limit int, mode simulator.RateMode) (*simProc, string) {
 	t.Helper()
-	cfg := simulator.Default()
-	cfg.RateLimit, cfg.RateMode, cfg.Burst = rate.Limit(limit), mode, 1
-	sim, err := simulator.New(cfg)
+	bin, err := simBinary()
 	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	srv := httptest.NewServer(sim.Handler(simulator.Mainnet))
-	t.Cleanup(srv.Close)
-	return sim, srv.URL
+	cmd := exec.Command(bin, "-mainnet", "127.0.0.1:0", "-testnet", "127.0.0.1:0", "-control", "127.0.0.1:0",
+		"-rate", strconv.Itoa(limit), "-rate-mode", mode.String(), "-burst", "1")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	// The banner names the listeners: "  mainnet  http://127.0.0.1:PORT ...".
+	urls := make(chan map[string]string, 1)
+	go func() {
+		found := map[string]string{}
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) >= 2 && (f[0] == "mainnet" || f[0] == "control") && strings.HasPrefix(f[1], "http://") {
+				found[f[0]] = f[1]
+				if len(found) == 2 {
+					urls <- found
+					break
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case u := <-urls:
+		return &simProc{mainnet: u["mainnet"], control: u["control"]}, u["mainnet"]
+	case <-time.After(30 * time.Second): // a bound on a failure, not a wait
+		t.Fatal("streams-sim did not name its listeners")
+		return nil, ""
+	}
+}
+
+// getJSON decodes the answer of the simulator's control API at path.
+func (s *simProc) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get(s.control + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v), path)
+}
+
+// Counters reads the simulator's request counters.
+func (s *simProc) Counters(t *testing.T) simulator.Counters {
+	var c simulator.Counters
+	s.getJSON(t, "/counters", &c)
+	return c
+}
+
+// logRefusals logs the requests the simulator refused with the call times
+// of the same key and endpoint it had accepted before each, and the gap
+// to the last of them: the spacing as the upstream saw it.
+func (s *simProc) logRefusals(t *testing.T) {
+	var refusals []simulator.RateRefusal
+	s.getJSON(t, "/refusals", &refusals)
+	for _, r := range refusals {
+		var times []string
+		for _, a := range r.Accepted {
+			times = append(times, a.Format("15:04:05.000"))
+		}
+		gap := "none before"
+		if n := len(r.Accepted); n > 0 {
+			gap = r.At.Sub(r.Accepted[n-1]).String()
+		}
+		t.Logf("upstream refused %s %s at %s: %s after the last accepted call; accepted before: %s",
+			r.Endpoint, r.Key, r.At.Format("15:04:05.000"), gap, strings.Join(times, " "))
+	}
 }
 
 // budgetConfig is a gateway of mainnet in front of upstream with the
@@ -180,16 +271,14 @@ func warmLatest(t *testing.T, s *signer, base string, feeds []string) {
 
 // publishingFeeds returns n public mainnet streams of sim that publish
 // now (a live stream may have ended, or not have begun).
-func publishingFeeds(t *testing.T, sim *simulator.Simulator, n int) []string {
+func publishingFeeds(t *testing.T, sim *simProc, n int) []string {
 	t.Helper()
-	hidden := map[string]bool{}
-	for _, id := range sim.Hidden(simulator.Mainnet) {
-		hidden[id] = true
-	}
+	var streams []simulator.StreamState
+	sim.getJSON(t, "/streams?network="+simulator.Mainnet, &streams)
 	now := time.Now().Unix()
 	var out []string
-	for _, st := range sim.Streams(simulator.Mainnet) {
-		if _, last, ok := sim.Window(simulator.Mainnet, st.FeedID); ok && !hidden[st.FeedID] && last >= now-5 && len(out) < n {
+	for _, st := range streams {
+		if !st.Hidden && st.First <= st.Last && st.Last >= now-5 && len(out) < n {
 			out = append(out, st.FeedID)
 		}
 	}
@@ -199,8 +288,8 @@ func publishingFeeds(t *testing.T, sim *simulator.Simulator, n int) []string {
 
 // upstreamReportCalls is the number of latest and bulk calls the
 // simulator has answered, whatever their status.
-func upstreamReportCalls(sim *simulator.Simulator) int64 {
-	c := sim.Counters()
+func upstreamReportCalls(t *testing.T, sim *simProc) int64 {
+	c := sim.Counters(t)
 	return c.ByEndpoint(simulator.Mainnet, simulator.EndpointLatest) + c.ByEndpoint(simulator.Mainnet, simulator.EndpointBulk)
 }
 
@@ -241,16 +330,20 @@ func TestBudgetHoldsUnderEveryCounting(t *testing.T) {
 			for _, b := range bases {
 				warmLatest(t, s, b, feeds)
 			}
-			before := upstreamReportCalls(sim)
+			before := upstreamReportCalls(t, sim)
 
 			tally := pollLatest(s, bases, feeds, 12, 8*time.Second, nil)
+			n429 := sim.Counters(t).ByStatus(http.StatusTooManyRequests)
 			t.Logf("%s: clients %s; upstream: %d latest and bulk calls during the load, %d 429s in all",
-				tc.mode, tally, upstreamReportCalls(sim)-before, sim.Counters().ByStatus(http.StatusTooManyRequests))
+				tc.mode, tally, upstreamReportCalls(t, sim)-before, n429)
+			if n429 > 0 {
+				sim.logRefusals(t)
+			}
 
-			assert.Zero(t, sim.Counters().ByStatus(http.StatusTooManyRequests), "no upstream 429, from the start")
+			assert.Zero(t, n429, "no upstream 429, from the start")
 			require.Empty(t, tally.errors, "every client request answered 200")
 			assert.Greater(t, tally.status[http.StatusOK], 500, "the load ran")
-			assert.Greater(t, upstreamReportCalls(sim)-before, int64(20), "the budget was spent on refreshes")
+			assert.Greater(t, upstreamReportCalls(t, sim)-before, int64(20), "the budget was spent on refreshes")
 			for i, p := range procs {
 				v, ok := sample(scrape(t, p), "streamgate_upstream_budget_adjustments_total", map[string]string{"direction": "down"})
 				assert.False(t, ok && v > 0, "replica %d never slowed its budget (%v)", i, v)
@@ -310,8 +403,8 @@ func TestBudgetLearnsALowerLimit(t *testing.T) {
 	var window []point
 	for range 50 {
 		time.Sleep(time.Second)
-		c := sim.Counters()
-		points = append(points, point{time.Now(), c.ByStatus(http.StatusTooManyRequests), upstreamReportCalls(sim)})
+		c := sim.Counters(t)
+		points = append(points, point{time.Now(), c.ByStatus(http.StatusTooManyRequests), upstreamReportCalls(t, sim)})
 		if n := len(points); n >= 6 {
 			first, last := points[n-6], points[n-1]
 			if last.n429 == first.n429 && last.calls > first.calls {

@@ -161,7 +161,7 @@ func printBanner(out io.Writer, sim *simulator.Simulator, cfg simulator.Config, 
 	fmt.Fprintf(out, `streams-sim: simulated Data Streams API
   mainnet  %s   (WebSocket: ws://%s/api/v1/ws?feedIDs=...)
   testnet  %s   (WebSocket: ws://%s/api/v1/ws?feedIDs=...)
-  control  %s   (GET/PUT /faults, POST /faults/ws-drop, POST /faults/outage, GET /counters, POST /counters/reset)
+  control  %s   (GET/PUT /faults, POST /faults/ws-drop, POST /faults/outage, GET /counters, POST /counters/reset, GET /refusals, GET /streams)
   websocket connections: %s; HA: %s
 
 keys:
