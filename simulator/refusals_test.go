@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -17,7 +18,7 @@ import (
 // before it, and POST /counters/reset forgets them; GET /streams lists a
 // network's streams with their windows now.
 func TestControlRefusalsAndStreams(t *testing.T) {
-	c := &clock{t: t0}
+	c := clockwork.NewFakeClockAt(t0)
 	e := newEnv(t, func(cfg *Config) {
 		cfg.Now = c.Now
 		cfg.RateLimit, cfg.RateMode, cfg.Burst = rate.Limit(10), RateBucket, 1
@@ -45,7 +46,7 @@ func TestControlRefusalsAndStreams(t *testing.T) {
 		after  time.Duration
 		status int
 	}{{0, 200}, {100 * time.Millisecond, 200}, {50 * time.Millisecond, 429}} {
-		c.Add(step.after)
+		c.Advance(step.after)
 		resp, _ := e.get(t, Mainnet, target, org)
 		require.Equal(t, step.status, resp.StatusCode)
 	}
