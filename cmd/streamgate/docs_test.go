@@ -153,3 +153,49 @@ func TestExampleConfigPassesCheck(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "secret")
 }
+
+// TestReadmeLayoutNamesEveryPackage: the README's layout table has a row
+// for every folder of the repository that holds Go code, and none for a
+// folder that is gone.
+func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	_, layout, ok := strings.Cut(string(readme), "\n## Layout\n")
+	require.True(t, ok, "README has a Layout section")
+	if end := strings.Index(layout, "\n## "); end >= 0 {
+		layout = layout[:end]
+	}
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9/_-]+)` \\|").FindAllStringSubmatch(layout, -1) {
+		rows[m[1]] = true
+	}
+	dirs := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(name, ".go") {
+			rel, err := filepath.Rel(root, filepath.Dir(path))
+			if err != nil {
+				return err
+			}
+			dirs[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for dir := range dirs {
+		assert.True(t, rows[dir], "README's layout table has no row for %s", dir)
+	}
+	for row := range rows {
+		if _, err := os.Stat(filepath.Join(root, row)); err != nil {
+			assert.NoError(t, err, "README's layout table names %s", row)
+		}
+	}
+}
