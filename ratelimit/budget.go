@@ -556,7 +556,7 @@ func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, e
 		pauseKey: opts.Prefix + "pause:{" + opts.Network + ":",
 		adaptKey: opts.Prefix + "adapt:{" + opts.Network + ":",
 		seenKey:  opts.Prefix + "seen:{" + opts.Network + ":",
-		fb:       newFallback(opts, "budget"),
+		fb:       newFallback(opts, "budget").follow(client),
 		local:    newMemoryBudget(opts),
 		metrics:  opts.Metrics,
 		log:      opts.Logger,

@@ -14,8 +14,10 @@ import (
 )
 
 // fallback tracks whether Redis answers. After a failure every request is
-// decided without Redis until RetryInterval has passed; then one request
-// probes Redis, and the first success brings every request back to it. One
+// decided without Redis until RetryInterval has passed (or, for a client
+// with a breaker of its own, while that breaker is open: see follow); then
+// one request probes Redis, and the first success brings every request
+// back to it. One
 // log line is written per transition, not per request.
 type fallback struct {
 	mode     FailMode
@@ -28,6 +30,26 @@ type fallback struct {
 	down    atomic.Bool
 	mu      sync.Mutex
 	retryAt time.Time // guarded by mu
+
+	// ready, when the Redis client has a circuit breaker of its own
+	// (redisconn.Client), returns a channel closed while that breaker is
+	// closed: set by follow.
+	ready func() <-chan struct{}
+}
+
+// follow lets the fallback follow the health of client when it knows it
+// (redisconn.Client's Ready): while the client's breaker is closed, a
+// request tries Redis at once, even right after a failed call. One call
+// that failed (a timeout under load) does not then decide a whole
+// RetryInterval alone; a Redis that keeps failing opens the client's
+// breaker, which refuses at once, and the fallback waits as before. When
+// the breaker closes again (a failover ended), the next request uses
+// Redis without waiting for the interval.
+func (f *fallback) follow(client any) *fallback {
+	if r, ok := client.(interface{ Ready() <-chan struct{} }); ok {
+		f.ready = r.Ready
+	}
+	return f
 }
 
 func newFallback(opts Options, what string) *fallback {
@@ -45,6 +67,13 @@ func newFallback(opts Options, what string) *fallback {
 func (f *fallback) try() bool {
 	if !f.down.Load() {
 		return true
+	}
+	if f.ready != nil {
+		select {
+		case <-f.ready():
+			return true // the client's breaker is closed: Redis answers
+		default:
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

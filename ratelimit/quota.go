@@ -169,7 +169,7 @@ func NewRedisQuota(client redis.UniversalClient, opts Options) (*RedisQuota, err
 	return &RedisQuota{
 		client:   client,
 		prefix:   opts.Prefix + "quota:",
-		fb:       newFallback(opts, "quota"),
+		fb:       newFallback(opts, "quota").follow(client),
 		local:    newMemoryQuota(opts, nil),
 		metrics:  opts.Metrics.decisionCounters(opts.Name),
 		interval: opts.RetryInterval,

@@ -50,7 +50,7 @@ func NewRedis(client redis.UniversalClient, opts Options) (*Redis, error) {
 	return &Redis{
 		gcra:     redis_rate.NewLimiter(unprefixed{client}),
 		prefix:   opts.Prefix + "rate:",
-		fb:       newFallback(opts, "limiter"),
+		fb:       newFallback(opts, "limiter").follow(client),
 		local:    newMemory(opts, nil),
 		metrics:  opts.Metrics.decisionCounters(opts.Name),
 		interval: opts.RetryInterval,
