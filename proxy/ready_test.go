@@ -28,11 +28,8 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	resp, _ := servertest.Demo().Get(t, writer.Mainnet, "/api/v1/feeds") // the view it answers from, in the tier
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	// An address nothing listens on: every call to it fails.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	// An upstream that never answers: every call to it fails.
+	dead := "http://" + unansweringAddr(t)
 	reader := servertest.Start(t, servertest.Options{Quiet: true, Cold: true, Simulator: writer.Sim, Config: func(c *config.Config) {
 		sharedTier(srv)(c)
 		c.Server.AdminListen = "127.0.0.1:0"
@@ -49,10 +46,27 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 		return resp.StatusCode
 	}
 	// The catalog is there, from the tier.
+	// (Not servertest's Get: its t.Fatalf, in the goroutine that checks
+	// the condition, would end that goroutine without an answer, and the
+	// wait would run out, 30 s later, without saying why. A refused or
+	// broken request ends the wait at once and fails below.)
+	var getErr error
 	require.Eventually(t, func() bool {
-		resp, _ := servertest.Demo().Get(t, reader.Mainnet, "/api/v1/feeds")
+		req, err := servertest.Demo().Request(t.Context(), reader.Mainnet, "/api/v1/feeds")
+		if err != nil {
+			getErr = err
+			return true
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			getErr = err
+			return true
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "the catalog from the shared tier")
+	require.NoError(t, getErr, "the reader's own listener")
 	// The warm-up had the same view at hand and then asked its own
 	// upstream, which failed, on every network: that is the event after
 	// which it must not be ready. (Waiting a while for it not to become
@@ -65,6 +79,28 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusServiceUnavailable, readyz(), "ready while the upstream is unreachable")
 	assert.False(t, reader.Server.Ready())
+}
+
+// unansweringAddr returns the address of a listener, kept until t ends,
+// that closes every connection at once without a word: an upstream that
+// is unreachable for good. (A port listened on and closed again is not:
+// the kernel hands it to the next listener that binds port 0, in this
+// process or another one on the machine, and the "dead" upstream answers.)
+func unansweringAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // metricSumWhere sums the counters of name whose labels include labels.
