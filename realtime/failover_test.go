@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/internal/fleet"
 	"streamgate/internal/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
@@ -114,25 +114,7 @@ func shareThroughFailover(t *testing.T, client func() redis.UniversalClient, kil
 
 	// The upstream connections open, sampled until the end.
 	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tk := time.NewTicker(10 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			if n := e.open(); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-		}
-	}()
-	defer func() { close(stop); wg.Wait() }()
+	defer fleet.SamplePeak(&peak, e.open)()
 
 	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
 	var run failoverRun

@@ -300,6 +300,13 @@ func (f *Fleet) Refused() map[string]int64 {
 // SampleUpstream records in peak the most upstream connections open at
 // once, sampled every 10 ms, until the returned stop is called.
 func (f *Fleet) SampleUpstream(peak *atomic.Int64) (stop func()) {
+	return SamplePeak(peak, f.UpstreamOpen)
+}
+
+// SamplePeak records in peak the highest value read returns, sampled
+// every 10 ms, until the returned stop is called (which waits for the
+// sampler to end). The tests of in-process hubs use it too.
+func SamplePeak(peak *atomic.Int64, read func() int64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -308,7 +315,7 @@ func (f *Fleet) SampleUpstream(peak *atomic.Int64) (stop func()) {
 		tk := time.NewTicker(10 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			if n := f.UpstreamOpen(); n > peak.Load() {
+			if n := read(); n > peak.Load() {
 				peak.Store(n)
 			}
 			select {
