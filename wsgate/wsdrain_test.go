@@ -46,12 +46,7 @@ func (e *events) index(s string) int {
 // the same key and streams is closed in the first steps, on its own.
 func TestWSDrain(t *testing.T) {
 	rs := redistest.New(t)
-	simCfg := simulator.Default()
-	simCfg.RateLimit = 0
-	simCfg.WSTick = 50 * time.Millisecond
-	sim, err := simulator.New(simCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := fastSimulator(t)
 	envs := sharedReplicas(t, rs, sim, 2, func(c *config.Config) { c.Realtime.DrainDelay = 1500 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

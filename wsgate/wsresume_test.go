@@ -108,12 +108,7 @@ func TestWSResume(t *testing.T) {
 // whose replica is gone resumes on another one.
 func TestWSResumeOnAnotherReplica(t *testing.T) {
 	rs := redistest.New(t)
-	simCfg := simulator.Default()
-	simCfg.RateLimit = 0
-	simCfg.WSTick = 50 * time.Millisecond
-	sim, err := simulator.New(simCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := fastSimulator(t)
 	envs := sharedReplicas(t, rs, sim, 2, func(c *config.Config) { c.Realtime.ResumeWindow = 30 * time.Second })
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

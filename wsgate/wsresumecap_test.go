@@ -22,12 +22,7 @@ import (
 // the bound every identity kept a record for the window).
 func TestWSResumeRecordsBounded(t *testing.T) {
 	rs := redistest.New(t)
-	simCfg := simulator.Default()
-	simCfg.RateLimit = 0
-	simCfg.WSTick = 50 * time.Millisecond
-	sim, err := simulator.New(simCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := fastSimulator(t)
 	env := sharedReplicas(t, rs, sim, 1, func(c *config.Config) {
 		c.Realtime.ResumeWindow = 30 * time.Second
 		c.Realtime.ResumeRecordsPerTeam = 2

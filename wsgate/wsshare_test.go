@@ -71,6 +71,19 @@ func (w *wsClient) alive() bool {
 	return w.err == nil
 }
 
+// fastSimulator is a simulator without a rate limit whose WebSocket
+// connections look for new reports every 50 ms, for replicas to share.
+func fastSimulator(t *testing.T) *simulator.Simulator {
+	t.Helper()
+	cfg := simulator.Default()
+	cfg.RateLimit = 0
+	cfg.WSTick = 50 * time.Millisecond
+	sim, err := simulator.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	return sim
+}
+
 // sharedReplicas starts n gateways on one simulator whose limits, and
 // upstream WebSocket connections, are shared through rs; more changes
 // their configuration further.
