@@ -25,8 +25,10 @@
 // plan and the HA origins (manager.go, link.go, plan.go, health.go,
 // origins.go, sharing.go); and the sharing with the other replicas, which
 // the upstream sees through the interface sharing (four methods,
-// sharing.go): with Config.Share a share.Sharer, which runs its own tick,
-// else alone{}. A Subscription is given what it asks of the hub (its
+// sharing.go) and the hub through membership (its start, handover, room
+// and stats): with Config.Share a share.Sharer, which runs its own tick,
+// else alone{}, so that neither has a branch for a hub that does not
+// share. A Subscription is given what it asks of the hub (its
 // release, Drop) when made, not the hub.
 //
 // Config.Clock is the hub's time: it dates the signatures and runs the
@@ -185,11 +187,12 @@ type Hub struct {
 	feeds atomic.Pointer[map[string]*feed]
 
 	// up holds the upstream connections and their plan (see upstream);
-	// sh, nil without Config.Share, shares them with the other replicas
-	// (package share): the upstream sees it through the interface sharing,
-	// the hub starts it, asks it about room and hands over as it closes.
-	up *upstream
-	sh *share.Sharer
+	// peers shares them with the other replicas (package share): the
+	// upstream sees it through the interface sharing, the hub through
+	// membership (it starts it, asks it about room and hands over as it
+	// closes). Without Config.Share both are alone{}.
+	up    *upstream
+	peers membership
 
 	// cont owns every second of each feed, once, in order (see
 	// continuity): the frame path hands it each frame.
@@ -297,6 +300,7 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 		wants:  map[string]*feed{},
 		demand: map[string]*demandRing{},
 		subs:   map[*Subscription]struct{}{},
+		peers:  alone{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -320,15 +324,13 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 			h.cancel()
 			return nil, fmt.Errorf("realtime: %w", err)
 		}
-		h.sh, h.up.peers = sh, sh
+		h.peers, h.up.peers = sh, sh
 	}
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
 	h.publishFeeds()
-	if h.sh != nil {
-		h.sh.Start(h.ctx)
-	}
+	h.peers.Start(h.ctx)
 	if h.cont.bf != nil {
 		h.wg.Add(1)
 		go func() {
@@ -358,14 +360,10 @@ func (h *Hub) Close() {
 	subs := h.subs
 	h.subs = map[*Subscription]struct{}{}
 	h.mu.Unlock()
-	if h.sh != nil {
-		h.sh.Leave()
-	}
+	h.peers.Leave()
 	h.cancel()
 	h.wg.Wait()
-	if h.sh != nil {
-		h.sh.Wait()
-	}
+	h.peers.Wait()
 	for s := range subs {
 		if s.end(ErrHubClosed) {
 			h.mx.subscribers.Add(-1)
@@ -514,8 +512,8 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 // admits reports whether the budget has room for feeds (see
 // SubscribeOptions.Within).
 func (h *Hub) admits(feeds []string) bool {
-	if h.sh != nil && h.sh.Sharing() {
-		return h.roomShared(feeds, h.sh.Union())
+	if h.peers.Sharing() {
+		return h.roomShared(feeds, h.peers.Union())
 	}
 	capacity := h.up.capacity.Load()
 	carried := h.up.carried.Load()
