@@ -11,11 +11,13 @@ import (
 type Team struct {
 	Name     string
 	Networks []string // networks the team may call
-	Feeds    []string // stream IDs the team may read; ["*"] means every stream the organisation reaches
-	Keys     []Key
+	// All: the team may read every stream the organisation reaches (Feeds
+	// is then not read); else the streams of Feeds.
+	All   bool
+	Feeds []feedid.ID
+	Keys  []Key
 
-	allFeeds bool
-	feeds    map[string]struct{}
+	feeds    map[feedid.ID]struct{}
 	networks map[string]struct{}
 }
 
@@ -44,12 +46,12 @@ func (t *Team) UsesNetwork(network string) bool {
 
 // AllFeeds reports whether the team may read every stream the organisation
 // reaches.
-func (t *Team) AllFeeds() bool { return t.allFeeds }
+func (t *Team) AllFeeds() bool { return t.All }
 
-// MayRead reports whether the team's entitlement covers feedID (a lower-case
-// stream ID). It says nothing of whether the stream exists.
-func (t *Team) MayRead(feedID string) bool {
-	if t.allFeeds {
+// MayRead reports whether the team's entitlement covers feedID. It says
+// nothing of whether the stream exists.
+func (t *Team) MayRead(feedID feedid.ID) bool {
+	if t.All {
 		return true
 	}
 	_, ok := t.feeds[feedID]
@@ -78,13 +80,9 @@ func NewKeyStore(teams []Team) (*KeyStore, error) {
 		for _, n := range t.Networks {
 			t.networks[n] = struct{}{}
 		}
-		t.feeds = make(map[string]struct{}, len(t.Feeds))
+		t.feeds = make(map[feedid.ID]struct{}, len(t.Feeds))
 		for _, f := range t.Feeds {
-			if f == "*" {
-				t.allFeeds = true
-				continue
-			}
-			t.feeds[feedid.Canon(f)] = struct{}{}
+			t.feeds[f] = struct{}{}
 		}
 		tp := &t
 		ks.teams[t.Name] = tp

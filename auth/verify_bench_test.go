@@ -28,7 +28,7 @@ func benchStore(b *testing.B) *auth.KeyStore {
 	b.Helper()
 	var teams []auth.Team
 	for t := range 20 {
-		team := auth.Team{Name: "team-" + strconv.Itoa(t), Networks: []string{"mainnet"}, Feeds: []string{"*"}}
+		team := auth.Team{Name: "team-" + strconv.Itoa(t), Networks: []string{"mainnet"}, All: true}
 		for k := range 5 {
 			id := "key-" + strconv.Itoa(t) + "-" + strconv.Itoa(k)
 			team.Keys = append(team.Keys, auth.Key{ID: id, Secrets: []string{"secret-" + strconv.Itoa(t) + "-" + strconv.Itoa(k) + "-0123456789"}})

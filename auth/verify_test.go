@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"streamgate/feedid"
 )
 
 const feedA = "0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"
@@ -15,9 +17,9 @@ const feedA = "0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba78
 func testStore(t *testing.T) *KeyStore {
 	t.Helper()
 	ks, err := NewKeyStore([]Team{
-		{Name: "trading", Networks: []string{"mainnet", "testnet"}, Feeds: []string{"*"},
+		{Name: "trading", Networks: []string{"mainnet", "testnet"}, All: true,
 			Keys: []Key{{ID: "k-trading", Secrets: []string{"new-secret-0123456789", "old-secret-0123456789"}}}},
-		{Name: "research", Networks: []string{"testnet"}, Feeds: []string{feedA},
+		{Name: "research", Networks: []string{"testnet"}, Feeds: []feedid.ID{feedA},
 			Keys: []Key{{ID: "k-research", Secrets: []string{"research-secret-0123"}}}},
 	})
 	require.NoError(t, err)
@@ -149,10 +151,10 @@ func TestKeyStore(t *testing.T) {
 	assert.True(t, p.Team.UsesNetwork("testnet"))
 	assert.False(t, p.Team.UsesNetwork("mainnet"))
 	assert.True(t, p.Team.MayRead(feedA))
-	assert.False(t, p.Team.MayRead("0x0003"+feedA[6:]+"00"))
+	assert.False(t, p.Team.MayRead(feedid.ID("0x0003"+feedA[6:]+"00")))
 	tr, _ := ks.Team("trading")
 	assert.True(t, tr.AllFeeds())
-	assert.True(t, tr.MayRead("0x0007"+feedA[6:]))
+	assert.True(t, tr.MayRead(feedid.ID("0x0007"+feedA[6:])))
 
 	_, err := NewKeyStore([]Team{
 		{Name: "a", Keys: []Key{{ID: "k1", Secrets: []string{"s"}}}},
@@ -172,7 +174,7 @@ func TestReason(t *testing.T) {
 }
 
 func BenchmarkVerifyWithStore(b *testing.B) {
-	ks, _ := NewKeyStore([]Team{{Name: "t", Feeds: []string{"*"}, Keys: []Key{{ID: "k", Secrets: []string{"secret-secret-secret"}}}}})
+	ks, _ := NewKeyStore([]Team{{Name: "t", All: true, Keys: []Key{{ID: "k", Secrets: []string{"secret-secret-secret"}}}}})
 	v := NewVerifier(VerifierConfig{MaxSkew: time.Hour})
 	r := signedRequest("/api/v1/reports/latest?feedID="+feedA, "k", "secret-secret-secret", time.Now())
 	b.ReportAllocs()

@@ -573,8 +573,10 @@ type Team struct {
 	Networks []string `yaml:"networks" json:"networks"`
 	// Feeds the team may read: ["*"] for every stream the organisation's
 	// credential reaches, hidden ones included, or a list of stream IDs
-	// ("0x" and 64 hex digits, lower-cased at load). Required.
-	Feeds []string `yaml:"feeds" json:"feeds"`
+	// ("0x" and 64 hex digits, lower-cased at load). Required. The
+	// wildcard is an item of the list as written: read it with AllFeeds
+	// and the stream IDs with Feeds.IDs, not the list as IDs.
+	Feeds StreamIDs `yaml:"feeds" json:"feeds"`
 	// Rate limits the team's requests, all keys together. Default no limit.
 	Rate Rate `yaml:"rate" json:"rate"`
 	// DailyQuota is the number of requests per UTC day. Default 0,

@@ -101,8 +101,8 @@ const (
 // streams (simulator.RestrictedStreams, a test in the simulator package
 // keeps the two lists equal) and exist on both of its networks. Each call
 // returns a new slice.
-func DemoRestrictedFeeds() []string {
-	return []string{
+func DemoRestrictedFeeds() StreamIDs {
+	return StreamIDs{
 		"0x000375bc0f8bd989bacd3c5e4bd7037df08f61b7867d6501df7dd9f574d128a8", // BTC/USD
 		"0x00030a92e5497ef511ec2966ed19b6b2403c92c21209047af66946bece4e6d28", // ETH/USD
 		"0x0003d0c2328da25f30fcc344a38f769eb3692bcd13533069a58ea6cf51009a15", // LINK/USD
@@ -140,7 +140,7 @@ func Default() *Config {
 			{
 				Name:     DemoTeam,
 				Networks: []string{"mainnet", "testnet"},
-				Feeds:    []string{AllFeedsWildcard},
+				Feeds:    StreamIDs{AllFeedsWildcard},
 				Rate:     Rate{RPS: 50, Burst: 100},
 				Keys:     []Key{{ID: DemoKeyID, Secret: DemoKeySecret}},
 			},
@@ -296,16 +296,12 @@ func (c *Config) applyDefaults() {
 }
 
 // normalize lower-cases the values that are compared case-insensitively:
-// host names, and a team's stream IDs by feedid.Parse (as StreamIDs
-// decodes ws_pinned).
+// host names (stream IDs are decoded in canonical form, StreamIDs).
 func (c *Config) normalize() {
 	for _, n := range c.Networks {
 		for i, h := range n.Hosts {
 			n.Hosts[i] = strings.ToLower(h)
 		}
-	}
-	for i := range c.Teams {
-		canonicalIDs(c.Teams[i].Feeds)
 	}
 }
 

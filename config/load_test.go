@@ -65,7 +65,7 @@ func TestExampleLoads(t *testing.T) {
 	require.NotNil(t, research)
 	assert.False(t, research.AllFeeds())
 	assert.False(t, research.HasNetwork("mainnet"))
-	assert.Equal(t, []string{"0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"}, research.Feeds)
+	assert.Equal(t, StreamIDs{"0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"}, research.Feeds)
 	assert.Equal(t, int64(10000), research.DailyQuota)
 	assert.Equal(t, []Secret{"research-new-secret-0123456789", "research-old-secret-0123456789"}, research.Keys[0].Secrets())
 	assert.Equal(t, Rate{}, research.Keys[0].Rate)
@@ -255,7 +255,7 @@ teams:
 `), fakeEnv(nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"main.example.com"}, cfg.Network("mainnet").Hosts)
-	assert.Equal(t, []string{"0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"}, cfg.Teams[0].Feeds)
+	assert.Equal(t, StreamIDs{"0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"}, cfg.Teams[0].Feeds)
 }
 
 func TestParseDurations(t *testing.T) {

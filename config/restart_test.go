@@ -36,7 +36,7 @@ func TestRestartOnly(t *testing.T) {
 		{name: "teams, keys and limits", change: func(c *Config) {
 			c.Teams[0].Rate = Rate{RPS: 1, Burst: 1}
 			c.Teams[0].Keys[0].Secret = "another-secret-0123456789"
-			c.Teams[1].Feeds = []string{AllFeedsWildcard}
+			c.Teams[1].Feeds = StreamIDs{AllFeedsWildcard}
 			c.Teams[1].DailyQuota = 1
 			c.Teams[1].Upstream = map[string]*Credentials{"testnet": {APIKey: "k", APISecret: "team-secret"}}
 			c.Teams = append(c.Teams, Team{Name: "new", Networks: []string{"mainnet"}})

@@ -25,7 +25,7 @@ func TestStreamIDsLoad(t *testing.T) {
 	pinned := cfg.Network("mainnet").Upstream.WSPinned
 	assert.Equal(t, StreamIDs{feedA}, pinned)
 	assert.Equal(t, []feedid.ID{feedA}, pinned.IDs())
-	assert.Equal(t, []string{feedA}, cfg.Teams[0].Feeds)
+	assert.Equal(t, StreamIDs{feedA}, cfg.Teams[0].Feeds)
 
 	_, err = Parse([]byte(doc("0xAB", "0xCD")), nil)
 	require.Error(t, err)
@@ -62,9 +62,9 @@ func FuzzStreamIDs(f *testing.F) {
 		for i, item := range raw {
 			id, perr := feedid.Parse(item)
 			switch {
-			case perr == nil && ids[i] != id.String():
+			case perr == nil && ids[i] != id:
 				t.Fatalf("%q: item %d is %q, want %q", doc, i, ids[i], id)
-			case perr != nil && ids[i] != item:
+			case perr != nil && ids[i] != feedid.ID(item):
 				t.Fatalf("%q: item %d is %q, want it as written, %q", doc, i, ids[i], item)
 			}
 		}

@@ -77,7 +77,7 @@ func validateTeams(ck check, c *Config) Problems {
 	return v.problems
 }
 
-func (v *validator) feeds(field *[]string) {
+func (v *validator) feeds(field *StreamIDs) {
 	feeds := *field
 	if len(feeds) == 0 {
 		v.add(field, `required: ["*"] or a list of stream IDs`)

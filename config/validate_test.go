@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"streamgate/feedid"
 )
 
 const (
@@ -387,8 +389,8 @@ func TestValidate(t *testing.T) {
 		{name: "shared cache password and password file", change: func(c *Config) {
 			c.Cache.Shared.Password, c.Cache.Shared.PasswordFile = "pw", "/f"
 		}, want: []string{"cache.shared.password: give either password or password_file, not both"}},
-		{name: "feed list", change: func(c *Config) { c.Teams[1].Feeds = []string{feedA} }},
-		{name: "feed ID of the wrong length", change: func(c *Config) { c.Teams[1].Feeds = []string{feedA + "00"} },
+		{name: "feed list", change: func(c *Config) { c.Teams[1].Feeds = StreamIDs{feedA} }},
+		{name: "feed ID of the wrong length", change: func(c *Config) { c.Teams[1].Feeds = StreamIDs{feedA + "00"} },
 			want: []string{`teams[1].feeds[0]: "` + feedA + `00" is not a stream ID (0x and 64 hex digits)`}},
 		{name: "team name missing", change: func(c *Config) { c.Teams[1].Name = "" },
 			want: []string{"teams[1].name: required"}},
@@ -508,8 +510,8 @@ func TestDefaultIsValid(t *testing.T) {
 	cfg.Teams[0].Name = "changed"
 	assert.Equal(t, DemoTeam, Default().Teams[0].Name)
 	research.Feeds[0] = "changed"
-	assert.NotEqual(t, "changed", DemoRestrictedFeeds()[0])
-	assert.NotEqual(t, "changed", Default().Team(ResearchTeam).Feeds[0])
+	assert.NotEqual(t, feedid.ID("changed"), DemoRestrictedFeeds()[0])
+	assert.NotEqual(t, feedid.ID("changed"), Default().Team(ResearchTeam).Feeds[0])
 }
 
 // The parts of Default that are not the demo's own are the defaults of an

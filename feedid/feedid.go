@@ -42,9 +42,33 @@ func (id *ID) UnmarshalText(text []byte) error {
 	return nil
 }
 
+// ParseAll reads every item with Parse; the error is the first item's
+// that is not a stream ID.
+func ParseAll(items []string) ([]ID, error) {
+	ids := make([]ID, len(items))
+	for i, item := range items {
+		id, err := Parse(item)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+// Strings returns the canonical forms of ids, for the APIs that take
+// text (a log field, a joined list).
+func Strings(ids []ID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
+}
+
 // Valid reports whether s is a stream ID in any case: "0x" (or "0X") and
 // 64 hex digits.
-func Valid[T string | []byte](s T) bool {
+func Valid[T ~string | ~[]byte](s T) bool {
 	if len(s) != Len || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
 		return false
 	}
@@ -58,7 +82,7 @@ func Valid[T string | []byte](s T) bool {
 
 // Canonical reports whether s is a stream ID in canonical form: "0x" and
 // 64 lower-case hex digits.
-func Canonical[T string | []byte](s T) bool {
+func Canonical[T ~string | ~[]byte](s T) bool {
 	if len(s) != Len || s[0] != '0' || s[1] != 'x' {
 		return false
 	}

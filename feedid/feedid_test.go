@@ -70,3 +70,20 @@ func TestUnmarshalText(t *testing.T) {
 		t.Fatalf("0x12: %q, %v", id, err)
 	}
 }
+
+// ParseAll reads every item with Parse, or refuses the list with the
+// first item that is not a stream ID; Strings gives the canonical forms
+// back as text.
+func TestParseAll(t *testing.T) {
+	ids, err := feedid.ParseAll([]string{strings.ToUpper(lower), lower})
+	if err != nil || len(ids) != 2 || ids[0] != lower || ids[1] != lower {
+		t.Fatalf("parsed %q, %v", ids, err)
+	}
+	if got := feedid.Strings(ids); len(got) != 2 || got[0] != lower || got[1] != lower {
+		t.Fatalf("strings %q", got)
+	}
+	ids, err = feedid.ParseAll([]string{lower, "0x12", "*"})
+	if err == nil || !strings.Contains(err.Error(), `"0x12"`) || ids != nil {
+		t.Fatalf("0x12: %q, %v", ids, err)
+	}
+}

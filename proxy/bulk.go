@@ -38,10 +38,10 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	var missing []string
 	hits, negative := 0, 0
 	for i, f := range feeds {
-		e, state := s.store.Get(cache.ReportKey(s.network, cred.scope, f, ts))
+		e, state := s.store.Get(cache.ReportKey(s.network, cred.scope, string(f), ts))
 		switch {
 		case state != cache.Fresh:
-			missing = append(missing, f)
+			missing = append(missing, string(f))
 		case e.Status == http.StatusOK:
 			found[i] = reportPayload(e.Body)
 			hits++
@@ -64,7 +64,7 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 		outcome = label
 		for i, f := range feeds {
 			if found[i] == nil {
-				found[i] = fetched[f]
+				found[i] = fetched[string(f)]
 			}
 		}
 	}
@@ -76,7 +76,7 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	if decoded {
 		for i, rep := range found {
 			if rep != nil {
-				if d, ok := s.ans.decodedRecord(cache.ReportKey(s.network, cred.scope, feeds[i], ts), rep); ok {
+				if d, ok := s.ans.decodedRecord(cache.ReportKey(s.network, cred.scope, string(feeds[i]), ts), rep); ok {
 					found[i] = d
 				}
 			}

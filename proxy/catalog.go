@@ -204,7 +204,7 @@ func (c *catalogViews) serveDiscovery(w http.ResponseWriter, r *http.Request, p 
 	first := true
 	for i := range pv.streams {
 		x := &pv.streams[i]
-		if !f.MatchIndexed(x) || (p != nil && !p.Team.MayRead(x.Stream.FeedID)) {
+		if !f.MatchIndexed(x) || (p != nil && !p.Team.MayRead(feedid.ID(x.Stream.FeedID))) {
 			continue
 		}
 		if !first {
@@ -246,7 +246,7 @@ func (c *catalogViews) serveFeeds(w http.ResponseWriter, r *http.Request, p *aut
 	first := true
 	for i := range pv.streams {
 		id := pv.streams[i].Stream.FeedID
-		if !p.Team.MayRead(id) {
+		if !p.Team.MayRead(feedid.ID(id)) {
 			continue
 		}
 		if !first {

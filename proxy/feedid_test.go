@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
@@ -32,21 +33,21 @@ func TestStreamIDsInAnyCase(t *testing.T) {
 	upper := "0X" + strings.ToUpper(eth[2:])
 
 	cfg := config.Default()
-	cfg.Networks["mainnet"].Upstream.WSPinned = []string{upper}
-	cfg.Teams[0].Feeds = []string{upper}
+	cfg.Networks["mainnet"].Upstream.WSPinned = config.StreamIDs{feedid.ID(upper)}
+	cfg.Teams[0].Feeds = config.StreamIDs{feedid.ID(upper)}
 	require.NoError(t, cfg.Validate(), "check accepts it")
 
 	env := servertest.Start(t, servertest.Options{Quiet: true,
 		Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
 		Config: func(c *config.Config) {
-			c.Networks["mainnet"].Upstream.WSPinned = []string{upper}
-			c.Teams[0].Feeds = []string{upper}
+			c.Networks["mainnet"].Upstream.WSPinned = config.StreamIDs{feedid.ID(upper)}
+			c.Teams[0].Feeds = config.StreamIDs{feedid.ID(upper)}
 		}})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	hub := env.Server.Hub("mainnet")
 	for ctx.Err() == nil {
-		if _, _, ok := hub.Latest(eth); ok {
+		if _, _, ok := hub.Latest(feedid.ID(eth)); ok {
 			break
 		}
 		select {
@@ -54,7 +55,7 @@ func TestStreamIDsInAnyCase(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	_, _, ok := hub.Latest(eth)
+	_, _, ok := hub.Latest(feedid.ID(eth))
 	require.True(t, ok, "the pinned stream is carried under its canonical ID")
 	for _, id := range []string{eth, upper, "0x" + strings.ToUpper(eth[2:])} {
 		resp, body := servertest.Demo().Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+id)

@@ -393,7 +393,7 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 	}
 	teams := make([]auth.Team, 0, len(cfg.Teams))
 	for _, t := range cfg.Teams {
-		at := auth.Team{Name: t.Name, Networks: t.Networks, Feeds: t.Feeds}
+		at := auth.Team{Name: t.Name, Networks: t.Networks, All: t.AllFeeds(), Feeds: t.Feeds.IDs()}
 		tp := &teamPolicy{
 			rate:     newLimitPolicy(ratelimit.Limit{Rate: t.Rate.RPS, Burst: t.Rate.Burst}, ratelimit.TeamRateKey(t.Name), "team"),
 			keyRates: map[string]limitPolicy{},

@@ -13,6 +13,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
@@ -500,9 +501,11 @@ func TestBulkPartial(t *testing.T) {
 }
 
 func TestOwnUpstreamCredentials(t *testing.T) {
+	restricted, err := feedid.ParseAll(simulator.RestrictedStreams())
+	require.NoError(t, err)
 	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Teams = append(c.Teams, config.Team{
-			Name: "isolated", Networks: []string{"mainnet"}, Feeds: simulator.RestrictedStreams(),
+			Name: "isolated", Networks: []string{"mainnet"}, Feeds: restricted,
 			Upstream: map[string]*config.Credentials{"mainnet": {APIKey: simulator.RestrictedKeyID, APISecret: simulator.RestrictedKeySecret}},
 			Keys:     []config.Key{{ID: "isolated-key", Secret: "isolated-secret-0123456789"}},
 		})

@@ -43,7 +43,7 @@ func startHAReplicas(t *testing.T, redis func(*config.Redis)) []*replica {
 		env := servertest.Start(t, servertest.Options{Quiet: true, Upstream: retryAfter60, Config: func(c *config.Config) {
 			replicaConfig(c)
 			c.Teams = append(c.Teams, config.Team{
-				Name: pollTeam, Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
+				Name: pollTeam, Networks: []string{"mainnet"}, Feeds: config.StreamIDs{config.AllFeedsWildcard},
 				Rate: config.Rate{RPS: 1e6, Burst: 1e6},
 				Keys: []config.Key{{ID: pollKey, Secret: pollSecret}},
 			})

@@ -24,7 +24,7 @@ func TestReplayRecordShareOfATeam(t *testing.T) {
 	teams := func(c *config.Config) {
 		c.Auth.ReplayMaxEntries = 1000
 		for _, name := range []string{"flood", "quiet"} {
-			c.Teams = append(c.Teams, config.Team{Name: name, Networks: []string{"mainnet"}, Feeds: []string{"*"},
+			c.Teams = append(c.Teams, config.Team{Name: name, Networks: []string{"mainnet"}, Feeds: config.StreamIDs{"*"},
 				Keys: []config.Key{{ID: name + "-key", Secret: secret}}})
 		}
 	}

@@ -96,10 +96,10 @@ func replicaConfig(c *config.Config) {
 	noReplayCheck(c)
 	c.Team(config.DemoTeam).Rate = config.Rate{RPS: replicaRate, Burst: replicaBurst}
 	c.Teams = append(c.Teams, config.Team{
-		Name: batchTeam, Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
+		Name: batchTeam, Networks: []string{"mainnet"}, Feeds: config.StreamIDs{config.AllFeedsWildcard},
 		Keys: []config.Key{{ID: batchKey, Secret: batchSecret}},
 	}, config.Team{
-		Name: dailyTeam, Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
+		Name: dailyTeam, Networks: []string{"mainnet"}, Feeds: config.StreamIDs{config.AllFeedsWildcard},
 		DailyQuota: dailyQuota,
 		Keys:       []config.Key{{ID: dailyKey, Secret: dailySecret}},
 	})

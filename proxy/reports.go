@@ -42,7 +42,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	if !ok {
 		return
 	}
-	feed, ts, cred := rq.feed, rq.ts, rq.cred
+	feed, ts, cred := string(rq.feed), rq.ts, rq.cred // the cache's and the upstream's key
 	key := cache.ReportKey(s.network, cred.scope, feed, ts)
 	if e, state := s.store.Get(key); state == cache.Fresh {
 		s.ans.answer(w, r, "report", key, cache.Hit, e, nil) // as Load answers a fresh entry
@@ -88,7 +88,7 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	if !ok {
 		return
 	}
-	feed, cred := rq.feed, rq.cred
+	feed, cred := string(rq.feed), rq.cred // the cache's and the upstream's key
 	pol := s.pol.Load()
 	now := stateOf(r.Context()).clock(s.now) // the request's one reading (the Store's clock too)
 	if s.hub != nil && pol.latestFromStream && cred == s.org {
@@ -96,12 +96,12 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		// second before its fetch, fresh for latest_ttl, stale for
 		// latest_max_stale. Older, the stream has gone silent: REST.
 		oldest := now.Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
-		if frame, obs, ok := s.hub.LatestSince(feed, oldest); ok {
+		if frame, obs, ok := s.hub.LatestSince(rq.feed, oldest); ok {
 			s.metrics.latestAge(s.network, now.Unix()-obs)
 			s.ans.answerStream(w, r, frame, obs)
 			return
 		}
-		s.hub.Want(feed) // polled often, it gets streamed
+		s.hub.Want(rq.feed) // polled often, it gets streamed
 	}
 	key := s.entries.key(cred, feed)
 	e, state := s.store.GetAt(key, now)
@@ -243,7 +243,7 @@ func (s *pageSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	if !ok {
 		return
 	}
-	feed, start, limit, cred := rq.feed, rq.ts, rq.limit, rq.cred
+	feed, start, limit, cred := string(rq.feed), rq.ts, rq.limit, rq.cred // the cache's and the upstream's key
 	target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(start, 10)
 	if limit > 0 {
 		target += "&limit=" + strconv.Itoa(limit)

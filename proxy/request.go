@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 )
 
 // readCheck is the check every read of a network's reports goes through
@@ -43,7 +44,7 @@ func credentialFor(pol *policy, network string, org *credential, team string) *c
 
 // audit writes the audit trail of a read, when enabled: which team and key
 // read which streams on which network.
-func (c *readCheck) audit(r *http.Request, p *auth.Principal, endpoint string, feeds ...string) {
+func (c *readCheck) audit(r *http.Request, p *auth.Principal, endpoint string, feeds ...feedid.ID) {
 	if !c.pol.Load().audit {
 		return
 	}
@@ -53,12 +54,12 @@ func (c *readCheck) audit(r *http.Request, p *auth.Principal, endpoint string, f
 		zap.String("team", p.Team.Name),
 		zap.String("key_id", p.KeyID),
 		zap.String("endpoint", endpoint),
-		zap.Strings("feeds", feeds))
+		zap.Strings("feeds", feedid.Strings(feeds)))
 }
 
 // entitled refuses, before any upstream call, a stream the team may not read
 // or that the credential's catalog does not hold.
-func (c *readCheck) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...string) error {
+func (c *readCheck) entitled(ctx context.Context, p *auth.Principal, cred *credential, feedIDs ...feedid.ID) error {
 	for _, id := range feedIDs {
 		if !p.Team.MayRead(id) {
 			return errForbidden
@@ -69,7 +70,7 @@ func (c *readCheck) entitled(ctx context.Context, p *auth.Principal, cred *crede
 		return nil
 	}
 	for _, id := range feedIDs {
-		if _, ok := ids[id]; !ok {
+		if _, ok := ids[string(id)]; !ok {
 			return errForbidden
 		}
 	}
@@ -94,10 +95,10 @@ func refuseEntitlement(w http.ResponseWriter, r *http.Request, err error) {
 
 // reportQuery is a report request, validated and admitted.
 type reportQuery struct {
-	feed  string   // the stream of a one-stream request
-	feeds []string // the streams of a bulk or WebSocket request
-	ts    int64    // timestamp, or startTimestamp of a page
-	limit int      // page size; 0 when absent
+	feed  feedid.ID   // the stream of a one-stream request
+	feeds []feedid.ID // the streams of a bulk or WebSocket request
+	ts    int64       // timestamp, or startTimestamp of a page
+	limit int         // page size; 0 when absent
 	cred  *credential
 }
 

@@ -66,9 +66,9 @@ func FuzzTarget(f *testing.F) {
 		if err != nil {
 			return
 		}
-		seen := map[string]bool{}
+		seen := map[feedid.ID]bool{}
 		for _, id := range ids {
-			if !feedid.Valid(id) || id != strings.ToLower(id) || seen[id] {
+			if !feedid.Valid(id) || string(id) != strings.ToLower(string(id)) || seen[id] {
 				t.Fatalf("accepted stream %q of %q", id, target)
 			}
 			seen[id] = true

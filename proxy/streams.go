@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 	"streamgate/realtime"
 	"streamgate/wsgate"
 )
@@ -17,7 +18,7 @@ var _ wsgate.REST = (*network)(nil)
 // report request (query, credential, entitlement, audit); when the team
 // signs with a credential of its own, the streams must exist for the
 // organisation's too: the stream is the organisation's.
-func (n *network) ReadStreams(w http.ResponseWriter, r *http.Request, p *auth.Principal) ([]string, bool) {
+func (n *network) ReadStreams(w http.ResponseWriter, r *http.Request, p *auth.Principal) ([]feedid.ID, bool) {
 	rq, ok := n.reads.read(w, r, p, "ws", shapeStreams)
 	if !ok {
 		return nil, false

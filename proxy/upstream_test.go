@@ -63,7 +63,7 @@ func TestUpstreamRefusesATeamsOwnCredential(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	env := servertest.Start(t, servertest.Options{Logger: zap.New(core), Cold: true, Config: func(c *config.Config) {
 		c.Teams = append(c.Teams, config.Team{
-			Name: "trading", Networks: []string{"mainnet"}, Feeds: []string{config.AllFeedsWildcard},
+			Name: "trading", Networks: []string{"mainnet"}, Feeds: config.StreamIDs{config.AllFeedsWildcard},
 			// A key the simulator does not know: it answers 401.
 			Upstream: map[string]*config.Credentials{"mainnet": {APIKey: ownKey, APISecret: ownSecret}},
 			Keys:     []config.Key{{ID: "trading-key", Secret: "trading-secret-0123456789"}},

@@ -119,15 +119,16 @@ func (q *query) has(name string) bool {
 }
 
 // feedID reads the stream ID of parameter name.
-func (q *query) feedID(name string) (string, error) {
+func (q *query) feedID(name string) (feedid.ID, error) {
 	v := q.get(name)
 	if v == "" {
 		return "", errorf(http.StatusBadRequest, "missing query parameter "+name)
 	}
-	if !feedid.Valid(v) {
+	id, err := feedid.Parse(v)
+	if err != nil {
 		return "", errorf(http.StatusBadRequest, "invalid "+name+": a stream ID is 0x followed by 64 hex digits")
 	}
-	return feedid.Canon(v), nil
+	return id, nil
 }
 
 // timestamp reads the Unix timestamp in seconds of parameter name.
@@ -158,7 +159,7 @@ func (q *query) limit() (int, error) {
 
 // feedIDs reads a bulk list. The query is decoded, so a comma sent raw or
 // as %2C arrives the same. Duplicates are dropped, order kept.
-func (q *query) feedIDs() ([]string, error) {
+func (q *query) feedIDs() ([]feedid.ID, error) {
 	v := q.get("feedIDs")
 	if v == "" {
 		return nil, errorf(http.StatusBadRequest, "missing query parameter feedIDs")
@@ -167,26 +168,25 @@ func (q *query) feedIDs() ([]string, error) {
 	if n > maxBulkStreams {
 		return nil, errorf(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
 	}
-	ids := make([]string, 0, n)
-	var seen map[string]struct{} // for long lists; short ones are searched
+	ids := make([]feedid.ID, 0, n)
+	var seen map[feedid.ID]struct{} // for long lists; short ones are searched
 	if n > 32 {
-		seen = make(map[string]struct{}, n)
+		seen = make(map[feedid.ID]struct{}, n)
 	}
 	for part := range strings.SplitSeq(v, ",") {
-		part = strings.TrimSpace(part)
-		if !feedid.Valid(part) {
+		id, err := feedid.Parse(strings.TrimSpace(part))
+		if err != nil {
 			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
 		}
-		part = feedid.Canon(part)
 		if seen != nil {
-			if _, dup := seen[part]; dup {
+			if _, dup := seen[id]; dup {
 				continue
 			}
-			seen[part] = struct{}{}
-		} else if slices.Contains(ids, part) {
+			seen[id] = struct{}{}
+		} else if slices.Contains(ids, id) {
 			continue
 		}
-		ids = append(ids, part)
+		ids = append(ids, id)
 	}
 	return ids, nil
 }

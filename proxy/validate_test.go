@@ -44,7 +44,7 @@ func TestParseFeedIDs(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.want, feedid.Strings(got))
 		})
 	}
 }
@@ -131,7 +131,7 @@ func FuzzQuery(f *testing.F) {
 			t.Fatalf("%q read in place as %d names; url.ParseQuery: %v", raw, q.n, want)
 		}
 		if id, err := q.feedID("feedID"); err == nil {
-			if !feedid.Valid(id) || id != strings.ToLower(id) {
+			if !feedid.Valid(id) || string(id) != strings.ToLower(string(id)) {
 				t.Fatalf("accepted %q", id)
 			}
 		}
@@ -139,7 +139,7 @@ func FuzzQuery(f *testing.F) {
 			if len(ids) == 0 || len(ids) > maxBulkStreams {
 				t.Fatalf("accepted %d ids", len(ids))
 			}
-			seen := map[string]bool{}
+			seen := map[feedid.ID]bool{}
 			for _, id := range ids {
 				if !feedid.Valid(id) || seen[id] {
 					t.Fatalf("accepted %q twice or malformed", id)

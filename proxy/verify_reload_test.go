@@ -13,6 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/don"
+	"streamgate/feedid"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
@@ -47,7 +48,7 @@ func TestVerifyReloadToEnforceDropsWhatReportAdmitted(t *testing.T) {
 	res, _ := gate.Verify(don.Record(f.Report))
 	require.Equal(t, don.CauseDuplicateSigner, res.Cause, "the forged frame, delivered in mode report")
 	hub := env.Server.Hub("mainnet")
-	frame, _, ok := hub.Latest(eth)
+	frame, _, ok := hub.Latest(feedid.ID(eth))
 	require.True(t, ok)
 	res, _ = gate.Verify(don.FrameRecord(frame))
 	require.Equal(t, don.CauseDuplicateSigner, res.Cause, "latest from the stream: the forged frame")
@@ -65,7 +66,7 @@ func TestVerifyReloadToEnforceDropsWhatReportAdmitted(t *testing.T) {
 	// admitted again.
 	resp, body = c.Get(t, env.Mainnet, report)
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "the cached forged report after the reload: %s", body)
-	if frame, _, ok := hub.Latest(eth); ok {
+	if frame, _, ok := hub.Latest(feedid.ID(eth)); ok {
 		res, _ := gate.Verify(don.FrameRecord(frame))
 		assert.True(t, res.OK(), "the hub's newest report after the reload: %+v", res)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"streamgate/feedid"
 	"streamgate/realtime"
 )
 
@@ -19,7 +20,7 @@ import (
 // signatures verified), each record wrapped as a stream frame,
 // {"report":<record>}, the upstream's bytes unchanged. nil for a network
 // the gateway does not serve.
-func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 	n := g.networks[name]
 	if n == nil {
 		return nil
@@ -31,7 +32,7 @@ func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []string
 	// root of a trace of its own, sampled by ratio like a request, with
 	// the shared tier, budget wait and upstream attempts of its bulk call
 	// below it.
-	return func(ctx context.Context, feeds []string, ts int64) (_ map[string][]byte, err error) {
+	return func(ctx context.Context, feeds []feedid.ID, ts int64) (_ map[feedid.ID][]byte, err error) {
 		ctx, span := g.tracer.Start(ctx, "ws backfill", trace.WithAttributes(
 			attribute.String("streamgate.network", name), attribute.Int("streamgate.streams", len(feeds)),
 			attribute.Int64("streamgate.second", ts)))
@@ -58,17 +59,18 @@ func (g *Gateway) DiscoveryBudget(name string) func(ctx context.Context) error {
 // errBackfillEmpty is returned for a backfill without feeds.
 var errBackfillEmpty = errors.New("backfill: no streams")
 
-func (n *network) backfill(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+func (n *network) backfill(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 	if len(feeds) == 0 {
 		return nil, errBackfillEmpty
 	}
-	records, _, err := n.bulk.fetch(ctx, n.org, feeds, ts, true)
+	records, _, err := n.bulk.fetch(ctx, n.org, feedid.Strings(feeds), ts, true)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]byte, len(records))
+	// The records are keyed by the streams asked for (checker.splitBulk).
+	out := make(map[feedid.ID][]byte, len(records))
 	for id, rec := range records {
-		out[id] = streamFrame(rec)
+		out[feedid.ID(id)] = streamFrame(rec)
 	}
 	return out, nil
 }

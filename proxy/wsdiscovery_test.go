@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/internal/redistest"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
@@ -65,7 +66,7 @@ func TestOriginDiscoveryWithinTheBudget(t *testing.T) {
 			c.RateLimit.Backend = config.BackendRedis
 			c.RateLimit.Redis.URL = rs.URL()
 			c.Networks["mainnet"].Upstream.Budget = config.Rate{RPS: 1, Burst: 1}
-			c.Networks["mainnet"].Upstream.WSPinned = []string{pinned}
+			c.Networks["mainnet"].Upstream.WSPinned = config.StreamIDs{feedid.ID(pinned)}
 			c.Networks["testnet"].Upstream.WSURL = ""
 		}}))
 	}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"streamgate/feedid"
+
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
@@ -73,14 +75,14 @@ type ledger struct {
 // record byte for byte), already verified; a feed without a report that
 // second is absent. Safe for concurrent use.
 type BackfillSource interface {
-	Backfill(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+	Backfill(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error)
 }
 
 // BackfillFunc is a BackfillSource of a function.
-type BackfillFunc func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error)
+type BackfillFunc func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error)
 
 // Backfill calls f.
-func (f BackfillFunc) Backfill(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+func (f BackfillFunc) Backfill(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 	return f(ctx, feeds, ts)
 }
 
@@ -358,7 +360,7 @@ func (r *resumeFill) done(got []histFrame) {
 // fillJob is a range of seconds of one feed to fetch, and what to do with
 // what was fetched (in order; called once).
 type fillJob struct {
-	feed   string
+	feed   feedid.ID
 	lo, hi int64
 	done   func([]histFrame)
 	// sub is the subscription a resume fetches for (nil: a gap of the
@@ -512,8 +514,8 @@ func (b *backfiller) round(jobs []*fillJob) {
 // fillRetryMax, at most fillTries calls. A frame that is not the report of
 // the feed and second asked is not taken. It returns the frames got and
 // the last call's error.
-func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[string][]byte, error) {
-	got := make(map[string][]byte, len(feeds))
+func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64) (map[feedid.ID][]byte, error) {
+	got := make(map[feedid.ID][]byte, len(feeds))
 	missing := feeds
 	wait := fillRetryFirst
 	var err error
@@ -521,13 +523,13 @@ func (b *backfiller) fetch(ctx context.Context, feeds []string, s int64) (map[st
 		if err = ctx.Err(); err != nil {
 			return got, err
 		}
-		var frames map[string][]byte
+		var frames map[feedid.ID][]byte
 		frames, err = b.src.Backfill(ctx, missing, s)
 		left := missing[:0:0]
 		for _, id := range missing {
 			fr, ok := frames[id]
 			if ok {
-				if fid, ts, pok := parseFrame(fr); !pok || string(fid) != id || ts != s {
+				if fid, ts, pok := parseFrame(fr); !pok || feedid.ID(fid) != id || ts != s {
 					ok = false // not the report asked for
 				}
 			}
@@ -565,7 +567,7 @@ func (h *Hub) Recheck(admit func(frame []byte) bool) int {
 }
 
 // recheck is Recheck over feeds.
-func (c *continuity) recheck(feeds map[string]*feed, admit func(frame []byte) bool) int {
+func (c *continuity) recheck(feeds map[feedid.ID]*feed, admit func(frame []byte) bool) int {
 	dropped := 0
 	for _, f := range feeds {
 		f.mu.Lock()
@@ -596,8 +598,8 @@ func (c *continuity) recheck(feeds map[string]*feed, admit func(frame []byte) bo
 // ended subscription stops; a subscription's FillCharge is asked once for
 // s, and a refusal stops every job of it (its seconds from s on are added
 // to refused).
-func (b *backfiller) wanted(ctx context.Context, jobs []*fillJob, stopped []bool, s int64, refused *int64, firstErr *error) []string {
-	var feeds []string
+func (b *backfiller) wanted(ctx context.Context, jobs []*fillJob, stopped []bool, s int64, refused *int64, firstErr *error) []feedid.ID {
+	var feeds []feedid.ID
 	var charged map[*Subscription]bool
 	for i, j := range jobs {
 		if stopped[i] || s < j.lo || s > j.hi {

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 	"streamgate/internal/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
@@ -30,10 +31,10 @@ import (
 // restBackfill is a Config.Backfill over the env's REST bulk endpoint,
 // counting its calls.
 func (e *env) restBackfill(calls *atomic.Int64) BackfillFunc {
-	return func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+	return func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 		calls.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-			e.srv.URL+"/api/v1/reports/bulk?feedIDs="+strings.Join(feeds, ",")+"&timestamp="+strconv.FormatInt(ts, 10), nil)
+			e.srv.URL+"/api/v1/reports/bulk?feedIDs="+strings.Join(feedid.Strings(feeds), ",")+"&timestamp="+strconv.FormatInt(ts, 10), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -56,7 +57,7 @@ func (e *env) restBackfill(calls *atomic.Int64) BackfillFunc {
 		if err := json.Unmarshal(body, &doc); err != nil {
 			return nil, err
 		}
-		out := map[string][]byte{}
+		out := map[feedid.ID][]byte{}
 		for _, raw := range doc.Reports {
 			var r struct {
 				FeedID string `json:"feedID"`
@@ -64,7 +65,7 @@ func (e *env) restBackfill(calls *atomic.Int64) BackfillFunc {
 			if err := json.Unmarshal(raw, &r); err != nil {
 				return nil, err
 			}
-			out[r.FeedID] = append(append([]byte(`{"report":`), raw...), '}')
+			out[feedid.ID(r.FeedID)] = append(append([]byte(`{"report":`), raw...), '}')
 		}
 		return out, nil
 	}
@@ -118,7 +119,7 @@ func TestGapFillAskedAgain(t *testing.T) {
 	rest := e.restBackfill(&calls)
 	var mu sync.Mutex
 	asked := map[int64]bool{}
-	flaky := BackfillFunc(func(ctx context.Context, feeds []string, ts int64) (map[string][]byte, error) {
+	flaky := BackfillFunc(func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 		mu.Lock()
 		first := !asked[ts]
 		asked[ts] = true
@@ -198,7 +199,7 @@ func TestResume(t *testing.T) {
 	awaitMore(t, []*collector{first}, feeds[1], 3)
 	first.sub.Close()
 	<-first.done
-	from := map[string]int64{}
+	from := map[feedid.ID]int64{}
 	for _, f := range feeds {
 		fs := first.of(f)
 		from[f] = fs[len(fs)-1].ts
@@ -221,7 +222,7 @@ func TestResume(t *testing.T) {
 	// Another hub, which never carried the feeds: the missed seconds come
 	// over REST, then live ones.
 	other := e.hub(t, mk)
-	from2 := map[string]int64{}
+	from2 := map[feedid.ID]int64{}
 	for _, f := range feeds {
 		fs := back.of(f)
 		from2[f] = fs[len(fs)-1].ts - 4
@@ -261,7 +262,7 @@ func TestResumeRightAwayOnAHubNewToTheFeeds(t *testing.T) {
 	awaitMore(t, []*collector{first}, feeds[1], 3)
 
 	other := e.hub(t, mk)
-	from := map[string]int64{}
+	from := map[feedid.ID]int64{}
 	for _, f := range feeds {
 		fs := first.of(f)
 		from[f] = fs[len(fs)-1].ts
@@ -374,7 +375,7 @@ func TestRecheckDropsWhatNoLongerPasses(t *testing.T) {
 	h := e.hub(t, func(c *Config) { c.History, c.Check = time.Minute, admit })
 	feed := e.crypto(t, 1)[0]
 	e.run(t, 25*time.Millisecond)
-	keep := collect(t, subscribe(t, h, []string{feed}, SubscribeOptions{Queue: 4096}))
+	keep := collect(t, subscribe(t, h, []feedid.ID{feed}, SubscribeOptions{Queue: 4096}))
 	awaitMore(t, []*collector{keep}, feed, 6)
 
 	_, newest, ok := h.Latest(feed)
@@ -389,7 +390,7 @@ func TestRecheckDropsWhatNoLongerPasses(t *testing.T) {
 	// before the cutoff replays what the history kept, then live reports:
 	// none of the refused seconds.
 	cutoff.Store(math.MaxInt64)
-	sub := subscribe(t, h, []string{feed}, SubscribeOptions{Queue: 4096, From: map[string]int64{feed: newest - 5}})
+	sub := subscribe(t, h, []feedid.ID{feed}, SubscribeOptions{Queue: 4096, From: map[feedid.ID]int64{feed: newest - 5}})
 	back := collect(t, sub)
 	awaitMore(t, []*collector{back}, feed, 3)
 	for _, f := range back.of(feed) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/feedid"
 	"streamgate/internal/fleet"
 	"streamgate/internal/redistest"
 	"streamgate/realtime/share"
@@ -36,7 +37,7 @@ func redisClient(t *testing.T, target redisconn.Target) *redisconn.Client {
 // subscription to feeds and its gaps filled from REST (counted in calls),
 // runs the upstream's clock ten seconds a second, and returns once they
 // share one upstream connection and deliver.
-func sharingHubs(t *testing.T, e *env, feeds []string, calls *atomic.Int64, client func() redis.UniversalClient) ([]*Hub, []*collector, []*prometheus.Registry) {
+func sharingHubs(t *testing.T, e *env, feeds []feedid.ID, calls *atomic.Int64, client func() redis.UniversalClient) ([]*Hub, []*collector, []*prometheus.Registry) {
 	t.Helper()
 	hubs := make([]*Hub, 3)
 	cols := make([]*collector, 3)

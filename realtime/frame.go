@@ -52,13 +52,17 @@ func parseFrame(frame []byte) (feed []byte, ts int64, ok bool) {
 	return feed, ts, true
 }
 
-// FrameTime returns the feed ID (a slice of frame) and the
+// FrameTime returns the feed ID (in canonical form) and the
 // observationsTimestamp of a report frame, as the hub reads them; ok is
 // false for a frame that is not a report.
-func FrameTime(frame []byte) (feed []byte, observationsTimestamp int64, ok bool) {
-	return parseFrame(frame)
+func FrameTime(frame []byte) (feed feedid.ID, observationsTimestamp int64, ok bool) {
+	id, ts, ok := parseFrame(frame)
+	if !ok {
+		return "", 0, false
+	}
+	return feedid.ID(id), ts, true
 }
 
 // validFeedID reports whether id is a stream ID in canonical form: what
 // the hub keys its feeds by.
-func validFeedID[T string | []byte](id T) bool { return feedid.Canonical(id) }
+func validFeedID[T ~string | ~[]byte](id T) bool { return feedid.Canonical(id) }

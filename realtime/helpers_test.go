@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 	"streamgate/simulator"
 )
 
@@ -117,9 +118,9 @@ func (e *env) passes(t testing.TB, d time.Duration) {
 func (e *env) open() int64 { return e.sim.Counters().WSTotal(simulator.Mainnet).Open }
 
 // rest returns the REST answer for feed at ts.
-func (e *env) rest(t *testing.T, feed string, ts int64) []byte {
+func (e *env) rest(t *testing.T, feed feedid.ID, ts int64) []byte {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/api/v1/reports?feedID="+feed+"&timestamp="+strconv.FormatInt(ts, 10), nil)
+	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/api/v1/reports?feedID="+string(feed)+"&timestamp="+strconv.FormatInt(ts, 10), nil)
 	require.NoError(t, err)
 	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
 	resp, err := http.DefaultClient.Do(req)
@@ -132,12 +133,12 @@ func (e *env) rest(t *testing.T, feed string, ts int64) []byte {
 }
 
 // crypto returns n mainnet feeds published every second.
-func (e *env) crypto(t testing.TB, n int) []string {
+func (e *env) crypto(t testing.TB, n int) []feedid.ID {
 	t.Helper()
-	var out []string
+	var out []feedid.ID
 	for _, s := range e.sim.Streams(simulator.Mainnet) {
 		if strings.HasSuffix(s.Name, "-RefPrice-DS-Premium-Global-003") && !slices.Contains(e.sim.Hidden(simulator.Mainnet), s.FeedID) {
-			out = append(out, s.FeedID)
+			out = append(out, feedid.ID(s.FeedID))
 		}
 	}
 	require.GreaterOrEqual(t, len(out), n)
@@ -146,7 +147,7 @@ func (e *env) crypto(t testing.TB, n int) []string {
 
 // frame is one frame a collector received.
 type frame struct {
-	feed string
+	feed feedid.ID
 	ts   int64
 	data []byte
 }
@@ -169,7 +170,7 @@ func collect(t testing.TB, sub *Subscription) *collector {
 				panic("unparsable frame: " + string(b))
 			}
 			c.mu.Lock()
-			c.got = append(c.got, frame{string(id), ts, b})
+			c.got = append(c.got, frame{feedid.ID(id), ts, b})
 			c.mu.Unlock()
 		}
 	}()
@@ -178,7 +179,7 @@ func collect(t testing.TB, sub *Subscription) *collector {
 }
 
 // of returns the frames of feed received so far.
-func (c *collector) of(feed string) []frame {
+func (c *collector) of(feed feedid.ID) []frame {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []frame
@@ -190,11 +191,11 @@ func (c *collector) of(feed string) []frame {
 	return out
 }
 
-func (c *collector) count(feed string) int { return len(c.of(feed)) }
+func (c *collector) count(feed feedid.ID) int { return len(c.of(feed)) }
 
 // awaitMore waits until every collector has n more frames of feed than
 // now, and returns how many each had before.
-func awaitMore(t *testing.T, cols []*collector, feed string, n int) []int {
+func awaitMore(t *testing.T, cols []*collector, feed feedid.ID, n int) []int {
 	t.Helper()
 	before := make([]int, len(cols))
 	for i, c := range cols {
@@ -212,10 +213,10 @@ func awaitMore(t *testing.T, cols []*collector, feed string, n int) []int {
 }
 
 // counts returns how many frames of each feed every collector has now.
-func counts(cols []*collector, feeds []string) []map[string]int {
-	out := make([]map[string]int, len(cols))
+func counts(cols []*collector, feeds []feedid.ID) []map[feedid.ID]int {
+	out := make([]map[feedid.ID]int, len(cols))
 	for i, c := range cols {
-		out[i] = map[string]int{}
+		out[i] = map[feedid.ID]int{}
 		for _, f := range feeds {
 			out[i][f] = c.count(f)
 		}
@@ -225,7 +226,7 @@ func counts(cols []*collector, feeds []string) []map[string]int {
 
 // awaitEach waits until every collector has n more frames of each feed
 // than it had at from (counts).
-func awaitEach(t *testing.T, cols []*collector, feeds []string, from []map[string]int, n int) {
+func awaitEach(t *testing.T, cols []*collector, feeds []feedid.ID, from []map[feedid.ID]int, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for i, c := range cols {
@@ -269,7 +270,7 @@ func stall(on bool) simulator.Faults { return simulator.Faults{WSStall: on} }
 func refuse(status int) simulator.Faults { return simulator.Faults{WSRefuse: status} }
 
 // subscribe subscribes feeds on h with o; it must not be refused.
-func subscribe(t testing.TB, h *Hub, feeds []string, o SubscribeOptions) *Subscription {
+func subscribe(t testing.TB, h *Hub, feeds []feedid.ID, o SubscribeOptions) *Subscription {
 	t.Helper()
 	s, err := h.Subscribe(feeds, o)
 	require.NoError(t, err)

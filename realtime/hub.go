@@ -25,8 +25,10 @@
 // plan and the HA origins (manager.go, link.go, plan.go, health.go,
 // origins.go, sharing.go); and the sharing with the other replicas, which
 // the upstream sees through the interface sharing (four methods,
-// sharing.go): with Config.Share a share.Sharer, which runs its own tick,
-// else alone{}. A Subscription is given what it asks of the hub (its
+// sharing.go) and the hub through membership (its start, handover, room
+// and stats): with Config.Share a share.Sharer, which runs its own tick,
+// else alone{}, so that neither has a branch for a hub that does not
+// share. A Subscription is given what it asks of the hub (its
 // release, Drop) when made, not the hub.
 //
 // Config.Clock is the hub's time: it dates the signatures and runs the
@@ -116,9 +118,11 @@ type Config struct {
 	// Grace is how long a feed nobody wants stays subscribed; required
 	// (positive).
 	Grace time.Duration
-	// Pinned are feeds always subscribed (stream IDs in any case; see
-	// package feedid).
-	Pinned []string
+	// Pinned are feeds always subscribed; New reads each with
+	// feedid.Parse, so that one converted from text in any case is
+	// carried under its canonical form, and refuses one that is not a
+	// stream ID.
+	Pinned []feedid.ID
 	// StallTimeout: a connection without frame or pong for this long is
 	// replaced; default 10s. The hub pings every StallTimeout/3.
 	StallTimeout time.Duration
@@ -175,21 +179,22 @@ type Hub struct {
 	// mu guards wants, demand, subs and closed, and the refs, pinned,
 	// idleSince and demandAt of every feed.
 	mu     sync.Mutex
-	wants  map[string]*feed // every wanted feed (including in grace)
-	demand map[string]*demandRing
+	wants  map[feedid.ID]*feed // every wanted feed (including in grace)
+	demand map[feedid.ID]*demandRing
 	subs   map[*Subscription]struct{}
 	closed bool
 
 	// feeds is the read side of wants for the frame path and Latest:
 	// replaced (copy on write) by the holder of mu.
-	feeds atomic.Pointer[map[string]*feed]
+	feeds atomic.Pointer[map[feedid.ID]*feed]
 
 	// up holds the upstream connections and their plan (see upstream);
-	// sh, nil without Config.Share, shares them with the other replicas
-	// (package share): the upstream sees it through the interface sharing,
-	// the hub starts it, asks it about room and hands over as it closes.
-	up *upstream
-	sh *share.Sharer
+	// peers shares them with the other replicas (package share): the
+	// upstream sees it through the interface sharing, the hub through
+	// membership (it starts it, asks it about room and hands over as it
+	// closes). Without Config.Share both are alone{}.
+	up    *upstream
+	peers membership
 
 	// cont owns every second of each feed, once, in order (see
 	// continuity): the frame path hands it each frame.
@@ -198,7 +203,7 @@ type Hub struct {
 
 // feed is one wanted feed: its subscribers, watermark and newest report.
 type feed struct {
-	id string
+	id feedid.ID
 
 	// Guarded by Hub.mu.
 	refs      int
@@ -266,14 +271,14 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 	case cfg.MaxConnections == 0 || cfg.FeedsPerConnection == 0 || cfg.Grace == 0:
 		errs = append(errs, errors.New("realtime: MaxConnections, FeedsPerConnection and Grace are required"))
 	}
-	pinned := make([]string, 0, len(cfg.Pinned))
+	pinned := make([]feedid.ID, 0, len(cfg.Pinned))
 	for _, p := range cfg.Pinned {
-		id, err := feedid.Parse(p)
+		id, err := feedid.Parse(string(p))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("realtime: pinned feed: %w", err))
 			continue
 		}
-		pinned = append(pinned, id.String())
+		pinned = append(pinned, id)
 	}
 	cfg.Pinned = pinned
 	if err := errors.Join(errs...); err != nil {
@@ -294,9 +299,10 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 	h := &Hub{
 		cfg:    cfg,
 		log:    cfg.Logger.With(zap.String("network", cfg.Network)),
-		wants:  map[string]*feed{},
-		demand: map[string]*demandRing{},
+		wants:  map[feedid.ID]*feed{},
+		demand: map[feedid.ID]*demandRing{},
 		subs:   map[*Subscription]struct{}{},
+		peers:  alone{},
 	}
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -320,15 +326,13 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 			h.cancel()
 			return nil, fmt.Errorf("realtime: %w", err)
 		}
-		h.sh, h.up.peers = sh, sh
+		h.peers, h.up.peers = sh, sh
 	}
 	for _, p := range cfg.Pinned {
 		h.want(p).pinned = true
 	}
 	h.publishFeeds()
-	if h.sh != nil {
-		h.sh.Start(h.ctx)
-	}
+	h.peers.Start(h.ctx)
 	if h.cont.bf != nil {
 		h.wg.Add(1)
 		go func() {
@@ -358,14 +362,10 @@ func (h *Hub) Close() {
 	subs := h.subs
 	h.subs = map[*Subscription]struct{}{}
 	h.mu.Unlock()
-	if h.sh != nil {
-		h.sh.Leave()
-	}
+	h.peers.Leave()
 	h.cancel()
 	h.wg.Wait()
-	if h.sh != nil {
-		h.sh.Wait()
-	}
+	h.peers.Wait()
 	for s := range subs {
 		if s.end(ErrHubClosed) {
 			h.mx.subscribers.Add(-1)
@@ -385,7 +385,7 @@ type SubscribeOptions struct {
 	// hub's history, and what the history does not reach fetched with
 	// Config.Backfill (the consumer's newer frames of that feed wait
 	// meanwhile); then live ones, each once. Empty: a new consumer.
-	From map[string]int64
+	From map[feedid.ID]int64
 	// Within is for a consumer that must get every one of its feeds: the
 	// hub refuses (ErrNoRoom, nothing subscribed) when some feed is not
 	// carried now and the wanted set, with the feeds not yet wanted, is
@@ -407,8 +407,8 @@ type SubscribeOptions struct {
 	Charge FillCharge
 }
 
-// Subscribe registers a consumer of feeds (validated, lower-case, without
-// duplicates, entitled by the caller). The hub connects upstream for the
+// Subscribe registers a consumer of feeds (stream IDs as feedid.Parse
+// gives them, without duplicates, entitled by the caller). The hub connects upstream for the
 // feeds not yet carried. The newest report the hub holds of each feed, if
 // valid (see Latest), comes first (or, for a feed of o.From, the replay of
 // what the consumer missed), then every newer report, each once, in
@@ -417,7 +417,7 @@ type SubscribeOptions struct {
 // o.Within refuses them. The error is ErrNoRoom (o.Within only); after
 // Close, the subscription is returned already ended with ErrHubClosed.
 // Subscription.Replayed tells how many reports it replayed at once.
-func (h *Hub) Subscribe(feeds []string, o SubscribeOptions) (*Subscription, error) {
+func (h *Hub) Subscribe(feeds []feedid.ID, o SubscribeOptions) (*Subscription, error) {
 	if o.Within && !h.admits(feeds) {
 		return nil, ErrNoRoom
 	}
@@ -432,7 +432,7 @@ func (h *Hub) Subscribe(feeds []string, o SubscribeOptions) (*Subscription, erro
 
 // subscribe registers s (see Subscribe); charge is the subscription's
 // FillCharge (nil: none).
-func (h *Hub) subscribe(feeds []string, queue int, from map[string]int64, charge FillCharge) *Subscription {
+func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, charge FillCharge) *Subscription {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
@@ -513,9 +513,9 @@ var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
 
 // admits reports whether the budget has room for feeds (see
 // SubscribeOptions.Within).
-func (h *Hub) admits(feeds []string) bool {
-	if h.sh != nil && h.sh.Sharing() {
-		return h.roomShared(feeds, h.sh.Union())
+func (h *Hub) admits(feeds []feedid.ID) bool {
+	if h.peers.Sharing() {
+		return h.roomShared(feeds, h.peers.Union())
 	}
 	capacity := h.up.capacity.Load()
 	carried := h.up.carried.Load()
@@ -526,7 +526,7 @@ func (h *Hub) admits(feeds []string) bool {
 	defer h.mu.Unlock()
 	fresh, all := 0, true
 	for _, id := range feeds {
-		if !(*carried)[id] {
+		if !(*carried)[string(id)] {
 			all = false
 		}
 		if h.wants[id] == nil {
@@ -540,7 +540,7 @@ func (h *Hub) admits(feeds []string) bool {
 // room for feeds (see SubscribeOptions.Within); nil u or capacity 0: room. Another
 // replica's consumer admitted since that tick may take the last room: the
 // window is a tick wide.
-func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
+func (h *Hub) roomShared(feeds []feedid.ID, u *share.Union) bool {
 	if u == nil || u.Capacity == 0 {
 		return true
 	}
@@ -550,7 +550,7 @@ func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
 	}
 	all := true
 	for _, id := range feeds {
-		if !u.Feeds[id] && !own[id] {
+		if !u.Feeds[string(id)] && !own[string(id)] {
 			all = false
 			break
 		}
@@ -562,7 +562,7 @@ func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
 	defer h.mu.Unlock()
 	size := len(u.Feeds)
 	for _, id := range feeds {
-		if _, in := u.Feeds[id]; !in && h.wants[id] == nil {
+		if _, in := u.Feeds[string(id)]; !in && h.wants[id] == nil {
 			size++
 		}
 	}
@@ -572,7 +572,7 @@ func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
 	// This hub's wants the tick has not published yet (a consumer just
 	// admitted here) count too.
 	for id := range h.wants {
-		if _, in := u.Feeds[id]; !in {
+		if _, in := u.Feeds[string(id)]; !in {
 			if size++; size > u.Capacity {
 				return false
 			}
@@ -583,7 +583,7 @@ func (h *Hub) roomShared(feeds []string, u *share.Union) bool {
 
 // want returns the new feed entry of id. Called with h.mu held; the caller
 // publishes.
-func (h *Hub) want(id string) *feed {
+func (h *Hub) want(id feedid.ID) *feed {
 	f := h.wants[id]
 	if f == nil {
 		f = &feed{id: id}
@@ -595,7 +595,7 @@ func (h *Hub) want(id string) *feed {
 // publishFeeds makes the wanted set visible to the frame path. Called with
 // h.mu held.
 func (h *Hub) publishFeeds() {
-	m := make(map[string]*feed, len(h.wants))
+	m := make(map[feedid.ID]*feed, len(h.wants))
 	for id, f := range h.wants {
 		m[id] = f
 	}
@@ -619,10 +619,10 @@ func (h *Hub) release(s *Subscription) {
 }
 
 // drop stops feeds for s (Subscription.Drop).
-func (h *Hub) drop(s *Subscription, feeds []string) int {
+func (h *Hub) drop(s *Subscription, feeds []feedid.ID) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	drop := make(map[string]bool, len(feeds))
+	drop := make(map[feedid.ID]bool, len(feeds))
 	for _, id := range feeds {
 		if slices.Contains(s.feeds, id) {
 			drop[id] = true
@@ -632,13 +632,13 @@ func (h *Hub) drop(s *Subscription, feeds []string) int {
 		return len(s.feeds)
 	}
 	// The caller's slice is shared: build a new one.
-	kept := make([]string, 0, len(s.feeds))
+	kept := make([]feedid.ID, 0, len(s.feeds))
 	for _, id := range s.feeds {
 		if !drop[id] {
 			kept = append(kept, id)
 		}
 	}
-	old := map[string]bool{}
+	old := map[feedid.ID]bool{}
 	if d := s.dropped.Load(); d != nil {
 		maps.Copy(old, *d)
 	}
@@ -656,7 +656,7 @@ func (h *Hub) drop(s *Subscription, feeds []string) int {
 
 // unwant removes s from feed id's subscribers; a feed nobody wants any more
 // starts its grace at now. h.mu is held.
-func (h *Hub) unwant(s *Subscription, id string, now time.Time) {
+func (h *Hub) unwant(s *Subscription, id feedid.ID, now time.Time) {
 	f := h.wants[id]
 	if f == nil {
 		return
@@ -688,7 +688,7 @@ func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
 	if h.cont.future(ts, origin) {
 		return
 	}
-	f := (*h.feeds.Load())[string(id)]
+	f := (*h.feeds.Load())[feedid.ID(id)]
 	if f == nil {
 		return // no longer wanted
 	}
@@ -709,7 +709,7 @@ func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
 // make-before-break by one that is still up); ok is false otherwise, and
 // when feed is not streamed. Lock-free; each answer with ok true is
 // counted (streamgate_ws_latest_served_total).
-func (h *Hub) Latest(feed string) (frame []byte, observationsTimestamp int64, ok bool) {
+func (h *Hub) Latest(feed feedid.ID) (frame []byte, observationsTimestamp int64, ok bool) {
 	return h.LatestSince(feed, math.MinInt64)
 }
 
@@ -717,7 +717,7 @@ func (h *Hub) Latest(feed string) (frame []byte, observationsTimestamp int64, ok
 // was observed before oldest (Unix seconds): while the connection is up but
 // silent (a stall not yet detected), a caller bounds how old a report it
 // answers.
-func (h *Hub) LatestSince(feed string, oldest int64) (frame []byte, observationsTimestamp int64, ok bool) {
+func (h *Hub) LatestSince(feed feedid.ID, oldest int64) (frame []byte, observationsTimestamp int64, ok bool) {
 	f := (*h.feeds.Load())[feed]
 	if f == nil {
 		return nil, 0, false
@@ -735,7 +735,7 @@ func (h *Hub) LatestSince(feed string, oldest int64) (frame []byte, observations
 // answer. DemandThreshold calls within DemandWindow subscribe the feed; it
 // is dropped Grace after the last call once no subscription holds it.
 // Malformed feed IDs are ignored.
-func (h *Hub) Want(feed string) {
+func (h *Hub) Want(feed feedid.ID) {
 	if !validFeedID(feed) {
 		return
 	}
@@ -808,7 +808,7 @@ func (h *Hub) wanted(now time.Time) map[string]bool {
 	}
 	desired := make(map[string]bool, len(h.wants))
 	for id := range h.wants {
-		desired[id] = true
+		desired[string(id)] = true
 	}
 	return desired
 }
@@ -820,7 +820,7 @@ func (h *Hub) local() []string {
 	defer h.mu.Unlock()
 	local := make([]string, 0, len(h.wants))
 	for id := range h.wants {
-		local = append(local, id)
+		local = append(local, string(id))
 	}
 	return local
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 	"streamgate/simulator"
 )
 
@@ -22,7 +23,7 @@ func TestFanOutSharesConnections(t *testing.T) {
 	feeds := e.crypto(t, 3)
 	var cs []*collector
 	for i := range 60 {
-		sub := []string{feeds[i%3]}
+		sub := []feedid.ID{feeds[i%3]}
 		if i%2 == 0 {
 			sub = append(sub, feeds[(i+1)%3])
 		}
@@ -62,11 +63,11 @@ func TestMakeBeforeBreak(t *testing.T) {
 	h := e.hub(t, nil)
 	feeds := e.crypto(t, 2)
 	a, b := feeds[0], feeds[1]
-	ca := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	ca := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return ca.count(a) >= 5 }, wait, 5*time.Millisecond)
 
-	cb := collect(t, subscribe(t, h, []string{b}, SubscribeOptions{}))
+	cb := collect(t, subscribe(t, h, []feedid.ID{b}, SubscribeOptions{}))
 	require.Eventually(t, func() bool { return cb.count(b) >= 5 }, wait, 5*time.Millisecond)
 	n := ca.count(a)
 	require.Eventually(t, func() bool { return ca.count(a) >= n+5 }, wait, 5*time.Millisecond)
@@ -92,7 +93,7 @@ func TestDropAndStall(t *testing.T) {
 	e := newEnv(t, nil)
 	h := e.hub(t, nil)
 	a := e.crypto(t, 1)[0]
-	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	c := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return c.count(a) >= 5 }, wait, 5*time.Millisecond)
 
@@ -122,7 +123,7 @@ func TestRefusedUpgradeRetried(t *testing.T) {
 	require.NoError(t, e.sim.SetFaults(refuse(503)))
 	h := e.hub(t, nil)
 	a := e.crypto(t, 1)[0]
-	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	c := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return h.Stats().Reconnects[reasonRefused] >= 2 }, wait, 5*time.Millisecond)
 	require.NoError(t, e.sim.SetFaults(refuse(0)))
@@ -135,8 +136,8 @@ func TestSlowConsumer(t *testing.T) {
 	e := newEnv(t, nil)
 	h := e.hub(t, nil)
 	a := e.crypto(t, 1)[0]
-	fast := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
-	slow := subscribe(t, h, []string{a}, SubscribeOptions{Queue: 1})
+	fast := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
+	slow := subscribe(t, h, []feedid.ID{a}, SubscribeOptions{Queue: 1})
 	t.Cleanup(slow.Close)
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return h.Stats().SlowCloses == 1 }, wait, 5*time.Millisecond)
@@ -197,7 +198,7 @@ func TestLatest(t *testing.T) {
 	}
 	_, _, ok := latestA()
 	assert.False(t, ok, "not streamed")
-	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	c := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
 	require.Eventually(t, func() bool { return h.Stats().Up() == 1 }, wait, 5*time.Millisecond)
 	_, _, ok = latestA()
 	assert.False(t, ok, "no frame yet")
@@ -217,7 +218,7 @@ func TestLatest(t *testing.T) {
 	require.Eventually(t, func() bool { _, ts2, ok := latestA(); return ok && ts2 == ts+1 }, wait, 5*time.Millisecond)
 
 	// A new subscriber gets the newest report first.
-	c2 := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	c2 := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
 	require.Eventually(t, func() bool { return c2.count(a) == 1 }, wait, 5*time.Millisecond)
 	assert.Equal(t, ts+1, c2.of(a)[0].ts)
 	assert.Equal(t, served.Load(), h.Stats().LatestServed, "every answer with ok true counted")

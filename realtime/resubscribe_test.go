@@ -140,7 +140,7 @@ func TestShareOutageReapsNobody(t *testing.T) {
 	reaping := func(want bool) func() bool {
 		return func() bool {
 			for _, h := range hubs {
-				if h.sh.Stats().Reaping != want {
+				if h.Stats().Share.Reaping != want {
 					return false
 				}
 			}

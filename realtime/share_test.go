@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/feedid"
 	"streamgate/internal/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
@@ -20,7 +21,7 @@ const shareLease = 900 * time.Millisecond
 // replicas starts n sharing hubs on e, each with a Redis client of its
 // own (as n processes would have) on rs, and a subscription of each to
 // feeds.
-func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []string) ([]*Hub, []*collector, []*redisconn.Client) {
+func replicas(t testing.TB, e *env, rs *redistest.Server, n int, feeds []feedid.ID) ([]*Hub, []*collector, []*redisconn.Client) {
 	t.Helper()
 	hubs := make([]*Hub, n)
 	cols := make([]*collector, n)
@@ -69,7 +70,7 @@ func settled(e *env, hubs []*Hub) bool {
 // more reports of each feed at every collector, no upstream connection
 // opened meanwhile, and every collector's frames in order, each second
 // once.
-func oneConnection(t *testing.T, e *env, cols []*collector, feeds []string, n int) {
+func oneConnection(t *testing.T, e *env, cols []*collector, feeds []feedid.ID, n int) {
 	t.Helper()
 	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
 	from := counts(cols, feeds)
@@ -266,7 +267,7 @@ func TestShareLatestFollowsTheHolder(t *testing.T) {
 	e := newEnv(t, nil)
 	rs := redistest.New(t)
 	a := e.crypto(t, 1)[0]
-	hubs, cols, _ := replicas(t, e, rs, 3, []string{a})
+	hubs, cols, _ := replicas(t, e, rs, 3, []feedid.ID{a})
 	require.Eventually(t, func() bool { return settled(e, hubs) }, wait, 10*time.Millisecond)
 	holder := holders(hubs)[0]
 	follower := (holder + 1) % len(hubs)
@@ -300,9 +301,9 @@ func TestShareUnionOfWants(t *testing.T) {
 	a, b, c, d := fs[0], fs[1], fs[2], fs[3]
 	hubs, _, _ := replicas(t, e, rs, 3, nil)
 	cols := []*collector{
-		collect(t, subscribe(t, hubs[0], []string{a}, SubscribeOptions{})),
-		collect(t, subscribe(t, hubs[1], []string{b}, SubscribeOptions{})),
-		collect(t, subscribe(t, hubs[2], []string{a, c}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[0], []feedid.ID{a}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[1], []feedid.ID{b}, SubscribeOptions{})),
+		collect(t, subscribe(t, hubs[2], []feedid.ID{a, c}, SubscribeOptions{})),
 	}
 	for range DemandThreshold {
 		hubs[1].Want(d) // latest polled on replica 1: streamed

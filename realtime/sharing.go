@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"context"
 	"slices"
 
 	"streamgate/realtime/share"
@@ -29,9 +30,39 @@ type sharing interface {
 	Carrying(held []share.Held)
 }
 
+// membership is what the hub itself asks of the sharing: to start it
+// (Start, with the hub's context), to hand over as it closes (Leave, then
+// Wait for its goroutines), whether it shares now and the union its last
+// tick read, for admission (Sharing, Union; see
+// SubscribeOptions.Within), and its side of Stats (nil: none).
+// *share.Sharer implements it; alone{} is a hub that does not share.
+type membership interface {
+	Start(ctx context.Context)
+	Leave()
+	Wait()
+	Sharing() bool
+	Union() *share.Union
+	Stats() *share.Stats
+}
+
+var (
+	_ sharing    = (*share.Sharer)(nil)
+	_ membership = (*share.Sharer)(nil)
+	_ sharing    = alone{}
+	_ membership = alone{}
+)
+
 // alone is the sharing of a hub that does not share: it holds no shared
-// chunk and carries every feed it wants itself.
+// chunk and carries every feed it wants itself; it has nothing to start
+// or hand over, never shares and has no stats.
 type alone struct{}
+
+func (alone) Start(context.Context) {}
+func (alone) Leave()                {}
+func (alone) Wait()                 {}
+func (alone) Sharing() bool         { return false }
+func (alone) Union() *share.Union   { return nil }
+func (alone) Stats() *share.Stats   { return nil }
 
 func (alone) Plan(wanted map[string]bool, _, _ func(string) bool) share.Plan {
 	return share.Plan{Own: wanted}

@@ -58,10 +58,7 @@ func (h *Hub) Stats() Stats {
 		Reconnects: map[string]int64{reasonDrop: h.st.reconnDrop.Load(),
 			reasonStall: h.st.reconnStall.Load(), reasonRefused: h.st.reconnRefused.Load()},
 		FeedsSubscribed: int(h.up.carry.Load()), FeedsUncarried: int(h.up.over.Load()),
-	}
-	if h.sh != nil {
-		st := h.sh.Stats()
-		s.Share = &st
+		Share: h.peers.Stats(),
 	}
 	h.mu.Lock()
 	s.FeedsWanted, s.Subscribers = len(h.wants), len(h.subs)

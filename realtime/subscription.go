@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"streamgate/feedid"
 )
 
 // The reasons a subscription ends, from Err.
@@ -25,13 +27,13 @@ const DefaultQueue = 64
 // pointer to its hub: it is given, when made, the two things it asks of
 // the hub (leave, drop).
 type Subscription struct {
-	feeds []string // guarded by the hub's mu
+	feeds []feedid.ID // guarded by the hub's mu
 	ch    chan []byte
 
 	// leave gives the subscription's feeds back (release, once); drop
 	// stops some of them (Drop). The hub's, given by subscribe.
 	leave func(*Subscription)
-	drop  func(s *Subscription, feeds []string) int
+	drop  func(s *Subscription, feeds []feedid.ID) int
 
 	mu     sync.Mutex // guards the send and the close of ch, closed, err, backlog
 	closed bool
@@ -47,7 +49,7 @@ type Subscription struct {
 	done    chan struct{} // closed when the subscription ends (stops the pump)
 	// held are, per feed whose resume fill is under way, the frames that
 	// wait for it (see SubscribeOptions.From); holding counts its feeds.
-	held    map[string][]histFrame
+	held    map[feedid.ID][]histFrame
 	holding atomic.Int32
 
 	releaseOnce sync.Once
@@ -64,7 +66,7 @@ type Subscription struct {
 	replayed int
 
 	// dropped are the feeds dropped by Drop; nil before any.
-	dropped atomic.Pointer[map[string]bool]
+	dropped atomic.Pointer[map[feedid.ID]bool]
 }
 
 // C returns the frames, one report each, the upstream's bytes unchanged.
@@ -230,7 +232,7 @@ func (s *Subscription) release() {
 // Keep reports false for their frames already queued. The subscription's
 // other feeds go on. It returns how many feeds the subscription still
 // has. Safe for concurrent use with the hub's deliveries.
-func (s *Subscription) Drop(feeds ...string) int { return s.drop(s, feeds) }
+func (s *Subscription) Drop(feeds ...feedid.ID) int { return s.drop(s, feeds) }
 
 // Keep reports whether frame, taken from C, is of a feed still
 // subscribed: false for the frames of a dropped feed (see Drop) queued
@@ -242,16 +244,16 @@ func (s *Subscription) Keep(frame []byte) bool {
 		return true
 	}
 	feed, _, ok := parseFrame(frame)
-	return ok && !(*d)[string(feed)]
+	return ok && !(*d)[feedid.ID(feed)]
 }
 
 // holdFeed makes the frames of feed wait, starting with first, until
 // unhold. Called with the feed's lock held.
-func (s *Subscription) holdFeed(feed string, first []histFrame) {
+func (s *Subscription) holdFeed(feed feedid.ID, first []histFrame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held == nil {
-		s.held = map[string][]histFrame{}
+		s.held = map[feedid.ID][]histFrame{}
 	}
 	s.held[feed] = slices.Clone(first)
 	s.holding.Add(1)
@@ -261,7 +263,7 @@ func (s *Subscription) holdFeed(feed string, first []histFrame) {
 // its resume fill, else behind the backlog or in the queue. It reports how
 // many it queued, and false when the subscription overflowed (the caller
 // releases it). Called with the feed's lock held.
-func (s *Subscription) deliver(feed string, frames []histFrame) (int, bool) {
+func (s *Subscription) deliver(feed feedid.ID, frames []histFrame) (int, bool) {
 	if s.holding.Load() > 0 {
 		s.mu.Lock()
 		if h, ok := s.held[feed]; ok {
@@ -305,7 +307,7 @@ func (f *feed) fanOut(frames []histFrame) (n int, slow []*Subscription) {
 
 // addHeld adds got to the frames held for feed and returns them all, in
 // order, each second once. Called with the feed's lock held.
-func (s *Subscription) addHeld(feed string, got []histFrame) []histFrame {
+func (s *Subscription) addHeld(feed feedid.ID, got []histFrame) []histFrame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	all := mergeFrames(got, s.held[feed])
@@ -318,7 +320,7 @@ func (s *Subscription) addHeld(feed string, got []histFrame) []histFrame {
 // unhold ends the wait of feed: the fill's frames got and those held, in
 // order, each second once, are queued. It reports false when the
 // subscription overflowed. Called with the feed's lock held.
-func (s *Subscription) unhold(feed string, got []histFrame) bool {
+func (s *Subscription) unhold(feed feedid.ID, got []histFrame) bool {
 	s.mu.Lock()
 	held, ok := s.held[feed]
 	if ok {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"streamgate/feedid"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -44,7 +46,7 @@ func TestParseOrigins(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	_, err := New(Config{URL: "http://x", MaxConnections: -1, Pinned: []string{"0xAB"}})
+	_, err := New(Config{URL: "http://x", MaxConnections: -1, Pinned: []feedid.ID{"0xAB"}})
 	require.Error(t, err)
 	for _, want := range []string{"ws://", "APIKey", "negative", "pinned"} {
 		assert.Contains(t, err.Error(), want)
@@ -71,7 +73,7 @@ func TestMetricsRegistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := e.hub(t, func(c *Config) { c.Metrics = NewMetrics(reg) })
 	a := e.crypto(t, 1)[0]
-	c := collect(t, subscribe(t, h, []string{a}, SubscribeOptions{}))
+	c := collect(t, subscribe(t, h, []feedid.ID{a}, SubscribeOptions{}))
 	e.run(t, 30*time.Millisecond)
 	require.Eventually(t, func() bool { return c.count(a) >= 2 }, wait, 5*time.Millisecond)
 	h.Latest(a)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 )
 
 // wsEnv is an env on a settable clock whose WebSocket connections look for
@@ -152,8 +152,6 @@ func (c *wsClient) ping(timeout time.Duration) error {
 	return c.conn.Ping(ctx)
 }
 
-var lowerFeedID = regexp.MustCompile(`^0x[0-9a-f]{64}$`)
-
 // parseFrame checks a frame's shape (binary, {"report":{...}} with exactly
 // the four documented fields) and returns its report.
 func parseFrame(t *testing.T, f wsFrame) Report {
@@ -170,7 +168,7 @@ func parseFrame(t *testing.T, f wsFrame) Report {
 	}
 	var r Report
 	require.NoError(t, json.Unmarshal(env["report"], &r))
-	assert.Regexp(t, lowerFeedID, r.FeedID)
+	assert.True(t, feedid.Canonical(r.FeedID), "a stream ID in canonical form: %q", r.FeedID)
 	assert.Regexp(t, `^0x([0-9a-f]{2})+$`, r.FullReport)
 	assert.LessOrEqual(t, len(f.data), 32768)
 	return r
@@ -726,7 +724,7 @@ func FuzzWSQuery(f *testing.F) {
 			}
 			seen := map[string]bool{}
 			for _, id := range ids {
-				if !lowerFeedID.MatchString(id) || seen[id] {
+				if !feedid.Canonical(id) || seen[id] {
 					t.Fatalf("%q: bad or repeated ID %q in %q", query, id, ids)
 				}
 				seen[id] = true

@@ -25,6 +25,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/don"
+	"streamgate/feedid"
 	"streamgate/internal/apierror"
 	"streamgate/realtime"
 )
@@ -127,7 +128,7 @@ type REST interface {
 	// team may read each and that its credential's catalog and the
 	// organisation's hold it; on a refusal it has answered w and ok is
 	// false. Nothing goes upstream for a refused client.
-	ReadStreams(w http.ResponseWriter, r *http.Request, p *auth.Principal) (feeds []string, ok bool)
+	ReadStreams(w http.ResponseWriter, r *http.Request, p *auth.Principal) (feeds []feedid.ID, ok bool)
 	// Keys returns the key store in force (a reload swaps it).
 	Keys() *auth.KeyStore
 	// Charge returns what a resumed client's fill costs team.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"streamgate/feedid"
 	"streamgate/realtime/share"
 )
 
@@ -13,7 +14,7 @@ import (
 // upgrade must not lose records), below the stream side's prefix that the
 // hubs' sharing keys start with too, and apart from them.
 func TestResumeKeys(t *testing.T) {
-	id := resumeID("mainnet", "key-1", "", []string{"0x02", "0x01"})
+	id := resumeID("mainnet", "key-1", "", []feedid.ID{"0x02", "0x01"})
 	assert.Equal(t, "streamgate:ws:v1:resume:72a7753289d34beecd808b277fd28ab0", resumeKey(id),
 		"the key of a record is its identity's SHA-256, 16 bytes in hex, as before")
 	assert.NotContains(t, resumeKey(id), "key-1", "no key ID appears in Redis")

@@ -11,6 +11,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"streamgate/auth"
+	"streamgate/feedid"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
@@ -152,7 +153,7 @@ type wsClient struct {
 	drain   chan struct{}
 	upgrade *http.Request // the signed upgrade request; alive as long as the handler
 	sub     *realtime.Subscription
-	feeds   []string // the streams still sent; owned by recheck's caller (one reload at a time)
+	feeds   []feedid.ID // the streams still sent; owned by recheck's caller (one reload at a time)
 	// revoked carries the reason the connection must close (1008), once.
 	revoked chan string
 	dropped func(n int) // counts streams stopped by a reload
@@ -202,7 +203,7 @@ func (c *wsClient) recheck(keys *auth.KeyStore) {
 		reason = reasonCertGone
 	}
 	if reason == "" {
-		var gone, kept []string
+		var gone, kept []feedid.ID
 		for _, id := range c.feeds {
 			if p.Team.MayRead(id) {
 				kept = append(kept, id)
@@ -283,7 +284,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if len(from) > 0 {
 		charge = n.resumeCharge(team)
 	}
-	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: from, Within: true, Charge: charge})
+	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: watermarks(from), Within: true, Charge: charge})
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)

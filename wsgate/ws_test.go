@@ -259,7 +259,7 @@ func TestWSRefusalsLogTheirReason(t *testing.T) {
 	var other string
 	allowed := map[string]bool{}
 	for _, f := range config.DemoRestrictedFeeds() {
-		allowed[f] = true
+		allowed[string(f)] = true
 	}
 	for _, s := range env.Sim.Streams(simulator.Testnet) {
 		if !allowed[s.FeedID] {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"streamgate/feedid"
+
 	"go.uber.org/zap"
 )
 
@@ -33,7 +35,7 @@ const reasonDrain = "the gateway is restarting: reconnect"
 // and streams, each naming an origin (X-Cll-Origin). A connection that
 // names none is a client of its own, whatever it shares with others.
 func (c *wsClient) pairKey() string {
-	feeds := slices.Clone(c.feeds)
+	feeds := feedid.Strings(c.feeds)
 	slices.Sort(feeds)
 	return c.network + "\x00" + c.keyID + "\x00" + strings.Join(feeds, ",")
 }

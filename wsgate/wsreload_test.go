@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/server/servertest"
 	"streamgate/simulator"
 )
@@ -85,14 +86,19 @@ func TestWSReloadReachesOpenConnections(t *testing.T) {
 	probe := &servertest.Env{Sim: sim}
 	btc := probe.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
 	eth := probe.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	streamIDs := func(items ...string) config.StreamIDs {
+		ids, err := feedid.ParseAll(items)
+		require.NoError(t, err)
+		return ids
+	}
 	teams := func(opsFeeds []string, opsKeys []string, desk bool) []config.Team {
-		ops := config.Team{Name: "ops", Networks: []string{"mainnet"}, Feeds: opsFeeds}
+		ops := config.Team{Name: "ops", Networks: []string{"mainnet"}, Feeds: streamIDs(opsFeeds...)}
 		for _, k := range opsKeys {
 			ops.Keys = append(ops.Keys, config.Key{ID: k, Secret: secret})
 		}
 		out := []config.Team{ops}
 		if desk {
-			out = append(out, config.Team{Name: "desk", Networks: []string{"mainnet"}, Feeds: []string{btc},
+			out = append(out, config.Team{Name: "desk", Networks: []string{"mainnet"}, Feeds: streamIDs(btc),
 				Keys: []config.Key{{ID: k3, Secret: secret}}})
 		}
 		return out

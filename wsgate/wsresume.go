@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"streamgate/feedid"
 	"streamgate/realtime"
 )
 
@@ -90,8 +91,8 @@ func resumeKey(id string) string {
 }
 
 // resumeID is a client's identity (see above).
-func resumeID(network, keyID, origin string, feeds []string) string {
-	sorted := slices.Clone(feeds)
+func resumeID(network, keyID, origin string, feeds []feedid.ID) string {
+	sorted := feedid.Strings(feeds)
 	slices.Sort(sorted)
 	return network + "\x00" + keyID + "\x00" + origin + "\x00" + strings.Join(sorted, ",")
 }
@@ -115,6 +116,20 @@ func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bo
 		return nil, false
 	}
 	return marks, true
+}
+
+// watermarks returns marks as the hub takes them
+// (realtime.SubscribeOptions.From): a record's streams are the IDs of the
+// frames written (realtime.FrameTime), in canonical form.
+func watermarks(marks map[string]int64) map[feedid.ID]int64 {
+	if marks == nil {
+		return nil
+	}
+	from := make(map[feedid.ID]int64, len(marks))
+	for f, ts := range marks {
+		from[feedid.ID(f)] = ts
+	}
+	return from
 }
 
 // newest returns the newest watermark of marks; 0 for none.

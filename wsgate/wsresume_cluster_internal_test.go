@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"streamgate/feedid"
 	"streamgate/internal/redistest"
 	"streamgate/redisconn"
 )
@@ -39,7 +40,7 @@ func TestResumeStoreOnCluster(t *testing.T) {
 	slots := map[int]bool{}
 	now := time.Now().Unix() // marks within the window: the records are kept
 	for i := range 64 {
-		id := resumeID("mainnet", "key-"+strconv.Itoa(i), "", []string{"0x01", "0x02"})
+		id := resumeID("mainnet", "key-"+strconv.Itoa(i), "", []feedid.ID{"0x01", "0x02"})
 		recs[id] = resumeRecord{At: time.Now().UnixMilli(), Conn: "c" + strconv.Itoa(i), Marks: map[string]int64{"0x01": now - int64(i%5), "0x02": now - int64(i%7)}}
 		teams[id] = "team-" + strconv.Itoa(i%4)
 		slots[redistest.Slot(resumeKey(id))] = true

@@ -29,7 +29,7 @@ import (
 // and no signature is ever used twice.
 func TestLoadCountsAnswersAndSignsAfresh(t *testing.T) {
 	keys := []key{{ID: "k1", Secret: []byte("secret-one-0123456789")}, {ID: "k2", Secret: []byte("secret-two-0123456789")}}
-	ks, err := auth.NewKeyStore([]auth.Team{{Name: "t", Feeds: []string{"*"}, Keys: []auth.Key{
+	ks, err := auth.NewKeyStore([]auth.Team{{Name: "t", All: true, Keys: []auth.Key{
 		{ID: "k1", Secrets: []string{"secret-one-0123456789"}}, {ID: "k2", Secrets: []string{"secret-two-0123456789"}},
 	}}})
 	require.NoError(t, err)

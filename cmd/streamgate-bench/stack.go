@@ -16,6 +16,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/proxy"
 	"streamgate/server"
 	"streamgate/simulator"
@@ -37,7 +38,7 @@ type stackConfig struct {
 	// hub always carries.
 	WS              bool
 	TeamConnections int
-	WSPinned        []string
+	WSPinned        []feedid.ID
 	// SimRateLimit turns the simulator's own per-key, per-endpoint,
 	// per-network rate limit on at this many requests per second, counted
 	// as SimRateMode says (the zero value: a token bucket, of SimBurst, or
@@ -198,13 +199,16 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 		demo.Keys = append(demo.Keys, config.Key{ID: id, Secret: config.Secret(secret)})
 		s.clientKeys = append(s.clientKeys, key{ID: id, Secret: []byte(secret)})
 	}
-	restricted := simulator.RestrictedStreams()
+	restricted, err := feedid.ParseAll(simulator.RestrictedStreams())
+	if err != nil {
+		return nil, fmt.Errorf("bench: the simulator's restricted streams: %w", err)
+	}
 	for i := range sc.Teams {
 		id, secret := benchKey("t", i)
 		t := config.Team{
 			Name:     fmt.Sprintf("team-%02d", i),
 			Networks: []string{"mainnet", "testnet"},
-			Feeds:    []string{config.AllFeedsWildcard},
+			Feeds:    config.StreamIDs{config.AllFeedsWildcard},
 			Keys:     []config.Key{{ID: id, Secret: config.Secret(secret)}},
 		}
 		if i%2 == 1 { // every other team may read five streams only

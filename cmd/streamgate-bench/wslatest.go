@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"streamgate/feedid"
 	"streamgate/simulator"
 )
 
@@ -31,7 +32,11 @@ func scenarioWSLatest(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	s, err := startStack(stackConfig{ClientKeys: o.conc, LogLevel: o.logLevel, WS: true, WSPinned: feeds})
+	pinned, err := feedid.ParseAll(feeds)
+	if err != nil {
+		return err
+	}
+	s, err := startStack(stackConfig{ClientKeys: o.conc, LogLevel: o.logLevel, WS: true, WSPinned: pinned})
 	if err != nil {
 		return err
 	}

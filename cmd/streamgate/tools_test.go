@@ -101,6 +101,31 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// A team's stream IDs are read by the one parser for check and serve
+// alike: one in upper case is accepted, one that is not a stream ID is
+// refused by both, named by its key path.
+func TestTeamFeedsCheckAndServeAgree(t *testing.T) {
+	t.Parallel()
+	const id = "0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"
+	team := func(feeds string) string {
+		return "  - name: research\n    networks: [mainnet]\n    feeds: " + feeds +
+			"\n    keys: [{id: research-key, secret: research-secret-0123}]\n"
+	}
+	upper := writeFile(t, "upper.yaml", testConfig{extra: team(`["0X` + strings.ToUpper(id[2:]) + `"]`)}.String())
+	stdout, stderr, code := runTool(t, nil, "check", upper)
+	require.Equal(t, 0, code, "exit status; stderr:\n%s", stderr)
+	assert.Contains(t, stdout, "ok (2 networks, 3 teams)")
+
+	short := id[:len(id)-1]
+	bad := writeFile(t, "bad.yaml", testConfig{extra: team(`["` + id + `", "` + short + `"]`)}.String())
+	want := `teams[2].feeds[1]: "` + short + `" is not a stream ID (0x and 64 hex digits)`
+	for _, args := range [][]string{{"check", bad}, {"-config", bad}} {
+		_, stderr, code := runTool(t, nil, args...)
+		assert.Equal(t, 1, code, "%v: exit status; stderr:\n%s", args, stderr)
+		assert.Contains(t, stderr, want, "%v", args)
+	}
+}
+
 // TestKeygen checks the shape of a new key and that a configuration
 // accepts it.
 func TestKeygen(t *testing.T) {

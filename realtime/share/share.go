@@ -365,15 +365,16 @@ type Stats struct {
 	Union, UnionCapacity int
 }
 
-// Stats returns a snapshot.
-func (s *Sharer) Stats() Stats {
+// Stats returns a snapshot (never nil: a hub that does not share has
+// none).
+func (s *Sharer) Stats() *Stats {
 	st := Stats{Replica: s.id, Sharing: s.shared.Load(), Held: int(s.holds.Load()),
 		Published: s.published.Load(), Received: s.received.Load(), Fallbacks: s.fallbacks.Load(),
 		Reaped: s.pres.reaped.Load(), Reaping: s.pres.reaping.Load(), Resubscribed: s.resubs.Load()}
 	if u := s.room.Load(); u != nil {
 		st.Union, st.UnionCapacity = len(u.Feeds), u.Capacity
 	}
-	return st
+	return &st
 }
 
 // leaseScript renews the leases of chunks 1..n this replica holds, takes
