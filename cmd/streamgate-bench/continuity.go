@@ -203,37 +203,6 @@ type contAccount struct {
 	upstream429                int64
 }
 
-// sumCounter adds up the counter name of every registry, over the series
-// whose labels include match.
-func sumCounter(regs []*prometheus.Registry, name string, match map[string]string) float64 {
-	var n float64
-	for _, reg := range regs {
-		mfs, err := reg.Gather()
-		if err != nil {
-			continue
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-		series:
-			for _, m := range mf.GetMetric() {
-				for k, v := range match {
-					found := false
-					for _, l := range m.GetLabel() {
-						found = found || (l.GetName() == k && l.GetValue() == v)
-					}
-					if !found {
-						continue series
-					}
-				}
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
-}
-
 // contFleet is the three in-process replicas of a side behind the
 // balancer. They run in this process rather than as processes of the
 // binary (internal/fleet's) because the scenario reports this process's
@@ -247,7 +216,7 @@ type contFleet struct {
 	keys               []key
 	conns              int
 	continuity         bool
-	regs               []*prometheus.Registry // every replica's, in start order
+	regs               []prometheus.Gatherer // every replica's, in start order
 }
 
 // startContFleet starts the balancer and three replicas, each routed to.
@@ -525,13 +494,13 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 	wg.Wait()
 	cs.count(run, hi)
 	a := &run.acct
-	a.resumed = sumCounter(cf.regs, "streamgate_ws_resumed_total", nil)
-	a.replayed = sumCounter(cf.regs, "streamgate_ws_replayed_reports_total", nil)
-	a.dropTeam = sumCounter(cf.regs, "streamgate_ws_resume_records_dropped_total", map[string]string{"reason": "team"})
-	a.dropTotal = sumCounter(cf.regs, "streamgate_ws_resume_records_dropped_total", map[string]string{"reason": "total"})
-	a.filled = sumCounter(cf.regs, "streamgate_ws_backfilled_seconds_total", nil)
-	a.unfilled = sumCounter(cf.regs, "streamgate_ws_gaps_unfilled_total", nil)
-	a.chargeRefused = sumCounter(cf.regs, "streamgate_ratelimit_rejections_total", map[string]string{"limit": "daily"})
+	a.resumed = sumMetric(cf.regs, "streamgate_ws_resumed_total", "", "")
+	a.replayed = sumMetric(cf.regs, "streamgate_ws_replayed_reports_total", "", "")
+	a.dropTeam = sumMetric(cf.regs, "streamgate_ws_resume_records_dropped_total", "reason", "team")
+	a.dropTotal = sumMetric(cf.regs, "streamgate_ws_resume_records_dropped_total", "reason", "total")
+	a.filled = sumMetric(cf.regs, "streamgate_ws_backfilled_seconds_total", "", "")
+	a.unfilled = sumMetric(cf.regs, "streamgate_ws_gaps_unfilled_total", "", "")
+	a.chargeRefused = sumMetric(cf.regs, "streamgate_ratelimit_rejections_total", "limit", "daily")
 	all, bulk, tooMany := rest()
 	a.upstreamREST, a.upstreamBulk, a.upstream429 = all-rest0, bulk-bulk0, tooMany-tooMany0
 	return run, nil
