@@ -447,10 +447,12 @@ type Realtime struct {
 	// 60s.
 	ResumeWindow time.Duration `yaml:"resume_window" json:"resume_window"`
 	// ResumeRecordsPerTeam bounds the resume records one team has on a
-	// replica (one per client identity: key, network, streams, origin);
-	// beyond it the team's oldest record is dropped. Default 200.
+	// replica (one per client identity: key, network, streams, origin) of
+	// clients that left it on their own; beyond it the team's oldest such
+	// record is dropped. The records of clients streaming there and those
+	// its drain moved are outside the bound. Default 200.
 	ResumeRecordsPerTeam int `yaml:"resume_records_per_team" json:"resume_records_per_team"`
-	// ResumeRecords bounds the resume records of a replica, all teams
+	// ResumeRecords bounds the same records of a replica, all teams
 	// together; beyond it the oldest is dropped. Default 5000.
 	ResumeRecords int `yaml:"resume_records" json:"resume_records"`
 	// BackfillMax bounds the gap of a stream that is filled from REST when

@@ -47,10 +47,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_ws_client_streams_stopped_total", Help: "Streams of open client WebSocket connections stopped by a reload that took them from the team's feeds, by network.",
 		}, []string{"network"}),
 		resumeDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_ws_resume_records_dropped_total", Help: "Stream clients' resume records this replica dropped to stay within its bounds, by reason (team: realtime.resume_records_per_team, total: realtime.resume_records); such a client starts live.",
+			Name: "streamgate_ws_resume_records_dropped_total", Help: "Resume records of stream clients that left this replica on their own, dropped to stay within its bounds, by reason (team: realtime.resume_records_per_team, total: realtime.resume_records); such a client starts live.",
 		}, []string{"reason"}),
 		resumeRecords: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "streamgate_ws_resume_records", Help: "Stream clients' resume records this replica keeps (in memory, or in Redis with the shared limits), within realtime.resume_records.",
+			Name: "streamgate_ws_resume_records", Help: "Stream clients' resume records this replica keeps (in memory, or in Redis with the shared limits): those of clients that left it on their own within realtime.resume_records, besides those of its open connections and of the clients its drain moved.",
 		}),
 	}
 	if reg != nil {

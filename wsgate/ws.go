@@ -312,13 +312,19 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)
+	var closed string // why the connection ended (serveStream)
 	if wc.mark != nil {
-		defer func() { n.resume.end(wc.mark, wc.mark.closedByClient.Load()) }()
+		// A connection this replica's shutdown closed (its drain, or its
+		// hub closing) leaves a record outside the bounds (resumeIndex).
+		defer func() {
+			n.resume.end(wc.mark, wc.mark.closedByClient.Load(), closed == "drain" || closed == "shutdown")
+		}()
 	}
 	// A reload between the policy this request was checked under and the
 	// registration above would have missed it: check it once now.
 	wc.recheck(n.rest.Keys())
-	n.metrics.wsClosed(n.name, n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r)))
+	closed = n.serveStream(conn, rw.Reader, sub, wc, wantsDecoded(r))
+	n.metrics.wsClosed(n.name, closed)
 }
 
 // serveRoot answers GET and HEAD / itself: the SDKs send a signed HEAD / to

@@ -227,6 +227,7 @@ func (s *resumeStore) track(team, id string, from map[string]int64) *resumeMark 
 	}
 	s.mu.Lock()
 	s.open[m] = struct{}{}
+	s.index.opened(id)
 	s.mu.Unlock()
 	return m
 }
@@ -248,12 +249,14 @@ func (m *resumeMark) written(frames [][]byte) {
 }
 
 // end stops tracking m: its watermarks are written once more, or deleted
-// when the client closed the connection itself.
-func (s *resumeStore) end(m *resumeMark, clientClosed bool) {
+// when the client closed the connection itself. drained: this replica's
+// shutdown closed it, and its record is outside the bounds (resumeIndex).
+func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
 	delete(s.open, m)
+	s.index.closed(m.id)
 	s.mu.Unlock()
 	if clientClosed {
 		s.forget(m.id)
@@ -262,7 +265,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed bool) {
 	m.mu.Lock()
 	rec := resumeRecord{At: time.Now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
 	m.mu.Unlock()
-	s.write(map[string]resumeRecord{m.id: rec}, map[string]string{m.id: m.team})
+	s.write(map[string]resumeRecord{m.id: rec}, map[string]string{m.id: m.team}, drained)
 }
 
 func maps(m map[string]int64) map[string]int64 {
@@ -317,22 +320,23 @@ func (s *resumeStore) flush() {
 	s.metrics.resumeRecordsKept(s.index.len())
 	s.mu.Unlock()
 	if len(recs) > 0 {
-		s.write(recs, teams)
+		s.write(recs, teams, false)
 	}
 }
 
-// write stores recs (teams names the team of each): in memory, or in one
-// Redis pipeline, each expiring a window after its newest watermark; a
-// record whose newest watermark is a window old already is deleted
-// instead, as are the records dropped to stay within the bounds
-// (resumeIndex), counted.
-func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]string) {
+// write stores recs (teams names the team of each; drained: written by
+// connections this replica's shutdown closed): in memory, or in one Redis
+// pipeline, each expiring a window after its newest watermark; a record
+// whose newest watermark is a window old already is deleted instead, as
+// are the records dropped to stay within the bounds (resumeIndex),
+// counted, each only while it is still the one this replica wrote.
+func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]string, drained bool) {
 	now := s.now()
 	var drops []resumeDrop
 	s.mu.Lock()
 	for id, r := range recs {
 		if ttl := s.ttl(r.Marks); ttl >= time.Millisecond {
-			drops = append(drops, s.index.put(id, teams[id], now.Add(ttl))...)
+			drops = append(drops, s.index.put(id, teams[id], r.Conn, now.Add(ttl), drained)...)
 		} else {
 			s.index.remove(id)
 		}
@@ -351,7 +355,9 @@ func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]strin
 			}
 		}
 		for _, d := range drops {
-			delete(s.mem, d.id)
+			if s.mem[d.id].Conn == d.conn {
+				delete(s.mem, d.id)
+			}
 		}
 		s.mu.Unlock()
 		return
@@ -361,7 +367,7 @@ func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]strin
 	defer cancel()
 	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, d := range drops {
-			p.Del(ctx, resumeKey(d.id))
+			resumeDropScript.Eval(ctx, p, []string{resumeKey(d.id)}, d.conn)
 		}
 		for id, r := range recs {
 			ttl := s.ttl(r.Marks)
@@ -378,6 +384,20 @@ func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]strin
 		s.failed(err)
 	}
 }
+
+// resumeDropScript deletes a record (KEYS[1]) dropped to stay within the
+// bounds only while the connection ARGV[1] wrote it last: a client that
+// has since connected to another replica has its record rewritten there,
+// and deleting it would make the client start live.
+var resumeDropScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local ok, rec = pcall(cjson.decode, v)
+if ok and type(rec) == 'table' and rec.conn == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
 
 // failed logs a Redis failure at most once a minute; resume then starts
 // clients live.

@@ -46,7 +46,7 @@ func TestResumeStoreOnCluster(t *testing.T) {
 		slots[redistest.Slot(resumeKey(id))] = true
 	}
 	require.Greater(t, len(slots), 3, "the records fall in many slots")
-	a.write(recs, teams)
+	a.write(recs, teams, false)
 	for id, want := range recs {
 		marks, ok := b.load(context.Background(), id)
 		require.True(t, ok, "the other replica finds the record of %q", id)

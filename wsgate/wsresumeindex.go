@@ -7,91 +7,146 @@ import (
 
 // resumeIndex bounds the resume records a replica writes: at most perTeam
 // for one team and total for all (realtime.resume_records_per_team,
-// realtime.resume_records). A record written beyond a bound drops the
+// realtime.resume_records) of the clients that left this replica on their
+// own (a lost connection, a ping timeout: what a client can repeat with
+// identities of its choice). A record written beyond a bound drops the
 // oldest written of the team, or of all; such a client starts live. The
 // bounds are each replica's: with the shared limits, a team's records on
-// N replicas are at most N × perTeam.
+// N replicas are at most N × perTeam, besides the two kinds the bounds
+// leave alone:
+//
+//   - the record of an identity with a connection open here: the client
+//     is streaming, its record is rewritten with every new watermark, and
+//     the team's connection limit (realtime.team_connections) bounds
+//     them. Dropping it would only make the client start live if it
+//     reconnected before the next write.
+//   - the record of a connection this replica's shutdown closed (its
+//     drain, or its hub closing): the gateway moved that client, to
+//     resume elsewhere; the records a shutdown leaves are at most the
+//     connections that were open.
+//
+// Each entry remembers the connection that wrote it last (resumeDrop.conn),
+// so that a drop deletes the record in Redis only while it is still this
+// replica's: a client that has since connected to another replica has its
+// record rewritten there, and that one is not this index's to drop.
 type resumeIndex struct {
 	perTeam, total int
 
-	all   *list.List // of *resumeEntry, the least recently written first
+	all   *list.List // of *resumeEntry, the bounded ones, the least recently written first
 	teams map[string]*list.List
 	byID  map[string]*resumeEntry
+	open  map[string]int // identities with connections open here: how many
 }
 
 type resumeEntry struct {
-	id, team      string
-	expires       time.Time
-	inAll, inTeam *list.Element
+	id, team, conn string
+	expires        time.Time
+	inAll, inTeam  *list.Element // nil: not bounded (open here, or drained)
 }
 
 // resumeDrop is a record dropped to stay within a bound.
 type resumeDrop struct {
 	id     string
+	conn   string // the connection that wrote the record dropped
 	reason string // "team" or "total"
 }
 
 func newResumeIndex(perTeam, total int) *resumeIndex {
 	return &resumeIndex{perTeam: max(perTeam, 1), total: max(total, 1), all: list.New(),
-		teams: map[string]*list.List{}, byID: map[string]*resumeEntry{}}
+		teams: map[string]*list.List{}, byID: map[string]*resumeEntry{}, open: map[string]int{}}
 }
 
-// put records that id, team's, was written and expires at exp, and
-// returns the records dropped for it (never id itself).
-func (x *resumeIndex) put(id, team string, exp time.Time) []resumeDrop {
-	if e := x.byID[id]; e != nil && e.team == team {
-		e.expires = exp
-		x.all.MoveToBack(e.inAll)
-		x.teams[team].MoveToBack(e.inTeam)
-		return nil
-	} else if e != nil {
+// opened records that a connection of identity id is open here: its
+// record is not bounded while one is.
+func (x *resumeIndex) opened(id string) {
+	x.open[id]++
+	if e := x.byID[id]; e != nil {
+		x.unlink(e)
+	}
+}
+
+// closed records that a connection of identity id ended here; its next
+// put is bounded again unless another is still open or it was drained.
+func (x *resumeIndex) closed(id string) {
+	if x.open[id]--; x.open[id] <= 0 {
+		delete(x.open, id)
+	}
+}
+
+// put records that id, team's, was written by connection conn and expires
+// at exp, and returns the records dropped for it (never id itself).
+// drained: the connection that wrote it was closed by this replica's
+// shutdown, and the record is not bounded.
+func (x *resumeIndex) put(id, team, conn string, exp time.Time, drained bool) []resumeDrop {
+	e := x.byID[id]
+	if e != nil && e.team != team {
 		x.remove(id)
+		e = nil
+	}
+	if e == nil {
+		e = &resumeEntry{id: id, team: team}
+		x.byID[id] = e
+	}
+	e.conn, e.expires = conn, exp
+	if drained || x.open[id] > 0 {
+		x.unlink(e)
+		return nil
 	}
 	tl := x.teams[team]
 	if tl == nil {
 		tl = list.New()
 		x.teams[team] = tl
 	}
-	e := &resumeEntry{id: id, team: team, expires: exp}
+	if e.inAll != nil {
+		x.all.MoveToBack(e.inAll)
+		tl.MoveToBack(e.inTeam)
+		return nil
+	}
 	e.inAll, e.inTeam = x.all.PushBack(e), tl.PushBack(e)
-	x.byID[id] = e
 	var drops []resumeDrop
 	for tl.Len() > x.perTeam {
 		old := tl.Front().Value.(*resumeEntry)
 		x.remove(old.id)
-		drops = append(drops, resumeDrop{old.id, "team"})
+		drops = append(drops, resumeDrop{old.id, old.conn, "team"})
 	}
 	for x.all.Len() > x.total {
 		old := x.all.Front().Value.(*resumeEntry)
 		x.remove(old.id)
-		drops = append(drops, resumeDrop{old.id, "total"})
+		drops = append(drops, resumeDrop{old.id, old.conn, "total"})
 	}
 	return drops
 }
 
-// remove forgets id.
-func (x *resumeIndex) remove(id string) {
-	e := x.byID[id]
-	if e == nil {
+// unlink takes e out of the bounded lists.
+func (x *resumeIndex) unlink(e *resumeEntry) {
+	if e.inAll == nil {
 		return
 	}
-	delete(x.byID, id)
 	x.all.Remove(e.inAll)
 	tl := x.teams[e.team]
 	tl.Remove(e.inTeam)
 	if tl.Len() == 0 {
 		delete(x.teams, e.team)
 	}
+	e.inAll, e.inTeam = nil, nil
+}
+
+// remove forgets id's record (not its open connections).
+func (x *resumeIndex) remove(id string) {
+	e := x.byID[id]
+	if e == nil {
+		return
+	}
+	delete(x.byID, id)
+	x.unlink(e)
 }
 
 // prune forgets the records expired at now (their Redis keys expired).
 func (x *resumeIndex) prune(now time.Time) {
-	for el := x.all.Front(); el != nil; {
-		next := el.Next()
-		if e := el.Value.(*resumeEntry); !now.Before(e.expires) {
-			x.remove(e.id)
+	for id, e := range x.byID {
+		if !now.Before(e.expires) {
+			x.remove(id)
 		}
-		el = next
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"streamgate/auth"
@@ -110,7 +111,7 @@ type contReplica struct {
 	addr  string
 }
 
-func startContReplica(redisURL, upstream string, keys []key, conns int, continuity bool) (*contReplica, string, error) {
+func startContReplica(redisURL, upstream string, keys []key, conns int, continuity bool, reg *prometheus.Registry) (*contReplica, string, error) {
 	cfg := config.Default()
 	cfg.Server.AdminListen = ""
 	cfg.RateLimit.Backend, cfg.RateLimit.Redis.URL = config.BackendRedis, redisURL
@@ -145,7 +146,7 @@ func startContReplica(redisURL, upstream string, keys []key, conns int, continui
 	if err := cfg.Validate(); err != nil {
 		return nil, "", fmt.Errorf("replica configuration: %w", err)
 	}
-	srv, err := server.New(cfg, server.Options{})
+	srv, err := server.New(cfg, server.Options{Registry: reg})
 	if err != nil {
 		return nil, "", err
 	}
@@ -187,6 +188,19 @@ type contRun struct {
 	historySeconds                 int64   // realtime.resume_window: the seconds of history each replica keeps per stream
 	restart, outage                time.Duration
 	lastErr                        string
+	acct                           contAccount
+}
+
+// contAccount is where the seconds went, summed over every replica of a
+// side (those a restart replaced too), and the upstream's REST calls
+// during the side: what explains a missing pair.
+type contAccount struct {
+	resumed, replayed          float64 // streamgate_ws_resumed_total, _replayed_reports_total
+	dropTeam, dropTotal        float64 // streamgate_ws_resume_records_dropped_total by reason: those clients start live
+	filled, unfilled           float64 // streamgate_ws_backfilled_seconds_total, streamgate_ws_gaps_unfilled_total
+	chargeRefused              float64 // resume fills refused by the team's daily quota (streamgate_ratelimit_rejections_total{limit="daily"})
+	upstreamREST, upstreamBulk int64   // the simulator's REST requests during the side, and of them bulk
+	upstream429                int64
 }
 
 // contFleet is the three in-process replicas of a side behind the
@@ -202,6 +216,7 @@ type contFleet struct {
 	keys               []key
 	conns              int
 	continuity         bool
+	regs               []prometheus.Gatherer // every replica's, in start order
 }
 
 // startContFleet starts the balancer and three replicas, each routed to.
@@ -227,10 +242,12 @@ func startContFleet(o *options, upstream, redisURL string, keys []key, continuit
 
 // start starts replica i and returns when the balancer routes to it.
 func (cf *contFleet) start(i int) error {
-	r, readyURL, err := startContReplica(cf.redisURL, cf.upstream, cf.keys, cf.conns, cf.continuity)
+	reg := prometheus.NewRegistry()
+	r, readyURL, err := startContReplica(cf.redisURL, cf.upstream, cf.keys, cf.conns, cf.continuity, reg)
 	if err != nil {
 		return err
 	}
+	cf.regs = append(cf.regs, reg)
 	cf.reps[i] = r
 	select {
 	case <-cf.bal.Add(balancer.Backend{Addr: r.addr, Ready: readyURL}):
@@ -446,6 +463,18 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	run := &contRun{clients: o.conc}
+	rest := func() (all, bulk, tooMany int64) {
+		c := sim.Counters()
+		all = c.Sum(func(x simulator.Count) bool {
+			return x.Endpoint != simulator.EndpointWS && x.Endpoint != simulator.EndpointRoot
+		})
+		bulk = c.Sum(func(x simulator.Count) bool { return x.Endpoint == simulator.EndpointBulk })
+		tooMany = c.Sum(func(x simulator.Count) bool {
+			return x.Status == http.StatusTooManyRequests && x.Endpoint != simulator.EndpointWS
+		})
+		return all, bulk, tooMany
+	}
+	rest0, bulk0, tooMany0 := rest()
 	cs := startContClients(cctx, &wg, o, "http://"+cf.bal.Addr(), keys, feeds, run)
 	if err := cs.allLive(ctx); err != nil {
 		return nil, err
@@ -464,6 +493,16 @@ func runContinuity(ctx context.Context, o *options, sim *simulator.Simulator, up
 	cancel()
 	wg.Wait()
 	cs.count(run, hi)
+	a := &run.acct
+	a.resumed = sumMetric(cf.regs, "streamgate_ws_resumed_total", "", "")
+	a.replayed = sumMetric(cf.regs, "streamgate_ws_replayed_reports_total", "", "")
+	a.dropTeam = sumMetric(cf.regs, "streamgate_ws_resume_records_dropped_total", "reason", "team")
+	a.dropTotal = sumMetric(cf.regs, "streamgate_ws_resume_records_dropped_total", "reason", "total")
+	a.filled = sumMetric(cf.regs, "streamgate_ws_backfilled_seconds_total", "", "")
+	a.unfilled = sumMetric(cf.regs, "streamgate_ws_gaps_unfilled_total", "", "")
+	a.chargeRefused = sumMetric(cf.regs, "streamgate_ratelimit_rejections_total", "limit", "daily")
+	all, bulk, tooMany := rest()
+	a.upstreamREST, a.upstreamBulk, a.upstream429 = all-rest0, bulk-bulk0, tooMany-tooMany0
 	return run, nil
 }
 
@@ -540,6 +579,11 @@ func (r *contRun) print(o *options, name string) {
 	fmt.Fprintf(o.out, "  missing pairs: plain %d, HA %d (goal 0); repeated pairs (plain): %d (goal 0); out of order: %d\n",
 		r.missing, r.haMissing, r.repeated, r.disordered)
 	fmt.Fprintf(o.out, "  reconnects: %d; failed connects: %d; client streams still behind at the end: %d\n", r.reconnects, r.failures, r.unsettle)
+	a := r.acct
+	fmt.Fprintf(o.out, "  where the seconds went (every replica): %.0f resumed of %d reconnects, %.0f reports replayed; resume records dropped by the bounds: %.0f team, %.0f total (those clients start live); "+
+		"seconds filled over REST %.0f, unfilled %.0f; daily quota refusals %.0f\n",
+		a.resumed, r.reconnects, a.replayed, a.dropTeam, a.dropTotal, a.filled, a.unfilled, a.chargeRefused)
+	fmt.Fprintf(o.out, "  upstream REST calls during the run: %d (bulk %d), 429 answers %d\n", a.upstreamREST, a.upstreamBulk, a.upstream429)
 	if r.toLive.n > 0 {
 		fmt.Fprintf(o.out, "  reconnect to live (every stream at the newest second seen when it connected): p50 %s, p99 %s, max %s over %d reconnects\n",
 			fmtDur(r.toLive.quantile(0.5)), fmtDur(r.toLive.quantile(0.99)), fmtDur(r.toLive.max), r.toLive.n)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"streamgate/auth"
 )
 
@@ -110,4 +112,31 @@ func get(ctx context.Context, client *http.Client, st *stamps, k *key, base, tar
 		return nil, err
 	}
 	return &answer{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// sumMetric adds up a counter or gauge over regs, its samples whose label
+// has value (label "" for all).
+func sumMetric(regs []prometheus.Gatherer, name, label, value string) float64 {
+	var sum float64
+	for _, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				match := label == ""
+				for _, lp := range m.GetLabel() {
+					match = match || lp.GetName() == label && lp.GetValue() == value
+				}
+				if match {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
@@ -354,28 +356,11 @@ func startReplicas(n int, rt config.RedisTarget, upstream map[string]string, k k
 // sum adds up a counter or gauge over the replicas, its samples whose
 // label has value (label "" for all).
 func (rs *replicaSet) sum(name, label, value string) float64 {
-	var sum float64
-	for _, srv := range rs.srvs {
-		mfs, err := srv.Registry().Gather()
-		if err != nil {
-			continue
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				match := label == ""
-				for _, lp := range m.GetLabel() {
-					match = match || lp.GetName() == label && lp.GetValue() == value
-				}
-				if match {
-					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
-			}
-		}
+	regs := make([]prometheus.Gatherer, len(rs.srvs))
+	for i, srv := range rs.srvs {
+		regs[i] = srv.Registry()
 	}
-	return sum
+	return sumMetric(regs, name, label, value)
 }
 
 func (rs *replicaSet) close() {
