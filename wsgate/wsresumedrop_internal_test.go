@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"streamgate/feedid"
 	"streamgate/internal/redistest"
 )
 
@@ -32,9 +33,9 @@ func TestResumeDropSparesAnotherReplicasRecord(t *testing.T) {
 	rec := func(conn string) resumeRecord {
 		return resumeRecord{At: time.Now().UnixMilli(), Conn: conn, Marks: map[string]int64{"0x01": now}}
 	}
-	moved := resumeID("mainnet", "key", "", []string{"0x01"})
-	stays := resumeID("mainnet", "key", "", []string{"0x02"})
-	other := resumeID("mainnet", "key", "", []string{"0x03"})
+	moved := resumeID("mainnet", "key", "", []feedid.ID{"0x01"})
+	stays := resumeID("mainnet", "key", "", []feedid.ID{"0x02"})
+	other := resumeID("mainnet", "key", "", []feedid.ID{"0x03"})
 	team := map[string]string{moved: "t", stays: "t", other: "t"}
 
 	// moved's connection on a ended; the client came back on b, which
