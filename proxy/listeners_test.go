@@ -24,13 +24,7 @@ import (
 
 // TestSharedListener routes two networks on one address by Host name.
 func TestSharedListener(t *testing.T) {
-	shared := freeAddr(t)
-	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
-		c.Networks["mainnet"].Listen = shared
-		c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
-		c.Networks["testnet"].Listen = shared
-		c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
-	}})
+	env, shared := startSharedListener(t, servertest.Options{})
 	listeners := env.Gateway.Listeners()
 	require.Len(t, listeners, 1)
 	assert.Equal(t, proxy.Listener{Addr: shared, Networks: []string{"mainnet", "testnet"}}, proxy.Listener{Addr: listeners[0].Addr, Networks: listeners[0].Networks})
@@ -149,16 +143,7 @@ func TestListenersOnFreePorts(t *testing.T) {
 
 func TestUnknownHostObserved(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	env := servertest.Start(t, servertest.Options{
-		Config: func(c *config.Config) {
-			shared := freeAddr(t)
-			c.Networks["mainnet"].Listen = shared
-			c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
-			c.Networks["testnet"].Listen = shared
-			c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
-		},
-		Logger: zap.New(core),
-	})
+	env, _ := startSharedListener(t, servertest.Options{Logger: zap.New(core)})
 	l := env.Gateway.Listeners()
 	require.Len(t, l, 1)
 	srv := newServer(t, l[0].Handler)
