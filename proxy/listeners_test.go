@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,6 +140,19 @@ func TestListenersOnFreePorts(t *testing.T) {
 	require.Len(t, ls, 2, "a free port is never shared")
 	assert.Equal(t, []string{"mainnet"}, ls[0].Networks)
 	assert.Equal(t, []string{"testnet"}, ls[1].Networks)
+}
+
+// A gateway started on an address another socket holds fails with
+// syscall.EADDRINUSE, which is what has startSharedListener try another
+// port.
+func TestStartOnAddressInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	_, err = servertest.TryStart(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.Networks["mainnet"].Listen = taken.Addr().String()
+	}})
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
 }
 
 func TestUnknownHostObserved(t *testing.T) {

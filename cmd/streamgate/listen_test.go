@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,4 +76,15 @@ teams:
     feeds: ["*"]
     keys: [{id: %[2]s, secret: %[3]s}]
 `, addr, config.DemoKeyID, config.DemoKeySecret)
+}
+
+// A start on an address another socket holds fails with
+// syscall.EADDRINUSE, which is what has TestSharedListenerRoutesByHost
+// try another port.
+func TestStartOnAddressInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	_, err = tryStartFiles(t, sharedListenerConfig(taken.Addr().String()), nil, []string{"mainnet", "testnet"})
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
 }
