@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/internal/testport"
 	"streamgate/server/servertest"
 )
 
@@ -73,10 +75,34 @@ func do(t *testing.T, req *http.Request) int {
 	return resp.StatusCode
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// startSharedListener starts a gateway as opts say, with both networks on
+// one listener, told apart by Host (mainnet.streams.internal,
+// testnet.streams.internal), and returns it with the listener's address.
+// A free port (0) is never shared: the address is a port that was free a
+// moment before, and the start is tried again on another one if a
+// listener of another test took it in between.
+func startSharedListener(t *testing.T, opts servertest.Options) (*servertest.Env, string) {
+	t.Helper()
+	var (
+		env    *servertest.Env
+		shared string
+	)
+	err := testport.Free(t, func(addr string) error {
+		o := opts
+		o.Config = func(c *config.Config) {
+			if opts.Config != nil {
+				opts.Config(c)
+			}
+			c.Networks["mainnet"].Listen = addr
+			c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
+			c.Networks["testnet"].Listen = addr
+			c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
+		}
+		var err error
+		env, err = servertest.TryStart(t, o)
+		shared = addr
+		return err
+	})
 	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return env, shared
 }

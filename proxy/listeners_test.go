@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,13 +25,7 @@ import (
 
 // TestSharedListener routes two networks on one address by Host name.
 func TestSharedListener(t *testing.T) {
-	shared := freeAddr(t)
-	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
-		c.Networks["mainnet"].Listen = shared
-		c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
-		c.Networks["testnet"].Listen = shared
-		c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
-	}})
+	env, shared := startSharedListener(t, servertest.Options{})
 	listeners := env.Gateway.Listeners()
 	require.Len(t, listeners, 1)
 	assert.Equal(t, proxy.Listener{Addr: shared, Networks: []string{"mainnet", "testnet"}}, proxy.Listener{Addr: listeners[0].Addr, Networks: listeners[0].Networks})
@@ -147,18 +142,22 @@ func TestListenersOnFreePorts(t *testing.T) {
 	assert.Equal(t, []string{"testnet"}, ls[1].Networks)
 }
 
+// A gateway started on an address another socket holds fails with
+// syscall.EADDRINUSE, which is what has startSharedListener try another
+// port.
+func TestStartOnAddressInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	_, err = servertest.TryStart(t, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		c.Networks["mainnet"].Listen = taken.Addr().String()
+	}})
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+}
+
 func TestUnknownHostObserved(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	env := servertest.Start(t, servertest.Options{
-		Config: func(c *config.Config) {
-			shared := freeAddr(t)
-			c.Networks["mainnet"].Listen = shared
-			c.Networks["mainnet"].Hosts = []string{"mainnet.streams.internal"}
-			c.Networks["testnet"].Listen = shared
-			c.Networks["testnet"].Hosts = []string{"testnet.streams.internal"}
-		},
-		Logger: zap.New(core),
-	})
+	env, _ := startSharedListener(t, servertest.Options{Logger: zap.New(core)})
 	l := env.Gateway.Listeners()
 	require.Len(t, l, 1)
 	srv := newServer(t, l[0].Handler)

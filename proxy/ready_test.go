@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/internal/redistest"
+	"streamgate/internal/testport"
 	"streamgate/proxy"
 	"streamgate/server/servertest"
 )
@@ -28,8 +28,8 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	resp, _ := servertest.Demo().Get(t, writer.Mainnet, "/api/v1/feeds") // the view it answers from, in the tier
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	// An upstream that never answers: every call to it fails.
-	dead := "http://" + unansweringAddr(t)
+	// An upstream that refuses, for the whole test: every call to it fails.
+	dead := "http://" + testport.Refusing(t).Addr()
 	reader := servertest.Start(t, servertest.Options{Quiet: true, Cold: true, Simulator: writer.Sim, Config: func(c *config.Config) {
 		sharedTier(srv)(c)
 		c.Server.AdminListen = "127.0.0.1:0"
@@ -79,28 +79,6 @@ func TestReadyNeedsItsOwnUpstream(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusServiceUnavailable, readyz(), "ready while the upstream is unreachable")
 	assert.False(t, reader.Server.Ready())
-}
-
-// unansweringAddr returns the address of a listener, kept until t ends,
-// that closes every connection at once without a word: an upstream that
-// is unreachable for good. (A port listened on and closed again is not:
-// the kernel hands it to the next listener that binds port 0, in this
-// process or another one on the machine, and the "dead" upstream answers.)
-func unansweringAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed
-			}
-			c.Close()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 // metricSumWhere sums the counters of name whose labels include labels.

@@ -70,10 +70,49 @@ func redisFailures(t *testing.T, r *replica, kind string) float64 {
 	return n
 }
 
+// unanswered is what the replicas' limits did, summed over the three,
+// when Redis did not answer a call of theirs in time.
+type unanswered struct {
+	// timeouts are the limits' Redis calls that ran out of their
+	// deadline. Each may have been carried out by Redis all the same
+	// (the reply came too late), and its request's checks are then made
+	// again one by one: a timed-out call can charge a rate or a quota
+	// once more than its request.
+	timeouts float64
+	// local are the decisions made without Redis (fail_mode open), each
+	// after a failed call of its own request: each can admit one request
+	// that the shared limits would have refused.
+	local float64
+}
+
+func unansweredOf(t *testing.T, reps []*replica) (u unanswered) {
+	t.Helper()
+	for _, r := range reps {
+		u.timeouts += metricValue(t, r.reg, redisconn.MetricCommandErrors, map[string]string{"client": "ratelimit", "kind": redisconn.KindTimeout})
+		u.local += r.fallbacks(t, ratelimit.FailOpen)
+	}
+	return u
+}
+
+func (u unanswered) since(before unanswered) unanswered {
+	return unanswered{timeouts: u.timeouts - before.timeouts, local: u.local - before.local}
+}
+
 // checkFleet drives the three replicas and checks that they behave as one
 // gateway: a catalog view fetched once for all, the team rate within ±5 %
 // of the configured one, the daily quota exact, a report fetched once for
-// all, every decision made in Redis.
+// all.
+//
+// Exact while Redis answers every call in time. A starved machine (the
+// suite under -race beside other work) can stall the process past the
+// 100 ms deadline of the calls in flight; the replica then rightly makes
+// those requests' checks again, or decides them alone. What that can
+// cost is bounded and asserted: each timed-out call at most one count
+// more (fewer admitted), each local decision at most one admission more.
+// What it must not cost is a replica deciding alone for a while: the
+// limits' breaker never opens (a moment's stall is one failure however
+// many calls it ends), every local decision follows a timeout of its
+// own, and no call fails otherwise.
 func checkFleet(t *testing.T, reps []*replica) {
 	hc := replicaHTTP(t)
 	demo := servertest.Demo()
@@ -112,19 +151,36 @@ func checkFleet(t *testing.T, reps []*replica) {
 	})
 	t.Run("team rate", func(t *testing.T) {
 		trips0, cmds0 := trips(redisconn.MetricRoundTrips), trips(redisconn.MetricCommands)
+		before := unansweredOf(t, reps)
 		counts, elapsed := drive(t, reps, demo, 3, time.Second, func() string { return "/api/v1/feeds" })
+		u := unansweredOf(t, reps).since(before)
 		n := float64(sum(counts))
-		t.Logf("the limits' Redis per request: %.2f round trips, %.2f commands (%d requests)",
-			(trips(redisconn.MetricRoundTrips)-trips0)/n, (trips(redisconn.MetricCommands)-cmds0)/n, sum(counts))
+		t.Logf("the limits' Redis per request: %.2f round trips, %.2f commands (%d requests); %.0f calls timed out, %.0f decided alone",
+			(trips(redisconn.MetricRoundTrips)-trips0)/n, (trips(redisconn.MetricCommands)-cmds0)/n, sum(counts), u.timeouts, u.local)
 		require.Equal(t, counts[http.StatusOK]+counts[http.StatusTooManyRequests], sum(counts), "only 200 and 429: %v", counts)
 		require.Greater(t, counts[http.StatusTooManyRequests], replicaBurst, "driven with more than the limit")
-		requireWithin5Percent(t, "admitted by three replicas", counts[http.StatusOK], replicaBurst, replicaRate, elapsed)
+		// ±5 % of the configured limit, less what timed-out calls may
+		// have charged twice, more what local decisions may have admitted.
+		want := float64(replicaBurst) + replicaRate*elapsed.Seconds()
+		lo, hi := 0.95*want-u.timeouts, 1.05*want+u.local
+		got := float64(counts[http.StatusOK])
+		t.Logf("admitted by three replicas: %.0f, expected %.1f (burst %d + %.1f/s × %v): within [%.1f, %.1f]",
+			got, want, replicaBurst, replicaRate, elapsed.Round(time.Millisecond), lo, hi)
+		assert.GreaterOrEqual(t, got, lo, "admitted by three replicas, at least")
+		assert.LessOrEqual(t, got, hi, "admitted by three replicas, at most")
 	})
 	t.Run("daily quota", func(t *testing.T) {
 		daily := &servertest.Client{Key: dailyKey, Secret: dailySecret, HTTP: hc}
+		before := unansweredOf(t, reps)
 		counts, _ := drive(t, reps, daily, 3, 500*time.Millisecond, func() string { return "/api/v1/feeds" })
+		u := unansweredOf(t, reps).since(before)
 		require.Greater(t, counts[http.StatusTooManyRequests], 0, "driven with more than the quota")
-		assert.Equal(t, dailyQuota, counts[http.StatusOK], "a day's count is exact across replicas")
+		// Exact, unless calls timed out (each may have counted a request
+		// twice) or were decided alone (each may have admitted one more).
+		got := float64(counts[http.StatusOK])
+		t.Logf("admitted: %.0f of a daily quota of %d; %.0f calls timed out, %.0f decided alone", got, dailyQuota, u.timeouts, u.local)
+		assert.GreaterOrEqual(t, got, dailyQuota-u.timeouts, "a day's count across replicas, at least")
+		assert.LessOrEqual(t, got, dailyQuota+u.local, "a day's count across replicas, at most")
 	})
 	t.Run("a report fetched once for all replicas", func(t *testing.T) {
 		batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
@@ -139,9 +195,15 @@ func checkFleet(t *testing.T, reps []*replica) {
 		assert.Equal(t, int64(1), reportCallsOf(reps)-before, "one upstream call for three replicas")
 	})
 	for i, r := range reps {
-		assert.Zero(t, r.fallbacks(t, ratelimit.FailOpen), "replica %d decided without Redis", i)
+		u := unansweredOf(t, []*replica{r})
+		if u.timeouts > 0 {
+			t.Logf("replica %d: %.0f calls of the limits timed out, %.0f requests decided alone", i, u.timeouts, u.local)
+		}
+		assert.Zero(t, metricValue(t, r.reg, redisconn.MetricBreakerTransitions, map[string]string{"client": "ratelimit", "to": "open"}),
+			"replica %d: the limits' breaker opened: the replica decided alone for a while", i)
+		assert.LessOrEqual(t, u.local, u.timeouts, "replica %d: every decision without Redis follows a call that timed out", i)
 		// (A NOSCRIPT answer, kind reply, is the library loading a script.)
-		for _, kind := range []string{redisconn.KindCrossSlot, redisconn.KindMoved, redisconn.KindAsk} {
+		for _, kind := range []string{redisconn.KindConnection, redisconn.KindCircuitOpen, redisconn.KindCrossSlot, redisconn.KindMoved, redisconn.KindAsk} {
 			assert.Zero(t, redisFailures(t, r, kind), "replica %d: Redis answered %s", i, kind)
 		}
 	}

@@ -46,6 +46,12 @@ type breakerHook struct {
 	metrics  *clientMetrics
 
 	lastErr atomic.Pointer[error] // the last failure, for the log line
+	// epoch and lastFailure (nanoseconds since epoch, on the monotonic
+	// clock) date the last failure that counted for the breaker: a call
+	// already under way then that fails too failed of the same event
+	// (see report).
+	epoch       time.Time
+	lastFailure atomic.Int64
 	// newMaster is set while the breaker is open after the client's
 	// watcher has seen a failover: it probes the new master(s).
 	newMaster atomic.Bool
@@ -70,7 +76,9 @@ func newBreakerHook(addr string, opts Options, m *clientMetrics) *breakerHook {
 		metrics:  m,
 		ready:    make(chan struct{}),
 		opened:   make(chan struct{}, 1),
+		epoch:    time.Now(),
 	}
+	h.lastFailure.Store(-1)
 	close(h.ready)
 	h.cb.Store(h.newBreaker())
 	return h
@@ -122,17 +130,48 @@ func (h *breakerHook) allow() (done func(error), err error) {
 	return nil, errOpenState
 }
 
-// report tells the breaker how a call made with the caller's ctx went.
-func (h *breakerHook) report(ctx context.Context, done func(error), err error) {
+// report tells the breaker how a call made with the caller's ctx, sent at
+// started, went.
+//
+// Failures count for the breaker one event at a time: a call that was
+// already under way when another failure counted failed of the same
+// event, and does not count again. Calls in flight together fail
+// together: a stall of the process, a Redis busy for a moment (a fork, a
+// slow command) or a lost packet past the deadline ends every call then in
+// flight at once, and under load that is more calls than
+// Options.BreakerFailures. Counted one by one, one such moment would open
+// the breaker and every replica would decide alone for Options.BreakerOpen.
+// A Redis that hangs or refuses fails the calls sent after each failure
+// too, and opens the breaker after BreakerFailures of them in a row (a
+// hang costs that many deadlines, one after the other).
+func (h *breakerHook) report(ctx context.Context, done func(error), started time.Time, err error) {
 	switch {
 	case err == nil || answered(err):
 		done(nil)
 	case callerDone(ctx) || errors.Is(err, redis.ErrClosed):
 		// The caller gave up, or the client is closing: not Redis's doing.
 		done(errExcluded)
+	case !h.newFailure(started):
+		done(errExcluded) // counted already, as the failure of another call
 	default:
 		h.lastErr.Store(&err)
 		done(err)
+	}
+}
+
+// newFailure reports whether a failed call sent at started is a failure of
+// its own, that is, sent after the last one that counted; if so, it is
+// the last one that counted from now.
+func (h *breakerHook) newFailure(started time.Time) bool {
+	sent, now := int64(started.Sub(h.epoch)), int64(time.Since(h.epoch))
+	for {
+		last := h.lastFailure.Load()
+		if sent < last {
+			return false
+		}
+		if h.lastFailure.CompareAndSwap(last, now) {
+			return true
+		}
 	}
 }
 
@@ -202,9 +241,10 @@ func (h *breakerHook) call(ctx context.Context, next func(context.Context) error
 			done(errPanic)
 		}
 	}()
+	started := time.Now()
 	err = next(context.WithValue(cctx, inCall{}, true))
 	reported = true
-	h.report(ctx, done, err)
+	h.report(ctx, done, started, err)
 	if err != nil && err != redis.Nil && !callerDone(ctx) {
 		h.metrics.failed(kindOf(err))
 	}

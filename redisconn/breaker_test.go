@@ -184,6 +184,69 @@ func TestRedisClientBreakerOpensOnHang(t *testing.T) {
 	assert.Equal(t, 1, bt.logged(zapcore.WarnLevel, "redis unavailable"))
 }
 
+// together holds every call that reaches it until n have: they are all
+// under way before any can fail. Added to a client of NewURL, it runs
+// inside the breaker's hook.
+type together struct {
+	n       int
+	arrived atomic.Int64
+	all     chan struct{}
+}
+
+func (g *together) wait() {
+	if int(g.arrived.Add(1)) == g.n {
+		close(g.all)
+	}
+	<-g.all
+}
+
+func (g *together) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *together) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(reachCall{}) == nil { // not a connection's set-up
+			g.wait()
+		}
+		return next(context.WithValue(ctx, reachCall{}, true), cmd)
+	}
+}
+
+func (g *together) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Calls in flight together that fail together (Redis hung for one
+// deadline) are one failure for the breaker, however many they are: the
+// breaker stays closed and the next call goes to Redis. Calls sent one
+// after another while Redis hangs still open it after
+// DefaultBreakerFailures deadlines (TestRedisClientBreakerOpensOnHang).
+func TestRedisClientBreakerCountsOneEventOnce(t *testing.T) {
+	bt := newBreakerTest(t, nil, Options{BreakerOpen: time.Hour})
+	ctx := context.Background()
+	require.NoError(t, bt.client.Set(ctx, "k", "v", 0).Err())
+	const inFlight = 4 * DefaultBreakerFailures
+	g := &together{n: inFlight, all: make(chan struct{})}
+	bt.client.AddHook(g)
+
+	bt.srv.Pause()
+	errs := make(chan error, inFlight)
+	for range inFlight {
+		go func() { errs <- bt.client.Get(ctx, "k").Err() }()
+	}
+	for range inFlight {
+		err := <-errs
+		require.Error(t, err)
+		require.NotErrorIs(t, err, ErrCircuitOpen, "every call was let through before any failed")
+	}
+	bt.srv.Resume()
+	assert.EqualValues(t, inFlight, bt.reach.timeouts.Load(), "every call waited for its deadline")
+	assert.Equal(t, gobreaker.StateClosed, bt.state())
+	assert.Zero(t, bt.transitions(gobreaker.StateOpen), "one event, one failure")
+	assert.Zero(t, bt.rejected())
+	// (The hook lets the calls go one by one from now: all have arrived.)
+	require.NoError(t, bt.client.Get(ctx, "k").Err(), "the next call goes to Redis")
+}
+
 // The breaker opens for every failure that is not a reply, not only
 // timeouts: here, a refused connection.
 func TestRedisClientBreakerOpensOnRefusedConnection(t *testing.T) {
@@ -297,7 +360,7 @@ func TestRedisClientBreakerDialHook(t *testing.T) {
 	for range 2 {
 		done, err := h.allow()
 		require.NoError(t, err)
-		h.report(context.Background(), done, errors.New("refused"))
+		h.report(context.Background(), done, time.Now(), errors.New("refused"))
 	}
 	_, err = dial(context.Background(), "tcp", "127.0.0.1:1")
 	assert.ErrorIs(t, err, ErrCircuitOpen)

@@ -51,7 +51,10 @@ const (
 	DefaultDialTimeout = time.Second
 	// DefaultBreakerFailures consecutive failed calls open the breaker:
 	// enough that one lost packet does not, few enough that a hanging
-	// Redis costs a handful of timeouts.
+	// Redis costs a handful of timeouts. Calls in flight together that
+	// fail together (one moment of a stalled process or a busy Redis)
+	// are one failure: each of the failures in a row was sent after the
+	// one before had failed.
 	DefaultBreakerFailures = 3
 	// DefaultBreakerOpen is how long the breaker stays open before one
 	// probe may go to Redis.
@@ -89,7 +92,8 @@ type Options struct {
 	// DialTimeout bounds one dial. Default DefaultDialTimeout.
 	DialTimeout time.Duration
 	// BreakerFailures is how many consecutive failed calls open the
-	// breaker. Default DefaultBreakerFailures.
+	// breaker, the calls in flight together that fail together counting
+	// as one. Default DefaultBreakerFailures.
 	BreakerFailures int
 	// BreakerOpen is how long the breaker stays open before it lets one
 	// probe through. Default DefaultBreakerOpen.

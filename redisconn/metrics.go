@@ -12,6 +12,10 @@ const (
 	// MetricBreakerState is the state of a client's circuit breaker
 	// (gauge; label client): 0 closed, 1 half-open, 2 open.
 	MetricBreakerState = "streamgate_redis_breaker_state"
+	// MetricBreakerTransitions counts the changes of state of a client's
+	// circuit breaker (counter; labels client, to: closed, half-open,
+	// open).
+	MetricBreakerTransitions = "streamgate_redis_breaker_transitions_total"
 	// MetricCommands counts the commands a client sent (counter; label
 	// client), those of pipelines and transactions each.
 	MetricCommands = "streamgate_redis_commands_total"
@@ -79,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "State of a Redis client's circuit breaker: 0 closed (calls go to Redis), 1 half-open (one probe goes), 2 open (calls fail at once and the users fall back).",
 		}, []string{"client"}),
 		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_redis_breaker_transitions_total",
+			Name: MetricBreakerTransitions,
 			Help: "Transitions of a Redis client's circuit breaker, by the state entered (closed, half-open, open).",
 		}, []string{"client", "to"}),
 		breakerRejections: prometheus.NewCounterVec(prometheus.CounterOpts{

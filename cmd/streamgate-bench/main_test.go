@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"streamgate/auth"
 	"streamgate/internal/redisproc"
 	"streamgate/internal/redistest"
+	"streamgate/internal/testport"
 	"streamgate/simulator"
 )
 
@@ -72,10 +72,7 @@ func TestLoadCountsAnswersAndSignsAfresh(t *testing.T) {
 
 // Requests that get no answer are errors, by kind, and nothing else.
 func TestLoadCountsTransportErrors(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := testport.Refusing(t).Addr() // refuses, for the whole test
 	l := &load{
 		Client: newClient(2), Bases: []string{"http://" + addr}, Concurrency: 2, Duration: time.Second, MaxRequests: 20,
 		Next: func(int64, int, *rand.Rand) call { return call{Target: "/"} },

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"regexp"
 	"sort"
@@ -18,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
+	"streamgate/internal/testport"
 	"streamgate/simulator"
 )
 
@@ -229,10 +229,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 // upstream starts listening there, the warm-up, tried again in the
 // background, reaches it and /readyz turns 200.
 func TestReadyzWaitsForTheUpstream(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closed := ln.Addr().String()
-	ln.Close()
+	// Held by the test until its upstream listens there (a port listened
+	// on and closed again could be any other listener's meanwhile).
+	port := testport.Refusing(t)
+	closed := port.Addr()
 
 	cfg := fmt.Sprintf(`server:
   admin_listen: "127.0.0.1:0"
@@ -277,8 +277,8 @@ teams:
 	sim, err := simulator.New(simulator.Default())
 	require.NoError(t, err)
 	defer sim.Close()
-	up, err := net.Listen("tcp", closed)
-	require.NoError(t, err, "the port freed at the start is taken again for the upstream")
+	up, err := port.Listen()
+	require.NoError(t, err, "the upstream listens on the port held since the start")
 	srv := &http.Server{Handler: sim.Handler(simulator.Mainnet), ReadHeaderTimeout: time.Second}
 	go srv.Serve(up)
 	defer srv.Close()

@@ -169,16 +169,34 @@ func start(t testing.TB, cfg string, networks []string, args ...string) *proc {
 // configuration first.
 func startFiles(t testing.TB, cfg string, files map[string]string, networks []string, args ...string) *proc {
 	t.Helper()
+	p, err := tryStartFiles(t, cfg, files, networks, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tryStartFiles is startFiles returning its failure, with the end of the
+// log; the failure wraps syscall.EADDRINUSE when a listener's address was
+// in use.
+func tryStartFiles(t testing.TB, cfg string, files map[string]string, networks []string, args ...string) (*proc, error) {
+	t.Helper()
 	p := &proc{t: t}
 	fp, err := fleet.StartProc(fleet.ProcConfig{Binary: binary, Dir: t.TempDir(), Config: cfg, Files: files,
 		Networks: networks, Args: args, Log: p.record})
 	if err != nil {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		t.Fatalf("%v; streamgate log (last lines):\n%s", err, strings.Join(p.raw[max(0, len(p.raw)-60):], "\n"))
+		for _, line := range p.raw {
+			if strings.Contains(line, syscall.EADDRINUSE.Error()) {
+				err = fmt.Errorf("%w (%w)", err, syscall.EADDRINUSE)
+				break
+			}
+		}
+		return nil, fmt.Errorf("%w; streamgate log (last lines):\n%s", err, strings.Join(p.raw[max(0, len(p.raw)-60):], "\n"))
 	}
 	p.use(fp)
-	return p
+	return p, nil
 }
 
 // use makes p the test's view of fp and registers its cleanup.

@@ -7,6 +7,7 @@ package servertest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -74,6 +75,17 @@ type Env struct {
 // Start starts an Env and stops it when t ends.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
+	env, err := TryStart(t, opts)
+	if err != nil {
+		t.Fatalf("servertest: %v", err)
+	}
+	return env
+}
+
+// TryStart is Start returning the gateway's failure to start (such as a
+// listen address in use: syscall.EADDRINUSE) rather than failing t.
+func TryStart(t testing.TB, opts Options) (*Env, error) {
+	t.Helper()
 	sim := opts.Simulator
 	if sim == nil {
 		simCfg := simulator.Default()
@@ -129,7 +141,7 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	srv, err := server.New(cfg, server.Options{Logger: log, Now: opts.Now, Limits: opts.Limits})
 	if err != nil {
-		t.Fatalf("servertest: gateway: %v", err)
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	srv.Start()
 	t.Cleanup(func() { srv.Close() })
@@ -150,7 +162,7 @@ func Start(t testing.TB, opts Options) *Env {
 		Sim: sim, Server: srv, Gateway: srv.Gateway(), Config: cfg, Cache: srv.Cache(), Registry: srv.Registry(),
 		Mainnet: scheme("mainnet") + srv.Addr("mainnet"), Testnet: scheme("testnet") + srv.Addr("testnet"),
 		UpMainnet: upMain.URL, UpTestnet: upTest.URL,
-	}
+	}, nil
 }
 
 // Client signs requests with one key.
