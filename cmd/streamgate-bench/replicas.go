@@ -110,8 +110,12 @@ type replicaRow struct {
 	r                               *result
 	latest, reports, bulk, discover int64
 	saved, errs, waits, timeouts    float64
-	perReplica                      []string // the refreshes each replica made
-	cost                            redisCost
+	// Redis calls that failed, every client of every replica: timed out,
+	// refused by a breaker that timeouts opened, answered with an error
+	// reply (NOSCRIPT before a script is loaded is one), and any other way.
+	callTimeouts, callBreaker, callReply, callOther float64
+	perReplica                                      []string // the refreshes each replica made
+	cost                                            redisCost
 }
 
 // replicasMode runs the load over 1, 2 and 3 replicas that share the Redis
@@ -158,6 +162,10 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *simulator.S
 			errs:     reps.sum("streamgate_cache_shared_lookups_total", "result", "error"),
 			waits:    reps.sum("streamgate_cache_shared_lease_waits_total", "", ""),
 			timeouts: reps.sum("streamgate_cache_shared_lease_waits_total", "outcome", "timeout")}
+		rw.callTimeouts = reps.sum(redisconn.MetricCommandErrors, "kind", redisconn.KindTimeout)
+		rw.callBreaker = reps.sum(redisconn.MetricCommandErrors, "kind", redisconn.KindCircuitOpen)
+		rw.callReply = reps.sum(redisconn.MetricCommandErrors, "kind", redisconn.KindReply)
+		rw.callOther = reps.sum(redisconn.MetricCommandErrors, "", "") - rw.callTimeouts - rw.callBreaker - rw.callReply
 		for _, srv := range reps.srvs {
 			one := &replicaSet{srvs: []*server.Server{srv}}
 			rw.perReplica = append(rw.perReplica, fmt.Sprintf("%.0f/%.0f/%.0f",
@@ -187,6 +195,13 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *simulator.S
 		}
 		return out
 	}())
+	var callTimeouts, callBreaker, callReply, callOther []float64
+	for _, rw := range rows {
+		callTimeouts, callBreaker = append(callTimeouts, rw.callTimeouts), append(callBreaker, rw.callBreaker)
+		callReply, callOther = append(callReply, rw.callReply), append(callOther, rw.callOther)
+	}
+	fmt.Fprintf(o.out, "Redis calls failed by 1, 2, 3 replicas: timed out %v, refused by an open breaker %v, error replies %v, other %v (a starved machine can time out; an error reply is Redis answering, as NOSCRIPT before a script is loaded; any other failure is a fault)\n",
+		callTimeouts, callBreaker, callReply, callOther)
 	fmt.Fprintf(o.out, "latest: ideal %d (%d streams × ceil(%v / %v)); latest and bulk calls (the refresher's bulk calls included) vs one replica: ",
 		int64(len(feeds))*windows, len(feeds), o.dur, ttl)
 	for _, rw := range rows[1:] {
