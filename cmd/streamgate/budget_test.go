@@ -33,7 +33,8 @@ import (
 // it reached its host, the kernel's receive time, as an upstream's front
 // counts it, not at the time its own process got round to it: on a busy
 // machine that came up to 209 ms later, differing from one call to the
-// next, so that calls written 120 ms apart counted as 6 ms apart. Its
+// next, so that calls written at least 109 ms apart were handled as
+// close as 6 ms. Its
 // counters, streams and refusals are read over its control API; when it
 // refused a call, the test logs the call times it had accepted before, so
 // that a failure shows how close together the calls reached it.
