@@ -89,12 +89,14 @@ func (n *network) passThrough(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		cred = n.credentialFor(p.Team.Name)
 	}
 	endpoint := stateOf(r.Context()).endpoint
-	if err := n.up.budget.Wait(r.Context(), budgetKey(endpoint, cred), n.up.limit); err != nil {
+	sent, err := n.up.budget.Depart(r.Context(), budgetKey(endpoint, cred), n.up.limit)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer sent(time.Time{})
 	stateOf(r.Context()).counter().add()
-	ctx, cancel := context.WithCancelCause(r.Context())
+	ctx, cancel := context.WithCancelCause(sentTrace(r.Context(), sent))
 	defer cancel(nil)
 	ps := &passState{cred: cred, endpoint: endpoint, start: time.Now(), timer: time.AfterFunc(n.up.timeout, func() { cancel(errPassTimeout) })}
 	defer ps.timer.Stop()

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -110,14 +111,15 @@ func (u *upstream) get(ctx context.Context, endpoint, target string, cred *crede
 				break
 			}
 		}
-		if err := u.waitBudget(ctx, budgetKey); err != nil {
+		sent, err := u.waitBudget(ctx, budgetKey)
+		if err != nil {
 			u.metrics.upstreamError(u.network, endpoint, "budget")
 			if last != nil {
 				return last, nil
 			}
 			return nil, err
 		}
-		resp, err := u.attempt(ctx, endpoint, target, cred)
+		resp, err := u.attempt(ctx, endpoint, target, cred, sent)
 		if err != nil {
 			lastErr = err
 			if ctx.Err() != nil {
@@ -218,8 +220,10 @@ func (u *upstream) refusedCredential(endpoint string, cred *credential, status i
 // later would keep the caller waiting, then spend the budget on an attempt
 // with no time to answer. Such a wait is refused at once with a
 // *ratelimit.BudgetError, whose Retry-After the caller gets. When less than
-// a timeout is left (a late retry), it waits within ctx as it is.
-func (u *upstream) waitBudget(ctx context.Context, key string) (err error) {
+// a timeout is left (a late retry), it waits within ctx as it is. The
+// attempt reports its write to the Sent returned (see sentTrace): the
+// budget paces the times calls leave.
+func (u *upstream) waitBudget(ctx context.Context, key string) (sent ratelimit.Sent, err error) {
 	ctx, span := tracing.Start(ctx, "budget wait", attribute.String("streamgate.budget", key))
 	defer func() { endSpan(span, err) }()
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > u.timeout {
@@ -227,7 +231,18 @@ func (u *upstream) waitBudget(ctx context.Context, key string) (err error) {
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-u.timeout))
 		defer cancel()
 	}
-	return u.budget.Wait(ctx, key, u.limit)
+	return u.budget.Depart(ctx, key, u.limit)
+}
+
+// sentTrace returns ctx with a client trace that reports to sent when the
+// request has been written whole to the upstream connection: the time the
+// call left, from which the budget spaces the next one. The caller also
+// calls sent with the zero time once the call is over, for a request that
+// was never written (only the first report counts).
+func sentTrace(ctx context.Context, sent ratelimit.Sent) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { sent(time.Now()) },
+	})
 }
 
 // fillShare is the part of the bulk endpoint's budget that stream
@@ -296,7 +311,8 @@ func (u *upstream) backoff(ctx context.Context, attempt int) bool {
 	}
 }
 
-func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential) (out *upstreamResponse, err error) {
+func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential, sent ratelimit.Sent) (out *upstreamResponse, err error) {
+	defer sent(time.Time{})
 	ctx, span := tracing.Start(ctx, "upstream attempt", attribute.String("streamgate.network", u.network),
 		attribute.String("streamgate.upstream.endpoint", endpoint), attribute.String("server.address", u.base.Host))
 	defer func() {
@@ -307,7 +323,7 @@ func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *c
 	}()
 	actx, cancel := context.WithTimeout(ctx, u.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, u.base.String()+target, nil)
+	req, err := http.NewRequestWithContext(sentTrace(actx, sent), http.MethodGet, u.base.String()+target, nil)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: building upstream request: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,9 +22,11 @@ import (
 // A Budget reads a Limit as a token bucket whose tokens come
 // 1/rate + Options.BudgetMargin apart, rate being the rate in force: the
 // Limit's Rate, or less after upstream 429s (Throttled). With Burst 1 no
-// two calls of a key are ever closer than that interval, so no one-second
+// two calls of a key leave a process closer than that interval (Depart:
+// counted from the time the one before was written), so no one-second
 // window, calendar or sliding, holds more than Rate calls, and an upstream
-// that counts as a token bucket of burst 1 finds a token for each.
+// that counts as a token bucket of burst 1 finds a token for each, within
+// the margin of what brings calls closer after they left.
 type Budget interface {
 	// Wait blocks until key has a token under l, or returns an error. It
 	// reserves the token once and sleeps until its time (see
@@ -36,6 +39,16 @@ type Budget interface {
 	// spent. It returns ctx's error when ctx is cancelled, or was done on
 	// entry; it never sleeps past ctx.Done.
 	Wait(ctx context.Context, key string, l Limit) error
+	// Depart is Wait for a caller that tells when its call actually
+	// left: with the token it returns the call's Sent, which the caller
+	// calls once, when the request has been written whole to the
+	// upstream connection or has failed before that. Until then the next
+	// call of key on this process waits, and afterwards it goes no sooner
+	// than the spacing after the write: the budget paces the times calls
+	// leave, not the times it let them go, which a busy machine (the
+	// caller's goroutine, the HTTP client's writer, a new connection)
+	// puts apart by up to tens of milliseconds. On an error Sent is nil.
+	Depart(ctx context.Context, key string, l Limit) (Sent, error)
 	// Pause stops calls for key during d, e.g. for the Retry-After of an
 	// upstream 429. A pause is never shortened by a later, shorter one.
 	Pause(key string, d time.Duration)
@@ -46,6 +59,12 @@ type Budget interface {
 	// Pause too for the upstream's Retry-After.
 	Throttled(key string, l Limit)
 }
+
+// Sent reports that the call a Budget let go (Depart) has left: its
+// request was written whole to the upstream connection at written, or,
+// with the zero time, it never was (it failed first, and the budget
+// counts it as gone when it was let go). Only the first call counts.
+type Sent func(written time.Time)
 
 // BudgetError is the error of a Wait refused for want of time. It wraps
 // ErrBudgetExhausted; find it with errors.As.
@@ -104,13 +123,15 @@ type MemoryBudget struct {
 	metrics *Metrics
 	log     *zap.Logger
 	asleep  func() // called when a waiter starts sleeping; for tests
+	holding func() // called when a waiter waits for the write of the call before it; for tests
 }
 
 type budgetEntry struct {
 	tat         time.Time // theoretical arrival time of the next call (GCRA)
 	pausedUntil time.Time
 	adapt       adaptive
-	departed    time.Time     // the last call of this process that went (depart)
+	departed    time.Time     // when the last call of this process left: written (Sent), or let go (depart)
+	sending     chan struct{} // closed when the call let go last is written (Sent); nil when it was
 	spacing     time.Duration // the least time between two calls here, as last learned
 }
 
@@ -129,7 +150,7 @@ func NewMemoryBudget(opts Options) (*MemoryBudget, error) {
 func newMemoryBudget(opts Options) *MemoryBudget {
 	idle := func(e *budgetEntry, now time.Time) bool {
 		return !now.Before(e.pausedUntil) && !now.Before(e.tat) && (e.adapt.eff <= 0 || e.adapt.rest()) &&
-			now.Sub(e.departed) > time.Minute
+			now.Sub(e.departed) > time.Minute && e.sending == nil
 	}
 	return &MemoryBudget{network: opts.Network, margin: opts.BudgetMargin, keys: newTable(opts.MaxKeys, idle),
 		metrics: opts.Metrics, log: opts.Logger}
@@ -144,12 +165,22 @@ func interval(eff float64, margin time.Duration) time.Duration {
 	return time.Duration(ns)
 }
 
-// Wait implements Budget.
+// Wait implements Budget: Depart, the call counted as gone when it is
+// let go.
 func (b *MemoryBudget) Wait(ctx context.Context, key string, l Limit) error {
-	start := time.Now()
-	waited, err := b.wait(ctx, key, l)
-	b.record(key, start, waited, err)
+	sent, err := b.Depart(ctx, key, l)
+	if err == nil {
+		sent(time.Time{})
+	}
 	return err
+}
+
+// Depart implements Budget.
+func (b *MemoryBudget) Depart(ctx context.Context, key string, l Limit) (Sent, error) {
+	start := time.Now()
+	waited, sent, err := b.wait(ctx, key, l)
+	b.record(key, start, waited, err)
+	return sent, err
 }
 
 func (b *MemoryBudget) record(key string, start time.Time, waited bool, err error) {
@@ -164,16 +195,16 @@ func (b *MemoryBudget) record(key string, start time.Time, waited bool, err erro
 	}
 }
 
-func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bool, err error) {
+func (b *MemoryBudget) wait(ctx context.Context, key string, l Limit) (waited bool, sent Sent, err error) {
 	if err := l.Validate(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	d, iv, ok := b.reserve(key, l, most(ctx))
 	if !ok {
-		return false, &BudgetError{RetryAfter: d}
+		return false, nil, &BudgetError{RetryAfter: d}
 	}
 	return b.depart(ctx, key, d, iv)
 }
@@ -282,19 +313,21 @@ func spacing(l Limit, t time.Duration) time.Duration {
 // depart sleeps d, the wait of a reserved token of key, then lets the
 // caller go once this process allows it: not while key is paused here
 // (a pause set while it slept, after an upstream 429: it waits the pause
-// out), and no sooner than iv, or the spacing of the rate in force if
-// longer (a slowdown learned while it slept), after the last call of key
-// that went from this process. A waiter woken late by a busy machine (its timer, the
-// scheduler) thus delays the calls after it instead of going out closer
-// to the next one. Both are known locally: departing costs no round
-// trip. It returns whether the caller waited, or the error of sleep when
-// ctx ends first or its deadline is too close: the reservation is then
-// spent.
-func (b *MemoryBudget) depart(ctx context.Context, key string, d, iv time.Duration) (waited bool, err error) {
+// out), with a spacing (iv > 0, burst 1) not while the call of key let go
+// last from this process is still being written (until its Sent), and no
+// sooner than iv, or the spacing of the rate in force if longer (a
+// slowdown learned while it slept), after that call left. A waiter woken
+// late by a busy machine (its timer, the scheduler), or a call written
+// late after it was let go, thus delays the calls after it instead of
+// going out closer to the next one. All of it is known locally: departing
+// costs no round trip. It returns whether the caller waited and the
+// caller's Sent, or the error of sleep when ctx ends first or its
+// deadline is too close: the reservation is then spent.
+func (b *MemoryBudget) depart(ctx context.Context, key string, d, iv time.Duration) (waited bool, sent Sent, err error) {
 	for {
 		if d > 0 {
 			if err := sleep(ctx, d, b.asleep); err != nil {
-				return waited, err
+				return waited, nil, err
 			}
 			waited = true
 		}
@@ -305,19 +338,78 @@ func (b *MemoryBudget) depart(ctx context.Context, key string, d, iv time.Durati
 		if iv > 0 {
 			iv = max(iv, e.spacing)
 		}
+		var held chan struct{}
 		switch next := e.departed.Add(iv); {
 		case now.Before(e.pausedUntil):
 			d = e.pausedUntil.Sub(now)
+		case iv > 0 && e.sending != nil:
+			held, d = e.sending, 0
 		case iv > 0 && now.Before(next):
 			d = next.Sub(now)
 		default:
 			d = 0
 			e.departed = now
+			sent = sentNothing
+			if iv > 0 {
+				e.sending = make(chan struct{})
+				sent = b.sent(key, e.sending)
+			}
 		}
 		s.mu.Unlock()
-		if d == 0 {
-			return waited, nil
+		if held != nil {
+			if err := b.hold(ctx, held, iv); err != nil {
+				return true, nil, err
+			}
+			waited = true
+			continue
 		}
+		if d == 0 {
+			return waited, sent, nil
+		}
+	}
+}
+
+// sentNothing is the Sent of a call without a spacing to keep.
+func sentNothing(time.Time) {}
+
+// hold waits until the call of a key let go before the caller is written
+// (sending is closed), or ctx ends: then the reservation is spent, and
+// the error is ctx's, or a *BudgetError if its deadline passed (retry
+// after iv, the spacing).
+func (b *MemoryBudget) hold(ctx context.Context, sending chan struct{}, iv time.Duration) error {
+	if b.holding != nil {
+		b.holding()
+	}
+	select {
+	case <-sending:
+		return nil
+	case <-ctx.Done():
+		return late(ctx.Err(), iv)
+	}
+}
+
+// sent returns the Sent of the call of key let go with sending: the first
+// call records when the call left (written, no later than now; when it
+// was let go for the zero time) and releases the next call.
+func (b *MemoryBudget) sent(key string, sending chan struct{}) Sent {
+	var once sync.Once
+	return func(written time.Time) {
+		once.Do(func() {
+			now := time.Now()
+			s := b.keys.shard(key)
+			s.mu.Lock()
+			if e, _ := s.get(key, now); e.sending == sending {
+				if written.After(now) {
+					written = now
+				}
+				if written.After(e.departed) {
+					e.departed = written
+				}
+				e.sending = nil
+			}
+			s.mu.Unlock()
+			close(sending)
+		})
 	}
 }
 
@@ -563,21 +655,35 @@ func NewRedisBudget(client redis.UniversalClient, opts Options) (*RedisBudget, e
 	}, nil
 }
 
-// Wait implements Budget. In FailClosed mode it returns an error wrapping
-// ErrUnavailable while Redis fails.
+// Wait implements Budget: Depart, the call counted as gone when it is
+// let go. In FailClosed mode it returns an error wrapping ErrUnavailable
+// while Redis fails.
 func (b *RedisBudget) Wait(ctx context.Context, key string, l Limit) error {
-	start := time.Now()
-	waited, err := b.wait(ctx, key, l)
-	b.local.record(key, start, waited, err)
+	sent, err := b.Depart(ctx, key, l)
+	if err == nil {
+		sent(time.Time{})
+	}
 	return err
 }
 
-func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited bool, err error) {
+// Depart implements Budget. The token is reserved in Redis (one script
+// call), the wait for the write of the call let go before is local: a
+// call leaves no sooner than the spacing after this replica's previous
+// call left, and no sooner than its reservation, which is the spacing
+// after the reservation before it, whichever replica made it.
+func (b *RedisBudget) Depart(ctx context.Context, key string, l Limit) (Sent, error) {
+	start := time.Now()
+	waited, sent, err := b.wait(ctx, key, l)
+	b.local.record(key, start, waited, err)
+	return sent, err
+}
+
+func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited bool, sent Sent, err error) {
 	if err := l.Validate(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if !b.fb.try() {
 		return b.fallback(ctx, key, l, nil)
@@ -585,14 +691,14 @@ func (b *RedisBudget) wait(ctx context.Context, key string, l Limit) (waited boo
 	d, iv, ok, err := b.reserve(ctx, key, l, most(ctx))
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return false, ctxErr
+			return false, nil, ctxErr
 		}
 		b.fb.failed("budget", err)
 		return b.fallback(ctx, key, l, err)
 	}
 	b.fb.succeeded()
 	if !ok {
-		return false, &BudgetError{RetryAfter: d}
+		return false, nil, &BudgetError{RetryAfter: d}
 	}
 	// The token is the caller's: it sleeps until its time and goes, as
 	// this replica allows (its own pauses and spacing, kept locally).
@@ -668,10 +774,10 @@ func (b *MemoryBudget) learned(key string, spacing time.Duration) {
 	s.mu.Unlock()
 }
 
-func (b *RedisBudget) fallback(ctx context.Context, key string, l Limit, cause error) (bool, error) {
+func (b *RedisBudget) fallback(ctx context.Context, key string, l Limit, cause error) (bool, Sent, error) {
 	b.metrics.fallback(b.fb.mode)
 	if b.fb.mode == FailClosed {
-		return false, unavailable(cause)
+		return false, nil, unavailable(cause)
 	}
 	return b.local.wait(ctx, key, l)
 }

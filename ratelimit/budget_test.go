@@ -33,6 +33,21 @@ func budgetTests(t *testing.T, newBudget func(t *testing.T) Budget) {
 		}
 		return c
 	}
+	// holding makes b signal on the returned channel whenever a waiter
+	// waits for the write of the call let go before it.
+	holding := func(b Budget) <-chan struct{} {
+		c := make(chan struct{}, 16)
+		signal := func() { c <- struct{}{} }
+		switch b := b.(type) {
+		case *MemoryBudget:
+			b.holding = signal
+		case *RedisBudget:
+			b.local.holding = signal
+		default:
+			t.Fatalf("no hold hook in %T", b)
+		}
+		return c
+	}
 	const key = "/api/v1/reports"
 	ctx := context.Background()
 	withTimeout := func(d time.Duration) context.Context {
@@ -143,6 +158,61 @@ func budgetTests(t *testing.T, newBudget func(t *testing.T) Budget) {
 		cancel() // the sleeper's reservation is spent
 		assert.ErrorIs(t, <-done, context.Canceled)
 		require.ErrorIs(t, b.Wait(withTimeout(5*time.Second), key, l), ErrBudgetExhausted, "a cancelled reservation is not given back")
+	})
+
+	t.Run("the next call goes the spacing after the write of the one before", func(t *testing.T) {
+		b := newBudget(t)
+		held := holding(b)
+		l := Limit{Rate: 50, Burst: 1} // tokens 20 ms apart
+		sent, err := b.Depart(withTimeout(10*time.Second), key, l)
+		require.NoError(t, err)
+		done := make(chan time.Time, 1)
+		go func() {
+			next, err := b.Depart(withTimeout(10*time.Second), key, l)
+			if err != nil {
+				t.Error(err)
+				close(done)
+				return
+			}
+			done <- time.Now()
+			next(time.Time{})
+		}()
+		// The first call is let go but not written yet (a busy machine,
+		// a new connection): the second waits for its write, well past
+		// its own token.
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second call did not wait for the write of the first")
+		}
+		written := time.Now()
+		sent(written)
+		sent(written.Add(time.Hour)) // only the first report counts
+		went := <-done
+		require.False(t, went.IsZero())
+		assert.False(t, went.Before(written.Add(interval(l.Rate, 0))), "the second call went %v after the first was written", went.Sub(written))
+	})
+
+	t.Run("a deadline ends the wait for a write", func(t *testing.T) {
+		b := newBudget(t)
+		held := holding(b)
+		l := Limit{Rate: 50, Burst: 1}
+		sent, err := b.Depart(withTimeout(10*time.Second), key, l)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.Wait(ctx, key, l) }()
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second call did not wait for the write of the first")
+		}
+		err = <-done // the first call is never written before the deadline
+		var be *BudgetError
+		require.ErrorAs(t, err, &be)
+		sent(time.Time{}) // it failed: the calls after it go on
+		require.NoError(t, b.Wait(withTimeout(10*time.Second), key, l))
 	})
 
 	t.Run("a done context is refused", func(t *testing.T) {

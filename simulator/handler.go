@@ -144,7 +144,7 @@ func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, ep string
 		return nil, false
 	}
 	if h.s.limit > 0 {
-		if !h.n.allow(h.s, k.ID, ep, h.s.now()) {
+		if !h.n.allow(h.s, k.ID, ep, h.s.countAt(r), h.s.now()) {
 			retry := max(1, int(math.Ceil(1/float64(h.s.limit))))
 			w.Header().Set("Retry-After", strconv.Itoa(retry))
 			writeError(w, http.StatusTooManyRequests, "rate limit exceeded", catalogStyle)

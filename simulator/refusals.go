@@ -6,11 +6,17 @@ import (
 )
 
 // RateRefusal is one request the rate limit refused (429), with the times
-// of the last requests of its key and endpoint that it accepted before: the
-// call times the simulator saw, to tell a client that sent too fast from
+// of the last requests of its key and endpoint that it accepted before (as
+// counted: when they arrived, see CountArrivals): the call times the
+// simulator saw, to tell a client that sent too fast from
 // one whose calls reached the simulator closer than it sent them.
 type RateRefusal struct {
-	At       time.Time   `json:"at"`
+	// At is the time the refused request counted at: when it arrived
+	// (see CountArrivals), or when it was handled.
+	At time.Time `json:"at"`
+	// Handled is the time the handler ran: after At by as long as the
+	// simulator took to get round to the request.
+	Handled  time.Time   `json:"handled"`
 	Network  string      `json:"network"`
 	Endpoint string      `json:"endpoint"`
 	Key      string      `json:"key"`

@@ -36,7 +36,8 @@ type Config struct {
 	// History is how far back reports exist. Zero means 24h.
 	History time.Duration
 	// Now is the clock of the report window, the skew check and the rate
-	// limits. nil means time.Now.
+	// limits. nil means time.Now, and then the rate limit counts a request
+	// at the time it arrived when it is served as CountArrivals prepares.
 	Now func() time.Time
 	// MaxSkew is the largest difference allowed between
 	// X-Authorization-Timestamp and Now. Zero means 5s.
@@ -175,6 +176,8 @@ type Simulator struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	wallClock bool // Config.Now was nil: requests count when they arrived (countAt)
 }
 
 // key is a Key with its entitlements as sets.
@@ -258,7 +261,8 @@ func New(cfg Config) (*Simulator, error) {
 	if cfg.WSWriteTimeout < 0 {
 		errs = append(errs, errors.New("simulator: WSWriteTimeout must not be negative"))
 	}
-	if cfg.Now == nil {
+	wallClock := cfg.Now == nil
+	if wallClock {
 		cfg.Now = time.Now
 	}
 
@@ -274,6 +278,7 @@ func New(cfg Config) (*Simulator, error) {
 		networks: make(map[string]*network, 2),
 		closed:   make(chan struct{}),
 	}
+	s.wallClock = wallClock
 	for i, k := range cfg.Keys {
 		if k.ID == "" || k.Secret == "" {
 			errs = append(errs, fmt.Errorf("simulator: key %d: ID and Secret are required", i))
@@ -409,9 +414,10 @@ func (s *Simulator) Report(network, feedID string, ts int64) (r Report, ok bool)
 	return r, true
 }
 
-// allow counts a request of key k on endpoint at now under s's rate limit,
-// and reports whether it is within it.
-func (n *network) allow(s *Simulator, k, endpoint string, now time.Time) bool {
+// allow counts a request of key k on endpoint at now (when it arrived, see
+// countAt; handled is when the handler ran) under s's rate limit, and
+// reports whether it is within it.
+func (n *network) allow(s *Simulator, k, endpoint string, now, handled time.Time) bool {
 	n.limMu.Lock()
 	defer n.limMu.Unlock()
 	lk := limiterKey{k, endpoint}
@@ -435,7 +441,7 @@ func (n *network) allow(s *Simulator, k, endpoint string, now time.Time) bool {
 	if len(n.refusals) >= refusalLog {
 		n.refusals = append(n.refusals[:0], n.refusals[1:]...)
 	}
-	n.refusals = append(n.refusals, RateRefusal{At: now, Network: n.name, Endpoint: endpoint, Key: k, Accepted: ring.list()})
+	n.refusals = append(n.refusals, RateRefusal{At: now, Handled: handled, Network: n.name, Endpoint: endpoint, Key: k, Accepted: ring.list()})
 	return false
 }
 

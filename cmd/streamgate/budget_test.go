@@ -29,10 +29,15 @@ import (
 // process of its own (cmd/streams-sim, built without the race detector)
 // on loopback listeners, counting its limit per key and endpoint in one
 // of its modes, and real gateway processes configured with the published
-// figure and the example's burst. Its counters, streams and refusals are
-// read over its control API; when it refused a call, the test logs the
-// call times it had accepted before, so that a failure shows how close
-// together the calls reached it.
+// figure and the example's burst. The simulator counts a call at the time
+// it reached its host, the kernel's receive time, as an upstream's front
+// counts it, not at the time its own process got round to it: on a busy
+// machine that came up to 209 ms later, differing from one call to the
+// next, so that calls written at least 109 ms apart were handled as
+// close as 6 ms. Its
+// counters, streams and refusals are read over its control API; when it
+// refused a call, the test logs the call times it had accepted before, so
+// that a failure shows how close together the calls reached it.
 
 // simBinary builds cmd/streams-sim once, without the race detector, beside
 // the streamgate binary under test (TestMain removes both).
@@ -112,7 +117,8 @@ func (s *simProc) Counters(t *testing.T) simulator.Counters {
 
 // logRefusals logs the requests the simulator refused with the call times
 // of the same key and endpoint it had accepted before each, and the gap
-// to the last of them: the spacing as the upstream saw it.
+// to the last of them: the spacing as the upstream saw it; and how long
+// after its arrival the simulator handled the refused one.
 func (s *simProc) logRefusals(t *testing.T) {
 	var refusals []simulator.RateRefusal
 	s.getJSON(t, "/refusals", &refusals)
@@ -125,8 +131,8 @@ func (s *simProc) logRefusals(t *testing.T) {
 		if n := len(r.Accepted); n > 0 {
 			gap = r.At.Sub(r.Accepted[n-1]).String()
 		}
-		t.Logf("upstream refused %s %s at %s: %s after the last accepted call; accepted before: %s",
-			r.Endpoint, r.Key, r.At.Format("15:04:05.000"), gap, strings.Join(times, " "))
+		t.Logf("upstream refused %s %s arrived at %s (handled %v later): %s after the last accepted call; accepted before: %s",
+			r.Endpoint, r.Key, r.At.Format("15:04:05.000"), r.Handled.Sub(r.At), gap, strings.Join(times, " "))
 	}
 }
 

@@ -124,11 +124,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	errc := make(chan error, len(handlers))
 	for i, h := range handlers {
 		servers[i] = &http.Server{Handler: h.h, ReadHeaderTimeout: 10 * time.Second}
+		// The rate limit counts a request when it reached this host, not
+		// when a busy machine let the handler run.
+		l := simulator.CountArrivals(servers[i], listeners[i])
 		go func(srv *http.Server, l net.Listener) {
 			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
-		}(servers[i], listeners[i])
+		}(servers[i], l)
 	}
 
 	var serveErr error
