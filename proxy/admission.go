@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"streamgate/auth"
+	"streamgate/internal/apierror"
 	"streamgate/ratelimit"
 	"streamgate/wsgate"
 )
@@ -189,7 +190,7 @@ func (a admission) team(ctx context.Context, w http.ResponseWriter, pol *policy,
 		}
 		d.SetHeaders(h, limit)
 		a.metrics.limited(p.Team.Name, limit)
-		return &apiError{status: http.StatusTooManyRequests, msg: msg, retryAfter: d.RetryAfter}
+		return &apierror.Error{Status: http.StatusTooManyRequests, Msg: msg, RetryAfter: d.RetryAfter}
 	}
 	check := func(limit string, lp *limitPolicy) error {
 		if lp.limit.Unlimited() {
@@ -378,7 +379,7 @@ func (a admission) anonymous(ctx context.Context, w http.ResponseWriter, r *http
 	d.SetHeaders(w.Header(), "address")
 	if !d.Allowed {
 		a.metrics.limited("anonymous", "address")
-		return &apiError{status: http.StatusTooManyRequests, msg: "rate limit exceeded for unsigned catalog requests from this address: slow down, or sign the request", retryAfter: d.RetryAfter}
+		return &apierror.Error{Status: http.StatusTooManyRequests, Msg: "rate limit exceeded for unsigned catalog requests from this address: slow down, or sign the request", RetryAfter: d.RetryAfter}
 	}
 	return nil
 }

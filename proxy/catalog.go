@@ -14,6 +14,7 @@ import (
 	"streamgate/cache"
 	"streamgate/catalog"
 	"streamgate/feedid"
+	"streamgate/internal/apierror"
 )
 
 // The upstream views of the catalog. Each is fetched at most once per
@@ -300,5 +301,5 @@ func (c *catalogViews) writeCatalog(w http.ResponseWriter, pv *parsedView, body 
 
 // writeCatalogError writes the catalog's error shape, with "message" too.
 func writeCatalogError(w http.ResponseWriter, status int, msg string) {
-	writeError(w, &apiError{status: status, msg: msg})
+	writeError(w, &apierror.Error{Status: status, Msg: msg})
 }

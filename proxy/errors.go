@@ -12,18 +12,6 @@ import (
 	"streamgate/ratelimit"
 )
 
-// apiError is an error that streamgate answers itself, before or instead of
-// an upstream call. Its text is safe to show to the client.
-type apiError struct {
-	status     int
-	msg        string
-	retryAfter time.Duration
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
-
 // writeError writes err as the JSON error body of the API:
 // {"error": "...", "message": "..."}: "error" is the catalog's field and
 // "message" the field the TypeScript SDK shows.
@@ -41,13 +29,13 @@ func writeError(w http.ResponseWriter, err error) {
 // answer. It is the one place where errors become HTTP statuses.
 func statusOf(err error) (status int, msg string, retryAfter time.Duration) {
 	var (
-		ae *apiError
+		ae *apierror.Error
 		be *ratelimit.BudgetError
 		rf *auth.ReplayFullError
 	)
 	switch {
 	case errors.As(err, &ae):
-		return ae.status, ae.msg, ae.retryAfter
+		return ae.Status, ae.Msg, ae.RetryAfter
 	case errors.As(err, &be):
 		return http.StatusServiceUnavailable, "upstream budget exhausted: too many upstream calls right now, retry after the time in Retry-After", max(be.RetryAfter, time.Second)
 	case errors.As(err, &rf):
@@ -99,7 +87,7 @@ const errUpstreamThrottled = "the upstream is slowing this gateway down (its rat
 
 func (e *upstreamAnswer) write(w http.ResponseWriter) {
 	if e.status == http.StatusTooManyRequests {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: errUpstreamThrottled, retryAfter: max(e.retryAfter, time.Second)})
+		writeError(w, &apierror.Error{Status: http.StatusServiceUnavailable, Msg: errUpstreamThrottled, RetryAfter: max(e.retryAfter, time.Second)})
 		return
 	}
 	retry := e.retryAfter
@@ -114,11 +102,11 @@ func (e *upstreamAnswer) write(w http.ResponseWriter) {
 }
 
 var (
-	errNotFound    = errorf(http.StatusNotFound, "no such endpoint")
-	errMethod      = errorf(http.StatusMethodNotAllowed, "method not allowed: see the Allow header")
-	errBody        = errorf(http.StatusBadRequest, "request body not allowed: the API takes none")
-	errBadTarget   = errorf(http.StatusBadRequest, "invalid request path: dot segments, empty segments, backslashes and encoded slashes or dots are refused")
-	errForbidden   = errorf(http.StatusUnauthorized, "stream not found or not permitted for this key")
-	errNetwork     = errorf(http.StatusUnauthorized, "this key may not use this network")
-	errBadUpstream = errorf(http.StatusBadGateway, "upstream answered with an invalid response")
+	errNotFound    = apierror.New(http.StatusNotFound, "no such endpoint")
+	errMethod      = apierror.New(http.StatusMethodNotAllowed, "method not allowed: see the Allow header")
+	errBody        = apierror.New(http.StatusBadRequest, "request body not allowed: the API takes none")
+	errBadTarget   = apierror.New(http.StatusBadRequest, "invalid request path: dot segments, empty segments, backslashes and encoded slashes or dots are refused")
+	errForbidden   = apierror.New(http.StatusUnauthorized, "stream not found or not permitted for this key")
+	errNetwork     = apierror.New(http.StatusUnauthorized, "this key may not use this network")
+	errBadUpstream = apierror.New(http.StatusBadGateway, "upstream answered with an invalid response")
 )

@@ -14,6 +14,7 @@ import (
 
 	"streamgate/cache"
 	"streamgate/cache/shared"
+	"streamgate/internal/apierror"
 	"streamgate/ratelimit"
 )
 
@@ -367,7 +368,7 @@ func refreshResult(err error) string {
 func latestError(err error) error {
 	var ua *upstreamAnswer
 	if errors.As(err, &ua) && ua.status == http.StatusTooManyRequests {
-		return &apiError{status: http.StatusServiceUnavailable, msg: "no fresh report yet within the upstream's rate budget: retry after the time in Retry-After", retryAfter: max(ua.retryAfter, time.Second)}
+		return &apierror.Error{Status: http.StatusServiceUnavailable, Msg: "no fresh report yet within the upstream's rate budget: retry after the time in Retry-After", RetryAfter: max(ua.retryAfter, time.Second)}
 	}
 	return err
 }

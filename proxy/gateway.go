@@ -30,6 +30,7 @@ import (
 	"streamgate/cache/shared"
 	"streamgate/config"
 	"streamgate/don"
+	"streamgate/internal/apierror"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 	"streamgate/wsgate"
@@ -209,7 +210,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	g.unknownHost = observe("unknown-host", accessLog, g.metrics, deps.Tracer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
-		writeError(w, errorf(http.StatusNotFound, "unknown host: no network is served under this name"))
+		writeError(w, apierror.New(http.StatusNotFound, "unknown host: no network is served under this name"))
 	}))
 	var err error
 	if g.limiter == nil {

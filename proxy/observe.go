@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"streamgate/auth"
+	"streamgate/internal/apierror"
 )
 
 // reqState is the scope of one request: what its layers learn (route,
@@ -258,7 +259,7 @@ func observe(network string, log *zap.Logger, m *Metrics, tr trace.Tracer, next 
 				}
 				log.Error("panic serving request", zap.String("request_id", st.id), zap.Any("panic", p), zap.Stack("stack"))
 				if sw.status == 0 {
-					writeError(sw, errorf(http.StatusInternalServerError, "internal error"))
+					writeError(sw, apierror.New(http.StatusInternalServerError, "internal error"))
 				}
 			}
 			st.dur = time.Since(st.start)

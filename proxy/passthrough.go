@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"streamgate/auth"
+	"streamgate/internal/apierror"
 )
 
 type credKey struct{}
@@ -67,7 +68,7 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 			if context.Cause(r.Context()) == errPassTimeout {
 				err = errPassTimeout
 				n.metrics.upstreamError(n.name, endpointOf(r), "timeout")
-			} else if _, ours := err.(*apiError); !ours {
+			} else if _, ours := err.(*apierror.Error); !ours {
 				n.metrics.upstreamError(n.name, endpointOf(r), errReason(err))
 			}
 			writeError(w, err)
@@ -77,7 +78,7 @@ func (n *network) reverseProxy(base *url.URL, transport http.RoundTripper) *http
 
 // errPassTimeout is the cause of a forwarded request's end when the
 // upstream did not answer within its timeout.
-var errPassTimeout = &apiError{status: http.StatusServiceUnavailable, msg: "upstream did not answer in time", retryAfter: time.Second}
+var errPassTimeout = &apierror.Error{Status: http.StatusServiceUnavailable, Msg: "upstream did not answer in time", RetryAfter: time.Second}
 
 // passThrough forwards a request for a listed path through the reverse
 // proxy, within the upstream budget, bounded by the upstream timeout until

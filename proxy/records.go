@@ -8,6 +8,7 @@ import (
 	"streamgate/cache"
 	"streamgate/don"
 	"streamgate/feedid"
+	"streamgate/internal/apierror"
 )
 
 // The stored record formats: what the gateway checks of an upstream
@@ -84,8 +85,8 @@ func (c *checker) verifyRaw(entry string, records []json.RawMessage) error {
 
 // unverified is the error answered for a report that did not verify, one
 // per cause, so that a client sees why.
-func unverified(c don.Cause) *apiError {
-	return errorf(http.StatusBadGateway, "the upstream's report did not verify against the DON's signatures ("+string(c)+": "+c.Meaning()+"); it is not served")
+func unverified(c don.Cause) *apierror.Error {
+	return apierror.New(http.StatusBadGateway, "the upstream's report did not verify against the DON's signatures ("+string(c)+": "+c.Meaning()+"); it is not served")
 }
 
 // parseReport parses a {"report": …} body and reports whether it is a

@@ -10,6 +10,7 @@ import (
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/don"
+	"streamgate/internal/apierror"
 	"streamgate/realtime"
 )
 
@@ -210,8 +211,8 @@ func latestKeyCost(feed, key string) int64 {
 
 // errLatestWait answers a latest request that had nothing held and whose
 // report did not come within latest_max_wait.
-var errLatestWait = &apiError{status: http.StatusServiceUnavailable, retryAfter: time.Second,
-	msg: "no report of this stream yet within the upstream's rate budget: retry after the time in Retry-After"}
+var errLatestWait = &apierror.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
+	Msg: "no report of this stream yet within the upstream's rate budget: retry after the time in Retry-After"}
 
 // latestKind is the kind of a latest entry: its value is its report's
 // observationsTimestamp.

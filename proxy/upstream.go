@@ -22,6 +22,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/cache"
+	"streamgate/internal/apierror"
 	"streamgate/ratelimit"
 	"streamgate/tracing"
 )
@@ -211,8 +212,8 @@ func (u *upstream) refusedCredential(endpoint string, cred *credential, status i
 			zap.String("network", u.network), zap.String("endpoint", endpoint), zap.Int("status", status),
 			zap.String("credential", kind), zap.String("team_credential", cred.scope))
 	}
-	return &apiError{status: http.StatusBadGateway, retryAfter: 30 * time.Second,
-		msg: "the upstream refused " + which + " (HTTP " + strconv.Itoa(status) + "); this is not your streamgate key: the gateway's operator must fix that upstream credential"}
+	return &apierror.Error{Status: http.StatusBadGateway, RetryAfter: 30 * time.Second,
+		Msg: "the upstream refused " + which + " (HTTP " + strconv.Itoa(status) + "); this is not your streamgate key: the gateway's operator must fix that upstream credential"}
 }
 
 // waitBudget waits for a token of key's budget, but only as long as leaves

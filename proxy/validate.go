@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"streamgate/feedid"
+	"streamgate/internal/apierror"
 )
 
 const (
@@ -87,7 +88,7 @@ func (q *query) malformed() error {
 	if u, ok := q.err.(url.EscapeError); ok {
 		msg = "invalid escape " + strconv.Quote(string(u))
 	}
-	return errorf(http.StatusBadRequest, "malformed query: "+msg+" (a % must start an escape of two hex digits)")
+	return apierror.New(http.StatusBadRequest, "malformed query: "+msg+" (a % must start an escape of two hex digits)")
 }
 
 func (q *query) index(name string) int {
@@ -122,11 +123,11 @@ func (q *query) has(name string) bool {
 func (q *query) feedID(name string) (feedid.ID, error) {
 	v := q.get(name)
 	if v == "" {
-		return "", errorf(http.StatusBadRequest, "missing query parameter "+name)
+		return "", apierror.New(http.StatusBadRequest, "missing query parameter "+name)
 	}
 	id, err := feedid.Parse(v)
 	if err != nil {
-		return "", errorf(http.StatusBadRequest, "invalid "+name+": a stream ID is 0x followed by 64 hex digits")
+		return "", apierror.New(http.StatusBadRequest, "invalid "+name+": a stream ID is 0x followed by 64 hex digits")
 	}
 	return id, nil
 }
@@ -135,11 +136,11 @@ func (q *query) feedID(name string) (feedid.ID, error) {
 func (q *query) timestamp(name string) (int64, error) {
 	v := q.get(name)
 	if v == "" {
-		return 0, errorf(http.StatusBadRequest, "missing query parameter "+name)
+		return 0, apierror.New(http.StatusBadRequest, "missing query parameter "+name)
 	}
 	ts, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ts <= 0 || ts > 1<<40 || v[0] == '+' {
-		return 0, errorf(http.StatusBadRequest, "invalid "+name+": a Unix timestamp in seconds is expected")
+		return 0, apierror.New(http.StatusBadRequest, "invalid "+name+": a Unix timestamp in seconds is expected")
 	}
 	return ts, nil
 }
@@ -152,7 +153,7 @@ func (q *query) limit() (int, error) {
 	v := q.get("limit")
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 || n > maxPageLimit || v[0] == '+' {
-		return 0, errorf(http.StatusBadRequest, "invalid limit: a whole number from 1 to "+strconv.Itoa(maxPageLimit)+" is expected")
+		return 0, apierror.New(http.StatusBadRequest, "invalid limit: a whole number from 1 to "+strconv.Itoa(maxPageLimit)+" is expected")
 	}
 	return n, nil
 }
@@ -162,11 +163,11 @@ func (q *query) limit() (int, error) {
 func (q *query) feedIDs() ([]feedid.ID, error) {
 	v := q.get("feedIDs")
 	if v == "" {
-		return nil, errorf(http.StatusBadRequest, "missing query parameter feedIDs")
+		return nil, apierror.New(http.StatusBadRequest, "missing query parameter feedIDs")
 	}
 	n := strings.Count(v, ",") + 1
 	if n > maxBulkStreams {
-		return nil, errorf(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
+		return nil, apierror.New(http.StatusBadRequest, "too many stream IDs in feedIDs: at most "+strconv.Itoa(maxBulkStreams))
 	}
 	ids := make([]feedid.ID, 0, n)
 	var seen map[feedid.ID]struct{} // for long lists; short ones are searched
@@ -176,7 +177,7 @@ func (q *query) feedIDs() ([]feedid.ID, error) {
 	for part := range strings.SplitSeq(v, ",") {
 		id, err := feedid.Parse(strings.TrimSpace(part))
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
+			return nil, apierror.New(http.StatusBadRequest, "invalid feedIDs: a comma-separated list of stream IDs (0x followed by 64 hex digits) is expected")
 		}
 		if seen != nil {
 			if _, dup := seen[id]; dup {

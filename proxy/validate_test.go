@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/feedid"
+	"streamgate/internal/apierror"
 )
 
 const feedV3 = "0x000359843a543ee2fe414dc14c7e7920ef10f4372990b79d6361cdc0dd1ba782"
@@ -88,9 +89,9 @@ func scanned(v url.Values) *query {
 
 func assertBadRequest(t *testing.T, err error) {
 	t.Helper()
-	var ae *apiError
-	if assert.True(t, errors.As(err, &ae), "an apiError, got %v", err) {
-		assert.Equal(t, http.StatusBadRequest, ae.status)
+	var ae *apierror.Error
+	if assert.True(t, errors.As(err, &ae), "an apierror.Error, got %v", err) {
+		assert.Equal(t, http.StatusBadRequest, ae.Status)
 	}
 }
 

@@ -231,24 +231,12 @@ func upgraded(ctx context.Context, streams int, resumed bool) {
 	}
 }
 
-// apiError is a refusal the endpoint answers itself, before the upgrade.
-// Its text is safe to show to the client.
-type apiError struct {
-	status     int
-	msg        string
-	retryAfter time.Duration
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
-
 // writeError answers err, one of the endpoint's refusals, as the API
 // answers every error.
 func writeError(w http.ResponseWriter, err error) {
-	var ae *apiError
+	var ae *apierror.Error
 	if !errors.As(err, &ae) {
-		ae = errorf(http.StatusInternalServerError, "internal error")
+		ae = apierror.New(http.StatusInternalServerError, "internal error")
 	}
-	apierror.Write(w, ae.status, ae.msg, ae.retryAfter)
+	apierror.Write(w, ae.Status, ae.Msg, ae.RetryAfter)
 }

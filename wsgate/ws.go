@@ -12,6 +12,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/feedid"
+	"streamgate/internal/apierror"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
@@ -55,7 +56,7 @@ func (s *wsSettings) clientOrigin(r *http.Request) (string, error) {
 		return "", nil
 	}
 	if !slices.Contains(s.origins, o) {
-		return "", errorf(http.StatusBadRequest, "unknown origin in "+headerOrigin+": this gateway's origins are "+s.originsHV+" (HEAD / lists them)")
+		return "", apierror.New(http.StatusBadRequest, "unknown origin in "+headerOrigin+": this gateway's origins are "+s.originsHV+" (HEAD / lists them)")
 	}
 	return o, nil
 }
@@ -228,10 +229,10 @@ func (c *wsClient) recheck(keys *auth.KeyStore) {
 }
 
 var (
-	errNoStream   = &apiError{status: http.StatusServiceUnavailable, msg: "real-time streaming is not configured for this network: the gateway's operator sets networks.<name>.upstream.ws_url", retryAfter: time.Minute}
-	errTeamConns  = &apiError{status: http.StatusTooManyRequests, msg: "too many WebSocket connections for this team: close one first (realtime.team_connections)", retryAfter: 5 * time.Second}
-	errWSBudget   = &apiError{status: http.StatusServiceUnavailable, msg: "the gateway's upstream stream connections are full: these streams cannot be carried now (networks.<name>.upstream.ws_max_connections, ws_feeds_per_connection)", retryAfter: 30 * time.Second}
-	errNotUpgrade = errorf(http.StatusUpgradeRequired, "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
+	errNoStream   = &apierror.Error{Status: http.StatusServiceUnavailable, Msg: "real-time streaming is not configured for this network: the gateway's operator sets networks.<name>.upstream.ws_url", RetryAfter: time.Minute}
+	errTeamConns  = &apierror.Error{Status: http.StatusTooManyRequests, Msg: "too many WebSocket connections for this team: close one first (realtime.team_connections)", RetryAfter: 5 * time.Second}
+	errWSBudget   = &apierror.Error{Status: http.StatusServiceUnavailable, Msg: "the gateway's upstream stream connections are full: these streams cannot be carried now (networks.<name>.upstream.ws_max_connections, ws_feeds_per_connection)", RetryAfter: 30 * time.Second}
+	errNotUpgrade = apierror.New(http.StatusUpgradeRequired, "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
 )
 
 // serveWS terminates a client's WebSocket at /api/v1/ws?feedIDs=…: every

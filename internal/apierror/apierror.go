@@ -3,7 +3,7 @@
 // Cache-Control: no-store, and Retry-After in whole seconds when the
 // client should wait. Every endpoint that answers an error itself (the
 // REST side's, the WebSocket endpoint's) writes it here, so that the
-// format is one.
+// format is one, and makes its refusals of one type, Error.
 package apierror
 
 import (
@@ -11,6 +11,20 @@ import (
 	"strconv"
 	"time"
 )
+
+// Error is a refusal that streamgate answers itself, before or instead of
+// an upstream call: its status, its Msg (a text safe to show to the
+// client) and, when the client should wait, its RetryAfter.
+type Error struct {
+	Status     int
+	Msg        string
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// New returns the refusal of status with msg, to be answered as it is.
+func New(status int, msg string) *Error { return &Error{Status: status, Msg: msg} }
 
 // Write writes the error answer of status with msg, a text safe to show to
 // the client: "error" is the catalog's field and "message" the field the
