@@ -235,3 +235,27 @@ func TestGetDecodeEverySchema(t *testing.T) {
 		t.Logf("%s", stdout)
 	}
 }
+
+// TestCheckRedactsRedisPasswords: Redis addresses written as URLs with a
+// password (or USER:PASSWORD@HOST:PORT, or PASSWORD@HOST:PORT) where
+// HOST:PORT is wanted, in cluster.addrs and sentinel.addrs, are refused
+// by check, which names them with the password redacted.
+func TestCheckRedactsRedisPasswords(t *testing.T) {
+	extra := `ratelimit:
+  backend: redis
+  redis:
+    cluster: {addrs: ["redis://:Hunter2one@h:1", "user:Hunter2two@h:2", "Hunter2three@h:3"]}
+cache:
+  shared:
+    backend: redis
+    sentinel: {master: m, addrs: ["rediss://u:Hunter2four@h:1", "redis://:Hunter2five@h:2/0"]}
+`
+	stdout, stderr, code := runTool(t, nil, "check", "-config", writeFile(t, "redis.yaml", testConfig{}.String()+extra))
+	assert.Equal(t, 1, code, stderr)
+	for _, field := range []string{"ratelimit.redis.cluster.addrs[0]", "ratelimit.redis.cluster.addrs[1]", "ratelimit.redis.cluster.addrs[2]",
+		"cache.shared.sentinel.addrs[0]", "cache.shared.sentinel.addrs[1]"} {
+		assert.Contains(t, stderr, field+": ", "every address is refused")
+	}
+	assert.Contains(t, stderr, `"redis://:xxxxx@h:1" is not HOST:PORT`, "the address is named, redacted")
+	assert.NotContains(t, stdout+stderr, "Hunter2", "check prints a password")
+}
