@@ -12,7 +12,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -20,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 )
 
 // Name is the instrumentation scope of every span of the gateway.
@@ -31,6 +36,7 @@ var Propagator = propagation.TraceContext{}
 // Provider is the tracer of a running gateway. A nil *Provider traces
 // nothing.
 type Provider struct {
+	metrics   *exportMetrics
 	tp        *sdktrace.TracerProvider
 	tracer    trace.Tracer
 	propagate bool
@@ -43,6 +49,13 @@ type Config struct {
 	SampleRatio       float64 // 0 to 1
 	PropagateUpstream bool
 	Version           string // the service's version on every span
+	// Logger receives OpenTelemetry's errors (sampled); nil: none.
+	Logger *zap.Logger
+	// Registerer receives the streamgate_tracing_* counters; nil: none.
+	Registerer prometheus.Registerer
+	// ExportTimeout bounds one export, retries included, and each of its
+	// attempts; 0: the defaults (30 s, 10 s an attempt).
+	ExportTimeout time.Duration
 }
 
 // New builds the Provider of cfg, or returns nil when tracing is off.
@@ -58,13 +71,23 @@ func New(cfg Config, opts ...sdktrace.TracerProviderOption) (*Provider, error) {
 		attribute.String("service.name", "streamgate"),
 		attribute.String("service.version", cfg.Version),
 	)
+	// The error handler is the process's (OpenTelemetry has one): the
+	// gateway's one Provider sets it to its log.
+	m := newExportMetrics(cfg.Registerer)
+	otel.SetErrorHandler(newErrorLogger(cfg.Logger, m))
+	queued := new(atomic.Int64)
+	bo := []sdktrace.BatchSpanProcessorOption{sdktrace.WithMaxQueueSize(maxQueued)}
+	if cfg.ExportTimeout > 0 {
+		bo = append(bo, sdktrace.WithExportTimeout(cfg.ExportTimeout))
+	}
+	bsp := sdktrace.NewBatchSpanProcessor(countingExporter{SpanExporter: exp, m: m, queued: queued}, bo...)
 	all := append([]sdktrace.TracerProviderOption{
-		sdktrace.WithBatcher(exp),
+		sdktrace.WithSpanProcessor(boundedProcessor{SpanProcessor: bsp, m: m, queued: queued}),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(newSampler(cfg.SampleRatio)),
 	}, opts...)
 	tp := sdktrace.NewTracerProvider(all...)
-	return &Provider{tp: tp, tracer: tp.Tracer(Name), propagate: cfg.PropagateUpstream}, nil
+	return &Provider{metrics: m, tp: tp, tracer: tp.Tracer(Name), propagate: cfg.PropagateUpstream}, nil
 }
 
 // exporter is the OTLP exporter of cfg. Over http/protobuf the spans go to
@@ -82,10 +105,17 @@ func exporter(cfg Config) (sdktrace.SpanExporter, error) {
 		if u.Scheme == "http" {
 			o = append(o, otlptracegrpc.WithInsecure())
 		}
+		if cfg.ExportTimeout > 0 {
+			o = append(o, otlptracegrpc.WithTimeout(cfg.ExportTimeout))
+		}
 		return otlptracegrpc.New(ctx, o...)
 	default:
 		u.Path = strings.TrimRight(u.Path, "/") + "/v1/traces"
-		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+		o := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u.String())}
+		if cfg.ExportTimeout > 0 {
+			o = append(o, otlptracehttp.WithTimeout(cfg.ExportTimeout))
+		}
+		return otlptracehttp.New(ctx, o...)
 	}
 }
 
