@@ -19,13 +19,15 @@ type Tracing struct {
 	OTLPEndpoint string `yaml:"otlp_endpoint" json:"otlp_endpoint"`
 	// Protocol is http/protobuf (the default) or grpc.
 	Protocol string `yaml:"protocol" json:"protocol"`
-	// SampleRatio is the share of requests traced, 0 to 1, unless the
-	// client's traceparent says its trace is sampled (then it is traced
-	// too). Default 0.01.
+	// SampleRatio is the share of requests traced, 0 to 1, unless an
+	// authenticated client's traceparent says its trace is sampled (then
+	// it is traced too, in a trace of the gateway's linked to the
+	// client's). Default 0.01.
 	SampleRatio float64 `yaml:"sample_ratio" json:"sample_ratio"`
 	// PropagateUpstream sends the W3C traceparent of the gateway's
-	// upstream calls to the upstream. Default false: the upstream is
-	// another organisation.
+	// upstream calls to the upstream: the gateway's own trace, never a
+	// client's IDs or tracestate. Default false: the upstream is another
+	// organisation.
 	PropagateUpstream bool `yaml:"propagate_upstream" json:"propagate_upstream"`
 }
 

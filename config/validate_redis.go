@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"streamgate/redisconn"
 )
 
 // redisTarget checks that block, ratelimit.redis or cache.shared, gives
@@ -45,7 +47,9 @@ func (v *validator) redisTarget(block any, rawURL *string, tls *bool, sentinel *
 	}
 }
 
-// redisAddrs checks a list of HOST:PORT addresses.
+// redisAddrs checks a list of HOST:PORT addresses (a host with a user or
+// a path is none). A message names an address redacted: one given as a
+// URL, or as USER:PASSWORD@HOST:PORT, may hold a password.
 func (v *validator) redisAddrs(addrs *[]string) {
 	if len(*addrs) == 0 {
 		v.add(addrs, "required: at least one HOST:PORT")
@@ -54,13 +58,14 @@ func (v *validator) redisAddrs(addrs *[]string) {
 	for i, a := range *addrs {
 		host, port, err := net.SplitHostPort(a)
 		n, perr := strconv.Atoi(port)
+		shown := redisconn.Redact(a)
 		switch {
-		case err != nil || host == "":
-			v.add(&(*addrs)[i], "%q is not HOST:PORT", a)
+		case err != nil || host == "" || strings.ContainsAny(host, "@/"):
+			v.add(&(*addrs)[i], "%q is not HOST:PORT", shown)
 		case perr != nil || n < 1 || n > 65535:
-			v.add(&(*addrs)[i], "%q has no valid port", a)
+			v.add(&(*addrs)[i], "%q has no valid port", shown)
 		case seen[a]:
-			v.add(&(*addrs)[i], "%q is given twice", a)
+			v.add(&(*addrs)[i], "%q is given twice", shown)
 		}
 		seen[a] = true
 	}

@@ -100,6 +100,7 @@ func (a authenticator) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st, pol := stateOf(r.Context()), a.pol.Load()
 		if anonymous(st, pol, r) {
+			st.startServerSpan(r, false)
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -132,6 +133,7 @@ func (a authenticator) wrap(next http.Handler) http.Handler {
 			return
 		}
 		st.principal, st.verified = res.Principal, res
+		st.startServerSpan(r, true)
 		next.ServeHTTP(w, r)
 	})
 }

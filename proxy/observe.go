@@ -58,7 +58,8 @@ type reqState struct {
 	ctx    stateCtx
 	fields [1]zap.Field
 	room   answerRoom
-	span   trace.Span // the server span; nil when tracing is off
+	span   trace.Span   // the server span; nil when tracing is off or not started yet
+	tracer trace.Tracer // makes the server span (startServerSpan); nil: tracing off
 }
 
 // callCount counts the upstream calls made for one request. It is the
@@ -245,11 +246,8 @@ func observe(network string, log *zap.Logger, m *Metrics, tr trace.Tracer, next 
 		st.route, st.endpoint = routeOf(r)
 		st.id = requestID(r, &st.room.text)
 		st.sw.ResponseWriter = w
-		ctx := r.Context()
-		if tr != nil {
-			ctx, st.span = startServerSpan(ctx, tr, r)
-		}
-		st.ctx = stateCtx{Context: ctx, st: st}
+		st.tracer = tr // the server span starts once the request is authenticated
+		st.ctx = stateCtx{Context: r.Context(), st: st}
 		sw := &st.sw
 		st.room.setHeader(sw.Header(), "X-Request-Id", st.id)
 		defer func() {
@@ -270,6 +268,7 @@ func observe(network string, log *zap.Logger, m *Metrics, tr trace.Tracer, next 
 			if r.Context().Err() != nil && st.status >= 500 {
 				st.status = 499 // the client went away; not the upstream's fault
 			}
+			st.startServerSpan(r, false) // refused before authenticator let it through
 			m.request(network, st.endpoint, st.status, st.team, st.dur, traceIDOf(st.span))
 			if st.span != nil {
 				endServerSpan(st)

@@ -6,19 +6,29 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"streamgate/tracing"
 )
 
-// startServerSpan starts the server span of a request, the child of the
-// client's traceparent when it sent one (W3C trace context; a sampled
-// parent is traced whatever the ratio).
-func startServerSpan(ctx context.Context, tr trace.Tracer, r *http.Request) (context.Context, trace.Span) {
-	ctx = tracing.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
-	return tr.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+// startServerSpan starts the server span of a request, once, when its
+// authentication is known (tracing.StartServer: a trace of the gateway's
+// own, linked to the client's traceparent, which samples it only for an
+// authenticated request). authenticator starts it for a request it lets
+// through, before the rest of the chain, whose spans are its children;
+// observe starts it as the request ends for one refused before (a bad
+// route, a failed signature), backdated to the request's start. Its
+// context becomes the request's: nothing else reads the request's
+// context before authenticator lets it through.
+func (st *reqState) startServerSpan(r *http.Request, authenticated bool) {
+	if st.tracer == nil || st.span != nil {
+		return
+	}
+	var ctx context.Context
+	ctx, st.span = tracing.StartServer(st.ctx.Context, st.tracer, r.Method, r.Header, authenticated,
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(st.start),
 		trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+	st.ctx.Context = ctx
 }
 
 // endServerSpan names the span for its route and gives it what the

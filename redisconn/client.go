@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -249,14 +250,23 @@ func New(t Target, opts Options) (*Client, error) {
 		}
 	case len(t.Cluster) > 0:
 		c.mode = ModeCluster
-		c.addr = "cluster " + strings.Join(t.Cluster, ",")
+		redacted := make([]string, len(t.Cluster))
+		for i, a := range t.Cluster {
+			redacted[i] = Redact(a)
+		}
+		c.addr = "cluster " + strings.Join(redacted, ",")
 		uo.Addrs = slices.Clone(t.Cluster) // the client appends the nodes it learns
 		c.UniversalClient = redis.NewClusterClient(uo.Cluster())
 	default:
 		c.mode = ModeSingle
 		ro, err := redis.ParseURL(t.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redisconn: redis url: %w", err)
+			// url.Parse's error quotes the URL whole, password and all.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return nil, fmt.Errorf("redisconn: redis url %s: %w", Redact(t.URL), err)
 		}
 		if password != "" {
 			ro.Password = password

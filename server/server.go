@@ -187,7 +187,8 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		version = "dev"
 	}
 	if s.traces, err = tracing.New(tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Protocol: cfg.Tracing.Protocol,
-		SampleRatio: cfg.Tracing.SampleRatio, PropagateUpstream: cfg.Tracing.PropagateUpstream, Version: version}); err != nil {
+		SampleRatio: cfg.Tracing.SampleRatio, PropagateUpstream: cfg.Tracing.PropagateUpstream, Version: version,
+		Logger: s.log, Registerer: s.reg}); err != nil {
 		return nil, err
 	}
 	if s.streams, err = s.newStreams(cfg, opts.Now); err != nil {

@@ -100,6 +100,7 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	caFile := fs.String("cacert", os.Getenv("STREAMGATE_CACERT"), "PEM CA certificates to trust for an https:// gateway, besides the system's (env STREAMGATE_CACERT)")
 	certFile := fs.String("cert", os.Getenv("STREAMGATE_CERT"), "PEM client certificate, for a listener that asks for one (env STREAMGATE_CERT)")
 	keyFile := fs.String("certkey", os.Getenv("STREAMGATE_CERTKEY"), "the client certificate's PEM private key (env STREAMGATE_CERTKEY)")
+	maxBody := fs.Int64("max-body", defaultGetMaxBody, "the largest answer read, in bytes; a larger one is refused unprinted")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: streamgate get [flags] PATH    e.g. '/api/v1/reports/latest?feedID=0x…'")
 		fs.PrintDefaults()
@@ -143,7 +144,10 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	// The server is not trusted with the client's memory: the answer is
+	// read up to -max-body, and looked through (its depth, the size of
+	// its indented form) before it is decoded or pretty-printed.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, *maxBody+1))
 	if err != nil {
 		return err
 	}
@@ -153,19 +157,92 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "%s: %s\n", h, v)
 		}
 	}
+	if int64(len(body)) > *maxBody {
+		fmt.Fprintf(stderr, "streamgate get: the answer is longer than %d bytes (-max-body): not printed\n", *maxBody)
+		return usageError{code: 1}
+	}
+	shape := jsonShapeOf(body)
 	var pretty bytes.Buffer
-	if *decode && resp.Header.Get("Content-Type") == don.DecodedMediaType && printDecoded(stdout, body) == nil {
+	switch {
+	case shape.tooDeep:
+		fmt.Fprintf(stderr, "streamgate get: the answer nests JSON deeper than %d levels: not printed\n", getMaxDepth)
+		return usageError{code: 1}
+	case !shape.valid:
+		stdout.Write(body)
+	case *decode && resp.Header.Get("Content-Type") == don.DecodedMediaType && printDecoded(stdout, body) == nil:
 		// printed
-	} else if json.Indent(&pretty, body, "", "  ") == nil {
+	case shape.indented > 4*len(body)+(1<<20):
+		// Valid, shallow enough, but so many values so deep that its
+		// indented form would be several times its size: as it came.
+		stdout.Write(body)
+		fmt.Fprintln(stdout)
+	case json.Indent(&pretty, body, "", "  ") == nil:
 		pretty.WriteByte('\n')
 		stdout.Write(pretty.Bytes())
-	} else {
+	default:
 		stdout.Write(body)
 	}
 	if resp.StatusCode >= 400 {
 		return usageError{code: 1}
 	}
 	return nil
+}
+
+const (
+	// defaultGetMaxBody is get's -max-body: far above any answer of the
+	// gateway (a bulk page of decoded reports is some hundreds of KiB).
+	defaultGetMaxBody = 32 << 20
+	// getMaxDepth is the deepest JSON get decodes or indents; the
+	// gateway's answers nest five levels at most.
+	getMaxDepth = 64
+)
+
+// jsonShape is what get learns of an answer before it decodes or indents
+// it.
+type jsonShape struct {
+	valid    bool // one JSON value, nested getMaxDepth deep at most
+	tooDeep  bool // JSON nested deeper than getMaxDepth; the walk stopped there
+	indented int  // the bytes json.Indent adds with a two-space indent, about
+}
+
+// jsonShapeOf walks body's tokens (in constant memory per level), stopping
+// at the first level deeper than getMaxDepth, which json.Indent would
+// otherwise indent line by line up to its own limit of 10000 levels: a
+// megabyte of '[' is indented into hundreds of megabytes before it fails.
+func jsonShapeOf(body []byte) jsonShape {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var sh jsonShape
+	depth := 0
+	for {
+		t, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return jsonShape{}
+		}
+		sh.indented += 1 + 2*depth // a newline and the indent before a value
+		if d, ok := t.(json.Delim); ok {
+			switch d {
+			case '{', '[':
+				if depth++; depth > getMaxDepth {
+					return jsonShape{tooDeep: true}
+				}
+			default:
+				depth--
+			}
+		}
+		if depth == 0 {
+			// One value whole: anything after it but space is not the
+			// one JSON value get prints indented.
+			if _, err := dec.Token(); err != io.EOF {
+				return jsonShape{}
+			}
+			break
+		}
+	}
+	sh.valid = depth == 0 && len(bytes.TrimSpace(body)) > 0
+	return sh
 }
 
 // getClient is get's HTTP client: the default one, or one that trusts

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -234,4 +236,88 @@ func TestGetDecodeEverySchema(t *testing.T) {
 		assert.Regexp(t, `(?m)^  `+scaled+` +-?[0-9]+ +-?[0-9]+\.[0-9]{18}$`, stdout, "%s: %s with its decimals", s, scaled)
 		t.Logf("%s", stdout)
 	}
+}
+
+// TestCheckRedactsRedisPasswords: Redis addresses written as URLs with a
+// password (or USER:PASSWORD@HOST:PORT, or PASSWORD@HOST:PORT) where
+// HOST:PORT is wanted, in cluster.addrs and sentinel.addrs, are refused
+// by check, which names them with the password redacted.
+func TestCheckRedactsRedisPasswords(t *testing.T) {
+	extra := `ratelimit:
+  backend: redis
+  redis:
+    cluster: {addrs: ["redis://:Hunter2one@h:1", "user:Hunter2two@h:2", "Hunter2three@h:3"]}
+cache:
+  shared:
+    backend: redis
+    sentinel: {master: m, addrs: ["rediss://u:Hunter2four@h:1", "redis://:Hunter2five@h:2/0"]}
+`
+	stdout, stderr, code := runTool(t, nil, "check", "-config", writeFile(t, "redis.yaml", testConfig{}.String()+extra))
+	assert.Equal(t, 1, code, stderr)
+	for _, field := range []string{"ratelimit.redis.cluster.addrs[0]", "ratelimit.redis.cluster.addrs[1]", "ratelimit.redis.cluster.addrs[2]",
+		"cache.shared.sentinel.addrs[0]", "cache.shared.sentinel.addrs[1]"} {
+		assert.Contains(t, stderr, field+": ", "every address is refused")
+	}
+	assert.Contains(t, stderr, `"redis://:xxxxx@h:1" is not HOST:PORT`, "the address is named, redacted")
+	assert.NotContains(t, stdout+stderr, "Hunter2", "check prints a password")
+}
+
+// TestGetBoundsTheAnswer: `get` does not trust the server with its
+// memory or its terminal. Over a real listener: a megabyte of '[' (the
+// decoded media type, with -decode, and plain JSON without) is refused
+// unprinted, and made get allocate a few megabytes, not the hundreds
+// json.Indent takes to fail on it; an answer longer than -max-body is
+// refused unprinted; a valid answer of many values nested deep is printed
+// as it came rather than indented to 60 times its size; an ordinary
+// answer is still pretty-printed.
+func TestGetBoundsTheAnswer(t *testing.T) {
+	deep := bytes.Repeat([]byte("["), 1<<20)
+	var wide bytes.Buffer // 60 levels, then 300k values
+	wide.WriteString(strings.Repeat("[", 60))
+	wide.WriteString(strings.Repeat("1,", 300_000))
+	wide.WriteString("1" + strings.Repeat("]", 60))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/deep":
+			w.Header().Set("Content-Type", r.Header.Get("Accept"))
+			_, _ = w.Write(deep)
+		case "/wide":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(wide.Bytes())
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"a":[{"b":{"c":[1,2]}}],"secret-looking":"x"}`))
+		}
+	}))
+	defer srv.Close()
+	run := func(args ...string) (stdout, stderr string, err error, alloc uint64) {
+		var out, errOut bytes.Buffer
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		before := m.TotalAlloc
+		err = get(t.Context(), append([]string{"-anonymous", "-url", srv.URL}, args...), &out, &errOut)
+		runtime.ReadMemStats(&m)
+		return out.String(), errOut.String(), err, m.TotalAlloc - before
+	}
+
+	for _, args := range [][]string{{"-decode", "/deep"}, {"/deep"}} {
+		stdout, stderr, err, alloc := run(args...)
+		assert.Equal(t, usageError{code: 1}, err, "%v: %s", args, stderr)
+		assert.Contains(t, stderr, "nests JSON deeper than 64 levels: not printed", args)
+		assert.Empty(t, stdout, "%v: the body is printed", args)
+		assert.Less(t, alloc, uint64(16<<20), "%v: bytes allocated", args)
+	}
+
+	stdout, stderr, err, _ := run("-max-body", "1000", "/wide")
+	assert.Equal(t, usageError{code: 1}, err, stderr)
+	assert.Contains(t, stderr, "the answer is longer than 1000 bytes (-max-body): not printed")
+	assert.Empty(t, stdout)
+
+	stdout, stderr, err, _ = run("/wide")
+	require.NoError(t, err, stderr)
+	assert.Equal(t, wide.String()+"\n", stdout, "printed as it came")
+
+	stdout, stderr, err, _ = run("/plain")
+	require.NoError(t, err, stderr)
+	assert.Equal(t, "{\n  \"a\": [\n    {\n      \"b\": {\n        \"c\": [\n          1,\n          2\n        ]\n      }\n    }\n  ],\n  \"secret-looking\": \"x\"\n}\n", stdout)
 }
