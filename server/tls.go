@@ -18,7 +18,8 @@ const certExpiryWarning = 14 * 24 * time.Hour
 
 // CheckTLS returns a warning per listener whose certificate, as loaded
 // with cfg, expires within 14 days of now. The files' problems themselves
-// are validation problems (config.Load).
+// (a certificate expired or not valid yet among them) are validation
+// problems (config.Load): a gateway does not start with them.
 func CheckTLS(cfg *config.Config, now time.Time) []string {
 	var out []string
 	warn := func(path string, t *config.TLS) {
@@ -27,10 +28,6 @@ func CheckTLS(cfg *config.Config, now time.Time) []string {
 		}
 		if set := t.Loaded(); set.ExpiresWithin(now, certExpiryWarning) {
 			left := set.NotAfter.Sub(now).Round(time.Hour)
-			if left <= 0 {
-				out = append(out, fmt.Sprintf("%s: the certificate in %s expired on %s", path, t.CertFile, set.NotAfter.UTC().Format(time.RFC3339)))
-				return
-			}
 			out = append(out, fmt.Sprintf("%s: the certificate in %s expires on %s, in %s: renew it", path, t.CertFile, set.NotAfter.UTC().Format(time.RFC3339), left))
 		}
 	}
