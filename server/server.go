@@ -222,7 +222,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
+		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered, the process is not draining, and it does not refuse every request (ratelimit.redis.fail_mode closed with Redis away).",
 	}, func() float64 {
 		if s.Ready() {
 			return 1
@@ -470,9 +470,23 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Hub returns the real-time hub of network, or nil.
 func (s *Server) Hub(network string) *realtime.Hub { return s.hubs[network] }
 
-// Ready reports whether every upstream has answered and the server is not
-// draining: what /readyz answers.
-func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() }
+// Ready reports whether every upstream has answered, the server is not
+// draining and it does not refuse every request (fail_mode closed while
+// the limits' Redis cannot be used): what /readyz answers.
+func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() && s.refusing() == "" }
+
+// refusing says why the replica refuses every request now, "" when it
+// does not: ratelimit.redis.fail_mode closed, while the limits' Redis
+// cannot be used.
+func (s *Server) refusing() string {
+	if s.limits == nil {
+		return ""
+	}
+	if h := s.limits.Refusing(); h != "" {
+		return h + "; ratelimit.redis.fail_mode closed refuses every request"
+	}
+	return ""
+}
 
 // Reload applies the teams, keys, limits and lifetimes of next. A next
 // that the gateway refuses changes nothing. It returns the settings next
