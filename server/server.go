@@ -97,6 +97,7 @@ type Server struct {
 	closeErr error
 
 	certMetrics *certs.Metrics    // registered with the first TLS listener
+	errorLogs   []*errorLog       // the listeners' http.Server.ErrorLog
 	traces      *tracing.Provider // nil: tracing off
 }
 
@@ -230,12 +231,12 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		return 0
 	}))
 
-	errorLog := zap.NewStdLog(s.log.Named("http"))
 	for _, l := range s.gw.Listeners() {
 		ln, err := net.Listen("tcp", l.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", l.Addr, err)
 		}
+		errorLog := s.errorLog(listenerName(l.Networks), networkTLS(l.Networks)(cfg) != nil)
 		sv := &served{ln: ln, srv: proxy.NewServer(l.Handler, cfg.Server, errorLog)}
 		s.networks = append(s.networks, sv)
 		if err := s.tlsListener(sv, listenerName(l.Networks), networkTLS(l.Networks), cfg); err != nil {
@@ -254,6 +255,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("admin listener on %s: %w", cfg.Server.AdminListen, err)
 		}
+		errorLog := s.errorLog("admin", cfg.Server.AdminTLS != nil)
 		s.admin = &served{ln: ln, srv: proxy.NewServer(s.adminHandler(), cfg.Server, errorLog)}
 		s.addrs["admin"] = ln.Addr().String()
 		if err := s.tlsListener(s.admin, "admin", adminTLS, cfg); err != nil {
@@ -691,6 +693,9 @@ func (s *Server) release() {
 				sv.ln.Close()
 			}
 		}
+	}
+	for _, el := range s.errorLogs {
+		el.Close() // the counts of lines not written yet
 	}
 	for _, h := range s.hubs {
 		h.Close()

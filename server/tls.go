@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log"
 	"strings"
 	"time"
 
@@ -57,6 +58,21 @@ func (s *Server) tlsListener(sv *served, name string, block func(*config.Config)
 	sv.tls, sv.tlsBlock = src, block
 	sv.srv.TLSConfig = src.TLSConfig()
 	return nil
+}
+
+// errorLog returns the http.Server.ErrorLog of a listener: the process
+// log, sampled (errorLog), with the failed handshakes of a TLS listener
+// counted by reason.
+func (s *Server) errorLog(listener string, tls bool) *log.Logger {
+	var failed func(string)
+	if tls {
+		m := s.tlsMetrics()
+		m.Listener(listener)
+		failed = func(reason string) { m.HandshakeFailed(listener, reason) }
+	}
+	el := newErrorLog(s.log.Named("http").With(zap.String("listener", listener)), failed, errorLogInterval)
+	s.errorLogs = append(s.errorLogs, el)
+	return el.Logger()
 }
 
 func (s *Server) tlsMetrics() *certs.Metrics {
