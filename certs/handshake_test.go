@@ -35,6 +35,9 @@ func (l *lines) Write(p []byte) (int, error) {
 func (l *lines) all() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.buf.Len() == 0 {
+		return nil
+	}
 	return strings.Split(strings.TrimSpace(l.buf.String()), "\n")
 }
 
