@@ -5,7 +5,13 @@
 // the new files; connections already open keep theirs. A new set that does
 // not load (a file missing or malformed, a key that does not match its
 // certificate yet because the two files are renamed one after the other)
-// is refused, logged and counted, and the set in force stays.
+// is refused, logged and counted, and the set in force stays; so is a
+// certificate outside its validity period (expired, or not valid yet: the
+// Source then loads the files again when it becomes valid).
+//
+// TLS 1.2 is limited to ECDHE key exchange with AEAD ciphers (Mozilla's
+// "intermediate" profile, less the finite-field DHE suites Go does not
+// implement); TLS 1.3's suites are all AEAD and are Go's.
 package certs
 
 import (
@@ -75,9 +81,63 @@ type Set struct {
 }
 
 // Load reads and checks the files: the certificate and key parse and
-// match, and the client CA file, when named, holds at least one
+// match, every certificate of the chain is valid now (a *ValidityError
+// otherwise), and the client CA file, when named, holds at least one
 // certificate. Errors name the file, never its contents.
-func Load(f Files) (*Set, error) {
+func Load(f Files) (*Set, error) { return load(f, time.Now()) }
+
+// ValidityError is a certificate of the chain loaded outside its validity
+// period: expired, or not valid yet. Clients refuse such a certificate
+// (or, worse, are told to ignore what they are shown), so it is never put
+// in force.
+type ValidityError struct {
+	File      string    // the certificate file
+	Subject   string    // the certificate's subject (the leaf's or an intermediate's)
+	Leaf      bool      // the leaf, not an intermediate of the chain
+	NotBefore time.Time // its validity period
+	NotAfter  time.Time
+	At        time.Time // when it was loaded
+}
+
+// NotYetValid reports whether the certificate only becomes valid later.
+func (e *ValidityError) NotYetValid() bool { return e.At.Before(e.NotBefore) }
+
+func (e *ValidityError) Error() string {
+	what := "the certificate"
+	if !e.Leaf {
+		what = "the chain's intermediate certificate"
+	}
+	if e.Subject != "" {
+		what += fmt.Sprintf(" (%s)", e.Subject)
+	}
+	if e.NotYetValid() {
+		return fmt.Sprintf("certs: %s: %s is not valid before %s (now %s): check the issuer's and this host's clocks",
+			e.File, what, e.NotBefore.UTC().Format(time.RFC3339), e.At.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("certs: %s: %s expired on %s: renew it",
+		e.File, what, e.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// checkValidity returns a *ValidityError for the first certificate of the
+// chain that is not valid at now.
+func checkValidity(file string, cert *tls.Certificate, now time.Time) error {
+	for i, der := range cert.Certificate {
+		c := cert.Leaf
+		if i > 0 {
+			var err error
+			if c, err = x509.ParseCertificate(der); err != nil {
+				return fmt.Errorf("certs: %s: certificate %d of the chain: %w", file, i+1, err)
+			}
+		}
+		if now.Before(c.NotBefore) || now.After(c.NotAfter) {
+			return &ValidityError{File: file, Subject: c.Subject.String(), Leaf: i == 0,
+				NotBefore: c.NotBefore, NotAfter: c.NotAfter, At: now}
+		}
+	}
+	return nil
+}
+
+func load(f Files, now time.Time) (*Set, error) {
 	if f.Cert == "" || f.Key == "" {
 		return nil, errors.New("certs: cert_file and key_file are both required")
 	}
@@ -97,6 +157,9 @@ func Load(f Files) (*Set, error) {
 		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
 			return nil, fmt.Errorf("certs: %s: %w", f.Cert, err)
 		}
+	}
+	if err := checkValidity(f.Cert, &cert, now); err != nil {
+		return nil, err
 	}
 	h := sha256.New()
 	h.Write(certPEM)
@@ -158,7 +221,8 @@ type Source struct {
 	files Files
 	cur   atomic.Pointer[served]
 
-	watch *watcher // nil until Watch
+	watch *watcher    // nil until Watch
+	retry *time.Timer // reloads when a refused certificate becomes valid; guarded by mu
 }
 
 // served is the configuration handshakes get while a Set is in force.
@@ -188,14 +252,31 @@ func New(f Files, opts Options) (*Source, error) {
 	return s, nil
 }
 
-// TLSConfig returns the configuration to serve with: TLS 1.2 and 1.3,
-// Go's default cipher suites, HTTP/2 and HTTP/1.1 offered by ALPN
-// (WebSocket clients ask for HTTP/1.1), and for every handshake the set of
-// files in force at its start.
+// CipherSuites are the TLS 1.2 suites served: ECDHE key exchange (forward
+// secrecy) with an AEAD cipher, Mozilla's "intermediate" profile. Go's
+// defaults also accept CBC suites with SHA-1 (and SHA-256) MACs, which
+// that profile leaves out; every client that speaks TLS 1.2 with an
+// ECDHE-GCM or ChaCha20 suite (every browser and HTTP library of the last
+// ten years) is served. TLS 1.3 ignores this list: its suites are all
+// AEAD.
+var CipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// TLSConfig returns the configuration to serve with: TLS 1.2 (with
+// CipherSuites) and 1.3, HTTP/2 and HTTP/1.1 offered by ALPN (WebSocket
+// clients ask for HTTP/1.1), and for every handshake the set of files in
+// force at its start.
 func (s *Source) TLSConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: CipherSuites,
+		NextProtos:   []string{"h2", "http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return s.cur.Load().cfg, nil
 		},
@@ -209,6 +290,7 @@ func (s *Source) use(set *Set) {
 	f := s.files
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
+		CipherSuites: CipherSuites,
 		NextProtos:   []string{"h2", "http/1.1"},
 		Certificates: []tls.Certificate{set.Cert},
 		ClientAuth:   f.ClientAuth.tlsType(),
@@ -251,6 +333,12 @@ func (s *Source) SetFiles(f Files) (string, error) {
 	s.files = f
 	res, err := s.reloadLocked()
 	if err != nil {
+		// The old files stay; a retry would read them, not the new ones:
+		// the next configuration reload (or SIGHUP) tries these again.
+		if s.retry != nil {
+			s.retry.Stop()
+			s.retry = nil
+		}
 		s.files = old
 		return res, err
 	}
@@ -262,8 +350,22 @@ func (s *Source) SetFiles(f Files) (string, error) {
 }
 
 func (s *Source) reloadLocked() (string, error) {
+	if s.retry != nil {
+		s.retry.Stop()
+		s.retry = nil
+	}
 	set, err := Load(s.files)
 	if err != nil {
+		// A certificate that is not valid yet (issued a moment ago by a
+		// clock ahead of this host's) is tried again once it is: no
+		// change of the files will come to wake the watch.
+		var ve *ValidityError
+		if errors.As(err, &ve) && ve.NotYetValid() {
+			at := ve.NotBefore.Add(time.Second)
+			s.retry = time.AfterFunc(time.Until(at), func() { _, _ = s.Reload() })
+			s.refused(err, zap.Time("retry_at", at))
+			return ResultRefused, err
+		}
 		s.refused(err)
 		return ResultRefused, err
 	}
@@ -278,10 +380,10 @@ func (s *Source) reloadLocked() (string, error) {
 	return ResultLoaded, nil
 }
 
-func (s *Source) refused(err error) {
+func (s *Source) refused(err error, fields ...zap.Field) {
 	s.metrics.reload(s.name, ResultRefused)
-	s.log.Warn("TLS certificate refused; the one in force stays", zap.String("listener", s.name),
-		zap.Time("in_force_until", s.cur.Load().set.NotAfter), zap.Error(err))
+	s.log.Warn("TLS certificate refused; the one in force stays", append([]zap.Field{zap.String("listener", s.name),
+		zap.Time("in_force_until", s.cur.Load().set.NotAfter), zap.Error(err)}, fields...)...)
 }
 
 // ExpiresWithin reports whether the certificate in force expires before

@@ -115,11 +115,16 @@ func (s *Source) concerns(path string) bool {
 	return false
 }
 
-// Close stops the watch; the Source goes on serving its set in force.
+// Close stops the watch and a pending retry of a certificate not valid
+// yet; the Source goes on serving its set in force.
 func (s *Source) Close() error {
 	s.mu.Lock()
 	wt := s.watch
 	s.watch = nil
+	if s.retry != nil {
+		s.retry.Stop()
+		s.retry = nil
+	}
 	s.mu.Unlock()
 	if wt == nil {
 		return nil

@@ -1,19 +1,26 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"streamgate/status"
 )
 
+// readyProbeTimeout bounds /readyz's probe of the limits' Redis (a dial
+// and a PING; the client's own deadline is shorter).
+const readyProbeTimeout = 2 * time.Second
+
 // adminHandler serves /metrics, /healthz (the process is alive), /readyz
-// (every upstream has answered, and the server is not draining), the status
+// (every upstream has answered, the server is not draining, and it does
+// not refuse every request for want of Redis), the status
 // page at / and its facts at /status.json, and, when server.pprof is on,
 // the runtime's profiles under /debug/pprof/ (behind the admin token when
 // one is set).
@@ -29,6 +36,13 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if s.limits != nil && s.limits.Refusing() != "" {
+			// No request comes to a replica that is not ready: this
+			// probe is what finds Redis back.
+			ctx, cancel := context.WithTimeout(r.Context(), readyProbeTimeout)
+			s.limits.Probe(ctx)
+			cancel()
+		}
 		switch {
 		case s.draining.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -36,10 +50,16 @@ func (s *Server) adminHandler() http.Handler {
 		case !s.gw.Ready():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, `{"status":"waiting for every upstream to answer"}`+"\n")
+		case s.refusing() != "":
+			// fail_mode closed refuses every request while Redis cannot
+			// be used: a balancer should send them to a replica that can
+			// serve them. When every replica lost Redis, none is ready,
+			// and each would have refused anyway (ARCHITECTURE.md §5).
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"status": "refusing: " + s.refusing()})
 		default:
-			// Redis is shared by every replica: taking this one out of
-			// the balancer would not help, so it stays ready, degraded,
-			// as the fail mode prescribes.
+			// With fail_mode open the limits decide without Redis: the
+			// replica serves, degraded, and stays ready.
 			if d := s.redisDegraded(); len(d) > 0 {
 				_ = json.NewEncoder(w).Encode(map[string]string{"status": "degraded: " + strings.Join(d, "; ")})
 				return

@@ -29,6 +29,7 @@ type Limits struct {
 	// nil with the memory backend (each process counts its own).
 	Conns  *wsgate.RedisConns
 	client *redisconn.Client
+	closed bool // ratelimit.redis.fail_mode closed: refused while Redis cannot be used
 }
 
 // Redis returns the Redis client of the limits, nil with the memory
@@ -49,6 +50,28 @@ func (l *Limits) RedisHealth() string {
 		return ""
 	}
 	return l.client.Health()
+}
+
+// Refusing says why the limits refuse every request now, "" while they
+// do not: with fail_mode closed, while their Redis cannot be used (the
+// client's breaker is not closed, so every call fails at once).
+func (l *Limits) Refusing() string {
+	if !l.closed {
+		return ""
+	}
+	return l.RedisHealth()
+}
+
+// Probe sends one PING through the client's breaker, which is its probe
+// when the breaker is half-open: a success closes it, and the limits use
+// Redis again. While the limits refuse, the replica is not ready and a
+// balancer sends it no requests, whose calls would otherwise be the
+// probes: /readyz, which the balancer keeps asking, probes instead. A
+// breaker still open fails the PING at once, without a dial.
+func (l *Limits) Probe(ctx context.Context) {
+	if l.client != nil {
+		_ = l.client.Ping(ctx).Err()
+	}
 }
 
 // Close releases the Redis client, if any.
@@ -110,6 +133,7 @@ func newLimits(cfg *config.Config, reg prometheus.Registerer, rm *redisconn.Metr
 	mode := ratelimit.FailOpen
 	if rc.FailMode == config.FailModeClosed {
 		mode = ratelimit.FailClosed
+		l.closed = true
 	}
 	// go-redis logs through a process-wide logger: send its lines (one per
 	// failed dial while Redis is down) to ours at debug level; the client's

@@ -97,6 +97,7 @@ type Server struct {
 	closeErr error
 
 	certMetrics *certs.Metrics    // registered with the first TLS listener
+	errorLogs   []*errorLog       // the listeners' http.Server.ErrorLog
 	traces      *tracing.Provider // nil: tracing off
 }
 
@@ -223,7 +224,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered and the process is not draining.",
+		Name: "streamgate_ready", Help: "1 while /readyz answers 200: every upstream has answered, the process is not draining, and it does not refuse every request (ratelimit.redis.fail_mode closed with Redis away).",
 	}, func() float64 {
 		if s.Ready() {
 			return 1
@@ -231,12 +232,12 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		return 0
 	}))
 
-	errorLog := zap.NewStdLog(s.log.Named("http"))
 	for _, l := range s.gw.Listeners() {
 		ln, err := net.Listen("tcp", l.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", l.Addr, err)
 		}
+		errorLog := s.errorLog(listenerName(l.Networks), networkTLS(l.Networks)(cfg) != nil)
 		sv := &served{ln: ln, srv: proxy.NewServer(l.Handler, cfg.Server, errorLog)}
 		s.networks = append(s.networks, sv)
 		if err := s.tlsListener(sv, listenerName(l.Networks), networkTLS(l.Networks), cfg); err != nil {
@@ -255,6 +256,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("admin listener on %s: %w", cfg.Server.AdminListen, err)
 		}
+		errorLog := s.errorLog("admin", cfg.Server.AdminTLS != nil)
 		s.admin = &served{ln: ln, srv: proxy.NewServer(s.adminHandler(), cfg.Server, errorLog)}
 		s.addrs["admin"] = ln.Addr().String()
 		if err := s.tlsListener(s.admin, "admin", adminTLS, cfg); err != nil {
@@ -471,9 +473,23 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Hub returns the real-time hub of network, or nil.
 func (s *Server) Hub(network string) *realtime.Hub { return s.hubs[network] }
 
-// Ready reports whether every upstream has answered and the server is not
-// draining: what /readyz answers.
-func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() }
+// Ready reports whether every upstream has answered, the server is not
+// draining and it does not refuse every request (fail_mode closed while
+// the limits' Redis cannot be used): what /readyz answers.
+func (s *Server) Ready() bool { return !s.draining.Load() && s.gw.Ready() && s.refusing() == "" }
+
+// refusing says why the replica refuses every request now, "" when it
+// does not: ratelimit.redis.fail_mode closed, while the limits' Redis
+// cannot be used.
+func (s *Server) refusing() string {
+	if s.limits == nil {
+		return ""
+	}
+	if h := s.limits.Refusing(); h != "" {
+		return h + "; ratelimit.redis.fail_mode closed refuses every request"
+	}
+	return ""
+}
 
 // Reload applies the teams, keys, limits and lifetimes of next. A next
 // that the gateway refuses changes nothing. It returns the settings next
@@ -678,6 +694,9 @@ func (s *Server) release() {
 				sv.ln.Close()
 			}
 		}
+	}
+	for _, el := range s.errorLogs {
+		el.Close() // the counts of lines not written yet
 	}
 	for _, h := range s.hubs {
 		h.Close()

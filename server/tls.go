@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log"
 	"strings"
 	"time"
 
@@ -18,7 +19,8 @@ const certExpiryWarning = 14 * 24 * time.Hour
 
 // CheckTLS returns a warning per listener whose certificate, as loaded
 // with cfg, expires within 14 days of now. The files' problems themselves
-// are validation problems (config.Load).
+// (a certificate expired or not valid yet among them) are validation
+// problems (config.Load): a gateway does not start with them.
 func CheckTLS(cfg *config.Config, now time.Time) []string {
 	var out []string
 	warn := func(path string, t *config.TLS) {
@@ -27,10 +29,6 @@ func CheckTLS(cfg *config.Config, now time.Time) []string {
 		}
 		if set := t.Loaded(); set.ExpiresWithin(now, certExpiryWarning) {
 			left := set.NotAfter.Sub(now).Round(time.Hour)
-			if left <= 0 {
-				out = append(out, fmt.Sprintf("%s: the certificate in %s expired on %s", path, t.CertFile, set.NotAfter.UTC().Format(time.RFC3339)))
-				return
-			}
 			out = append(out, fmt.Sprintf("%s: the certificate in %s expires on %s, in %s: renew it", path, t.CertFile, set.NotAfter.UTC().Format(time.RFC3339), left))
 		}
 	}
@@ -60,6 +58,21 @@ func (s *Server) tlsListener(sv *served, name string, block func(*config.Config)
 	sv.tls, sv.tlsBlock = src, block
 	sv.srv.TLSConfig = src.TLSConfig()
 	return nil
+}
+
+// errorLog returns the http.Server.ErrorLog of a listener: the process
+// log, sampled (errorLog), with the failed handshakes of a TLS listener
+// counted by reason.
+func (s *Server) errorLog(listener string, tls bool) *log.Logger {
+	var failed func(string)
+	if tls {
+		m := s.tlsMetrics()
+		m.Listener(listener)
+		failed = func(reason string) { m.HandshakeFailed(listener, reason) }
+	}
+	el := newErrorLog(s.log.Named("http").With(zap.String("listener", listener)), failed, errorLogInterval)
+	s.errorLogs = append(s.errorLogs, el)
+	return el.Logger()
 }
 
 func (s *Server) tlsMetrics() *certs.Metrics {

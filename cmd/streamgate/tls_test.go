@@ -32,14 +32,17 @@ func withTLS(cfg, mainnet, testnet string) string {
 }
 
 // TestCheckTLS: check loads the files, names a key that does not match
-// its certificate and a missing file by their YAML paths, and warns of a
-// certificate that expires within 14 days.
+// its certificate, a missing file and a certificate expired or not valid
+// yet by their YAML paths, and warns of a certificate that expires within
+// 14 days.
 func TestCheckTLS(t *testing.T) {
 	t.Parallel()
 	ca := testpki.NewCA(t, "test CA")
 	dir := t.TempDir()
 	good := ca.Issue(t, testpki.Options{})
 	soon := ca.Issue(t, testpki.Options{NotAfter: time.Now().Add(72 * time.Hour)})
+	expired := ca.Issue(t, testpki.Expired())
+	early := ca.Issue(t, testpki.NotYetValid(48*time.Hour))
 	mismatched := tlsBlock(t, dir, "a", good, "")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.key"), soon.KeyPEM, 0o600))
 
@@ -52,6 +55,8 @@ func TestCheckTLS(t *testing.T) {
 		{"files that load", tlsBlock(t, dir, "good", good, ""), 0, "ok (2 networks", ""},
 		{"a certificate that expires soon", tlsBlock(t, dir, "soon", soon, ""), 0, "warning: networks.mainnet.tls: the certificate in " + filepath.Join(dir, "soon.crt") + " expires on", ""},
 		{"a key of another certificate", mismatched, 1, "", "networks.mainnet.tls: certs:"},
+		{"an expired certificate", tlsBlock(t, dir, "expired", expired, ""), 1, "", "networks.mainnet.tls: certs: " + filepath.Join(dir, "expired.crt") + `: the certificate expired on 2020-12-31T00:00:00Z`},
+		{"a certificate not valid yet", tlsBlock(t, dir, "early", early, ""), 1, "", "networks.mainnet.tls: certs: " + filepath.Join(dir, "early.crt") + `: the certificate is not valid before`},
 		{"a missing file", fmt.Sprintf("{cert_file: %s, key_file: %s}", filepath.Join(dir, "none.crt"), filepath.Join(dir, "good.key")), 1, "", "no such file"},
 		{"require without a client CA", tlsBlock(t, dir, "req", good, ", client_auth: require"), 1, "", "networks.mainnet.tls.client_ca_file: required by client_auth require"},
 	}
@@ -63,6 +68,31 @@ func TestCheckTLS(t *testing.T) {
 			assert.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 			assert.Contains(t, stdout, c.stdout)
 			assert.Contains(t, stderr, c.stderr)
+		})
+	}
+}
+
+// TestServeRefusesInvalidCertificate: serve does not start with a
+// certificate expired or not valid yet; it says why and exits 1.
+func TestServeRefusesInvalidCertificate(t *testing.T) {
+	t.Parallel()
+	ca := testpki.NewCA(t, "test CA")
+	dir := t.TempDir()
+	good := tlsBlock(t, dir, "good", ca.Issue(t, testpki.Options{}), "")
+	for _, c := range []struct {
+		name string
+		leaf *testpki.Leaf
+		want string
+	}{
+		{"expired", ca.Issue(t, testpki.Expired()), "expired on 2020-12-31T00:00:00Z"},
+		{"not valid yet", ca.Issue(t, testpki.NotYetValid(48*time.Hour)), "is not valid before"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, "c.yaml", withTLS(testConfig{}.String(), tlsBlock(t, dir, c.name, c.leaf, ""), good))
+			stdout, stderr, code := runTool(t, nil, "serve", "-config", path)
+			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			assert.Contains(t, stderr, "networks.mainnet.tls: certs: "+filepath.Join(dir, c.name+".crt"))
+			assert.Contains(t, stderr, c.want)
 		})
 	}
 }

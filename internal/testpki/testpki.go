@@ -91,13 +91,31 @@ func (l *Leaf) SPKISHA256() string {
 }
 
 // Options of an issued certificate. The zero value is a server
-// certificate for 127.0.0.1, ::1 and localhost, valid for a day.
+// certificate for 127.0.0.1, ::1 and localhost, valid from an hour ago
+// for a day.
 type Options struct {
 	CommonName string
 	DNSNames   []string
 	URIs       []string // URI SANs, such as spiffe://org/team
 	Client     bool     // a client certificate instead of a server one
+	NotBefore  time.Time
 	NotAfter   time.Time
+}
+
+// Expired are the Options of a server certificate that expired long ago:
+// valid through 2019 and 2020 only.
+func Expired() Options {
+	return Options{
+		NotBefore: time.Date(2019, 1, 1, 0, 0, 0, 0, time.UTC),
+		NotAfter:  time.Date(2020, 12, 31, 0, 0, 0, 0, time.UTC),
+	}
+}
+
+// NotYetValid are the Options of a server certificate valid from
+// now+from, for a day.
+func NotYetValid(from time.Duration) Options {
+	start := time.Now().Add(from)
+	return Options{NotBefore: start, NotAfter: start.Add(24 * time.Hour)}
 }
 
 // Issue makes a certificate signed by the CA.
@@ -107,13 +125,16 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.NotBefore.IsZero() {
+		o.NotBefore = time.Now().Add(-time.Hour)
+	}
 	if o.NotAfter.IsZero() {
 		o.NotAfter = time.Now().Add(24 * time.Hour)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(ca.serial.Add(1)),
 		Subject:      pkix.Name{CommonName: o.CommonName},
-		NotBefore:    time.Now().Add(-time.Hour),
+		NotBefore:    o.NotBefore,
 		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		DNSNames:     o.DNSNames,
