@@ -17,10 +17,10 @@ import (
 	"streamgate/ratelimit"
 )
 
-// gatedListener accepts connections and holds each until release is
-// closed, then relays it to target: a connect (and TLS handshake) that
-// stalls as long as the test wants.
-func gatedListener(t *testing.T, target string, release <-chan struct{}) string {
+// gatedListener accepts connections, signals each on accepted, and holds
+// it until release is closed, then relays it to target: a connect (and
+// TLS handshake) that stalls as long as the test wants.
+func gatedListener(t *testing.T, target string, release <-chan struct{}, accepted chan<- struct{}) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var (
@@ -56,6 +56,10 @@ func gatedListener(t *testing.T, target string, release <-chan struct{}) string 
 			c, err := l.Accept()
 			if err != nil || !keep(c) {
 				return
+			}
+			select {
+			case accepted <- struct{}{}:
+			default:
 			}
 			wg.Go(func() {
 				select {
@@ -115,7 +119,8 @@ func testSlowConnectStepsOutAndRejoins(t *testing.T, h2 bool) {
 	var once sync.Once
 	open := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(open)
-	base, err := url.Parse("https://" + gatedListener(t, srv.Listener.Addr().String(), release))
+	accepted := make(chan struct{}, 16)
+	base, err := url.Parse("https://" + gatedListener(t, srv.Listener.Addr().String(), release, accepted))
 	require.NoError(t, err)
 	budget, err := ratelimit.NewMemoryBudget(ratelimit.Options{Network: "n"})
 	require.NoError(t, err)
@@ -134,6 +139,11 @@ func testSlowConnectStepsOutAndRejoins(t *testing.T, h2 bool) {
 	// The slow call is let go, and stalls connecting: the next call of
 	// the key is let go all the same, well within the slow call's
 	// timeout.
+	select {
+	case <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow call did not connect")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sent, err := budget.Depart(ctx, budgetKey("latest", nil), limit)
