@@ -264,7 +264,7 @@ type departure struct {
 	mu        sync.Mutex
 	sent      ratelimit.Sent // the hold in force; nil when none
 	connected bool           // the client has the attempt's connection
-	stepOut   *time.Timer    // nil without a spacing
+	stepOut   *time.Timer    // steps the call out after the interval
 }
 
 // depart returns ctx with the client trace of an attempt let go with sent
