@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -246,6 +247,97 @@ func sentTrace(ctx context.Context, sent ratelimit.Sent) context.Context {
 	})
 }
 
+// departure is the budget's part of one attempt: the hold on its key
+// that the Sent of Depart keeps from the time the call is let go until
+// its request is written, given up when the connection is not ready
+// within the key's interval. Connecting is not writing: an upstream that
+// accepts and never completes the TLS handshake kept each call's hold for
+// the whole attempt timeout, and the key's calls, every team's, went one
+// per timeout instead of one per interval. A call that stepped out and
+// gets its connection after all rejoins the spacing (Budget.Rejoin)
+// before its request is written, so the calls still leave at least the
+// interval apart.
+type departure struct {
+	u   *upstream
+	key string
+
+	mu        sync.Mutex
+	sent      ratelimit.Sent // the hold in force; nil when none
+	connected bool           // the client has the attempt's connection
+	stepOut   *time.Timer    // steps the call out after the interval
+}
+
+// depart returns ctx with the client trace of an attempt let go with sent
+// for key, and the function that ends the departure when the attempt is
+// over (a request never written then counts as gone when it was let go).
+func (u *upstream) depart(ctx context.Context, key string, sent ratelimit.Sent) (context.Context, func()) {
+	if u.budget == nil || u.limit.Unlimited() || u.limit.Rate <= 0 {
+		return sentTrace(ctx, sent), func() { sent(time.Time{}) }
+	}
+	d := &departure{u: u, key: key, sent: sent}
+	d.mu.Lock()
+	d.stepOut = time.AfterFunc(time.Duration(float64(time.Second)/u.limit.Rate), d.slow)
+	d.mu.Unlock()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn:      func(httptrace.GotConnInfo) { d.got() },
+		WroteRequest: func(httptrace.WroteRequestInfo) { d.report(time.Now()) },
+	})
+	return ctx, func() {
+		d.mu.Lock()
+		d.stepOut.Stop()
+		d.mu.Unlock()
+		d.report(time.Time{})
+	}
+}
+
+// slow steps the call out of the key's hold: its connection outlasted the
+// interval.
+func (d *departure) slow() {
+	d.mu.Lock()
+	if d.connected {
+		d.mu.Unlock()
+		return
+	}
+	sent := d.sent
+	d.sent = nil
+	d.mu.Unlock()
+	if sent != nil {
+		sent(time.Time{})
+	}
+}
+
+// got is the client's GotConn, called before the request is written: a
+// call that holds the key goes on holding it; one that stepped out, or
+// whose request was written already and is sent again on another
+// connection by the client, rejoins the spacing first (the write waits
+// for it).
+func (d *departure) got() {
+	d.mu.Lock()
+	d.connected = true
+	d.stepOut.Stop()
+	holds := d.sent != nil
+	d.mu.Unlock()
+	if holds {
+		return
+	}
+	sent := d.u.budget.Rejoin(d.key, d.u.limit)
+	d.mu.Lock()
+	d.sent = sent
+	d.mu.Unlock()
+}
+
+// report passes the write (or, with the zero time, its absence) to the
+// hold in force, if any.
+func (d *departure) report(written time.Time) {
+	d.mu.Lock()
+	sent := d.sent
+	d.sent = nil
+	d.mu.Unlock()
+	if sent != nil {
+		sent(written)
+	}
+}
+
 // fillShare is the part of the bulk endpoint's budget that stream
 // backfills (gaps, resumes) may take: the rest is always left to the
 // latest refreshes and the teams' own requests.
@@ -313,7 +405,6 @@ func (u *upstream) backoff(ctx context.Context, attempt int) bool {
 }
 
 func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential, sent ratelimit.Sent) (out *upstreamResponse, err error) {
-	defer sent(time.Time{})
 	ctx, span := tracing.Start(ctx, "upstream attempt", attribute.String("streamgate.network", u.network),
 		attribute.String("streamgate.upstream.endpoint", endpoint), attribute.String("server.address", u.base.Host))
 	defer func() {
@@ -324,7 +415,9 @@ func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *c
 	}()
 	actx, cancel := context.WithTimeout(ctx, u.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(sentTrace(actx, sent), http.MethodGet, u.base.String()+target, nil)
+	tctx, departed := u.depart(actx, budgetKey(endpoint, cred), sent)
+	defer departed()
+	req, err := http.NewRequestWithContext(tctx, http.MethodGet, u.base.String()+target, nil)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: building upstream request: %w", err)
 	}

@@ -48,7 +48,24 @@ type Budget interface {
 	// leave, not the times it let them go, which a busy machine (the
 	// caller's goroutine, the HTTP client's writer, a new connection)
 	// puts apart by up to tens of milliseconds. On an error Sent is nil.
+	//
+	// A caller whose connection is not ready within the key's interval
+	// reports the zero time at once, so that a slow or stalled connect
+	// (an upstream that accepts and never completes the TLS handshake)
+	// does not hold the key's other calls; should the connection come
+	// after all, it calls Rejoin before writing the request.
 	Depart(ctx context.Context, key string, l Limit) (Sent, error)
+	// Rejoin is for a call let go by Depart that reported the zero time
+	// before its request was written (it stepped out of the spacing while
+	// its connection was made) and now has its connection: it takes key's
+	// hold on this process as soon as the call holding it is written,
+	// waits out the spacing after the last call left while it holds it,
+	// and returns the call's new Sent, which the caller reports as it
+	// would Depart's. The call keeps the token Depart reserved for it: it
+	// waits for neither the schedule nor a pause, and takes no context,
+	// since its caller can no longer stop the write; the wait is a
+	// spacing, and the writes of the calls that held the key before.
+	Rejoin(key string, l Limit) Sent
 	// Pause stops calls for key during d, e.g. for the Retry-After of an
 	// upstream 429. A pause is never shortened by a later, shorter one.
 	Pause(key string, d time.Duration)
@@ -60,10 +77,11 @@ type Budget interface {
 	Throttled(key string, l Limit)
 }
 
-// Sent reports that the call a Budget let go (Depart) has left: its
-// request was written whole to the upstream connection at written, or,
-// with the zero time, it never was (it failed first, and the budget
-// counts it as gone when it was let go). Only the first call counts.
+// Sent reports that the call a Budget let go (Depart, Rejoin) has left:
+// its request was written whole to the upstream connection at written,
+// or, with the zero time, it was not (it failed first, or its connection
+// outlasted the key's interval: see Depart), and the budget counts it as
+// gone when it was let go. Only the first call counts.
 type Sent func(written time.Time)
 
 // BudgetError is the error of a Wait refused for want of time. It wraps
@@ -371,6 +389,49 @@ func (b *MemoryBudget) depart(ctx context.Context, key string, d, iv time.Durati
 
 // sentNothing is the Sent of a call without a spacing to keep.
 func sentNothing(time.Time) {}
+
+// Rejoin implements Budget: the local departure of depart, without the
+// schedule, the pause or a context, the hold taken before the wait for
+// the spacing so that the calls let go by the schedule meanwhile go
+// after it.
+func (b *MemoryBudget) Rejoin(key string, l Limit) Sent {
+	if l.Validate() != nil || l.Unlimited() {
+		return sentNothing
+	}
+	for {
+		now := time.Now()
+		s := b.keys.shard(key)
+		s.mu.Lock()
+		e, _ := s.get(key, now)
+		iv := max(e.spacing, spacing(l, interval(l.Rate, b.margin)))
+		if iv == 0 {
+			s.mu.Unlock()
+			return sentNothing
+		}
+		if held := e.sending; held != nil {
+			s.mu.Unlock()
+			_ = b.hold(context.Background(), held, iv)
+			continue
+		}
+		sending := make(chan struct{})
+		e.sending = sending
+		wait := e.departed.Add(iv).Sub(now)
+		s.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			if b.asleep != nil {
+				b.asleep()
+			}
+			<-t.C
+		}
+		s.mu.Lock()
+		if e, _ := s.get(key, time.Now()); e.sending == sending {
+			e.departed = time.Now()
+		}
+		s.mu.Unlock()
+		return b.sent(key, sending)
+	}
+}
 
 // hold waits until the call of a key let go before the caller is written
 // (sending is closed), or ctx ends: then the reservation is spent, and
@@ -781,6 +842,10 @@ func (b *RedisBudget) fallback(ctx context.Context, key string, l Limit, cause e
 	}
 	return b.local.wait(ctx, key, l)
 }
+
+// Rejoin implements Budget: the spacing of a replica's calls is kept
+// locally (see Depart).
+func (b *RedisBudget) Rejoin(key string, l Limit) Sent { return b.local.Rejoin(key, l) }
 
 // Pause implements Budget: it pauses key on this replica and, through
 // Redis, on every other.

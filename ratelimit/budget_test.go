@@ -215,6 +215,60 @@ func budgetTests(t *testing.T, newBudget func(t *testing.T) Budget) {
 		require.NoError(t, b.Wait(withTimeout(10*time.Second), key, l))
 	})
 
+	t.Run("a call that stepped out while connecting rejoins the spacing before its write", func(t *testing.T) {
+		b := newBudget(t)
+		held := holding(b)
+		l := Limit{Rate: 50, Burst: 1} // tokens 20 ms apart
+		waitHeld := func(what string) {
+			t.Helper()
+			select {
+			case <-held:
+			case <-time.After(10 * time.Second):
+				t.Fatal(what)
+			}
+		}
+		slow, err := b.Depart(withTimeout(10*time.Second), key, l)
+		require.NoError(t, err)
+		// Its connection outlasts the interval: it steps out, and the
+		// next call goes without waiting for it.
+		slow(time.Time{})
+		next, err := b.Depart(withTimeout(10*time.Second), key, l)
+		require.NoError(t, err)
+		// The slow call's connection comes while the next one holds the
+		// key: it rejoins after that one's write.
+		rejoined := make(chan Sent, 1)
+		var rejoinedAt time.Time
+		go func() {
+			s := b.Rejoin(key, l)
+			rejoinedAt = time.Now()
+			rejoined <- s
+		}()
+		waitHeld("the rejoining call did not wait for the write of the call holding the key")
+		written := time.Now()
+		next(written)
+		again := <-rejoined
+		assert.False(t, rejoinedAt.Before(written.Add(interval(l.Rate, 0))), "the rejoining call went %v after the write before it", rejoinedAt.Sub(written))
+		// Until its write, it holds the key as any call let go.
+		done := make(chan time.Time, 1)
+		go func() {
+			s, err := b.Depart(withTimeout(10*time.Second), key, l)
+			if err != nil {
+				t.Error(err)
+				close(done)
+				return
+			}
+			done <- time.Now()
+			s(time.Time{})
+		}()
+		waitHeld("the call after the rejoined one did not wait for its write")
+		written = time.Now()
+		again(written)
+		went := <-done
+		require.False(t, went.IsZero())
+		assert.False(t, went.Before(written.Add(interval(l.Rate, 0))), "the call after the rejoined one went %v after its write", went.Sub(written))
+		assert.NotNil(t, b.Rejoin(key, Limit{}), "an unlimited key has nothing to rejoin")
+	})
+
 	t.Run("a done context is refused", func(t *testing.T) {
 		b := newBudget(t)
 		ctx, cancel := context.WithCancel(ctx)
