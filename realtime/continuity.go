@@ -266,6 +266,12 @@ func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 	}
 	switch {
 	case hi > 0:
+	case f.filling > 0 && len(f.pending) > 0 && f.pending[0].ts > lo:
+		// A gap's fill is under way: s gets its seconds with the frames
+		// held when it is done, but the fill may have stopped short of
+		// them, having found no subscriber before s; s's own fill makes
+		// sure of them.
+		hi = f.pending[0].ts - 1
 	case len(f.hist) == 0 && f.watermark > from:
 		hi = f.watermark - 1
 		if l := f.latest.Load(); l != nil && l.ts == f.watermark && f.filling == 0 {
@@ -355,7 +361,7 @@ func (r *resumeFill) done(got []histFrame) {
 		f.mu.Unlock()
 		return
 	}
-	if f.watermark == 0 && next > r.from && f.filling == 0 && !gone {
+	if f.watermark == 0 && next > r.from && f.filling == 0 && !s.ended() {
 		// No live frame here yet (the hub did not carry the feed): the
 		// first one is a gap after what was replayed, filled for every
 		// subscriber. Not for a subscription that has gone: its fill's
