@@ -195,7 +195,7 @@ func (c *continuity) holdForGap(f *feed, prev, ts int64, frame []byte) bool {
 	}
 	if prev > 0 && ts > prev+1 {
 		f.filling++
-		c.bf.add(&fillJob{feed: f.id, lo: prev + 1, hi: ts - 1, done: func(got []histFrame) { c.gapFilled(f, got) }})
+		c.bf.add(&fillJob{feed: f.id, lo: prev + 1, hi: ts - 1, gap: f, done: func(got []histFrame) { c.gapFilled(f, got) }})
 	}
 	if f.filling == 0 {
 		return false
@@ -241,20 +241,37 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// resumeFeed starts the replay of feed f for s after second from: the
-// frames of the history, and a fill of what it does not reach. f.mu is
+// resume starts the replay of feed f for s after second from: the
+// frames of the history, and a fill of what it does not hold. f.mu is
 // held; s is not yet among f.subs. It returns the frames to queue now.
 func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 	var out []histFrame
+	// lo..hi: the first seconds after from that the history lacks, before
+	// its first frame after from or between two of them (a gap whose fill
+	// stopped when its last subscriber went, seconds REST did not have);
+	// the fill looks for the next such seconds when it is done.
+	lo, hi := from+1, int64(0)
 	for _, x := range f.hist {
-		if x.ts > from {
-			out = append(out, x)
+		if x.ts <= from {
+			continue
+		}
+		out = append(out, x)
+		if hi == 0 {
+			if x.ts > lo {
+				hi = x.ts - 1
+			} else {
+				lo = x.ts + 1
+			}
 		}
 	}
-	hi := int64(0) // the last second a fill must reach
 	switch {
-	case len(f.hist) > 0 && f.hist[0].ts > from+1:
-		hi = f.hist[0].ts - 1
+	case hi > 0:
+	case f.filling > 0 && len(f.pending) > 0 && f.pending[0].ts > lo:
+		// A gap's fill is under way: s gets its seconds with the frames
+		// held when it is done, but the fill may have stopped short of
+		// them, having found no subscriber before s; s's own fill makes
+		// sure of them.
+		hi = f.pending[0].ts - 1
 	case len(f.hist) == 0 && f.watermark > from:
 		hi = f.watermark - 1
 		if l := f.latest.Load(); l != nil && l.ts == f.watermark && f.filling == 0 {
@@ -273,14 +290,14 @@ func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 		c.bf.add(r.job(from+1, max(from, c.clock.Now().Unix()-1)))
 		return nil
 	}
-	if hi <= from || c.bf == nil {
+	if hi < lo || c.bf == nil {
 		return out
 	}
 	// The history's frames are newer than the fill: they wait with the
 	// live ones until it is done.
 	s.holdFeed(f.id, out)
 	r := &resumeFill{c: c, s: s, f: f, from: from}
-	c.bf.add(r.job(from+1, hi))
+	c.bf.add(r.job(lo, hi))
 	return nil
 }
 
@@ -344,10 +361,12 @@ func (r *resumeFill) done(got []histFrame) {
 		f.mu.Unlock()
 		return
 	}
-	if f.watermark == 0 && next > r.from && f.filling == 0 {
+	if f.watermark == 0 && next > r.from && f.filling == 0 && !s.ended() {
 		// No live frame here yet (the hub did not carry the feed): the
 		// first one is a gap after what was replayed, filled for every
-		// subscriber.
+		// subscriber. Not for a subscription that has gone: its fill's
+		// seconds would make the feed's first live frame a gap that
+		// nobody waits for.
 		f.watermark = next
 	}
 	ok := s.unhold(f.id, nil)
@@ -363,10 +382,37 @@ type fillJob struct {
 	feed   feedid.ID
 	lo, hi int64
 	done   func([]histFrame)
-	// sub is the subscription a resume fetches for (nil: a gap of the
-	// feed, for all its subscribers): its end stops the job, and its
-	// charge is asked for each second.
+	// sub is the subscription a resume fetches for: its end stops the
+	// job, and its charge is asked for each second.
 	sub *Subscription
+	// gap is the feed a gap's fill is for (sub nil), for all its
+	// subscribers: the job stops when the feed has none left.
+	gap *feed
+}
+
+// wanted reports whether a subscription still waits for the job: its own
+// (a resume's) until it ends, a gap's while the feed has a subscriber. A
+// fill stops with the last subscription that needs it.
+func (j *fillJob) wanted() bool {
+	switch {
+	case j.sub != nil:
+		return !j.sub.ended()
+	case j.gap != nil:
+		return j.gap.subscribed()
+	}
+	return true
+}
+
+// subscribed reports whether f has a subscription that has not ended.
+func (f *feed) subscribed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.subs {
+		if !s.ended() {
+			return true
+		}
+	}
+	return false
 }
 
 // FillCharge accounts for a second fetched for one subscription's resume
@@ -384,7 +430,15 @@ type backfiller struct {
 
 	mu   sync.Mutex
 	jobs []*fillJob
+	busy bool // a round is under way
 	wake chan struct{}
+}
+
+// idle reports whether no job is queued and no round is under way.
+func (b *backfiller) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.jobs) == 0 && !b.busy
 }
 
 // add queues a job; never blocks.
@@ -423,18 +477,23 @@ func (b *backfiller) run() {
 		b.mu.Lock()
 		jobs := b.jobs
 		b.jobs = nil
+		b.busy = len(jobs) > 0
 		b.mu.Unlock()
 		if len(jobs) > 0 {
 			b.round(jobs)
+			b.mu.Lock()
+			b.busy = false
+			b.mu.Unlock()
 		}
 	}
 }
 
 // round fetches the seconds of jobs, the oldest first, one call per second
-// for every feed missing it, and completes each job. A resume's job stops
-// when its subscription has ended, or when its FillCharge refuses a second
-// (the seconds left are then unfilled); a second no live job wants any
-// more is not fetched.
+// for every feed missing it, and completes each job. A job stops when no
+// subscription waits for it any more (fillJob.wanted: a resume's
+// subscription ended, a gap's feed has no subscriber left), or when its
+// FillCharge refuses a second (the seconds left are then unfilled); a
+// second no live job wants any more is not fetched, nor asked again.
 func (b *backfiller) round(jobs []*fillJob) {
 	c := b.c
 	ctx, cancel := context.WithTimeout(c.ctx, fillTimeout)
@@ -467,7 +526,14 @@ func (b *backfiller) round(jobs []*fillJob) {
 		if len(feeds) == 0 {
 			continue
 		}
-		frames, err := b.fetch(ctx, feeds, s)
+		frames, err := b.fetch(ctx, feeds, s, func(id feedid.ID) bool {
+			for i, j := range jobs {
+				if !stopped[i] && j.feed == id && s >= j.lo && s <= j.hi && j.wanted() {
+					return true
+				}
+			}
+			return false
+		})
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -511,10 +577,11 @@ func (b *backfiller) round(jobs []*fillJob) {
 // Redis failover left each replica spending its own, the upstream was
 // away) or while s is recent enough that a stream may not have published
 // it yet (fillUnpublished): after fillRetryFirst, doubling to
-// fillRetryMax, at most fillTries calls. A frame that is not the report of
-// the feed and second asked is not taken. It returns the frames got and
-// the last call's error.
-func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64) (map[feedid.ID][]byte, error) {
+// fillRetryMax, at most fillTries calls; a feed no job waits for any more
+// (wanted false) is not asked again. A frame that is not the report of the
+// feed and second asked is not taken. It returns the frames got and the
+// last call's error.
+func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64, wanted func(feedid.ID) bool) (map[feedid.ID][]byte, error) {
 	got := make(map[feedid.ID][]byte, len(feeds))
 	missing := feeds
 	wait := fillRetryFirst
@@ -539,7 +606,7 @@ func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64) (map
 				left = append(left, id)
 			}
 		}
-		missing = left
+		missing = slices.DeleteFunc(left, func(id feedid.ID) bool { return !wanted(id) })
 		recent := s >= b.c.clock.Now().Unix()-fillUnpublished
 		if len(missing) == 0 || try == fillTries || (err == nil && !recent) {
 			return got, err
@@ -605,11 +672,11 @@ func (b *backfiller) wanted(ctx context.Context, jobs []*fillJob, stopped []bool
 		if stopped[i] || s < j.lo || s > j.hi {
 			continue
 		}
+		if !j.wanted() {
+			stopped[i] = true
+			continue
+		}
 		if sub := j.sub; sub != nil {
-			if sub.ended() {
-				stopped[i] = true
-				continue
-			}
 			if sub.charge != nil {
 				if charged == nil {
 					charged = map[*Subscription]bool{}

@@ -197,3 +197,10 @@ func (x *hubMetrics) slowClose() {
 	x.st.slowCloses.Add(1)
 	x.slowCloses.Inc()
 }
+
+// Unfilled counts n (stream, second) pairs that a consumer may have
+// missed and that no fill of the hub could reach
+// (streamgate_ws_gaps_unfilled_total, Stats.Unfilled): the endpoint's
+// account of a client resumed without its watermarks (Redis away), once
+// they could be read.
+func (h *Hub) Unfilled(n int64) { h.mx.unfilled(n) }

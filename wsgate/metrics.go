@@ -22,6 +22,7 @@ type Metrics struct {
 	wsStopped         *prometheus.CounterVec
 	resumeDropped     *prometheus.CounterVec
 	resumeRecords     prometheus.Gauge
+	resumeUnreads     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -52,10 +53,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		resumeRecords: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "streamgate_ws_resume_records", Help: "Stream clients' resume records this replica keeps (in memory, or in Redis with the shared limits): those of clients that left it on their own within realtime.resume_records, besides those of its open connections and of the clients its drain moved.",
 		}),
+		resumeUnreads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_ws_resume_unread_total", Help: "Stream clients whose resume record could not be read when they connected (Redis did not answer within a second), by network: each got the reports of the last 10 seconds (at most realtime.resume_window) before live ones, at least once; the seconds its record, once read, shows it missed before them are counted in streamgate_ws_gaps_unfilled_total.",
+		}, []string{"network"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.wsClients, m.wsClientsByOrigin, m.wsDrains, m.wsClientCloses, m.wsRefusals, m.wsStopped,
-			m.resumeDropped, m.resumeRecords)
+			m.resumeDropped, m.resumeRecords, m.resumeUnreads)
 	}
 	return m
 }
@@ -91,6 +95,12 @@ func (m *Metrics) wsStreamsStopped(network string, n int) {
 func (m *Metrics) resumeRecordDropped(reason string) {
 	if m != nil {
 		m.resumeDropped.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) resumeUnread(network string) {
+	if m != nil {
+		m.resumeUnreads.WithLabelValues(network).Inc()
 	}
 }
 

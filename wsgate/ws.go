@@ -275,9 +275,10 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	// missed first (wsresume.go).
 	var resumeAs string
 	var from map[string]int64
+	var unread bool // the record could not be read: from is a window before now
 	if n.resume != nil {
 		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, feeds)
-		from, _ = n.resume.load(r.Context(), resumeAs)
+		from, unread = n.resume.load(r.Context(), resumeAs, feeds)
 	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
@@ -309,7 +310,12 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
 	wc.rest = n.rest
 	if n.resume != nil {
-		wc.mark = n.resume.track(team, resumeAs, from)
+		var missed func(int64)
+		if unread {
+			n.metrics.resumeUnread(n.name)
+			missed = n.hub.Unfilled
+		}
+		wc.mark = n.resume.track(team, resumeAs, from, missed)
 	}
 	n.conns.add(wc)
 	defer n.conns.remove(wc)

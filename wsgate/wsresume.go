@@ -40,12 +40,38 @@ import (
 // after its newest watermark. A client that reconnects and drops without
 // receiving anything rewrites its record with the same watermarks, so it
 // extends nothing; a resume never fetches more than a window of seconds.
+//
+// A record that cannot be read (Redis away: a failover, an outage) is not
+// taken for a record that does not exist: the client would start from
+// the first live frame of a replica that may not carry its streams yet,
+// and lose the seconds in between unseen. The read is asked again for up
+// to resumeReadWait; then the client gets every report of the last
+// unreadWindow before live ones (at least once: the SDKs drop what they
+// had by observationsTimestamp), is counted
+// (streamgate_ws_resume_unread_total), and its record is read again at
+// every flush until Redis answers: the seconds it may have missed before
+// that window are then counted in streamgate_ws_gaps_unfilled_total.
+// Meanwhile the connection's own record is not written, so as not to
+// overwrite the one still to be read.
 
 // resumeFlush is how often the watermarks of open connections are written.
 const resumeFlush = 100 * time.Millisecond
 
 // resumeIOTimeout bounds one Redis call of the resume store.
 const resumeIOTimeout = 200 * time.Millisecond
+
+// resumeReadWait bounds how long a connecting client waits for its
+// record while Redis does not answer; resumeReadRetry spaces the reads.
+const (
+	resumeReadWait  = time.Second
+	resumeReadRetry = 100 * time.Millisecond
+)
+
+// unreadWindow is how far before now a client whose record could not be
+// read is resumed from (realtime.resume_window if shorter): it covers a
+// reconnect within seconds of the connection's loss (a replica's crash,
+// the client's own backoff), the case a Redis failover meets.
+const unreadWindow = 10 * time.Second
 
 // resumeRecord is a client's watermarks and when they were written.
 type resumeRecord struct {
@@ -97,16 +123,38 @@ func resumeID(network, keyID, origin string, feeds []feedid.ID) string {
 	return network + "\x00" + keyID + "\x00" + origin + "\x00" + strings.Join(sorted, ",")
 }
 
-// load returns the watermarks of id that are within the window: each no
-// older than realtime.resume_window by its report's
-// observationsTimestamp.
-func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bool) {
-	rec, ok := s.record(ctx, id)
+// load returns the watermarks of id, of streams feeds, that are within
+// the window: each no older than realtime.resume_window by its report's
+// observationsTimestamp. When the record cannot be read within
+// resumeReadWait, it returns marks unreadWindow before now for every
+// stream, and unread true.
+func (s *resumeStore) load(ctx context.Context, id string, feeds []feedid.ID) (marks map[string]int64, unread bool) {
+	rec, ok, err := s.record(ctx, id)
+	if err != nil {
+		deadline := time.Now().Add(resumeReadWait)
+		for err != nil && time.Now().Before(deadline) && ctx.Err() == nil {
+			t := time.NewTimer(resumeReadRetry)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			rec, ok, err = s.record(ctx, id)
+		}
+	}
+	if err != nil {
+		from := s.now().Add(-min(unreadWindow, s.window)).Unix()
+		marks = make(map[string]int64, len(feeds))
+		for _, f := range feeds {
+			marks[string(f)] = from
+		}
+		return marks, true
+	}
 	if !ok {
 		return nil, false
 	}
 	oldest := s.now().Add(-s.window).Unix()
-	marks := make(map[string]int64, len(rec.Marks))
+	marks = make(map[string]int64, len(rec.Marks))
 	for f, ts := range rec.Marks {
 		if ts >= oldest {
 			marks[f] = ts
@@ -115,7 +163,7 @@ func (s *resumeStore) load(ctx context.Context, id string) (map[string]int64, bo
 	if len(marks) == 0 {
 		return nil, false
 	}
-	return marks, true
+	return marks, false
 }
 
 // watermarks returns marks as the hub takes them
@@ -151,36 +199,37 @@ func (s *resumeStore) ttl(marks map[string]int64) time.Duration {
 // the record of m's identity since t: the client came back, here or on
 // another replica.
 func (s *resumeStore) reconnectedSince(ctx context.Context, m *resumeMark, t time.Time) bool {
-	rec, ok := s.record(ctx, m.id)
+	rec, ok, _ := s.record(ctx, m.id)
 	return ok && rec.Conn != m.conn && !time.UnixMilli(rec.At).Before(t.Truncate(time.Millisecond))
 }
 
-// record reads the record of id.
-func (s *resumeStore) record(ctx context.Context, id string) (resumeRecord, bool) {
-	var rec resumeRecord
+// record reads the record of id: ok false when there is none (or it is
+// not a record), err when it could not be read (Redis failed).
+func (s *resumeStore) record(ctx context.Context, id string) (rec resumeRecord, ok bool, err error) {
 	if s.rc == nil {
 		s.mu.Lock()
-		r, ok := s.mem[id]
+		rec, ok = s.mem[id]
 		s.mu.Unlock()
-		if !ok {
-			return rec, false
-		}
-		rec = r
-	} else {
-		ctx, cancel := context.WithTimeout(ctx, resumeIOTimeout)
-		defer cancel()
-		b, err := s.rc.Get(ctx, resumeKey(id)).Bytes()
-		if err != nil {
-			if err != redis.Nil {
-				s.failed(err)
-			}
-			return rec, false
-		}
-		if json.Unmarshal(b, &rec) != nil {
-			return rec, false
-		}
+		return rec, ok, nil
 	}
-	return rec, true
+	ctx, cancel := context.WithTimeout(ctx, resumeIOTimeout)
+	defer cancel()
+	b, err := s.rc.Get(ctx, resumeKey(id)).Bytes()
+	return s.decode(b, err)
+}
+
+// decode is the record of a GET's answer (see record).
+func (s *resumeStore) decode(b []byte, err error) (rec resumeRecord, ok bool, _ error) {
+	switch {
+	case err == redis.Nil:
+		return rec, false, nil
+	case err != nil:
+		s.failed(err)
+		return rec, false, err
+	case json.Unmarshal(b, &rec) != nil:
+		return rec, false, nil
+	}
+	return rec, true, nil
 }
 
 // forget deletes the record of id.
@@ -213,17 +262,30 @@ type resumeMark struct {
 	mu    sync.Mutex
 	marks map[string]int64
 	dirty bool
+	// unread, while the client's previous record is still to be read (it
+	// could not be when the client connected), are the marks it was
+	// resumed from instead; since is when it connected, and missed
+	// counts the seconds the record shows it missed.
+	unread map[string]int64
+	since  time.Time
+	missed func(n int64)
 }
 
 // track registers a connection of team's, identity id, whose watermarks
-// start at from (nil: none).
-func (s *resumeStore) track(team, id string, from map[string]int64) *resumeMark {
+// start at from (nil: none). missed non-nil: the client's record could
+// not be read and from are the marks load gave instead; the record is
+// read again at every flush until Redis answers, and missed is given
+// the seconds it shows the client may have missed.
+func (s *resumeStore) track(team, id string, from map[string]int64, missed func(n int64)) *resumeMark {
 	s.start.Do(func() { go s.run() })
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{}}
 	for k, v := range from {
 		m.marks[k] = v
+	}
+	if missed != nil {
+		m.unread, m.since, m.missed = maps(from), s.now(), missed
 	}
 	s.mu.Lock()
 	s.open[m] = struct{}{}
@@ -258,6 +320,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 	delete(s.open, m)
 	s.index.closed(m.id)
 	s.mu.Unlock()
+	s.settle([]*resumeMark{m})
 	if clientClosed {
 		s.forget(m.id)
 		return
@@ -299,10 +362,21 @@ func (s *resumeStore) flush() {
 	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
 	recs := map[string]resumeRecord{}
 	teams := map[string]string{}
+	var unread []*resumeMark
 	s.mu.Lock()
 	for m := range s.open {
 		m.mu.Lock()
-		if m.dirty {
+		if m.unread != nil {
+			unread = append(unread, m)
+		}
+		m.mu.Unlock()
+	}
+	s.mu.Unlock()
+	s.settle(unread)
+	s.mu.Lock()
+	for m := range s.open {
+		m.mu.Lock()
+		if m.dirty && m.unread == nil {
 			m.dirty = false
 			recs[m.id] = resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks)}
 			teams[m.id] = m.team
@@ -321,6 +395,65 @@ func (s *resumeStore) flush() {
 	s.mu.Unlock()
 	if len(recs) > 0 {
 		s.write(recs, teams, false)
+	}
+}
+
+// settle reads again the records of ms that could not be read when their
+// clients connected (in one pipeline) and counts, for each that Redis
+// now answers, the seconds its client may have missed: per stream, those
+// after the record's watermark up to the mark it was resumed from, for a
+// watermark that was within the window when it connected. A record Redis
+// says is not there (expired, or lost with the writes a failover did not
+// replicate) shows nothing. After a window the record has expired anyway:
+// its mark stops waiting for it.
+func (s *resumeStore) settle(ms []*resumeMark) {
+	var wait []*resumeMark
+	for _, m := range ms {
+		m.mu.Lock()
+		if m.unread != nil {
+			wait = append(wait, m)
+		}
+		m.mu.Unlock()
+	}
+	if len(wait) == 0 || s.rc == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
+	defer cancel()
+	cmds := make([]*redis.StringCmd, len(wait))
+	_, _ = s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, m := range wait {
+			cmds[i] = p.Get(ctx, resumeKey(m.id))
+		}
+		return nil
+	})
+	now := s.now()
+	for i, m := range wait {
+		b, err := cmds[i].Bytes()
+		rec, ok, err := s.decode(b, err)
+		m.mu.Lock()
+		if err != nil {
+			if now.Sub(m.since) >= s.window {
+				m.unread = nil
+			}
+			m.mu.Unlock()
+			continue
+		}
+		var n int64
+		oldest := m.since.Add(-s.window).Unix()
+		for f, mark := range rec.Marks {
+			if from, have := m.unread[f]; ok && have && mark >= oldest && mark < from {
+				n += from - mark
+			}
+		}
+		m.unread = nil
+		missed := m.missed
+		m.mu.Unlock()
+		if n > 0 {
+			missed(n)
+			s.log.Warn("stream client resumed without its record: seconds before its resume window may be missing",
+				zap.Int64("seconds_missed", n))
+		}
 	}
 }
 

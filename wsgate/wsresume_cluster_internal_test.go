@@ -48,9 +48,9 @@ func TestResumeStoreOnCluster(t *testing.T) {
 	require.Greater(t, len(slots), 3, "the records fall in many slots")
 	a.write(recs, teams, false)
 	for id, want := range recs {
-		marks, ok := b.load(context.Background(), id)
-		require.True(t, ok, "the other replica finds the record of %q", id)
-		require.Equal(t, want.Marks, marks)
+		marks, unread := b.load(context.Background(), id, nil)
+		require.False(t, unread, "the record of %q was read", id)
+		require.Equal(t, want.Marks, marks, "the other replica finds the record of %q", id)
 	}
 	var gone string
 	for id := range recs {
@@ -58,6 +58,7 @@ func TestResumeStoreOnCluster(t *testing.T) {
 		break
 	}
 	b.forget(gone)
-	_, ok := a.load(context.Background(), gone)
-	require.False(t, ok, "a deleted record is gone")
+	marks, unread := a.load(context.Background(), gone, nil)
+	require.False(t, unread)
+	require.Empty(t, marks, "a deleted record is gone")
 }
