@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Reading report records. Every place a report enters the gateway (an
@@ -365,13 +366,14 @@ func hasEscape(b []byte) bool {
 	return false
 }
 
-// stringValue returns the contents of a JSON string value: a slice of it
-// when it holds no escape.
+// stringValue returns the contents of a JSON string value, as Go's decoder
+// reads it (invalid UTF-8 replaced): a slice of it when it holds no escape
+// and is valid UTF-8.
 func stringValue(val []byte) ([]byte, bool) {
 	if len(val) < 2 || val[0] != '"' {
 		return nil, false
 	}
-	if inner := val[1 : len(val)-1]; !hasEscape(inner) {
+	if inner := val[1 : len(val)-1]; !hasEscape(inner) && utf8.Valid(inner) {
 		return inner, true
 	}
 	s, ok := unquote(val)
