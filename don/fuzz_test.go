@@ -3,8 +3,8 @@ package don_test
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
