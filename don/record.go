@@ -1,6 +1,7 @@
 package don
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -357,14 +358,7 @@ func unquote(s []byte) (string, bool) {
 	return out, err == nil
 }
 
-func hasEscape(b []byte) bool {
-	for _, c := range b {
-		if c == '\\' {
-			return true
-		}
-	}
-	return false
-}
+func hasEscape(b []byte) bool { return bytes.IndexByte(b, '\\') >= 0 }
 
 // stringValue returns the contents of a JSON string value, as Go's decoder
 // reads it (invalid UTF-8 replaced): a slice of it when it holds no escape
@@ -446,13 +440,16 @@ func skipSpace(b []byte, i int) int {
 
 // stringEnd returns the index after the string that starts at b[i].
 func stringEnd(b []byte, i int) int {
-	for j := i + 1; ; j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
+	for j := i + 1; ; {
+		q := j + bytes.IndexByte(b[j:], '"')
+		escaped := false // an odd number of backslashes before the quote
+		for p := q - 1; p > i && b[p] == '\\'; p-- {
+			escaped = !escaped
 		}
+		if !escaped {
+			return q + 1
+		}
+		j = q + 1
 	}
 }
 
