@@ -35,6 +35,10 @@ var envelopeArgs = args("bytes32[3]", "bytes", "bytes32[]", "bytes32[]", "bytes3
 // ErrMalformed is wrapped by every decoding error.
 var ErrMalformed = errors.New("don: malformed report")
 
+// ErrTrailingBytes is the error of a fullReport that is the canonical
+// encoding of its envelope followed by more bytes.
+var ErrTrailingBytes = fmt.Errorf("%w: bytes after the envelope's end", ErrMalformed)
+
 // Envelope is a decoded fullReport.
 type Envelope struct {
 	ReportContext [3][32]byte
@@ -44,11 +48,30 @@ type Envelope struct {
 	RawVs         [32]byte
 }
 
-// DecodeEnvelope decodes the ABI encoding of a fullReport.
+// DecodeEnvelope decodes the ABI encoding of a fullReport, which must be
+// canonical: exactly what abi.encode writes of the values it decodes to,
+// its last word the end of the data. The decoder reads the words the
+// offsets point to and ignores the rest, so a report with bytes appended
+// (ErrTrailingBytes), or with offsets, lengths or padding an encoder would
+// not write (ErrMalformed), would otherwise verify: its signatures cover
+// the blob and the context, not the envelope. A fullReport over
+// MaxReportSize is ErrOversize, not decoded.
 func DecodeEnvelope(b []byte) (*Envelope, error) {
+	if len(b) > MaxReportSize {
+		return nil, fmt.Errorf("%w: a fullReport of %d bytes (at most %d)", ErrOversize, len(b), MaxReportSize)
+	}
 	vals, err := envelopeArgs.Unpack(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	again, err := envelopeArgs.Pack(vals...)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	case len(again) < len(b) && bytes.Equal(again, b[:len(again)]):
+		return nil, fmt.Errorf("%w: %d bytes after the %d of the envelope", ErrTrailingBytes, len(b)-len(again), len(again))
+	case !bytes.Equal(again, b):
+		return nil, fmt.Errorf("%w: not the canonical encoding of its envelope", ErrMalformed)
 	}
 	env := &Envelope{}
 	var ok [5]bool

@@ -47,12 +47,26 @@ type Cause string
 // The causes of a refusal, in the order they are checked. Each is a label
 // value of the gateway's counters.
 const (
+	// CauseOversize: the report is larger than a report can be
+	// (MaxRecordSize, MaxReportSize). Refused in every mode, before it is
+	// decoded (record.go).
+	CauseOversize Cause = "oversize"
+	// CauseDuplicateKey: the record repeats a key, or spells one of its
+	// fields otherwise (case, escapes), so that JSON parsers disagree on
+	// what it says. Refused in every mode (record.go).
+	CauseDuplicateKey Cause = "duplicate_key"
 	// CauseMalformed: the fullReport is not the ABI encoding of the
-	// envelope, its reportBlob is too short for the header every schema
-	// starts with (Header: feedId and times), or the signature lists
-	// differ in length. The blob's other fields are not read: a report of
-	// a schema the gateway does not decode verifies as any other.
+	// envelope (or not its canonical encoding: offsets, lengths or padding
+	// an encoder would not write), its reportBlob is too short for the
+	// header every schema starts with (Header: feedId and times), or the
+	// signature lists differ in length. The blob's other fields are not
+	// read: a report of a schema the gateway does not decode verifies as
+	// any other.
 	CauseMalformed Cause = "malformed"
+	// CauseTrailingBytes: the fullReport is the canonical encoding of its
+	// envelope followed by bytes that belong to nothing: unsigned, they
+	// would be served and cached with the report.
+	CauseTrailingBytes Cause = "trailing_bytes"
 	// CauseRecordMismatch: the record's feedID, validFromTimestamp or
 	// observationsTimestamp is not its signed report's: a genuine report
 	// relabelled (an old one dated now, or another stream's).
@@ -78,13 +92,19 @@ const (
 )
 
 // Causes lists every cause.
-var Causes = []Cause{CauseMalformed, CauseRecordMismatch, CauseUnknownDigest, CauseInvalidSignature, CauseUnknownSigner, CauseDuplicateSigner, CauseTooFewSigners, CauseTooManySigners}
+var Causes = []Cause{CauseOversize, CauseDuplicateKey, CauseMalformed, CauseTrailingBytes, CauseRecordMismatch, CauseUnknownDigest, CauseInvalidSignature, CauseUnknownSigner, CauseDuplicateSigner, CauseTooFewSigners, CauseTooManySigners}
 
 // Meaning is what a cause tells an operator.
 func (c Cause) Meaning() string {
 	switch c {
+	case CauseOversize:
+		return "the report is larger than any report can be: refused in every mode, never decoded or cached"
+	case CauseDuplicateKey:
+		return "the report's record repeats a key (or spells a field otherwise), so that clients could read another stream or time than the one checked: refused in every mode"
 	case CauseMalformed:
 		return "the report is not a well-formed report"
+	case CauseTrailingBytes:
+		return "the fullReport carries bytes after its signed envelope's end: not the canonical encoding"
 	case CauseRecordMismatch:
 		return "the record's feedID or timestamps are not those of its signed report: a genuine report relabelled (an old one dated anew, or another stream's)"
 	case CauseUnknownDigest:
@@ -186,7 +206,7 @@ const maxSigners = 32
 func (v *Verifier) Verify(fullReport []byte) Result {
 	env, err := DecodeEnvelope(fullReport)
 	if err != nil {
-		return Result{Cause: CauseMalformed}
+		return Result{Cause: CauseOf(err)}
 	}
 	return v.verifyEnvelope(env)
 }
@@ -214,13 +234,16 @@ func (v *Verifier) VerifyRecord(r Record) Result {
 // verifyHex decodes a fullReport, checks its blob's Header with repeats
 // (CauseRecordMismatch when it says no) and then its signatures.
 func (v *Verifier) verifyHex(fullReport string, repeats func(Header) bool) Result {
+	if len(fullReport) > 2+2*MaxReportSize {
+		return Result{Cause: CauseOversize}
+	}
 	b, ok := hexBytes(fullReport)
 	if !ok {
 		return Result{Cause: CauseMalformed}
 	}
 	env, err := DecodeEnvelope(b)
 	if err != nil {
-		return Result{Cause: CauseMalformed}
+		return Result{Cause: CauseOf(err)}
 	}
 	h, err := ReadHeader(env.ReportBlob)
 	if err != nil {

@@ -1,8 +1,10 @@
 package don_test
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -34,16 +36,28 @@ func FuzzDecode(f *testing.F) {
 	_, v := simDON(f, at)
 	for _, s := range seeds(f) {
 		f.Add(s)
+		f.Add(append(bytes.Clone(s), make([]byte, 32)...)) // trailing bytes
+		f.Add(append(bytes.Clone(s), 1))
 		if env, err := don.DecodeEnvelope(s); err == nil {
 			f.Add(env.ReportBlob) // blobs alone, for the differential check
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		v.Verify(b)
+		res := v.Verify(b)
 		sameBlob(t, b)
 		env, err := don.DecodeEnvelope(b)
 		if err != nil {
+			if res.OK() {
+				t.Fatalf("verified, but the envelope does not decode: %v", err)
+			}
 			return
+		}
+		// Only the canonical encoding decodes: anything appended is
+		// trailing bytes, and a byte of it changed leaves it so.
+		for _, tail := range [][]byte{{0}, make([]byte, 32), b[:min(len(b), 7)]} {
+			if _, err := don.DecodeEnvelope(append(bytes.Clone(b), tail...)); !errors.Is(err, don.ErrTrailingBytes) && len(b)+len(tail) <= don.MaxReportSize {
+				t.Fatalf("%d bytes appended: %v", len(tail), err)
+			}
 		}
 		full := "0x" + hex.EncodeToString(b)
 		rec, _ := json.Marshal(map[string]any{"feedID": "0x" + hex.EncodeToString(make([]byte, 32)), "fullReport": full})
@@ -148,5 +162,62 @@ func TestRealReportDecodes(t *testing.T) {
 	}
 	if s := string(don.AppendDecimal(nil, big.NewInt(-5), 18)); s != "-0.000000000000000005" {
 		t.Errorf("-5e-18: %s", s)
+	}
+}
+
+// FuzzReadReport: no input makes the record readers panic; a frame or
+// record they accept reads the same with Go's decoder (which keeps the
+// last of a repeated key) and with one that keeps the first, so that no
+// client reads another stream or time than the gateway checked; FrameKey
+// files an accepted frame under its record's feedID and time.
+func FuzzReadReport(f *testing.F) {
+	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
+	sim, _ := simDON(f, at)
+	for _, feed := range someFeeds(f, sim) {
+		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		rec, _ := json.Marshal(r)
+		f.Add([]byte(`{"report":` + string(rec) + `}`))
+		f.Add(rec)
+		dup := `{"feedID":"` + idY + `",` + string(rec[1:])
+		f.Add([]byte(`{"report":` + dup + `}`))
+		f.Add([]byte(`{"report":` + string(rec[:len(rec)-1]) + `,"feedID":"` + idY + `"}}`))
+		f.Add([]byte(`{"report":` + string(rec[:len(rec)-1]) + `,"FEEDID":"` + idY + `"}}`))
+		f.Add([]byte(`{"report":` + string(rec[:len(rec)-1]) + `,"feed\u0049D":"` + idY + `"}}`))
+		f.Add([]byte(`{"x":{"feedID":"` + idY + `"},"report":` + string(rec) + `,"report":` + dup + `}`))
+		f.Add([]byte(`{"reports":[` + string(rec) + `,` + dup + `]}`))
+		break
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := don.ReadRecord(b); err == nil {
+			sameReading(t, b, r)
+		}
+		r, raw, err := don.ReadReport(b)
+		if err == nil {
+			sameReading(t, raw, r)
+			var doc struct{ Report don.Record }
+			if err := json.Unmarshal(b, &doc); err != nil || doc.Report != r {
+				t.Fatalf("Go reads the answer's report as %+v (%v), the reader %+v", doc.Report, err, r)
+			}
+			if feed, ts, ok := don.FrameKey(b); ok && (string(feed) != r.FeedID || ts != r.ObservationsTimestamp) {
+				t.Fatalf("FrameKey %s %d, the reader %+v", feed, ts, r)
+			}
+		}
+		if recs, raws, err := don.ReadReports(b); err == nil {
+			for i := range recs {
+				sameReading(t, raws[i], recs[i])
+			}
+		}
+	})
+}
+
+// sameReading checks that Go's decoder and a first-key reader read rec as
+// r.
+func sameReading(t *testing.T, rec []byte, r don.Record) {
+	var goRead don.Record
+	if err := json.Unmarshal(rec, &goRead); err != nil || goRead != r {
+		t.Fatalf("Go reads %s as %+v (%v), the reader %+v", rec, goRead, err, r)
+	}
+	if first, ok := firstKeyRecord(rec); !ok || first != r {
+		t.Fatalf("a first-key reader reads %s as %+v, the reader %+v", rec, first, r)
 	}
 }

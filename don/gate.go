@@ -1,7 +1,6 @@
 package don
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"sync"
@@ -41,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"network", "entry"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_report_verification_failures_total",
-			Help: "Reports that did not verify, by cause; mode enforce refused them, mode report served them. Cause unknown_digest means the DON configuration needs an update.",
+			Help: "Reports that did not verify, by cause; mode enforce refused them, mode report served them, except causes oversize and duplicate_key, refused in every mode (off included) as they are read. Cause unknown_digest means the DON configuration needs an update.",
 		}, []string{"network", "entry", "cause", "mode"}),
 	}
 	if reg != nil {
@@ -140,14 +139,15 @@ func (g *Gate) Set(mode string, v *Verifier) (stricter bool) {
 // rules in force, as CheckFrame would decide, without counting or
 // logging it: for what was admitted before a reload.
 func (g *Gate) AdmitsFrame(frame []byte) bool {
-	if g == nil {
-		return true
+	rec, _, err := ReadReport(frame)
+	if g == nil || Refused(err) {
+		return !Refused(err)
 	}
 	st := g.state.Load()
 	if st.mode != ModeEnforce {
 		return true
 	}
-	return st.v.VerifyRecord(FrameRecord(frame)).OK()
+	return st.v.VerifyRecord(rec).OK()
 }
 
 // Epoch identifies the rules in force: it changes with every Set, so that
@@ -234,65 +234,52 @@ func (g *Gate) Verify(rec Record) (res Result, ok bool) {
 	return st.v.VerifyRecord(rec), true
 }
 
-var (
-	keyFeedID     = []byte(`"feedID":"`)
-	keyFullReport = []byte(`"fullReport":"`)
-	keyValidFrom  = []byte(`"validFromTimestamp":`)
-	keyObserved   = []byte(`"observationsTimestamp":`)
-)
-
 // CheckFrame checks the report of a stream frame,
 // {"report":{"feedID":"0x…","validFromTimestamp":N,
-// "observationsTimestamp":N,"fullReport":"0x…"}}, found without decoding
-// the JSON (the upstream writes no spaces around the colons): its
-// signatures and that the times the hub reads are the signed report's.
+// "observationsTimestamp":N,"fullReport":"0x…"}}, read as every report is
+// (ReadReport): a frame over the size bound or repeating a key is refused
+// in every mode (Refuse); then its signatures and that the times the hub
+// reads are the signed report's (Check).
 func (g *Gate) CheckFrame(frame []byte) bool {
+	rec, _, err := ReadReport(frame)
+	if Refused(err) {
+		g.Refuse(EntryStream, err)
+		return false
+	}
 	if g == nil || g.state.Load().mode == ModeOff {
 		return true
 	}
-	_, ok := g.Check(EntryStream, FrameRecord(frame))
+	_, ok := g.Check(EntryStream, rec) // a frame that did not read fails as malformed
 	return ok
 }
 
 // FrameRecord reads the Record of a stream frame as CheckFrame does; a
-// field it does not find is left zero (and then fails the check).
+// field it does not read is left zero (and then fails the check).
 func FrameRecord(frame []byte) Record {
-	feed, _ := jsonString(frame, keyFeedID)
-	full, _ := jsonString(frame, keyFullReport)
-	return Record{FeedID: string(feed), FullReport: string(full),
-		ValidFromTimestamp: jsonInt(frame, keyValidFrom), ObservationsTimestamp: jsonInt(frame, keyObserved)}
+	rec, _, _ := ReadReport(frame)
+	return rec
 }
 
-// jsonInt returns the non-negative integer after key in b, or -1.
-func jsonInt(b, key []byte) int64 {
-	i := bytes.Index(b, key)
-	if i < 0 {
-		return -1
+// Refuse counts and logs (once per cause and entry) a report refused as it
+// was read (ReadRecord, ReadReport, ReadReports: Refused(err)), and
+// returns its cause. Such a report is refused in every mode, off
+// included: the gateway cannot tell which report it is, or it is larger
+// than any report can be; it is never cached or served. A nil Gate counts
+// nothing.
+func (g *Gate) Refuse(entry string, err error) Cause {
+	c := CauseOf(err)
+	if g == nil {
+		return c
 	}
-	b = b[i+len(key):]
-	var n int64
-	j := 0
-	for ; j < len(b) && j < 18 && b[j] >= '0' && b[j] <= '9'; j++ {
-		n = n*10 + int64(b[j]-'0')
+	mode := g.state.Load().mode
+	g.m.failed.WithLabelValues(g.network, entry, string(c), mode).Inc()
+	if _, seen := g.logged.LoadOrStore(entry+"/"+string(c), struct{}{}); !seen {
+		g.log.Warn("a report was refused as it was read (logged once per cause and entry; streamgate_report_verification_failures_total counts each)",
+			zap.String("network", g.network), zap.String("entry", entry), zap.String("cause", string(c)),
+			zap.String("meaning", c.Meaning()), zap.String("error", err.Error()),
+			zap.String("action", "refused in every mode: never cached or served"))
 	}
-	if j == 0 || (j < len(b) && b[j] >= '0' && b[j] <= '9') {
-		return -1
-	}
-	return n
-}
-
-// jsonString returns the string value after key in b, up to the next quote.
-func jsonString(b, key []byte) ([]byte, bool) {
-	i := bytes.Index(b, key)
-	if i < 0 {
-		return nil, false
-	}
-	b = b[i+len(key):]
-	j := bytes.IndexByte(b, '"')
-	if j < 0 {
-		return nil, false
-	}
-	return b[:j], true
+	return c
 }
 
 func hexDigest(d [32]byte) string {

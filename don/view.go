@@ -183,10 +183,10 @@ func AppendVerification(dst []byte, v Verification) []byte {
 // decode gets "decodeError" instead of "decoded" and "decimal"; one of a
 // schema not in the table is shown as "unknown schema".
 func AppendDecodedRecord(dst, rec []byte, verify func(Record) Verification) ([]byte, error) {
-	var r Record
 	trimmed := bytes.TrimSpace(rec)
-	if err := json.Unmarshal(trimmed, &r); err != nil || len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
-		return dst, fmt.Errorf("%w: a report record is not a JSON object", ErrMalformed)
+	r, err := ReadRecord(trimmed)
+	if err != nil {
+		return dst, err
 	}
 	dst = append(dst, trimmed[:len(trimmed)-1]...)
 	if len(bytes.TrimSpace(trimmed[1:len(trimmed)-1])) > 0 {
@@ -211,25 +211,20 @@ func AppendDecodedRecord(dst, rec []byte, verify func(Record) Verification) ([]b
 // DecodedBody returns the decoded view of an answer body of the API:
 // {"report":{…}} or {"reports":[…]}, each record decoded.
 func DecodedBody(body []byte, verify func(Record) Verification) ([]byte, error) {
-	var doc struct {
-		Report  json.RawMessage   `json:"report"`
-		Reports []json.RawMessage `json:"reports"`
-	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
 	out := make([]byte, 0, 2*len(body)+512)
-	var err error
-	switch {
-	case len(doc.Report) > 0:
+	if _, rec, err := ReadReport(body); err == nil {
 		out = append(out, `{"report":`...)
-		if out, err = AppendDecodedRecord(out, doc.Report, verify); err != nil {
+		if out, err = AppendDecodedRecord(out, rec, verify); err != nil {
 			return nil, err
 		}
 		out = append(out, '}')
-	default:
+	} else {
+		_, recs, err := ReadReports(body)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, `{"reports":[`...)
-		for i, rec := range doc.Reports {
+		for i, rec := range recs {
 			if i > 0 {
 				out = append(out, ',')
 			}

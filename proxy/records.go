@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -43,10 +43,9 @@ type checker struct {
 // signatures, and that the record's fields are its signed blob's.
 // It returns the body in the form every stored report has (see reportBody).
 func (c *checker) checkReport(body []byte, endpoint, feed string, ts int64, verify bool) (*reportDoc, []byte, error) {
-	rd, record, ok := parseReport(body, feed, ts)
-	if !ok {
-		c.metrics.integrity(c.network, endpoint)
-		return nil, nil, errBadUpstream
+	rd, record, err := parseReport(body, feed, ts)
+	if err != nil {
+		return nil, nil, c.readError(don.EntryUpstream, endpoint, err)
 	}
 	if verify {
 		if err := c.verifyDoc(don.EntryUpstream, rd); err != nil {
@@ -54,6 +53,30 @@ func (c *checker) checkReport(body []byte, endpoint, feed string, ts int64, veri
 		}
 	}
 	return rd, reportBody(record), nil
+}
+
+// readError is the error of an answer whose reports did not read, or were
+// not the ones asked for: one refused as it was read (a report over the
+// size bound, a key twice: don.Refused) is counted by cause with the
+// verification failures, in every mode, and answered naming the cause;
+// any other is an integrity error.
+func (c *checker) readError(entry, endpoint string, err error) error {
+	if don.Refused(err) {
+		return refused(c.gate.Refuse(entry, err))
+	}
+	if entry == don.EntryUpstream {
+		c.metrics.integrity(c.network, endpoint)
+	}
+	return errBadUpstream
+}
+
+// storedError is readError for an entry of the shared tier: a refusal is
+// counted, and the entry is not taken (errStoredEntry).
+func (c *checker) storedError(err error) error {
+	if don.Refused(err) {
+		c.gate.Refuse(don.EntryShared, err)
+	}
+	return errStoredEntry
 }
 
 // verifyDoc checks a report's DON signatures where it enters, and that
@@ -66,17 +89,13 @@ func (c *checker) verifyDoc(entry string, rd *reportDoc) error {
 	return nil
 }
 
-// verifyRaw checks the report records of an answer, each as verifyDoc.
-func (c *checker) verifyRaw(entry string, records []json.RawMessage) error {
+// verifyAll checks the report records of an answer, each as verifyDoc.
+func (c *checker) verifyAll(entry string, records []reportDoc) error {
 	if c.gate.Mode() == don.ModeOff {
 		return nil
 	}
-	for _, raw := range records {
-		var rd reportDoc
-		if err := json.Unmarshal(raw, &rd); err != nil {
-			return errBadUpstream
-		}
-		if err := c.verifyDoc(entry, &rd); err != nil {
+	for i := range records {
+		if err := c.verifyDoc(entry, &records[i]); err != nil {
 			return err
 		}
 	}
@@ -89,20 +108,29 @@ func unverified(c don.Cause) *apierror.Error {
 	return apierror.New(http.StatusBadGateway, "the upstream's report did not verify against the DON's signatures ("+string(c)+": "+c.Meaning()+"); it is not served")
 }
 
-// parseReport parses a {"report": …} body and reports whether it is a
-// report of feed at ts (its observationsTimestamp; anySecond: any); it
-// returns the record as sent.
-func parseReport(body []byte, feed string, ts int64) (*reportDoc, json.RawMessage, bool) {
-	var doc struct {
-		Report json.RawMessage `json:"report"`
+// refused is the error answered for an answer whose report was refused as
+// it was read (don.Refused), one per cause.
+func refused(c don.Cause) *apierror.Error {
+	return apierror.New(http.StatusBadGateway, "the upstream's report was refused ("+string(c)+": "+c.Meaning()+"); it is not served")
+}
+
+// errNotAsked is the error of an answer that read, but is not of the
+// stream or the second asked for.
+var errNotAsked = errors.New("proxy: not the report asked for")
+
+// parseReport reads a {"report": …} body (don.ReadReport: the one reading
+// of a report, the stream's too) and checks that it is a report of feed at
+// ts (its observationsTimestamp; anySecond: any); it returns the record
+// as sent.
+func parseReport(body []byte, feed string, ts int64) (*reportDoc, []byte, error) {
+	rd, record, err := don.ReadReport(body)
+	if err != nil {
+		return nil, nil, err
 	}
-	var rd reportDoc
-	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Report) == 0 ||
-		json.Unmarshal(doc.Report, &rd) != nil || feedid.Canon(rd.FeedID) != feed ||
-		(ts != anySecond && rd.ObservationsTimestamp != ts) {
-		return nil, nil, false
+	if feedid.Canon(rd.FeedID) != feed || (ts != anySecond && rd.ObservationsTimestamp != ts) {
+		return nil, nil, errNotAsked
 	}
-	return &rd, doc.Report, true
+	return &rd, record, nil
 }
 
 // The form of every stored report: {"report":<record>} and a newline, the
@@ -127,81 +155,56 @@ var noReportBody = []byte(`{"error":"no report for this stream at this timestamp
 // refusing an answer that holds a stream not asked for or a report not of
 // the second ts asked for. Every report of it is verified.
 func (c *checker) splitBulk(body []byte, feeds []string, ts int64) (map[string][]byte, error) {
-	out, ok := parseBulk(body, feeds, ts)
-	if !ok {
-		c.metrics.integrity(c.network, "bulk")
-		return nil, errBadUpstream
+	out, recs, err := parseBulk(body, feeds, ts)
+	if err != nil {
+		return nil, c.readError(don.EntryUpstream, "bulk", err)
 	}
-	if err := c.verifyRecords(don.EntryUpstream, out); err != nil {
+	if err := c.verifyAll(don.EntryUpstream, recs); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// verifyRecords verifies the report records of a split bulk answer.
-func (c *checker) verifyRecords(entry string, records map[string][]byte) error {
-	if c.gate.Mode() == don.ModeOff {
-		return nil
-	}
-	for _, raw := range records {
-		if err := c.verifyRaw(entry, []json.RawMessage{raw}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// parseBulk parses a bulk answer into the report record of each stream and
-// reports false for an answer that is malformed, holds a stream not asked
-// for, or a report not of the second ts (its observationsTimestamp).
-func parseBulk(body []byte, feeds []string, ts int64) (map[string][]byte, bool) {
-	var doc struct {
-		Reports []json.RawMessage `json:"reports"`
-	}
-	if err := json.Unmarshal(body, &doc); err != nil || doc.Reports == nil {
-		return nil, false
+// parseBulk reads a bulk answer (don.ReadReports) into the report record
+// of each stream and refuses (errNotAsked) an answer that holds a stream
+// not asked for, or a report not of the second ts (its
+// observationsTimestamp). It returns the records read too.
+func parseBulk(body []byte, feeds []string, ts int64) (map[string][]byte, []reportDoc, error) {
+	recs, raws, err := don.ReadReports(body)
+	if err != nil {
+		return nil, nil, err
 	}
 	asked := make(map[string]struct{}, len(feeds))
 	for _, f := range feeds {
 		asked[f] = struct{}{}
 	}
-	out := make(map[string][]byte, len(doc.Reports))
-	for _, raw := range doc.Reports {
-		var rd reportDoc
-		if err := json.Unmarshal(raw, &rd); err != nil {
-			return nil, false
-		}
+	out := make(map[string][]byte, len(recs))
+	for i, rd := range recs {
 		id := feedid.Canon(rd.FeedID)
 		if _, ok := asked[id]; !ok || rd.ObservationsTimestamp != ts {
-			return nil, false
+			return nil, nil, errNotAsked
 		}
-		out[id] = raw
+		out[id] = raws[i]
 	}
-	return out, true
+	return out, recs, nil
 }
 
-// parsePage parses a page answer and reports whether it is a page of feed
-// from start: its reports in ascending order, none before start. stamps
-// are the reports' observationsTimestamps.
-func parsePage(body []byte, feed string, start int64) (reports []json.RawMessage, stamps []int64, ok bool) {
-	var doc struct {
-		Reports []json.RawMessage `json:"reports"`
+// parsePage reads a page answer (don.ReadReports) and checks that it is a
+// page of feed from start: its reports in ascending order, none before
+// start. It returns the records read and each one's bytes.
+func parsePage(body []byte, feed string, start int64) (recs []reportDoc, raws [][]byte, err error) {
+	recs, raws, err = don.ReadReports(body)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := json.Unmarshal(body, &doc); err != nil || doc.Reports == nil {
-		return nil, nil, false
-	}
-	stamps = make([]int64, len(doc.Reports))
 	last := int64(-1)
-	for i, raw := range doc.Reports {
-		var rd reportDoc
-		if err := json.Unmarshal(raw, &rd); err != nil || feedid.Canon(rd.FeedID) != feed ||
-			rd.ObservationsTimestamp < start || rd.ObservationsTimestamp <= last {
-			return nil, nil, false
+	for _, rd := range recs {
+		if feedid.Canon(rd.FeedID) != feed || rd.ObservationsTimestamp < start || rd.ObservationsTimestamp <= last {
+			return nil, nil, errNotAsked
 		}
 		last = rd.ObservationsTimestamp
-		stamps[i] = last
 	}
-	return doc.Reports, stamps, true
+	return recs, raws, nil
 }
 
 // reportPayload returns the record of a stored report (see reportBody).

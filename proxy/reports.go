@@ -264,19 +264,18 @@ func (s *pageSource) fill(ctx context.Context, calls *callCount, target string, 
 	if err != nil {
 		return nil, err
 	}
-	reports, stamps, ok := parsePage(resp.body, feed, start)
-	if !ok {
-		s.metrics.integrity(s.network, "page")
-		return nil, errBadUpstream
+	recs, reports, err := parsePage(resp.body, feed, start)
+	if err != nil {
+		return nil, s.records.readError(don.EntryUpstream, "page", err)
 	}
-	if err := s.records.verifyRaw(don.EntryUpstream, reports); err != nil {
+	if err := s.records.verifyAll(don.EntryUpstream, recs); err != nil {
 		return nil, err
 	}
 	now := s.now()
 	last := int64(-1)
 	for i, raw := range reports {
 		// Each report of the page is also the report at its timestamp.
-		last = stamps[i]
+		last = recs[i].ObservationsTimestamp
 		s.store.Set(cache.ReportKey(s.network, cred.scope, feed, last),
 			&cache.Entry{Status: http.StatusOK, Body: reportBody(raw), Stored: now})
 	}

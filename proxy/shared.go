@@ -33,9 +33,9 @@ var errStoredEntry = errors.New("proxy: stored entry does not hold what its key 
 // at ts.
 func (c *checker) storedReport(feed string, ts int64) cache.Check {
 	return func(e *cache.Entry) error {
-		rd, _, ok := parseReport(e.Body, feed, ts)
-		if !ok {
-			return errStoredEntry
+		rd, _, err := parseReport(e.Body, feed, ts)
+		if err != nil {
+			return c.storedError(err)
 		}
 		if c.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
@@ -62,8 +62,11 @@ const maxWriterAhead = time.Second
 // latest_max_stale from it at most.
 func (l *latestEntries) check(feed string) cache.Check {
 	return func(e *cache.Entry) error {
-		rd, _, ok := parseReport(e.Body, feed, anySecond)
-		if !ok || e.Expires.IsZero() || l.records.verifyDoc(don.EntryShared, rd) != nil {
+		rd, _, err := parseReport(e.Body, feed, anySecond)
+		if err != nil {
+			return l.records.storedError(err)
+		}
+		if e.Expires.IsZero() || l.records.verifyDoc(don.EntryShared, rd) != nil {
 			return errStoredEntry
 		}
 		latestKind.With(e, rd.ObservationsTimestamp)
@@ -109,8 +112,11 @@ func timeMax(a, b time.Time) time.Time {
 // storedPage checks a stored page: reports of feed from start, in order.
 func (c *checker) storedPage(feed string, start int64) cache.Check {
 	return func(e *cache.Entry) error {
-		reports, _, ok := parsePage(e.Body, feed, start)
-		if !ok || c.verifyRaw(don.EntryShared, reports) != nil {
+		recs, _, err := parsePage(e.Body, feed, start)
+		if err != nil {
+			return c.storedError(err)
+		}
+		if c.verifyAll(don.EntryShared, recs) != nil {
 			return errStoredEntry
 		}
 		return nil
@@ -148,8 +154,11 @@ func (c *catalogViews) check(e *cache.Entry) error {
 // feeds at ts) and rebuilds its split reports.
 func (c *checker) storedBulk(feeds []string, ts int64) cache.Check {
 	return func(e *cache.Entry) error {
-		reports, ok := parseBulk(e.Body, feeds, ts)
-		if !ok || c.verifyRecords(don.EntryShared, reports) != nil {
+		reports, recs, err := parseBulk(e.Body, feeds, ts)
+		if err != nil {
+			return c.storedError(err)
+		}
+		if c.verifyAll(don.EntryShared, recs) != nil {
 			return errStoredEntry
 		}
 		bulkKind.With(e, reports)

@@ -1,53 +1,30 @@
 package realtime
 
 import (
-	"bytes"
-
+	"streamgate/don"
 	"streamgate/feedid"
-)
-
-var (
-	keyFeedID = []byte(`"feedID":"`)
-	keyObsTS  = []byte(`"observationsTimestamp":`)
 )
 
 // feedIDLen is the length of a feed ID: 0x and 64 hex digits.
 const feedIDLen = feedid.Len
 
 // parseFrame finds the feed ID and the observationsTimestamp of one report
-// frame, {"report":{"feedID":"0x…",…,"observationsTimestamp":N}}, without
-// decoding the JSON: two searches and a loop over the digits. The upstream
-// writes both fields without spaces around the colon. The feed ID is
-// returned as a slice of frame (no copy) when it is in canonical
-// (lower-case) form, as the upstream writes it; in another case, as a
-// canonical copy.
+// frame, {"report":{"feedID":"0x…",…,"observationsTimestamp":N}}, as the
+// frame's check reads them (don.FrameKey: the record's own keys, the
+// reading every report entering the gateway gets), so that a frame is
+// filed under the stream and second that its check verified and its
+// clients read, never under a "feedID" found elsewhere in the frame. A
+// frame repeating a key is filed under the first, and refused by the
+// check (the network's Gate, in every mode). The feed ID is returned as a
+// slice of frame (no copy) when it is in canonical (lower-case) form, as
+// the upstream writes it; in another case, as a canonical copy.
 func parseFrame(frame []byte) (feed []byte, ts int64, ok bool) {
-	i := bytes.Index(frame, keyFeedID)
-	if i < 0 || len(frame) < i+len(keyFeedID)+feedIDLen+1 {
-		return nil, 0, false
-	}
-	feed = frame[i+len(keyFeedID) : i+len(keyFeedID)+feedIDLen]
-	if frame[i+len(keyFeedID)+feedIDLen] != '"' || !feedid.Valid(feed) {
+	feed, ts, ok = don.FrameKey(frame)
+	if !ok || len(feed) != feedIDLen || !feedid.Valid(feed) || ts < 0 {
 		return nil, 0, false
 	}
 	if !feedid.Canonical(feed) {
 		feed = []byte(feedid.Canon(string(feed)))
-	}
-	j := bytes.Index(frame, keyObsTS)
-	if j < 0 {
-		return nil, 0, false
-	}
-	j += len(keyObsTS)
-	n := 0
-	for ; j < len(frame) && frame[j] >= '0' && frame[j] <= '9'; j++ {
-		if n >= 18 {
-			return nil, 0, false
-		}
-		ts = ts*10 + int64(frame[j]-'0')
-		n++
-	}
-	if n == 0 {
-		return nil, 0, false
 	}
 	return feed, ts, true
 }

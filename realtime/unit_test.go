@@ -26,8 +26,17 @@ func TestParseFrame(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, id, string(got))
 	assert.Equal(t, int64(1), ts)
+	// Filed under the record's own feedID and time, never under a
+	// "feedID" found elsewhere in the frame.
+	other := "0x" + strings.Repeat("0b", 32)
+	got, ts, ok = parseFrame([]byte(`{"x":{"feedID":"` + other + `","observationsTimestamp":7},"report":{"extra":{"feedID":"` + other + `"},"feedID":"` + id + `","observationsTimestamp":2}}`))
+	require.True(t, ok)
+	assert.Equal(t, id, string(got))
+	assert.Equal(t, int64(2), ts)
 	for _, bad := range []string{
 		``, `{}`, `{"report":{"feedID":"0x12","observationsTimestamp":1}}`,
+		`{"report":{"feedID":"` + id + `","observationsTimestamp":-1}}`,
+		`{"report":{"feedID":"` + id + `","observationsTimestamp":1}`,
 		`{"report":{"feedID":"0y` + id[2:] + `","observationsTimestamp":1}}`,
 		`{"report":{"feedID":"` + id + `"}}`,
 		`{"report":{"feedID":"` + id + `","observationsTimestamp":"1"}}`,

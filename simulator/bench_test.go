@@ -68,7 +68,7 @@ func BenchmarkReportAt(b *testing.B) {
 			t := t0.Unix()
 			for b.Loop() {
 				t--
-				buf = st.appendReportJSON(buf[:0], t, s.networks[Mainnet].don, "")
+				buf = st.appendReportJSON(buf[:0], t, s.networks[Mainnet].don, "", "")
 			}
 		})
 	}

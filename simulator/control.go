@@ -15,8 +15,8 @@ import (
 //	GET  /faults          the injected faults, as JSON
 //	PUT  /faults          replace them: {"latency":"150ms","jitter":"50ms","errorRate":0.1,"hang":0,"force429":0,
 //	                      "wsStall":false,"wsStallOrigin":"","wsRefuse":0,"forge":""} (absent fields are zero;
-//	                      forge: "signature", "outsider", "too_few", "too_many", "duplicate", "unknown_digest"
-//	                      or "relabel")
+//	                      forge: "signature", "outsider", "too_few", "too_many", "duplicate", "unknown_digest",
+//	                      "relabel", "duplicate_key", "duplicate_key_last", "trailing" or "oversize")
 //	GET  /don             the DON configurations of each network: {"mainnet":[{"configDigest":…,"f":1,"signers":[…]}…],…}
 //	POST /faults/ws-drop  close open WebSocket connections now (see DropWS); the optional body
 //	                      {"network":"mainnet","origin":"001","abrupt":true} selects them and the

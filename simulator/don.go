@@ -64,12 +64,43 @@ const (
 	// validFromTimestamp and observationsTimestamp relabelled as the
 	// second asked: every signature verifies, only the record lies.
 	ForgeRelabel Forgery = "relabel"
+	// ForgeDuplicateKey serves the genuine report, its record carrying a
+	// second "feedID", another stream's (the network's next), before its
+	// own: a decoder that keeps the last of a repeated key reads the
+	// genuine record, one that keeps the first reads the other stream.
+	ForgeDuplicateKey Forgery = "duplicate_key"
+	// ForgeDuplicateKeyLast is ForgeDuplicateKey with the other stream's
+	// "feedID" after the record's own.
+	ForgeDuplicateKeyLast Forgery = "duplicate_key_last"
+	// ForgeTrailing serves the genuine report with a word of zeros (32
+	// bytes) appended to its fullReport: every signature verifies, but the
+	// encoding is not the canonical one.
+	ForgeTrailing Forgery = "trailing"
+	// ForgeOversize serves the genuine report with OversizeBytes of zeros
+	// appended to its fullReport (twice that in hex): an answer of about
+	// 40 MiB. Over the WebSocket its frames exceed the 32 KiB a client
+	// reads of one message.
+	ForgeOversize Forgery = "oversize"
 )
+
+// OversizeBytes is what ForgeOversize appends to a fullReport.
+const OversizeBytes = 20 << 20
 
 // RelabelAge is how much older the report ForgeRelabel serves is.
 const RelabelAge = 3600
 
-var forgeries = []Forgery{ForgeSignature, ForgeOutsider, ForgeTooFew, ForgeTooMany, ForgeDuplicate, ForgeUnknownDigest, ForgeRelabel}
+var forgeries = []Forgery{ForgeSignature, ForgeOutsider, ForgeTooFew, ForgeTooMany, ForgeDuplicate, ForgeUnknownDigest, ForgeRelabel,
+	ForgeDuplicateKey, ForgeDuplicateKeyLast, ForgeTrailing, ForgeOversize}
+
+// genuine reports whether forge leaves the signatures as the DON made
+// them (only the record or the fullReport's encoding lies).
+func (f Forgery) genuine() bool {
+	switch f {
+	case ForgeRelabel, ForgeDuplicateKey, ForgeDuplicateKeyLast, ForgeTrailing, ForgeOversize:
+		return true
+	}
+	return false
+}
 
 // don holds the keys of one network's DON.
 type don struct {
@@ -120,8 +151,8 @@ func (d *don) configs(network string) []DONConfig {
 // sign sets the signatures of r, made by DONF+1 signers chosen by ts (so
 // that every signer signs some reports), falsified as forge says.
 func (d *don) sign(r *FullReport, ts int64, forge Forgery) {
-	if forge == ForgeRelabel {
-		forge = "" // the report is genuine; its record is relabelled (appendReportJSON)
+	if forge.genuine() {
+		forge = "" // the report is genuine; its record or encoding lies (appendReportJSON)
 	}
 	if forge == ForgeUnknownDigest {
 		r.ReportContext[0][31] ^= 0xff

@@ -53,8 +53,9 @@ type Faults struct {
 
 	// Forge falsifies every report served while it is set, over REST and
 	// the WebSocket (see Forgery): "signature", "outsider", "too_few",
-	// "too_many", "duplicate", "unknown_digest" or "relabel"; "" serves
-	// reports as the DON signed them.
+	// "too_many", "duplicate", "unknown_digest", "relabel",
+	// "duplicate_key", "duplicate_key_last", "trailing" or "oversize"; ""
+	// serves reports as the DON signed them.
 	Forge Forgery
 }
 

@@ -464,7 +464,7 @@ type cachedReport struct {
 // cache, unless the Forge fault is set.
 func (s *Simulator) appendReport(dst []byte, n *network, st *stream, ts int64) []byte {
 	if forge := s.faults.Load().Forge; forge != "" {
-		return st.appendReportJSON(dst, ts, n.don, forge)
+		return st.appendReportJSON(dst, ts, n.don, forge, n.streams[(st.idx+1)%len(n.streams)].idHex)
 	}
 	return s.cache.appendReport(dst, n, st, ts)
 }
@@ -476,7 +476,7 @@ func (c *reportCache) appendReport(dst []byte, n *network, st *stream, ts int64)
 	if e := slot.Load(); e != nil && e.ts == ts && e.idx == idx && e.net == n.index {
 		return append(dst, e.json...)
 	}
-	js := st.appendReportJSON(make([]byte, 0, 2*maxFullReport+256), ts, n.don, "")
+	js := st.appendReportJSON(make([]byte, 0, 2*maxFullReport+256), ts, n.don, "", "")
 	slot.Store(&cachedReport{net: n.index, idx: idx, ts: ts, json: js})
 	return append(dst, js...)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -257,8 +258,9 @@ func (v *reportValues) blob(b []byte) {
 }
 
 // appendReportJSON appends the JSON report record of st at ts to dst,
-// signed by d (falsified as forge says, "" for none).
-func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) []byte {
+// signed by d (falsified as forge says, "" for none); decoy is the other
+// stream's ID the duplicate-key forgeries add.
+func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery, decoy string) []byte {
 	label := ts
 	if forge == ForgeRelabel {
 		ts -= RelabelAge
@@ -272,7 +274,11 @@ func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) 
 	var buf [maxFullReport]byte
 	enc := full.AppendEncode(buf[:0])
 
-	dst = append(dst, `{"feedID":"`...)
+	dst = append(dst, '{')
+	if forge == ForgeDuplicateKey {
+		dst = append(dst, `"feedID":"`+decoy+`",`...)
+	}
+	dst = append(dst, `"feedID":"`...)
 	dst = append(dst, st.idHex...)
 	dst = append(dst, `","validFromTimestamp":`...)
 	dst = strconv.AppendInt(dst, label, 10)
@@ -280,7 +286,17 @@ func (st *stream) appendReportJSON(dst []byte, ts int64, d *don, forge Forgery) 
 	dst = strconv.AppendInt(dst, label, 10)
 	dst = append(dst, `,"fullReport":"0x`...)
 	dst = hex.AppendEncode(dst, enc)
-	return append(dst, `"}`...)
+	switch forge {
+	case ForgeTrailing:
+		dst = append(dst, strings.Repeat("00", word)...)
+	case ForgeOversize:
+		dst = append(dst, strings.Repeat("00", OversizeBytes)...)
+	}
+	dst = append(dst, '"')
+	if forge == ForgeDuplicateKeyLast {
+		dst = append(dst, `,"feedID":"`+decoy+`"`...)
+	}
+	return append(dst, '}')
 }
 
 func floorDiv(a, b int64) int64 {
