@@ -1003,7 +1003,8 @@ func TestHelmArchive(t *testing.T) {
 
 // TestHelmOptions renders the values that the two files leave off: client
 // certificates verified against a CA from a Secret, the NetworkPolicy's
-// egress, an image by digest, and a ConfigMap of the user's own.
+// egress, an image by digest, extra volumes, and a ConfigMap of the
+// user's own.
 func TestHelmOptions(t *testing.T) {
 	t.Run("client CA", func(t *testing.T) {
 		vals := chartValues(t, []string{productionVals}, map[string]any{"tls": map[string]any{
@@ -1031,7 +1032,9 @@ func TestHelmOptions(t *testing.T) {
 	t.Run("egress and digest", func(t *testing.T) {
 		const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 		vals := chartValues(t, []string{productionVals}, map[string]any{
-			"image": map[string]any{"digest": digest},
+			"image":             map[string]any{"digest": digest},
+			"extraVolumes":      []any{map[string]any{"name": "dons", "configMap": map[string]any{"name": "streamgate-dons"}}},
+			"extraVolumeMounts": []any{map[string]any{"name": "dons", "mountPath": "/etc/streamgate-dons", "readOnly": true}},
 			"networkPolicy": map[string]any{"egress": map[string]any{"enabled": true, "to": []any{
 				map[string]any{"to": []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "redis"}}}},
 					"ports": []any{map[string]any{"protocol": "TCP", "port": 6379}, map[string]any{"protocol": "TCP", "port": 26379}}},
