@@ -75,8 +75,13 @@ func TestExportFailuresAreLoggedAndCounted(t *testing.T) {
 	var out syncBuffer
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&out), zap.DebugLevel))
 	reg := prometheus.NewRegistry()
+	// The export's timeout must outlast the loop below, which fills the
+	// queue while the first batch hangs: a timeout that fired meanwhile
+	// would free the queue and drop fewer. 15 s is far beyond the loop's
+	// few milliseconds even on a starved machine; the failure it then
+	// gives is waited for as an event.
 	p, err := New(Config{Endpoint: "http://" + ln.Addr().String(), SampleRatio: 1,
-		Logger: logger, Registerer: reg, ExportTimeout: 2 * time.Second})
+		Logger: logger, Registerer: reg, ExportTimeout: 15 * time.Second})
 	require.NoError(t, err)
 	m := p.metrics
 
