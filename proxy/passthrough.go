@@ -90,14 +90,18 @@ func (n *network) passThrough(w http.ResponseWriter, r *http.Request, p *auth.Pr
 		cred = n.credentialFor(p.Team.Name)
 	}
 	endpoint := stateOf(r.Context()).endpoint
-	sent, err := n.up.budget.Depart(r.Context(), budgetKey(endpoint, cred), n.up.limit)
+	key := budgetKey(endpoint, cred)
+	sent, err := n.up.budget.Depart(r.Context(), key, n.up.limit)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer sent(time.Time{})
+	// Like every upstream call, the hold covers the write, not a connect
+	// that outlasts the interval (departure).
+	tctx, departed := n.up.depart(r.Context(), key, sent)
+	defer departed()
 	stateOf(r.Context()).counter().add()
-	ctx, cancel := context.WithCancelCause(sentTrace(r.Context(), sent))
+	ctx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	ps := &passState{cred: cred, endpoint: endpoint, start: time.Now(), timer: time.AfterFunc(n.up.timeout, func() { cancel(errPassTimeout) })}
 	defer ps.timer.Stop()
