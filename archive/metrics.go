@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "streamgate_archive_errors_total", Help: "Failed store calls by operation and kind: timeout, unavailable, canceled, other.",
+			Name: "streamgate_archive_errors_total", Help: "Failed store calls by operation and kind: timeout, unavailable, auth, canceled, other.",
 		}, []string{"op", "kind"}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_archive_reads_total", Help: "Reports asked of the archive by result: hit, miss, error.",
@@ -143,7 +143,7 @@ func (m *Metrics) deleted(d Deleted) {
 // ErrorKind classifies a store's error for the metrics: timeout (a
 // deadline passed), canceled, unavailable (the server cannot be reached,
 // the connection broke, or the server is shutting down or starting),
-// other.
+// auth (PostgreSQL refused the user or its password), other.
 func ErrorKind(err error) string {
 	var ne net.Error
 	var pe *pgconn.PgError
@@ -155,8 +155,11 @@ func ErrorKind(err error) string {
 	case errors.As(err, &pe):
 		// Class 08: connection exception; 57P0x: the server is shutting
 		// down or starting; 53: out of resources.
-		if len(pe.Code) >= 2 && (pe.Code[:2] == "08" || pe.Code[:2] == "53" || pe.Code[:4] == "57P0") {
+		if len(pe.Code) >= 4 && (pe.Code[:2] == "08" || pe.Code[:2] == "53" || pe.Code[:4] == "57P0") {
 			return "unavailable"
+		}
+		if len(pe.Code) >= 2 && pe.Code[:2] == "28" { // invalid authorization
+			return "auth"
 		}
 		return "other"
 	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||

@@ -367,7 +367,7 @@ func (p *Postgres) AddCoverage(ctx context.Context, network string, stream feedi
 		var lo, hi *int64
 		err := tx.QueryRow(ctx, `WITH gone AS (
 	DELETE FROM archive_coverage
-	WHERE network = $1 AND stream = $2 AND to_ts >= $3 - 1 AND from_ts <= $4 + 1
+	WHERE network = $1 AND stream = $2 AND to_ts >= $3::bigint - 1 AND from_ts <= $4::bigint + 1
 	RETURNING from_ts, to_ts)
 SELECT min(from_ts), max(to_ts) FROM gone`, network, sb[:], int64(span.From), int64(span.To)).Scan(&lo, &hi)
 		if err != nil {
