@@ -64,7 +64,9 @@ func maps(m map[string]int) map[string]int {
 	return out
 }
 
-func key(r Report) Report { return Report{Network: r.Network, Stream: r.Stream, ObservationsTimestamp: r.ObservationsTimestamp} }
+func key(r Report) Report {
+	return Report{Network: r.Network, Stream: r.Stream, ObservationsTimestamp: r.ObservationsTimestamp}
+}
 
 // A full queue drops the reports that do not fit, hands exactly those to
 // OnDrop, logs once for the episode, and never makes Add wait.
