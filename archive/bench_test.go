@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/cache"
-	"streamgate/internal/pgtest"
 	"streamgate/simulator"
 )
 
@@ -188,7 +187,7 @@ func BenchmarkPebblePage100(b *testing.B) {
 
 // pgBench starts a server and opens a store on a fresh database.
 func pgBench(b *testing.B) (*pgServer, string) {
-	pg := &pgServer{Server: pgtest.New(b)}
+	pg, _ := ownPG(b)
 	return pg, pg.database(b)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"streamgate/don"
 	"streamgate/feedid"
+	"streamgate/internal/pgproc"
 	"streamgate/internal/pgtest"
 )
 
@@ -94,15 +95,56 @@ func report(t testing.TB, network string, i int, ts uint32, mark byte) Report {
 	return Report{Network: network, Stream: stream(i), ValidFromTimestamp: ts - 1, ObservationsTimestamp: ts, FullReport: full}
 }
 
-// pgServer is one PostgreSQL server shared by a test's subtests, each of
-// which gets a database of its own.
+// pgServer is a PostgreSQL server whose tests each get a database of
+// their own.
 type pgServer struct {
-	*pgtest.Server
-	mu sync.Mutex
-	n  int
+	srv *pgproc.Server
+	mu  sync.Mutex
+	n   int
 }
 
-func newPG(t *testing.T) *pgServer { return &pgServer{Server: pgtest.New(t)} }
+// shared is the package's PostgreSQL server, started at the first test
+// that asks for it (one initdb for every test and every -count) and
+// removed by TestMain.
+var shared struct {
+	once sync.Once
+	pg   *pgServer
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.pg != nil {
+		shared.pg.srv.Remove()
+	}
+	os.Exit(code)
+}
+
+// newPG returns the package's server, started by this process. A test
+// that stops the server starts one of its own instead (ownPG).
+func newPG(t testing.TB) *pgServer {
+	t.Helper()
+	if _, err := pgproc.Find(); err != nil {
+		pgtest.New(t) // skips, or fails under CI=true
+	}
+	shared.once.Do(func() {
+		bin, err := pgproc.Find()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		srv, err := pgproc.Start(bin)
+		shared.pg, shared.err = &pgServer{srv: srv}, err
+	})
+	require.NoError(t, shared.err)
+	return shared.pg
+}
+
+// ownPG starts a server for t alone, stopped and removed at its end.
+func ownPG(t testing.TB) (*pgServer, *pgtest.Server) {
+	s := pgtest.New(t)
+	return &pgServer{srv: s.Server}, s
+}
 
 // database makes a fresh database and returns its URL.
 func (s *pgServer) database(t testing.TB) string {
@@ -112,7 +154,7 @@ func (s *pgServer) database(t testing.TB) string {
 	name := fmt.Sprintf("archive_%d", s.n)
 	s.mu.Unlock()
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(s.URL())
+	cfg, err := pgx.ParseConfig(s.srv.URL())
 	require.NoError(t, err)
 	cfg.Password = pgtest.Password
 	c, err := pgx.ConnectConfig(ctx, cfg)
@@ -120,7 +162,14 @@ func (s *pgServer) database(t testing.TB) string {
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, "CREATE DATABASE "+name)
 	require.NoError(t, err)
-	u, err := url.Parse(s.URL())
+	t.Cleanup(func() { // after the stores' pools close (cleanups run last first)
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(ctx)
+		}
+	})
+	u, err := url.Parse(s.srv.URL())
 	require.NoError(t, err)
 	u.Path = "/" + name
 	return u.String()

@@ -143,7 +143,7 @@ func histCount(t *testing.T, h prometheus.Histogram) uint64 {
 // either stored or told to OnDrop.
 func TestWriterPostgresDown(t *testing.T) {
 	ctx := context.Background()
-	pg := newPG(t)
+	pg, srv := ownPG(t) // stopped and restarted: a server of its own
 	m, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	store := openPG(t, pg.database(t), m)
@@ -167,7 +167,7 @@ func TestWriterPostgresDown(t *testing.T) {
 	require.NoError(t, w.Flush(ctx))
 	require.Equal(t, int64(20), w.Written())
 
-	pg.Stop()
+	srv.Stop()
 	for w.Dropped() < 30 { // batches fail, are retried, then dropped
 		add(10)
 		require.NoError(t, w.Flush(ctx))
@@ -178,7 +178,7 @@ func TestWriterPostgresDown(t *testing.T) {
 	_, why := h.snapshot()
 	assert.Equal(t, int(w.Dropped()), why[DropStoreError])
 
-	pg.Restart()
+	srv.Restart()
 	before := w.Written()
 	require.Eventually(t, func() bool {
 		add(5)
