@@ -1,0 +1,281 @@
+package archive
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"streamgate/feedid"
+)
+
+// WriterOptions are a Writer's settings; a zero field takes its default.
+type WriterOptions struct {
+	Queue    int           // reports waiting at most; default 65536
+	Batch    int           // reports per write at most; default 1000
+	Interval time.Duration // a batch that is not full waits at most this; default 200 ms
+	// Timeout bounds one write of a batch; default 5 s.
+	Timeout time.Duration
+	// Retries is how many times a failed batch is tried again before its
+	// reports are dropped; default 3. Backoff is the first pause between
+	// tries, doubled each time; default 100 ms.
+	Retries int
+	Backoff time.Duration
+	// OnDrop is told each report the Writer will not store (reason
+	// DropQueueFull, DropStoreError, DropClosed), so that the caller can
+	// record a hole in the stream's coverage. It is called from Add (queue
+	// full, closed, invalid) or from the Writer's goroutine (store error), and must
+	// not block.
+	OnDrop  func(network string, stream feedid.ID, ts uint32, reason string)
+	Metrics *Metrics
+	Logger  *zap.Logger // nil: none
+}
+
+// Writer puts reports into a Store in batches from one goroutine, so that
+// the hot path's Add never waits: a bounded queue, and on overflow the
+// report is dropped, counted and handed to OnDrop. Store errors are
+// retried within a bound, then the batch is dropped the same way.
+type Writer struct {
+	store Store
+	o     WriterOptions
+	log   *zap.Logger
+
+	queue   chan item
+	flushes chan chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
+
+	closeMu sync.RWMutex // Add holds it read, Close write: nothing is queued after the quit
+	closed  bool
+
+	overflow atomic.Bool  // in an episode of a full queue
+	lost     atomic.Int64 // dropped in the current episode
+	failing  bool         // the goroutine's: in an episode of store errors
+
+	// Counts, for tests and the caller's status: reports stored, skipped
+	// as duplicates, dropped (every reason), and failed store calls.
+	written, duplicates, dropped, errs atomic.Int64
+}
+
+type item struct {
+	r  Report
+	at time.Time
+}
+
+// NewWriter starts a Writer in front of store; stop it with Close.
+func NewWriter(store Store, o WriterOptions) *Writer {
+	if o.Queue <= 0 {
+		o.Queue = 65536
+	}
+	if o.Batch <= 0 {
+		o.Batch = 1000
+	}
+	if o.Interval <= 0 {
+		o.Interval = 200 * time.Millisecond
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Retries < 0 {
+		o.Retries = 0
+	} else if o.Retries == 0 {
+		o.Retries = 3
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = 100 * time.Millisecond
+	}
+	w := &Writer{store: store, o: o, log: o.Logger,
+		queue: make(chan item, o.Queue), flushes: make(chan chan struct{}),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	if w.log == nil {
+		w.log = zap.NewNop()
+	}
+	go w.run()
+	return w
+}
+
+// Add queues r for writing and returns at once: false when r was dropped
+// (the queue is full, or the Writer closed), as OnDrop is told.
+func (w *Writer) Add(r Report) bool {
+	w.closeMu.RLock()
+	defer w.closeMu.RUnlock()
+	if w.closed {
+		w.drop([]item{{r: r}}, DropClosed)
+		return false
+	}
+	if r.check() != nil { // no store takes it: it would fail its whole batch
+		w.drop([]item{{r: r}}, DropInvalid)
+		return false
+	}
+	select {
+	case w.queue <- item{r: r, at: time.Now()}:
+		if w.overflow.Load() && w.overflow.CompareAndSwap(true, false) {
+			w.log.Warn("archive: the write queue takes reports again",
+				zap.Int64("dropped", w.lost.Swap(0)))
+		}
+		return true
+	default:
+	}
+	w.lost.Add(1)
+	if w.overflow.CompareAndSwap(false, true) {
+		w.log.Warn("archive: the write queue is full; reports are dropped, each a hole in its stream's coverage, until it takes them again",
+			zap.Int("queue", w.o.Queue))
+	}
+	w.drop([]item{{r: r}}, DropQueueFull)
+	return false
+}
+
+func (w *Writer) drop(items []item, reason string) {
+	w.dropped.Add(int64(len(items)))
+	w.o.Metrics.drop(reason, len(items))
+	if w.o.OnDrop != nil {
+		for _, it := range items {
+			w.o.OnDrop(it.r.Network, it.r.Stream, it.r.ObservationsTimestamp, reason)
+		}
+	}
+}
+
+// Flush returns once every report added before it was written (or
+// dropped), or when ctx ends.
+func (w *Writer) Flush(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case w.flushes <- ack:
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the Writer once it has written what is queued (a failing
+// store's batches dropped after their first retry), and waits for that
+// until ctx ends; later Adds are dropped (DropClosed). It does not close
+// the store.
+func (w *Writer) Close(ctx context.Context) error {
+	w.closeMu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.quit)
+	}
+	w.closeMu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Written, Duplicates, Dropped and Errors count the reports stored, those
+// skipped as duplicates, those dropped (every reason), and the failed
+// store calls, since the start.
+func (w *Writer) Written() int64    { return w.written.Load() }
+func (w *Writer) Duplicates() int64 { return w.duplicates.Load() }
+func (w *Writer) Dropped() int64    { return w.dropped.Load() }
+func (w *Writer) Errors() int64     { return w.errs.Load() }
+
+func (w *Writer) run() {
+	defer close(w.done)
+	tick := time.NewTicker(w.o.Interval)
+	defer tick.Stop()
+	batch := make([]item, 0, w.o.Batch)
+	for {
+		select {
+		case it := <-w.queue:
+			batch = append(batch, it)
+			if len(batch) >= w.o.Batch {
+				batch = w.write(batch)
+			}
+		case <-tick.C:
+			batch = w.write(batch)
+		case ack := <-w.flushes:
+			batch = w.drain(batch)
+			close(ack)
+		case <-w.quit:
+			w.drain(batch)
+			return
+		}
+	}
+}
+
+// drain writes batch and every report queued now.
+func (w *Writer) drain(batch []item) []item {
+	for {
+		select {
+		case it := <-w.queue:
+			batch = append(batch, it)
+			if len(batch) >= w.o.Batch {
+				batch = w.write(batch)
+			}
+		default:
+			return w.write(batch)
+		}
+	}
+}
+
+// write writes batch, trying again within the bound, and returns it
+// emptied for reuse.
+func (w *Writer) write(batch []item) []item {
+	if len(batch) == 0 {
+		return batch
+	}
+	reports := make([]Report, len(batch))
+	for i := range batch {
+		reports[i] = batch[i].r
+	}
+	pause := w.o.Backoff
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), w.o.Timeout)
+		res, err := w.store.Write(ctx, reports)
+		cancel()
+		if err == nil {
+			now := time.Now()
+			w.written.Add(int64(res.Written))
+			w.duplicates.Add(int64(res.Duplicates))
+			if m := w.o.Metrics; m != nil {
+				m.batch.Observe(float64(len(batch)))
+				for i := range batch {
+					m.lag.Observe(now.Sub(batch[i].at).Seconds())
+				}
+			}
+			if w.failing {
+				w.failing = false
+				w.log.Info("archive: the store takes reports again")
+			}
+			return batch[:0]
+		}
+		w.errs.Add(1) // the store counts it by kind in the metrics
+		if !w.failing {
+			w.failing = true
+			w.log.Warn("archive: the store fails writes; a batch still failing after its retries is dropped, each report a hole in its stream's coverage",
+				zap.Error(err), zap.String("kind", ErrorKind(err)))
+		}
+		if try >= w.o.Retries || w.quitting() && try > 0 {
+			w.drop(batch, DropStoreError)
+			return batch[:0]
+		}
+		select {
+		case <-time.After(pause):
+		case <-w.quit:
+		}
+		pause *= 2
+	}
+}
+
+func (w *Writer) quitting() bool {
+	select {
+	case <-w.quit:
+		return true
+	default:
+		return false
+	}
+}
