@@ -347,10 +347,11 @@ func (s *keySet) add(key []byte) bool {
 	return false
 }
 
-// unquote returns the string a JSON string (as written) holds.
+// unquote returns the string a JSON string (as written) holds, as Go's
+// decoder reads it (invalid UTF-8 replaced).
 func unquote(s []byte) (string, bool) {
 	inner := s[1 : len(s)-1]
-	if !hasEscape(inner) {
+	if !hasEscape(inner) && utf8.Valid(inner) {
 		return string(inner), true
 	}
 	var out string
