@@ -191,6 +191,13 @@ func FuzzReadReport(f *testing.F) {
 		if r, err := don.ReadRecord(b); err == nil {
 			sameReading(t, b, r)
 		}
+		// A frame FrameKey accepted reads the same without its syntax
+		// checked again (the hub's clients' reading), and any bytes give
+		// AcceptedFrameKey an answer, never a panic.
+		afeed, ats, aok := don.AcceptedFrameKey(b)
+		if feed, ts, ok := don.FrameKey(b); ok && (!aok || string(afeed) != string(feed) || ats != ts) {
+			t.Fatalf("FrameKey %s %d, AcceptedFrameKey %s %d %v", feed, ts, afeed, ats, aok)
+		}
 		r, raw, err := don.ReadReport(b)
 		if err == nil {
 			sameReading(t, raw, r)

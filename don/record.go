@@ -177,6 +177,27 @@ func FrameKey(frame []byte) (feedID []byte, observationsTimestamp int64, ok bool
 	if !json.Valid(frame) {
 		return nil, 0, false
 	}
+	return frameKey(frame)
+}
+
+// AcceptedFrameKey is FrameKey for a frame that FrameKey accepted before
+// (one the real-time hub filed and delivered, read again per client): it
+// gives the same answer without checking the frame's syntax again, which
+// is most of FrameKey's cost (json.Valid over the fullReport's hex), paid
+// once per frame per client otherwise. Bytes that are not JSON, which the
+// scanners do not expect, give ok false (a scanner's panic on them is
+// recovered), never a guess that a check would refuse.
+func AcceptedFrameKey(frame []byte) (feedID []byte, observationsTimestamp int64, ok bool) {
+	defer func() {
+		if recover() != nil {
+			feedID, observationsTimestamp, ok = nil, 0, false
+		}
+	}()
+	return frameKey(frame)
+}
+
+// frameKey is FrameKey on a frame whose syntax was checked.
+func frameKey(frame []byte) (feedID []byte, observationsTimestamp int64, ok bool) {
 	var f recordFields
 	found := false
 	err := members(frame, func(key, val []byte) error {

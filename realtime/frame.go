@@ -19,7 +19,19 @@ const feedIDLen = feedid.Len
 // slice of frame (no copy) when it is in canonical (lower-case) form, as
 // the upstream writes it; in another case, as a canonical copy.
 func parseFrame(frame []byte) (feed []byte, ts int64, ok bool) {
-	feed, ts, ok = don.FrameKey(frame)
+	return frameKey(frame, don.FrameKey)
+}
+
+// deliveredFrame is parseFrame for a frame the hub has parsed already
+// (one taken from a subscription's queue): the same answer, without the
+// frame's syntax checked again (don.AcceptedFrameKey), since it is read
+// once per frame per client.
+func deliveredFrame(frame []byte) (feed []byte, ts int64, ok bool) {
+	return frameKey(frame, don.AcceptedFrameKey)
+}
+
+func frameKey(frame []byte, key func([]byte) ([]byte, int64, bool)) (feed []byte, ts int64, ok bool) {
+	feed, ts, ok = key(frame)
 	if !ok || len(feed) != feedIDLen || !feedid.Valid(feed) || ts < 0 {
 		return nil, 0, false
 	}
@@ -30,10 +42,10 @@ func parseFrame(frame []byte) (feed []byte, ts int64, ok bool) {
 }
 
 // FrameTime returns the feed ID (in canonical form) and the
-// observationsTimestamp of a report frame, as the hub reads them; ok is
-// false for a frame that is not a report.
+// observationsTimestamp of a report frame the hub delivered, as the hub
+// read them; ok is false for a frame that is not a report.
 func FrameTime(frame []byte) (feed feedid.ID, observationsTimestamp int64, ok bool) {
-	id, ts, ok := parseFrame(frame)
+	id, ts, ok := deliveredFrame(frame)
 	if !ok {
 		return "", 0, false
 	}

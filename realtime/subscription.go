@@ -243,7 +243,7 @@ func (s *Subscription) Keep(frame []byte) bool {
 	if d == nil {
 		return true
 	}
-	feed, _, ok := parseFrame(frame)
+	feed, _, ok := deliveredFrame(frame)
 	return ok && !(*d)[feedid.ID(feed)]
 }
 
