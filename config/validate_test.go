@@ -657,10 +657,12 @@ func FuzzRedisSentinelShape(f *testing.F) {
 				}
 			}
 		}
+		// A host with a user or a path (an address given as a URL, or as
+		// USER:PASSWORD@HOST:PORT) is not HOST:PORT.
 		valid := func(s string) bool {
 			host, port, err := net.SplitHostPort(s)
 			n, perr := strconv.Atoi(port)
-			return err == nil && host != "" && perr == nil && n >= 1 && n <= 65535
+			return err == nil && host != "" && !strings.ContainsAny(host, "@/") && perr == nil && n >= 1 && n <= 65535
 		}
 		if master != "" && valid(a) && valid(b) && a != b {
 			assert.Zero(t, redisProblems, "%v", err)
