@@ -15,18 +15,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/cache"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // simReports returns streams × seconds reports of the simulator's testnet
 // V3 streams: real signatures of its DON, prices moving second by second.
 func simReports(b *testing.B, streams, seconds int) []Report {
 	b.Helper()
-	sim, err := simulator.New(simulator.Default())
+	sim, err := upstreamsim.New(upstreamsim.Default())
 	require.NoError(b, err)
 	defer sim.Close()
 	var ids []string
-	for _, s := range sim.Streams(simulator.Testnet) {
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
 		if s.SchemaVersion == "V3" {
 			ids = append(ids, s.FeedID)
 		}
@@ -37,7 +37,7 @@ func simReports(b *testing.B, streams, seconds int) []Report {
 	for i := range streams {
 		id := ids[i%len(ids)]
 		for sec := range seconds {
-			rec, ok := sim.Report(simulator.Testnet, id, start+int64(sec))
+			rec, ok := sim.Report(upstreamsim.Testnet, id, start+int64(sec))
 			require.True(b, ok)
 			r, err := ParseRecord("testnet", fmt.Appendf(nil, `{"feedID":"%s","validFromTimestamp":%d,"observationsTimestamp":%d,"fullReport":"%s"}`,
 				rec.FeedID, rec.ValidFromTimestamp, rec.ObservationsTimestamp, rec.FullReport))

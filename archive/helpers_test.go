@@ -18,8 +18,8 @@ import (
 
 	"streamgate/don"
 	"streamgate/feedid"
-	"streamgate/internal/pgproc"
-	"streamgate/internal/pgtest"
+	"streamgate/internal/testing/pgproc"
+	"streamgate/internal/testing/pgtest"
 )
 
 // realRecord is one real testnet report of don/testdata: its stream, its

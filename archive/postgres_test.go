@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/pgtest"
+	"streamgate/internal/testing/pgtest"
 )
 
 func TestPostgresConformance(t *testing.T) {

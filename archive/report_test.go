@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // The real testnet reports render as the upstream's record, byte for byte,
@@ -39,23 +39,23 @@ func TestRealRecordBytes(t *testing.T) {
 // The simulator's answers of /api/v1/reports, fetched over loopback with
 // a signed request, parse and render back to the same bytes.
 func TestSimulatorRecordBytes(t *testing.T) {
-	cfg := simulator.Default()
+	cfg := upstreamsim.Default()
 	cfg.RateLimit, cfg.Burst = 1000, 100
-	sim, err := simulator.New(cfg)
+	sim, err := upstreamsim.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	srv := httptest.NewServer(sim.Handler(simulator.Testnet))
+	srv := httptest.NewServer(sim.Handler(upstreamsim.Testnet))
 	t.Cleanup(srv.Close)
 	ts := time.Now().Add(-time.Minute).Unix()
 	n := 0
-	for _, s := range sim.Streams(simulator.Testnet) {
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
 		if n == 5 {
 			break
 		}
 		n++
 		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/api/v1/reports?feedID=%s&timestamp=%d", srv.URL, s.FeedID, ts), nil)
 		require.NoError(t, err)
-		auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), time.Now())
+		auth.Sign(req, upstreamsim.OrgKeyID, []byte(upstreamsim.OrgKeySecret), time.Now())
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)

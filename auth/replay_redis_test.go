@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/redisconn"
 )
 

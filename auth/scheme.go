@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"streamgate/internal/hexbytes"
 )
 
 // The headers of the scheme.
@@ -172,38 +174,12 @@ func parseCredentials(h http.Header, c *Credentials) error {
 	if err != nil || millis < 0 {
 		return ErrMalformedHeaders
 	}
-	if len(sig) != 2*sha256.Size || !decodeHex(c.sig[:], sig) {
+	if len(sig) != 2*sha256.Size || !hexbytes.Decode(c.sig[:], sig) {
 		return ErrMalformedHeaders
 	}
 	c.KeyID, c.Timestamp, c.rawTS = key, millis, ts
 	return nil
 }
-
-// decodeHex decodes s, of 2×len(dst) hex digits of either case, into dst.
-func decodeHex(dst []byte, s string) bool {
-	bad := byte(0)
-	for i := range dst {
-		a, b := hexValue[s[2*i]], hexValue[s[2*i+1]]
-		bad |= a | b
-		dst[i] = a<<4 | b&0x0f
-	}
-	return bad&0x80 == 0
-}
-
-// hexValue maps a hex digit to its value and any other byte to 0xff.
-var hexValue = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = byte(c - '0')
-	}
-	for c := 'a'; c <= 'f'; c++ {
-		t[c] = byte(c-'a') + 10
-		t[c-'a'+'A'] = byte(c-'a') + 10
-	}
-	return t
-}()
 
 // Valid reports, in constant time, whether c carries the signature of method
 // and requestURI (the raw request target as received) under secret.

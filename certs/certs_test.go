@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 // serve starts an HTTPS server on loopback with src's configuration.

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 // lines is an http.Server's ErrorLog that keeps its lines.

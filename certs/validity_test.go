@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 // TestExpiredCertificateRefused: an expired pair of the same CA renamed

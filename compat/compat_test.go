@@ -23,7 +23,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // timeout bounds the whole test: npm ci, node and the checks.
@@ -143,8 +143,8 @@ func sdkEnv(t *testing.T, env *servertest.Env, ts int64) []string {
 		"COMPAT_TIMESTAMP=" + strconv.FormatInt(ts, 10),
 		"COMPAT_FEEDS_EXACT=1",
 	}
-	restricted := simulator.RestrictedStreams()
-	for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+	restricted := upstreamsim.RestrictedStreams()
+	for _, network := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 		N := strings.ToUpper(network)
 		hidden := env.Sim.Hidden(network)
 		bySchema := map[string][]string{}
@@ -169,7 +169,7 @@ func sdkEnv(t *testing.T, env *servertest.Env, ts int64) []string {
 			if lag := lagOf(env, network, s.FeedID); lag > maxLag {
 				lagging, maxLag = s.FeedID, lag
 			}
-			if network == simulator.Testnet && denied == "" && sdkAccepts(s.SchemaVersion) && !slices.Contains(restricted, s.FeedID) {
+			if network == upstreamsim.Testnet && denied == "" && sdkAccepts(s.SchemaVersion) && !slices.Contains(restricted, s.FeedID) {
 				denied = s.FeedID
 			}
 		}
@@ -183,7 +183,7 @@ func sdkEnv(t *testing.T, env *servertest.Env, ts int64) []string {
 			"COMPAT_"+N+"_FEEDS="+strings.Join(feeds, ","),
 			"COMPAT_"+N+"_NODATA="+noData,
 			"COMPAT_"+N+"_LAGGING="+lagging)
-		if network == simulator.Testnet {
+		if network == upstreamsim.Testnet {
 			vars = append(vars, "COMPAT_RESEARCH_FEEDS="+strings.Join(restricted, ","), "COMPAT_RESEARCH_DENIED="+denied)
 		}
 	}
@@ -241,7 +241,7 @@ func checkUpstream(t *testing.T, env *servertest.Env, summary string) {
 			t.Errorf("%d upstream calls were signed with the client key %s: a client's credentials must never go upstream", n, k)
 		}
 	}
-	if n := up.ByKey(simulator.OrgKeyID); n != up.Total() {
+	if n := up.ByKey(upstreamsim.OrgKeyID); n != up.Total() {
 		t.Errorf("%d of %d upstream calls were not signed with the organisation key", up.Total()-n, up.Total())
 	}
 	if int64(len(doc.Requests)) <= up.Total() {
@@ -249,26 +249,26 @@ func checkUpstream(t *testing.T, env *servertest.Env, summary string) {
 	}
 
 	ok := func(endpoint string, status int) bool {
-		return status == 200 || endpoint == simulator.EndpointBulk && status == 206
+		return status == 200 || endpoint == upstreamsim.EndpointBulk && status == 206
 	}
-	for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
-		for _, endpoint := range []string{simulator.EndpointReport, simulator.EndpointPage, simulator.EndpointBulk, simulator.EndpointLatest} {
+	for _, network := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
+		for _, endpoint := range []string{upstreamsim.EndpointReport, upstreamsim.EndpointPage, upstreamsim.EndpointBulk, upstreamsim.EndpointLatest} {
 			var sdk int64
 			for _, r := range doc.Requests {
 				if r.Network == network && r.Path == endpoint && ok(endpoint, r.Status) {
 					sdk++
 				}
 			}
-			upstream := up.Sum(func(c simulator.Count) bool {
+			upstream := up.Sum(func(c upstreamsim.Count) bool {
 				return c.Network == network && c.Endpoint == endpoint && ok(endpoint, c.Status)
 			})
 			t.Logf("%s %s: %d answered SDK requests, %d upstream calls", network, endpoint, sdk, upstream)
 			switch {
 			case sdk == 0:
 				t.Errorf("%s %s: the SDK made no successful request", network, endpoint)
-			case endpoint == simulator.EndpointLatest && upstream > sdk:
+			case endpoint == upstreamsim.EndpointLatest && upstream > sdk:
 				t.Errorf("%s %s: %d upstream calls for %d SDK requests", network, endpoint, upstream, sdk)
-			case endpoint != simulator.EndpointLatest && upstream >= sdk:
+			case endpoint != upstreamsim.EndpointLatest && upstream >= sdk:
 				t.Errorf("%s %s: %d upstream calls for %d SDK requests, repeated reads included: the cache did not serve them", network, endpoint, upstream, sdk)
 			}
 		}

@@ -16,7 +16,7 @@ import (
 
 	"streamgate/don"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestSDKDecodedView fetches the decoded view of reports of every schema
@@ -34,7 +34,7 @@ func TestSDKDecodedView(t *testing.T) {
 	perSchema := map[string]int{}
 	var records []json.RawMessage
 	start := time.Now().Add(-time.Hour).Unix()
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
 		if s.Status != "live" || perSchema[s.SchemaVersion] >= 2 {
 			continue
 		}
@@ -87,7 +87,7 @@ func TestSDKDecodedView(t *testing.T) {
 	if err := json.Unmarshal(data, &real); err != nil {
 		t.Fatal(err)
 	}
-	reals := []simulator.Report{{FeedID: real.FeedID, ValidFromTimestamp: real.Decoded.ValidFromTimestamp,
+	reals := []upstreamsim.Report{{FeedID: real.FeedID, ValidFromTimestamp: real.Decoded.ValidFromTimestamp,
 		ObservationsTimestamp: real.Decoded.ObservationsTimestamp, FullReport: real.FullReport}}
 	// And the three real testnet reports, their timestamps read from
 	// their blobs.
@@ -96,7 +96,7 @@ func TestSDKDecodedView(t *testing.T) {
 		t.Fatal(err)
 	}
 	var testnet struct {
-		Reports []simulator.Report `json:"reports"`
+		Reports []upstreamsim.Report `json:"reports"`
 	}
 	if err := json.Unmarshal(data, &testnet); err != nil || len(testnet.Reports) != 3 {
 		t.Fatalf("real testnet reports: %d (%v)", len(testnet.Reports), err)

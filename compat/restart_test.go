@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"streamgate/config"
-	"streamgate/internal/fleet"
-	"streamgate/internal/redistest"
-	"streamgate/simulator"
+	"streamgate/internal/testing/fleet"
+	"streamgate/internal/testing/redistest"
+	"streamgate/upstreamsim"
 )
 
 // restartTimeout bounds TestSDKStreamRestart: the build, npm ci, node and
@@ -72,7 +72,7 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, upstream, strings.TrimPrefix(upstream, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, rds.URL(),
+`, upstream, strings.TrimPrefix(upstream, "http"), upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, rds.URL(),
 				config.DemoKeyID, config.DemoKeySecret)
 		}})
 	if err != nil {
@@ -100,9 +100,9 @@ teams:
 	t.Cleanup(restarts.Close)
 
 	var feeds []string
-	for _, s := range sim.Streams(simulator.Mainnet) {
-		first, last, ok := sim.Window(simulator.Mainnet, s.FeedID)
-		if ok && s.Status == "live" && sdkAccepts(s.SchemaVersion) && !slices.Contains(sim.Hidden(simulator.Mainnet), s.FeedID) &&
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
+		first, last, ok := sim.Window(upstreamsim.Mainnet, s.FeedID)
+		if ok && s.Status == "live" && sdkAccepts(s.SchemaVersion) && !slices.Contains(sim.Hidden(upstreamsim.Mainnet), s.FeedID) &&
 			time.Now().Unix()-last <= 1 && first < last && len(feeds) < 3 {
 			feeds = append(feeds, s.FeedID)
 		}

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // maxUpstreamPerNetwork is the most upstream WebSocket connections a
@@ -82,7 +82,7 @@ func sdkStream(t *testing.T, node, npm string, withTLS bool) {
 		"COMPAT_STREAM_SUMMARY=" + summary,
 		"COMPAT_CONTROL_URL=" + controlServer(t, env),
 	}, extra...)
-	for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+	for _, network := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 		vars = append(vars, "COMPAT_"+strings.ToUpper(network)+"_STREAM="+strings.Join(streamFeeds(t, env, network), ","))
 	}
 
@@ -140,11 +140,11 @@ func controlServer(t *testing.T, env *servertest.Env) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		network := r.URL.Query().Get("network")
-		if r.Method != http.MethodPost || r.URL.Path != "/drop" || (network != simulator.Mainnet && network != simulator.Testnet) {
+		if r.Method != http.MethodPost || r.URL.Path != "/drop" || (network != upstreamsim.Mainnet && network != upstreamsim.Testnet) {
 			http.Error(w, "POST /drop?network=mainnet|testnet", http.StatusBadRequest)
 			return
 		}
-		n := env.Sim.DropWS(simulator.WSDrop{Network: network})
+		n := env.Sim.DropWS(upstreamsim.WSDrop{Network: network})
 		t.Logf("control: dropped %d upstream WebSocket connections of %s", n, network)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"dropped":%d}`, n)
@@ -168,7 +168,7 @@ func watchOpen(env *servertest.Env) func() map[string]int64 {
 		for {
 			c := env.Sim.Counters()
 			mu.Lock()
-			for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+			for _, network := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 				peak[network] = max(peak[network], c.WSTotal(network).Open)
 			}
 			mu.Unlock()
@@ -209,7 +209,7 @@ func checkStreamUpstream(t *testing.T, env *servertest.Env, summary string, peak
 	c := env.Sim.Counters()
 	for _, x := range c.WS {
 		t.Logf("  upstream ws %s key %q: accepted %d, refused %d, open %d, frames %d, dropped %d", x.Network, x.Key, x.Accepted, x.Refused, x.Open, x.Frames, x.Dropped)
-		if x.Key != simulator.OrgKeyID && (x.Accepted > 0 || x.Frames > 0 || x.Open > 0) {
+		if x.Key != upstreamsim.OrgKeyID && (x.Accepted > 0 || x.Frames > 0 || x.Open > 0) {
 			t.Errorf("an upstream WebSocket of %s carried the key %q: only the organisation's key may go upstream", x.Network, x.Key)
 		}
 	}
@@ -218,7 +218,7 @@ func checkStreamUpstream(t *testing.T, env *servertest.Env, summary string, peak
 			t.Errorf("%d upstream requests carried the client key %s", n, k)
 		}
 	}
-	for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+	for _, network := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 		ws := c.WSTotal(network)
 		t.Logf("%s: %d SDK streams; upstream WebSocket connections at most %d at once, %d accepted in all, %d dropped by the test",
 			network, doc.Opened[network], peak[network], ws.Accepted, ws.Dropped)
@@ -231,7 +231,7 @@ func checkStreamUpstream(t *testing.T, env *servertest.Env, summary string, peak
 			t.Errorf("%s: %d upstream WebSocket connections open at once for %d SDK streams; want at most %d", network, peak[network], doc.Opened[network], maxUpstreamPerNetwork)
 		}
 	}
-	if d := c.WSTotal(simulator.Mainnet).Dropped; d == 0 {
+	if d := c.WSTotal(upstreamsim.Mainnet).Dropped; d == 0 {
 		t.Error("mainnet: the test dropped no upstream connection")
 	}
 }

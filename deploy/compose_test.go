@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"streamgate/config"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // composeFile is the part of compose.yaml the test reads. yaml.v3 resolves
@@ -90,7 +90,7 @@ func TestCompose(t *testing.T) {
 		t.Errorf("streams-sim must be built from deploy/Dockerfile, target streams-sim")
 	}
 	simPorts := map[string]string{} // network → port
-	for _, network := range []string{simulator.Mainnet, simulator.Testnet} {
+	for _, network := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 		addr := flagValue(sim.Command, "-"+network)
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			t.Errorf("streams-sim: -%s %q: %v", network, addr, err)
@@ -169,11 +169,11 @@ func TestCompose(t *testing.T) {
 			}
 		}
 		// The replicas trust the DON of the streams-sim service, exactly.
-		sim, err := simulator.New(simulator.Default())
+		sim, err := upstreamsim.New(upstreamsim.Default())
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, netName := range []string{simulator.Mainnet, simulator.Testnet} {
+		for _, netName := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 			n := cfg.Networks[netName]
 			if n.VerifyMode() != config.VerifyEnforce {
 				t.Errorf("%s: networks.%s.verify.mode %q, want enforce", name, netName, n.VerifyMode())
@@ -211,7 +211,7 @@ func TestCompose(t *testing.T) {
 			if err != nil || u.Hostname() != "streams-sim" || u.Port() != simPorts[network] {
 				t.Errorf("%s: networks.%s.upstream.url %q is not the simulator's %s port %s", name, network, up.URL, network, simPorts[network])
 			}
-			if up.APIKey != simulator.OrgKeyID || up.APISecret.Reveal() != simulator.OrgKeySecret {
+			if up.APIKey != upstreamsim.OrgKeyID || up.APISecret.Reveal() != upstreamsim.OrgKeySecret {
 				t.Errorf("%s: networks.%s.upstream credentials are not the simulator's organisation key", name, network)
 			}
 		}

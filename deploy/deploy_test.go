@@ -39,7 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 const kubeDir = "kubernetes"

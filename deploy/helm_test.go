@@ -40,7 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 const (

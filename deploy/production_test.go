@@ -34,7 +34,7 @@ func TestProductionBuild(t *testing.T) {
 	if !slices.Contains(strings.Split(tags, ","), "nosimulator") {
 		t.Errorf("the gateway is built with -tags %s, want nosimulator among them", tags)
 	}
-	const simulator = "streamgate/simulator"
+	const simulator = "streamgate/upstreamsim"
 	if deps := listDeps(t, "-tags", tags); slices.Contains(deps, simulator) {
 		t.Errorf("the image's gateway (-tags %s) links %s", tags, simulator)
 	} else if !slices.Contains(deps, "streamgate/server") {

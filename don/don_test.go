@@ -12,7 +12,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"streamgate/don"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // realReport is the real V3 testnet report of testdata (published in the
@@ -94,12 +94,12 @@ func TestRealReportMechanics(t *testing.T) {
 }
 
 // simDON returns a simulator and a Verifier of its mainnet DON.
-func simDON(t testing.TB, at time.Time) (*simulator.Simulator, *don.Verifier) {
-	sim, err := simulator.New(simulator.Config{Now: func() time.Time { return at }})
+func simDON(t testing.TB, at time.Time) (*upstreamsim.Simulator, *don.Verifier) {
+	sim, err := upstreamsim.New(upstreamsim.Config{Now: func() time.Time { return at }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := don.NewVerifier(FromSimulator(t, sim.DON(simulator.Mainnet)))
+	v, err := don.NewVerifier(FromSimulator(t, sim.DON(upstreamsim.Mainnet)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func simDON(t testing.TB, at time.Time) (*simulator.Simulator, *don.Verifier) {
 }
 
 // FromSimulator converts the simulator's DON configurations.
-func FromSimulator(t testing.TB, cs []simulator.DONConfig) []don.Config {
+func FromSimulator(t testing.TB, cs []upstreamsim.DONConfig) []don.Config {
 	var out []don.Config
 	for _, c := range cs {
 		d, err := don.ParseDigest(c.ConfigDigest)
@@ -132,9 +132,9 @@ const (
 )
 
 // someFeeds returns a stream of each schema of the simulator's mainnet.
-func someFeeds(t testing.TB, sim *simulator.Simulator) map[string]string {
+func someFeeds(t testing.TB, sim *upstreamsim.Simulator) map[string]string {
 	out := map[string]string{}
-	for _, s := range sim.Streams(simulator.Mainnet) {
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
 		if _, ok := out[s.SchemaVersion]; !ok && s.Status == "live" {
 			out[s.SchemaVersion] = s.FeedID
 		}
@@ -153,42 +153,42 @@ func TestSimulatorDON(t *testing.T) {
 	sim, v := simDON(t, at)
 	for schema, feed := range someFeeds(t, sim) {
 		for ts := at.Unix() - 8; ts < at.Unix(); ts++ {
-			r, ok := sim.Report(simulator.Mainnet, feed, ts)
+			r, ok := sim.Report(upstreamsim.Mainnet, feed, ts)
 			if !ok {
 				t.Fatalf("%s: no report", schema)
 			}
-			if res := v.VerifyHex(r.FullReport, r.FeedID); !res.OK() || res.Signers != simulator.DONF+1 {
+			if res := v.VerifyHex(r.FullReport, r.FeedID); !res.OK() || res.Signers != upstreamsim.DONF+1 {
 				t.Fatalf("%s at %d: %+v (%s)", schema, ts, res, res.Cause.Meaning())
 			}
 		}
 		// The record's feedID must be the report's.
-		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-1)
 		if res := v.VerifyHex(r.FullReport, feedV3[:65]+"0"); res.Cause != don.CauseRecordMismatch {
 			t.Fatalf("%s under another feedID: %+v", schema, res)
 		}
 	}
-	want := map[simulator.Forgery]don.Cause{
-		simulator.ForgeSignature:     don.CauseUnknownSigner,
-		simulator.ForgeOutsider:      don.CauseUnknownSigner,
-		simulator.ForgeTooFew:        don.CauseTooFewSigners,
-		simulator.ForgeTooMany:       don.CauseTooManySigners,
-		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
-		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
-		simulator.ForgeRelabel:       don.CauseRecordMismatch,
+	want := map[upstreamsim.Forgery]don.Cause{
+		upstreamsim.ForgeSignature:     don.CauseUnknownSigner,
+		upstreamsim.ForgeOutsider:      don.CauseUnknownSigner,
+		upstreamsim.ForgeTooFew:        don.CauseTooFewSigners,
+		upstreamsim.ForgeTooMany:       don.CauseTooManySigners,
+		upstreamsim.ForgeDuplicate:     don.CauseDuplicateSigner,
+		upstreamsim.ForgeUnknownDigest: don.CauseUnknownDigest,
+		upstreamsim.ForgeRelabel:       don.CauseRecordMismatch,
 	}
 	feeds := someFeeds(t, sim)
 	for forge, cause := range want {
-		if err := sim.SetFaults(simulator.Faults{Forge: forge}); err != nil {
+		if err := sim.SetFaults(upstreamsim.Faults{Forge: forge}); err != nil {
 			t.Fatal(err)
 		}
 		for schema, feed := range feeds {
-			r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-3)
+			r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-3)
 			if res := v.VerifyRecord(don.Record(r)); res.Cause != cause {
 				t.Errorf("forge %s, %s: %+v, want %s", forge, schema, res, cause)
 			}
 		}
 	}
-	if err := sim.SetFaults(simulator.Faults{Forge: "nonsense"}); err == nil {
+	if err := sim.SetFaults(upstreamsim.Faults{Forge: "nonsense"}); err == nil {
 		t.Error("an unknown forgery was accepted")
 	}
 }
@@ -198,11 +198,11 @@ func TestSimulatorDON(t *testing.T) {
 func TestOtherDONRefused(t *testing.T) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	_, v := simDON(t, at)
-	other, err := simulator.New(simulator.Config{Now: func() time.Time { return at }, DONSeed: "another"})
+	other, err := upstreamsim.New(upstreamsim.Config{Now: func() time.Time { return at }, DONSeed: "another"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := other.Report(simulator.Mainnet, feedV3, at.Unix()-1)
+	r, _ := other.Report(upstreamsim.Mainnet, feedV3, at.Unix()-1)
 	if res := v.VerifyHex(r.FullReport, r.FeedID); res.Cause != don.CauseUnknownSigner {
 		t.Fatalf("a report of another DON: %+v", res)
 	}
@@ -232,7 +232,7 @@ func TestVerifierRefusesBadConfigs(t *testing.T) {
 func BenchmarkVerify(b *testing.B) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	sim, v := simDON(b, at)
-	r, _ := sim.Report(simulator.Mainnet, feedV3, at.Unix()-1)
+	r, _ := sim.Report(upstreamsim.Mainnet, feedV3, at.Unix()-1)
 	b.Run("V3/2-signatures", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -251,21 +251,21 @@ func TestExactSignatureCount(t *testing.T) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	sim, v := simDON(t, at)
 	cases := []struct {
-		forge simulator.Forgery
+		forge upstreamsim.Forgery
 		sigs  int
 		cause don.Cause
 	}{
-		{simulator.ForgeTooFew, simulator.DONF, don.CauseTooFewSigners},
-		{"", simulator.DONF + 1, ""},
-		{simulator.ForgeTooMany, simulator.DONF + 2, don.CauseTooManySigners},
+		{upstreamsim.ForgeTooFew, upstreamsim.DONF, don.CauseTooFewSigners},
+		{"", upstreamsim.DONF + 1, ""},
+		{upstreamsim.ForgeTooMany, upstreamsim.DONF + 2, don.CauseTooManySigners},
 	}
 	for _, c := range cases {
-		if err := sim.SetFaults(simulator.Faults{Forge: c.forge}); err != nil {
+		if err := sim.SetFaults(upstreamsim.Faults{Forge: c.forge}); err != nil {
 			t.Fatal(err)
 		}
 		for schema, feed := range someFeeds(t, sim) {
 			for ts := at.Unix() - 4; ts < at.Unix(); ts++ { // each first signer in turn
-				r, _ := sim.Report(simulator.Mainnet, feed, ts)
+				r, _ := sim.Report(upstreamsim.Mainnet, feed, ts)
 				env, err := don.DecodeEnvelope(unhex(t, r.FullReport))
 				if err != nil {
 					t.Fatal(err)
@@ -292,9 +292,9 @@ func TestExactSignatureCount(t *testing.T) {
 		}
 	}
 	// f = 0 is exactly one signature: the DON's f+1 = 2 are too many.
-	sim.SetFaults(simulator.Faults{})
-	r, _ := sim.Report(simulator.Mainnet, feedV3, at.Unix()-1)
-	cfgs := FromSimulator(t, sim.DON(simulator.Mainnet))
+	sim.SetFaults(upstreamsim.Faults{})
+	r, _ := sim.Report(upstreamsim.Mainnet, feedV3, at.Unix()-1)
+	cfgs := FromSimulator(t, sim.DON(upstreamsim.Mainnet))
 	for i := range cfgs {
 		cfgs[i].F = 0
 	}

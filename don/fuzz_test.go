@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"streamgate/don"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // seeds returns genuine fullReports of every schema and the real report.
@@ -21,7 +21,7 @@ func seeds(f *testing.F) [][]byte {
 	sim, _ := simDON(f, at)
 	var out [][]byte
 	for _, feed := range someFeeds(f, sim) {
-		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-1)
 		out = append(out, unhex(f, r.FullReport))
 	}
 	return append(out, unhex(f, loadReal(f).FullReport))
@@ -76,7 +76,7 @@ func FuzzDecode(f *testing.F) {
 // gives its header fields.
 func sameBlob(t *testing.T, blob []byte) {
 	schema, fields, err := don.DecodeBlob(blob)
-	simFields, simErr := simulator.DecodeReportBlob(blob)
+	simFields, simErr := upstreamsim.DecodeReportBlob(blob)
 	if err != nil || simErr != nil {
 		return
 	}
@@ -174,7 +174,7 @@ func FuzzReadReport(f *testing.F) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	sim, _ := simDON(f, at)
 	for _, feed := range someFeeds(f, sim) {
-		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-1)
 		rec, _ := json.Marshal(r)
 		f.Add([]byte(`{"report":` + string(rec) + `}`))
 		f.Add(rec)

@@ -9,7 +9,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"streamgate/don"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // word returns an ABI word holding v.
@@ -83,19 +83,19 @@ func TestReadHeader(t *testing.T) {
 func TestRelabelledReport(t *testing.T) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	sim, v := simDON(t, at)
-	if err := sim.SetFaults(simulator.Faults{Forge: simulator.ForgeRelabel}); err != nil {
+	if err := sim.SetFaults(upstreamsim.Faults{Forge: upstreamsim.ForgeRelabel}); err != nil {
 		t.Fatal(err)
 	}
 	for schema, feed := range someFeeds(t, sim) {
-		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-1)
 		if res := v.VerifyHex(r.FullReport, r.FeedID); !res.OK() {
 			t.Fatalf("%s: the relabelled report's signatures: %+v", schema, res)
 		}
 		if res := v.VerifyRecord(don.Record(r)); res.Cause != don.CauseRecordMismatch {
 			t.Errorf("%s: relabelled record: %+v", schema, res)
 		}
-		r.ObservationsTimestamp -= simulator.RelabelAge
-		r.ValidFromTimestamp -= simulator.RelabelAge
+		r.ObservationsTimestamp -= upstreamsim.RelabelAge
+		r.ValidFromTimestamp -= upstreamsim.RelabelAge
 		if res := v.VerifyRecord(don.Record(r)); !res.OK() {
 			t.Errorf("%s: the record put back: %+v", schema, res)
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"streamgate/don"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 const (
@@ -166,7 +166,7 @@ func TestCanonicalEnvelope(t *testing.T) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	sim, v := simDON(t, at)
 	for schema, feed := range someFeeds(t, sim) {
-		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-1)
 		full := unhex(t, r.FullReport)
 		if res := v.Verify(full); !res.OK() {
 			t.Fatalf("%s: genuine: %+v", schema, res)
@@ -189,7 +189,7 @@ func TestCanonicalEnvelope(t *testing.T) {
 		if res := v.Verify(moved); res.Cause != don.CauseMalformed {
 			t.Errorf("%s: a non-canonical offset: %+v", schema, res)
 		}
-		r.FullReport += strings.Repeat("00", simulator.OversizeBytes/1024)
+		r.FullReport += strings.Repeat("00", upstreamsim.OversizeBytes/1024)
 		if res := v.VerifyRecord(don.Record(r)); res.Cause != don.CauseOversize {
 			t.Errorf("%s: 20 KiB appended: %+v", schema, res)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"streamgate/don"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // decodedView returns the decoded view of a record as a map, and the
@@ -49,7 +49,7 @@ func TestDecodedViewEverySchema(t *testing.T) {
 	at := time.Date(2026, 3, 4, 15, 0, 0, 0, time.UTC)
 	sim, v := simDON(t, at)
 	for schema, feed := range someFeeds(t, sim) {
-		r, _ := sim.Report(simulator.Mainnet, feed, at.Unix()-1)
+		r, _ := sim.Report(upstreamsim.Mainnet, feed, at.Unix()-1)
 		rec, _ := json.Marshal(r)
 		m, order := decodedView(t, rec, v)
 		var decoded map[string]any
@@ -118,7 +118,7 @@ func TestUnknownSchemaShown(t *testing.T) {
 	copy(blob[2:32], []byte("a stream of a future schema"))
 	var ctx [3][32]byte
 	ctx[0][0], ctx[0][1], ctx[0][31] = 0x00, 0x09, 0x42
-	full := simulator.FullReport{ReportContext: ctx, ReportBlob: blob}
+	full := upstreamsim.FullReport{ReportContext: ctx, ReportBlob: blob}
 	h := don.SignedHash(ctx, blob)
 	for _, k := range []*ecdsa.PrivateKey{k1, k2} {
 		sig, err := crypto.Sign(h[:], k)

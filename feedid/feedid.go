@@ -9,6 +9,8 @@ package feedid
 import (
 	"fmt"
 	"strings"
+
+	"streamgate/internal/hexbytes"
 )
 
 // Len is the length of a stream ID: "0x" and 64 hex digits.
@@ -23,6 +25,15 @@ func Parse(s string) (ID, error) {
 		return "", fmt.Errorf("feedid: %q is not a stream ID (0x and 64 hex digits)", s)
 	}
 	return ID(Canon(s)), nil
+}
+
+// Bytes returns the 32 bytes that s, a stream ID in any case, names; ok is
+// false when s is not a stream ID.
+func Bytes(s string) (b [32]byte, ok bool) {
+	if !Valid(s) || !hexbytes.Decode(b[:], s[2:]) {
+		return [32]byte{}, false
+	}
+	return b, true
 }
 
 // String returns the canonical form.

@@ -20,7 +20,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
@@ -35,10 +35,10 @@ func TestNothingUnvalidatedGoesUpstream(t *testing.T) {
 		Logger: zap.New(core),
 	})
 	demo, research := servertest.Demo(), servertest.Research()
-	permitted := simulator.RestrictedStreams()[0]
-	other := env.FeedID(t, simulator.Testnet, "BTC", "USD", "V3")
-	require.NotContains(t, simulator.RestrictedStreams(), other)
-	hidden := env.Sim.Hidden(simulator.Testnet)[0]
+	permitted := upstreamsim.RestrictedStreams()[0]
+	other := env.FeedID(t, upstreamsim.Testnet, "BTC", "USD", "V3")
+	require.NotContains(t, upstreamsim.RestrictedStreams(), other)
+	hidden := env.Sim.Hidden(upstreamsim.Testnet)[0]
 	// Load the catalogs first, so that what follows counts only what the
 	// requests themselves would send upstream.
 	resp, _ := research.Get(t, env.Testnet, "/api/v1/feeds?hidden=true")

@@ -20,7 +20,7 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // fakeClock is a settable clock for the gateway and its cache.
@@ -90,8 +90,8 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 	// Three views on mainnet (anonymous, signed, hidden), one used on
 	// testnet; the organisation's hidden view of each network was loaded
 	// by the warm-up at start, before the counters were reset.
-	assert.Equal(t, int64(2), counts.ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery))
-	assert.Equal(t, int64(1), counts.ByEndpoint(simulator.Testnet, simulator.EndpointDiscovery))
+	assert.Equal(t, int64(2), counts.ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointDiscovery))
+	assert.Equal(t, int64(1), counts.ByEndpoint(upstreamsim.Testnet, upstreamsim.EndpointDiscovery))
 
 	// Max-age counts down with the view's age.
 	clock.Advance(100 * time.Second)
@@ -107,14 +107,14 @@ func TestCatalogFetchedOncePerView(t *testing.T) {
 	assert.Equal(t, "HIT", resp.Header.Get("X-Cache"))
 	assert.Equal(t, "private, max-age=50", resp.Header.Get("Cache-Control"))
 	require.Eventually(t, func() bool {
-		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery) == 3
+		return env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointDiscovery) == 3
 	}, 5*time.Second, 10*time.Millisecond, "one background refresh")
 	require.Eventually(t, func() bool {
 		env.Cache.Wait()
 		resp, _ = demo.Get(t, env.Mainnet, "/api/v1/discovery")
 		return resp.Header.Get("Cache-Control") == "private, max-age=300"
 	}, 5*time.Second, 10*time.Millisecond, "the refreshed view has a new lifetime")
-	assert.Equal(t, int64(3), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery), "and no further fetch")
+	assert.Equal(t, int64(3), env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointDiscovery), "and no further fetch")
 }
 
 func TestCatalogStaleIfError(t *testing.T) {
@@ -129,7 +129,7 @@ func TestCatalogStaleIfError(t *testing.T) {
 		return resp.Header.Get("X-Cache") == "HIT"
 	}, 5*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{ErrorRate: 1}))
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{ErrorRate: 1}))
 	clock.Advance(10 * time.Minute)
 	resp, stale := demo.Get(t, env.Mainnet, "/api/v1/discovery?asset_class=Forex")
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the last good copy is served while the upstream fails")
@@ -141,11 +141,11 @@ func TestCatalogStaleIfError(t *testing.T) {
 
 func TestLatestCoalesced(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{
-		Sim:    func(c *simulator.Config) { c.Faults = simulator.Faults{Latency: 150 * time.Millisecond} },
+		Sim:    func(c *upstreamsim.Config) { c.Faults = upstreamsim.Faults{Latency: 150 * time.Millisecond} },
 		Config: func(c *config.Config) { c.Cache.LatestTTL = time.Minute; noReplay(c) },
 	})
 	demo := servertest.Demo()
-	feed := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	feed := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/discovery?hidden=true") // catalog loaded first
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
@@ -163,7 +163,7 @@ func TestLatestCoalesced(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	assert.Equal(t, int64(1), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest), "one upstream call for all")
+	assert.Equal(t, int64(1), env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest), "one upstream call for all")
 	for i := range clients {
 		assert.Contains(t, []string{"MISS", "COALESCED", "HIT"}, labels[i])
 		assert.Equal(t, bodies[0], bodies[i], "everyone gets the same report")
@@ -178,7 +178,7 @@ func TestLatestCoalesced(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "HIT", resp.Header.Get("X-Cache"))
 	assert.JSONEq(t, bodies[0], string(body))
-	assert.Zero(t, env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport))
+	assert.Zero(t, env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointReport))
 }
 
 func TestLatestExpires(t *testing.T) {
@@ -189,7 +189,7 @@ func TestLatestExpires(t *testing.T) {
 	}})
 	demo := servertest.Demo()
 	demo.Now = clock.Now
-	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	feed := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	get := func() string {
 		resp, body := demo.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+feed)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -202,30 +202,30 @@ func TestLatestExpires(t *testing.T) {
 	clock.Advance(200 * time.Millisecond)
 	assert.Equal(t, "STALE", get(), "after latest_ttl: answered at once while the refresh is scheduled")
 	require.Eventually(t, func() bool {
-		return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest) == 2
+		return env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest) == 2
 	}, 10*time.Second, 10*time.Millisecond, "one refresh")
 	// The refresh is counted when the upstream answers, a moment before
 	// its entry is stored.
 	require.Eventually(t, func() bool {
 		env.Cache.Wait()
-		_, st := env.Cache.Get(cache.LatestKey(simulator.Mainnet, "", feed))
+		_, st := env.Cache.Get(cache.LatestKey(upstreamsim.Mainnet, "", feed))
 		return st == cache.Fresh
 	}, 10*time.Second, 10*time.Millisecond, "the refresh stored")
 	assert.Equal(t, "HIT", get(), "refreshed")
 	clock.Advance(5 * time.Second)
 	assert.Equal(t, "MISS", get(), "past latest_ttl and latest_max_stale (3s) nothing is held: the request waits")
-	assert.Equal(t, int64(3), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest))
+	assert.Equal(t, int64(3), env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest))
 }
 
 func TestWaiterGivingUpDoesNotCancelTheFill(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{
-		Sim:   func(c *simulator.Config) { c.Faults = simulator.Faults{Latency: 300 * time.Millisecond} },
+		Sim:   func(c *upstreamsim.Config) { c.Faults = upstreamsim.Faults{Latency: 300 * time.Millisecond} },
 		Quiet: true,
 	})
 	demo := servertest.Demo()
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/discovery?hidden=true")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	feed := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(pastTS(), 10)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -240,7 +240,7 @@ func TestWaiterGivingUpDoesNotCancelTheFill(t *testing.T) {
 		resp, _ := demo.Get(t, env.Mainnet, target)
 		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Cache") == "HIT"
 	}, 5*time.Second, 50*time.Millisecond, "the fill went on and filled the cache")
-	assert.Equal(t, int64(1), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport))
+	assert.Equal(t, int64(1), env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointReport))
 }
 
 func TestBulkFanOut(t *testing.T) {
@@ -253,9 +253,9 @@ func TestBulkFanOut(t *testing.T) {
 	})
 	demo := servertest.Demo()
 	var feeds []string
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
 		if s.AssetClass == "Crypto" && s.Status == "live" && s.DecommissionedAt == nil && len(feeds) < 9 {
-			if _, _, ok := env.Sim.Window(simulator.Mainnet, s.FeedID); ok {
+			if _, _, ok := env.Sim.Window(upstreamsim.Mainnet, s.FeedID); ok {
 				feeds = append(feeds, s.FeedID)
 			}
 		}
@@ -277,7 +277,7 @@ func TestBulkFanOut(t *testing.T) {
 	require.Len(t, rb.Reports, 9)
 	for i, r := range rb.Reports {
 		assert.Equal(t, feeds[i], r.FeedID, "in the order asked")
-		want, _ := env.Sim.Report(simulator.Mainnet, feeds[i], pastTSFrom(ts))
+		want, _ := env.Sim.Report(upstreamsim.Mainnet, feeds[i], pastTSFrom(ts))
 		assert.Equal(t, want.FullReport, r.FullReport)
 	}
 	calls := rec.matching("/api/v1/reports/bulk")
@@ -308,8 +308,8 @@ func pastTSFrom(s string) int64 {
 func TestPageCaching(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	demo := servertest.Demo()
-	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	_, last, ok := env.Sim.Window(simulator.Mainnet, feed)
+	feed := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	_, last, ok := env.Sim.Window(upstreamsim.Mainnet, feed)
 	require.True(t, ok)
 	pages := func(start int64) (string, string) {
 		target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(start, 10) + "&limit=10"
@@ -335,7 +335,7 @@ func TestNegativeEntries(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: noReplay})
 	demo := servertest.Demo()
 	demo.Now = clock.Now
-	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	feed := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(time.Now().Unix()+3600, 10)
 	resp, body := demo.Get(t, env.Mainnet, target)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, string(body))
@@ -346,7 +346,7 @@ func TestNegativeEntries(t *testing.T) {
 	clock.Advance(2 * time.Second)
 	resp, _ = demo.Get(t, env.Mainnet, target)
 	assert.Equal(t, "MISS", resp.Header.Get("X-Cache"), "asked again after negative_ttl")
-	assert.Equal(t, int64(2), env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport))
+	assert.Equal(t, int64(2), env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointReport))
 }
 
 // lying swaps the stream ID of every report the upstream sends.
@@ -386,7 +386,7 @@ func (b *bufferedWriter) Write(p []byte) (int, error) {
 func TestIntegrity(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Upstream: lying, Quiet: true})
 	demo := servertest.Demo()
-	feed := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	feed := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	ts := strconv.FormatInt(pastTS(), 10)
 	for _, target := range []string{
 		"/api/v1/reports/latest?feedID=" + feed,
@@ -401,7 +401,7 @@ func TestIntegrity(t *testing.T) {
 		}
 	}
 	// Every refusal was an upstream call: nothing wrong was cached.
-	assert.Equal(t, int64(8), env.Sim.Counters().Sum(func(c simulator.Count) bool {
+	assert.Equal(t, int64(8), env.Sim.Counters().Sum(func(c upstreamsim.Count) bool {
 		return strings.HasPrefix(c.Endpoint, "/api/v1/reports")
 	}))
 	assert.Equal(t, 2.0, counterValue(t, env, "streamgate_upstream_integrity_failures_total", "latest", "mainnet"))
@@ -442,10 +442,10 @@ func TestCatalogDifferential(t *testing.T) {
 		c.Auth.AnonymousRate = config.Rate{}
 	}})
 	demo := servertest.Demo()
-	org := &servertest.Client{Key: simulator.OrgKeyID, Secret: simulator.OrgKeySecret, HTTP: http.DefaultClient}
+	org := &servertest.Client{Key: upstreamsim.OrgKeyID, Secret: upstreamsim.OrgKeySecret, HTTP: http.DefaultClient}
 	anon := &servertest.Client{HTTP: http.DefaultClient}
 	values := map[string][]string{}
-	for _, net := range []string{simulator.Mainnet, simulator.Testnet} {
+	for _, net := range []string{upstreamsim.Mainnet, upstreamsim.Testnet} {
 		for _, s := range env.Sim.Streams(net) {
 			values["base_asset"] = append(values["base_asset"], s.BaseAsset)
 			values["quote_asset"] = append(values["quote_asset"], s.QuoteAsset)
@@ -540,5 +540,5 @@ func TestCatalogDifferential(t *testing.T) {
 }
 
 func discoveryCalls(env *servertest.Env) int64 {
-	return env.Sim.Counters().Sum(func(c simulator.Count) bool { return c.Endpoint == simulator.EndpointDiscovery })
+	return env.Sim.Counters().Sum(func(c upstreamsim.Count) bool { return c.Endpoint == upstreamsim.EndpointDiscovery })
 }

@@ -21,7 +21,7 @@ import (
 	"streamgate/config"
 	"streamgate/don"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // decodedRecord is a record of the decoded view.
@@ -58,14 +58,14 @@ func getDecoded(t *testing.T, c *servertest.Client, base, target string) (*http.
 func decimal18(v *big.Int) string { return string(don.AppendDecimal(nil, v, 18)) }
 
 // checkDecoded compares a decoded record with the simulator's own decoder
-// (simulator/abi.go, independent of the gateway's) of its fullReport.
+// (upstreamsim/abi.go, independent of the gateway's) of its fullReport.
 func checkDecoded(t *testing.T, r decodedRecord) {
 	t.Helper()
 	raw, err := hex.DecodeString(strings.TrimPrefix(r.FullReport, "0x"))
 	require.NoError(t, err)
-	full, err := simulator.DecodeFullReport(raw)
+	full, err := upstreamsim.DecodeFullReport(raw)
 	require.NoError(t, err)
-	f, err := simulator.DecodeReportBlob(full.ReportBlob)
+	f, err := upstreamsim.DecodeReportBlob(full.ReportBlob)
 	require.NoError(t, err)
 	want := map[string]string{"schema": f.Schema.String()}
 	wantDec := map[string]string{}
@@ -84,7 +84,7 @@ func checkDecoded(t *testing.T, r decodedRecord) {
 	assert.Equal(t, want, r.Decoded, "decoded fields of %s", f.Schema)
 	assert.Equal(t, wantDec, r.Decimal, "decimal fields of %s", f.Schema)
 	assert.True(t, r.Verification.Verified, "%+v", r.Verification)
-	assert.Equal(t, simulator.DONF+1, r.Verification.Signers)
+	assert.Equal(t, upstreamsim.DONF+1, r.Verification.Signers)
 	assert.Equal(t, "0x"+hex.EncodeToString(full.ReportContext[0][:]), r.Verification.ConfigDigest)
 	assert.Equal(t, "enforce", r.Verification.Mode)
 }
@@ -97,11 +97,11 @@ func TestDecodedView(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Quiet: true})
 	c := servertest.Demo()
 	feeds := map[string]string{
-		"V3":  env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3"),
+		"V3":  env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3"),
 		"V7":  "",
 		"V11": "",
 	}
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
 		if feeds[s.SchemaVersion] == "" && s.Status == "live" {
 			feeds[s.SchemaVersion] = s.FeedID
 		}
@@ -162,7 +162,7 @@ func TestDecodedView(t *testing.T) {
 				}
 				require.Len(t, recs, len(rawRecs))
 				for i, rr := range rawRecs {
-					var sr simulator.Report
+					var sr upstreamsim.Report
 					require.NoError(t, json.Unmarshal(rr, &sr))
 					assert.Equal(t, sr.FullReport, recs[i].FullReport)
 					assert.Equal(t, sr.ObservationsTimestamp, recs[i].ObservationsTimestamp)
@@ -186,8 +186,8 @@ func TestDecodedViewStatesRefusal(t *testing.T) {
 		cfg.Networks["mainnet"].Verify.Mode = config.VerifyReport
 	}})
 	c := servertest.Demo()
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeOutsider}))
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: upstreamsim.ForgeOutsider}))
 	resp, body := getDecoded(t, c, env.Mainnet, "/api/v1/reports?feedID="+eth+"&timestamp="+strconv.FormatInt(pastTS(), 10))
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	var doc struct{ Report decodedRecord }
@@ -201,20 +201,20 @@ func TestDecodedViewStatesRefusal(t *testing.T) {
 // The stream's decoded view: opted in at the upgrade (Accept), one text
 // frame per report, decoded and verified, on a stream of every schema.
 func TestDecodedStream(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Quiet: true, Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Quiet: true, Sim: func(c *upstreamsim.Config) { c.WSTick = 20 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	ids := []string{eth}
 	schemaOf := map[string]string{eth: "V3"}
 	have := map[string]bool{"V3": true}
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
 		if s.Status == "live" && !have[s.SchemaVersion] {
 			ids = append(ids, s.FeedID)
 			schemaOf[s.FeedID], have[s.SchemaVersion] = s.SchemaVersion, true
 		}
 	}
-	require.Len(t, ids, len(simulator.Schemas), "a live stream of every schema")
+	require.Len(t, ids, len(upstreamsim.Schemas), "a live stream of every schema")
 	c := servertest.Demo()
 	target := "/api/v1/ws?feedIDs=" + strings.Join(ids, ",")
 	req, err := http.NewRequest(http.MethodGet, env.Mainnet+target, nil)
@@ -253,13 +253,13 @@ func TestDecodedStream(t *testing.T) {
 func TestDecodedViewKept(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Quiet: true})
 	c := servertest.Demo()
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	start := pastTS() - 200
 	target := "/api/v1/reports/page?feedID=" + eth + "&startTimestamp=" + strconv.FormatInt(start, 10) + "&limit=5"
 	resp, raw := c.Get(t, env.Mainnet, target)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
 	env.Cache.Wait()
-	key := cache.PageKey(simulator.Mainnet, "", eth, start, 5)
+	key := cache.PageKey(upstreamsim.Mainnet, "", eth, start, 5)
 	e, st := env.Cache.Get(key)
 	require.Equal(t, cache.Fresh, st)
 	gate := env.Server.Gate("mainnet")

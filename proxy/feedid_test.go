@@ -13,7 +13,7 @@ import (
 	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // A stream ID in upper case is one `check` accepts, in ws_pinned and in a
@@ -21,10 +21,10 @@ import (
 // pinned stream (its latest is answered from the stream) and the team may
 // read it, by its ID in any case.
 func TestStreamIDsInAnyCase(t *testing.T) {
-	sim, err := simulator.New(simulator.Config{})
+	sim, err := upstreamsim.New(upstreamsim.Config{})
 	require.NoError(t, err)
 	var eth string
-	for _, s := range sim.Streams(simulator.Mainnet) {
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
 		if eth == "" && strings.HasPrefix(s.FeedID, "0x0003") && s.Status == "live" {
 			eth = s.FeedID
 		}
@@ -38,7 +38,7 @@ func TestStreamIDsInAnyCase(t *testing.T) {
 	require.NoError(t, cfg.Validate(), "check accepts it")
 
 	env := servertest.Start(t, servertest.Options{Quiet: true,
-		Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
+		Sim: func(c *upstreamsim.Config) { c.WSTick = 20 * time.Millisecond },
 		Config: func(c *config.Config) {
 			c.Networks["mainnet"].Upstream.WSPinned = config.StreamIDs{feedid.ID(upper)}
 			c.Teams[0].Feeds = config.StreamIDs{feedid.ID(upper)}

@@ -13,7 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestFreshnessWithinBudget polls the latest report of 30 streams from 20
@@ -25,7 +25,7 @@ import (
 func TestFreshnessWithinBudget(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{
 		Quiet: true,
-		Sim:   func(c *simulator.Config) { c.RateLimit, c.Burst = 10, 10 },
+		Sim:   func(c *upstreamsim.Config) { c.RateLimit, c.Burst = 10, 10 },
 		Config: func(c *config.Config) {
 			c.Auth.ReplayProtection = false // identical polls are signed in the same millisecond
 			c.Realtime.LatestFromStream = false
@@ -35,7 +35,7 @@ func TestFreshnessWithinBudget(t *testing.T) {
 		},
 	})
 	var feeds []string
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
 		if s.Status == "live" && s.DecommissionedAt == nil && len(feeds) < 30 {
 			feeds = append(feeds, s.FeedID)
 		}

@@ -16,7 +16,7 @@ import (
 	"streamgate/don"
 	"streamgate/server"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // The gateway's answer paths, called in-process through
@@ -70,13 +70,13 @@ func benchServe(b *testing.B, env *servertest.Env, h http.Handler, target string
 func benchFeeds(b testing.TB, env *servertest.Env, n int) []string {
 	b.Helper()
 	hidden := map[string]bool{}
-	for _, id := range env.Sim.Hidden(simulator.Mainnet) {
+	for _, id := range env.Sim.Hidden(upstreamsim.Mainnet) {
 		hidden[id] = true
 	}
 	now := time.Now().Unix()
 	var out []string
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
-		first, last, ok := env.Sim.Window(simulator.Mainnet, s.FeedID)
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
+		first, last, ok := env.Sim.Window(upstreamsim.Mainnet, s.FeedID)
 		if ok && !hidden[s.FeedID] && s.Status == "live" && first < now-3600 && last > now-60 && len(out) < n {
 			out = append(out, s.FeedID)
 		}

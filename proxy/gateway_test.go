@@ -15,7 +15,7 @@ import (
 	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // reportBody is a report answer's body: a stream frame's shape.
@@ -42,7 +42,7 @@ func pastTS() int64 { return time.Now().Add(-time.Hour).Unix() }
 func TestEveryEndpoint(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	c := servertest.Demo()
-	for _, net := range []struct{ name, base string }{{simulator.Mainnet, env.Mainnet}, {simulator.Testnet, env.Testnet}} {
+	for _, net := range []struct{ name, base string }{{upstreamsim.Mainnet, env.Mainnet}, {upstreamsim.Testnet, env.Testnet}} {
 		t.Run(net.name, func(t *testing.T) {
 			btc := env.FeedID(t, net.name, "BTC", "USD", "V3")
 			ts := pastTS()
@@ -117,7 +117,7 @@ func TestAuthentication(t *testing.T) {
 		c.Teams[0].Keys = append(c.Teams[0].Keys, config.Key{ID: "rotating", SecretList: []config.Secret{"new-secret-0123456789", "old-secret-0123456789"}})
 		c.Auth.ReplayGrace = 0 // every repeat is a replay (the grace is tested in auth)
 	}})
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/reports/latest?feedID=" + btc
 	send := func(t *testing.T, mutate func(*http.Request)) (*http.Response, errorBody) {
 		t.Helper()
@@ -207,13 +207,13 @@ func TestEntitlements(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	research := servertest.Research()
 	demo := servertest.Demo()
-	allowed := simulator.RestrictedStreams()[0]
+	allowed := upstreamsim.RestrictedStreams()[0]
 	other := ""
 	restricted := map[string]bool{}
-	for _, id := range simulator.RestrictedStreams() {
+	for _, id := range upstreamsim.RestrictedStreams() {
 		restricted[id] = true
 	}
-	for _, s := range env.Sim.Streams(simulator.Testnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Testnet) {
 		if !restricted[s.FeedID] {
 			other = s.FeedID
 			break
@@ -265,11 +265,11 @@ func TestEntitlements(t *testing.T) {
 		for _, f := range disc.Feeds {
 			got = append(got, f.FeedID)
 		}
-		assert.ElementsMatch(t, simulator.RestrictedStreams(), got)
+		assert.ElementsMatch(t, upstreamsim.RestrictedStreams(), got)
 	})
 
 	t.Run("hidden streams only with hidden=true", func(t *testing.T) {
-		hidden := env.Sim.Hidden(simulator.Testnet)
+		hidden := env.Sim.Hidden(upstreamsim.Testnet)
 		require.NotEmpty(t, hidden)
 		ids := func(target string) map[string]bool {
 			resp, body := demo.Get(t, env.Testnet, target)
@@ -306,7 +306,7 @@ func TestEntitlements(t *testing.T) {
 func TestValidation(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	tests := []struct {
 		name, target string
 		status       int
@@ -382,7 +382,7 @@ func TestValidation(t *testing.T) {
 func TestCredentialsStayApart(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	for _, target := range []string{
 		"/api/v1/discovery", "/api/v1/feeds", "/api/v1/reports/latest?feedID=" + btc,
 		"/api/v1/reports/bulk?feedIDs=" + btc + "&timestamp=" + strconv.FormatInt(pastTS(), 10),
@@ -391,21 +391,21 @@ func TestCredentialsStayApart(t *testing.T) {
 		resp, body := c.Get(t, env.Mainnet, target)
 		for name, vals := range resp.Header {
 			for _, v := range vals {
-				assert.NotContains(t, v, simulator.OrgKeyID, "header %s", name)
-				assert.NotContains(t, v, simulator.OrgKeySecret, "header %s", name)
+				assert.NotContains(t, v, upstreamsim.OrgKeyID, "header %s", name)
+				assert.NotContains(t, v, upstreamsim.OrgKeySecret, "header %s", name)
 			}
 		}
-		assert.NotContains(t, string(body), simulator.OrgKeyID)
-		assert.NotContains(t, string(body), simulator.OrgKeySecret)
+		assert.NotContains(t, string(body), upstreamsim.OrgKeyID)
+		assert.NotContains(t, string(body), upstreamsim.OrgKeySecret)
 	}
 	counts := env.Sim.Counters()
 	assert.Zero(t, counts.ByKey(config.DemoKeyID), "a client's key never reaches the upstream")
-	assert.Positive(t, counts.ByKey(simulator.OrgKeyID))
-	assert.Zero(t, counts.ByKey(simulator.KeyUnknown), "every upstream call verified")
+	assert.Positive(t, counts.ByKey(upstreamsim.OrgKeyID))
+	assert.Zero(t, counts.ByKey(upstreamsim.KeyUnknown), "every upstream call verified")
 }
 
 func TestPassThrough(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.HAOrigins = []string{"001", "002"} }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *upstreamsim.Config) { c.HAOrigins = []string{"001", "002"} }})
 	req, err := http.NewRequest(http.MethodHead, env.Mainnet+"/", nil)
 	require.NoError(t, err)
 	auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
@@ -415,14 +415,14 @@ func TestPassThrough(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "{001,002}", resp.Header.Get("X-Cll-Available-Origins"),
 		"the gateway advertises its own HA origins (realtime.client_origins), never the upstream's")
-	assert.Zero(t, env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointRoot), "answered by the gateway")
+	assert.Zero(t, env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointRoot), "answered by the gateway")
 
 	// A WebSocket is never passed through: the gateway answers a plain GET
 	// of /api/v1/ws itself (ws_test.go has the stream).
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	resp2, body := servertest.Demo().Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
 	assert.Equal(t, http.StatusUpgradeRequired, resp2.StatusCode, string(body))
-	assert.Zero(t, env.Sim.Counters().WSTotal("").Accepted+env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointWS))
+	assert.Zero(t, env.Sim.Counters().WSTotal("").Accepted+env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointWS))
 }
 
 func TestUpstreamFailures(t *testing.T) {
@@ -433,27 +433,27 @@ func TestUpstreamFailures(t *testing.T) {
 		}
 	}})
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	// Load the catalog before faults start.
 	resp, _ := c.Get(t, env.Mainnet, "/api/v1/discovery?hidden=true")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	tests := []struct {
 		name     string
-		faults   simulator.Faults
+		faults   upstreamsim.Faults
 		status   []int
 		attempts int64 // upstream calls for one request
 	}{
-		{"errors are retried then passed through", simulator.Faults{ErrorRate: 1}, []int{500, 502, 503}, 0},
-		{"a 429 is not retried, answered 503 by the gateway", simulator.Faults{Force429: 1}, []int{503}, 1},
-		{"a hang times out per attempt and is retried", simulator.Faults{Hang: 1}, []int{503}, 3},
+		{"errors are retried then passed through", upstreamsim.Faults{ErrorRate: 1}, []int{500, 502, 503}, 0},
+		{"a 429 is not retried, answered 503 by the gateway", upstreamsim.Faults{Force429: 1}, []int{503}, 1},
+		{"a hang times out per attempt and is retried", upstreamsim.Faults{Hang: 1}, []int{503}, 3},
 	}
 	base := pastTS()
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NoError(t, env.Sim.SetFaults(tc.faults))
-			defer env.Sim.SetFaults(simulator.Faults{})
-			before := env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport)
+			defer env.Sim.SetFaults(upstreamsim.Faults{})
+			before := env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointReport)
 			ts := strconv.FormatInt(base-int64(i), 10)
 			resp, body := c.Get(t, env.Mainnet, "/api/v1/reports?feedID="+btc+"&timestamp="+ts)
 			assert.Contains(t, tc.status, resp.StatusCode, string(body))
@@ -461,7 +461,7 @@ func TestUpstreamFailures(t *testing.T) {
 				assert.Equal(t, "1", resp.Header.Get("Retry-After"), "the upstream's Retry-After is passed on")
 				assert.NotContains(t, string(body), "rate limit exceeded", "the gateway's own answer")
 			}
-			calls := env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport) - before
+			calls := env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointReport) - before
 			if tc.attempts > 0 {
 				assert.Equal(t, tc.attempts, calls)
 			} else {
@@ -469,7 +469,7 @@ func TestUpstreamFailures(t *testing.T) {
 				assert.LessOrEqual(t, calls, int64(3), "at most 1 + retries attempts")
 			}
 			// A failure is never cached: the same request later succeeds.
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+			require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 			resp, body = c.Get(t, env.Mainnet, "/api/v1/reports?feedID="+btc+"&timestamp="+ts)
 			assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		})
@@ -480,18 +480,18 @@ func TestBulkPartial(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	c := servertest.Demo()
 	// A crypto stream publishes at once; a NAV stream some seconds late.
-	fast := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	fast := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	var slow string
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
 		if s.AssetClass == "NAV" && s.Status == "live" && s.DecommissionedAt == nil {
-			if _, last, ok := env.Sim.Window(simulator.Mainnet, s.FeedID); ok && last < time.Now().Unix() {
+			if _, last, ok := env.Sim.Window(upstreamsim.Mainnet, s.FeedID); ok && last < time.Now().Unix() {
 				slow = s.FeedID
 				break
 			}
 		}
 	}
 	require.NotEmpty(t, slow, "a stream that publishes late")
-	_, lastFast, _ := env.Sim.Window(simulator.Mainnet, fast)
+	_, lastFast, _ := env.Sim.Window(upstreamsim.Mainnet, fast)
 	resp, body := c.Get(t, env.Mainnet, "/api/v1/reports/bulk?feedIDs="+fast+","+slow+"&timestamp="+strconv.FormatInt(lastFast, 10))
 	require.Equal(t, http.StatusPartialContent, resp.StatusCode, string(body))
 	var rb reportsBody
@@ -501,23 +501,23 @@ func TestBulkPartial(t *testing.T) {
 }
 
 func TestOwnUpstreamCredentials(t *testing.T) {
-	restricted, err := feedid.ParseAll(simulator.RestrictedStreams())
+	restricted, err := feedid.ParseAll(upstreamsim.RestrictedStreams())
 	require.NoError(t, err)
 	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) {
 		c.Teams = append(c.Teams, config.Team{
 			Name: "isolated", Networks: []string{"mainnet"}, Feeds: restricted,
-			Upstream: map[string]*config.Credentials{"mainnet": {APIKey: simulator.RestrictedKeyID, APISecret: simulator.RestrictedKeySecret}},
+			Upstream: map[string]*config.Credentials{"mainnet": {APIKey: upstreamsim.RestrictedKeyID, APISecret: upstreamsim.RestrictedKeySecret}},
 			Keys:     []config.Key{{ID: "isolated-key", Secret: "isolated-secret-0123456789"}},
 		})
 	}})
-	feed := simulator.RestrictedStreams()[0]
+	feed := upstreamsim.RestrictedStreams()[0]
 	ts := strconv.FormatInt(pastTS(), 10)
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + ts
 	isolated := &servertest.Client{Key: "isolated-key", Secret: "isolated-secret-0123456789", HTTP: http.DefaultClient}
 
 	resp, body := isolated.Get(t, env.Mainnet, target)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	assert.Positive(t, env.Sim.Counters().ByKey(simulator.RestrictedKeyID), "signed with the team's own credential")
+	assert.Positive(t, env.Sim.Counters().ByKey(upstreamsim.RestrictedKeyID), "signed with the team's own credential")
 
 	resp, _ = servertest.Demo().Get(t, env.Mainnet, target)
 	require.Equal(t, http.StatusOK, resp.StatusCode)

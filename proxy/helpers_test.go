@@ -15,7 +15,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/internal/testport"
+	"streamgate/internal/testing/testport"
 	"streamgate/server/servertest"
 )
 

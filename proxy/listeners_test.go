@@ -20,7 +20,7 @@ import (
 	"streamgate/config"
 	"streamgate/proxy"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestSharedListener routes two networks on one address by Host name.
@@ -64,7 +64,7 @@ func TestLogs(t *testing.T) {
 		Logger: zap.New(core),
 	})
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	bad := &servertest.Client{Key: config.DemoKeyID, Secret: "a-wrong-secret-0123456789", HTTP: http.DefaultClient}
@@ -91,7 +91,7 @@ func TestLogs(t *testing.T) {
 	for _, e := range logs.AllUntimed() {
 		line, err := json.Marshal(e.ContextMap())
 		require.NoError(t, err)
-		for _, secret := range []string{config.DemoKeySecret, "a-wrong-secret", simulator.OrgKeySecret, simulator.OrgKeyID} {
+		for _, secret := range []string{config.DemoKeySecret, "a-wrong-secret", upstreamsim.OrgKeySecret, upstreamsim.OrgKeyID} {
 			assert.False(t, strings.Contains(string(line)+e.Message, secret), "a log line holds a secret: %s", line)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // quotaClock is a fake clock for the gateway and the signing client: time
@@ -78,7 +78,7 @@ func retryAfter(t testing.TB, resp *http.Response) int {
 }
 
 func reportsCalls(env *servertest.Env) int64 {
-	return env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointReport)
+	return env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointReport)
 }
 
 // reportTarget is the report of feed at the i-th distinct past timestamp.
@@ -103,7 +103,7 @@ func TestQuotaTeamBurst(t *testing.T) {
 	}})
 	c := servertest.Demo()
 	c.Now = clock.Now
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
 	for i := 1; i <= burst; i++ {
@@ -190,12 +190,12 @@ func TestQuotaDaily(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Now: clock.Now, Config: func(c *config.Config) {
 		noReplayCheck(c)
 		c.Team(config.DemoTeam).DailyQuota = quota
-	}, Sim: func(s *simulator.Config) {
+	}, Sim: func(s *upstreamsim.Config) {
 		s.MaxSkew = 48 * time.Hour // the upstream calls are signed at the fake clock
 	}})
 	c := servertest.Demo()
 	c.Now = clock.Now
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
 	for i := 1; i <= quota; i++ {
@@ -246,7 +246,7 @@ func budgetRefusals(t testing.TB, env *servertest.Env, endpoint string) float64 
 func TestBudgetCacheHitsAndExhaustion(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Config: budgetConfig(0.01)}) // a token per 100 s
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
 	for i := range 20 {
@@ -294,7 +294,7 @@ func TestBudgetCacheHitsAndExhaustion(t *testing.T) {
 func TestBudgetWaitOutlivesClient(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Config: budgetConfig(2)}) // next token within 0.5 s, well within the wait's 1 s
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
 	resp, body := c.Get(t, env.Mainnet, reportTarget(btc, base, 0))
@@ -326,12 +326,12 @@ func TestBudgetWaitLeavesAttemptTime(t *testing.T) {
 	// but not with 0.3 s left after it.
 	env := servertest.Start(t, servertest.Options{Config: budgetConfig(0.8)})
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
 	resp, body := c.Get(t, env.Mainnet, reportTarget(btc, base, 0))
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Latency: 250 * time.Millisecond}))
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Latency: 250 * time.Millisecond}))
 
 	resp, body = c.Get(t, env.Mainnet, reportTarget(btc, base, 1))
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
@@ -371,19 +371,19 @@ func TestBudgetUpstream429Pause(t *testing.T) {
 		up.Retries = 0
 	}})
 	c := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 	resp, _ := c.Get(t, env.Mainnet, "/api/v1/feeds") // the catalog, before the faults
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Force429: 1}))
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Force429: 1}))
 	resp, body := c.Get(t, env.Mainnet, reportTarget(btc, base, 0))
 	// The gateway's own answer, never the upstream's 429.
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
 	requireAPIError(t, body)
 	assert.Equal(t, 60, retryAfter(t, resp), "the upstream's Retry-After")
 	require.Equal(t, int64(1), reportsCalls(env))
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 
 	for i := 1; i <= 3; i++ {
 		resp, body = c.Get(t, env.Mainnet, reportTarget(btc, base, i))

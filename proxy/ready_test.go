@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
-	"streamgate/internal/testport"
+	"streamgate/internal/testing/redistest"
+	"streamgate/internal/testing/testport"
 	"streamgate/proxy"
 	"streamgate/server/servertest"
 )

@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/ratelimit"
 	"streamgate/redisconn"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // pollTeam has a rate far above what the tests send: every request of its
@@ -129,7 +129,7 @@ func checkFleet(t *testing.T, reps []*replica) {
 		catalogCalls := func() (n int64) {
 			for _, r := range reps {
 				c := r.env.Sim.Counters()
-				n += c.ByEndpoint(simulator.Mainnet, simulator.EndpointDiscovery) + c.ByEndpoint(simulator.Mainnet, simulator.EndpointFeeds)
+				n += c.ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointDiscovery) + c.ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointFeeds)
 			}
 			return n
 		}
@@ -184,7 +184,7 @@ func checkFleet(t *testing.T, reps []*replica) {
 	})
 	t.Run("a report fetched once for all replicas", func(t *testing.T) {
 		batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
-		btc := reps[0].env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+		btc := reps[0].env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 		target := reportTarget(btc, pastTS(), 7)
 		before := reportCallsOf(reps)
 		for i, r := range reps {

@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/ratelimit"
 	"streamgate/server"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // The shared limits of the replica tests: the demo team's rate, and the
@@ -213,7 +213,7 @@ func TestReplicasShareRedis(t *testing.T) {
 	})
 
 	t.Run("upstream budget", func(t *testing.T) {
-		btc := reps[0].env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+		btc := reps[0].env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 		base := pastTS()
 		var next atomic.Int64
 		counts, elapsed := drive(t, reps, batch, 3, time.Second, func() string {
@@ -248,16 +248,16 @@ func TestReplicasShareRedis(t *testing.T) {
 	})
 
 	t.Run("upstream 429 pauses every replica", func(t *testing.T) {
-		btc := reps[0].env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+		btc := reps[0].env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 		latest := func(r *replica) int64 {
-			return r.env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest)
+			return r.env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest)
 		}
-		require.NoError(t, reps[0].env.Sim.SetFaults(simulator.Faults{Force429: 1}))
+		require.NoError(t, reps[0].env.Sim.SetFaults(upstreamsim.Faults{Force429: 1}))
 		resp, body := batch.Get(t, reps[0].env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 		// Nothing held: the gateway's own 503, never the upstream's 429
 		// for its budget.
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
-		require.NoError(t, reps[0].env.Sim.SetFaults(simulator.Faults{}))
+		require.NoError(t, reps[0].env.Sim.SetFaults(upstreamsim.Faults{}))
 		for i, r := range reps[1:] {
 			resp, body := batch.Get(t, r.env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 			require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "replica %d: %s", i+1, body)
@@ -322,7 +322,7 @@ func TestReplicasFailClosed(t *testing.T) {
 	demo := servertest.Demo()
 	demo.HTTP = hc
 	batch := &servertest.Client{Key: batchKey, Secret: batchSecret, HTTP: hc}
-	btc := r.env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := r.env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	base := pastTS()
 
 	resp, body := demo.Get(t, r.env.Mainnet, reportTarget(btc, base, 0))

@@ -15,9 +15,9 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // sharedTier configures a gateway's shared cache tier in srv.
@@ -51,7 +51,7 @@ func TestSharedTierBetweenGateways(t *testing.T) {
 	a := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
 	b := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
 	c := servertest.Demo()
-	feed := a.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	feed := a.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	ts := time.Now().Add(-time.Hour).Unix()
 	for _, target := range []string{
 		"/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10),
@@ -77,8 +77,8 @@ func TestSharedTierChecksEntries(t *testing.T) {
 	srv := redistest.New(t)
 	env := servertest.Start(t, servertest.Options{Quiet: true, Config: sharedTier(srv)})
 	c := servertest.Demo()
-	feed := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	other := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	feed := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	other := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	ts := time.Now().Add(-time.Hour).Unix()
 	now := time.Now()
 
@@ -97,21 +97,21 @@ func TestSharedTierChecksEntries(t *testing.T) {
 	}{
 		{
 			name:   "report at a timestamp of another stream",
-			key:    cache.ReportKey(simulator.Mainnet, "", feed, ts),
+			key:    cache.ReportKey(upstreamsim.Mainnet, "", feed, ts),
 			entry:  &cache.Entry{Status: 200, Body: otherReport, Stored: now},
 			target: "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10),
 			check:  reportOf(feed),
 		},
 		{
 			name:   "latest of another stream",
-			key:    cache.LatestKey(simulator.Mainnet, "", feed),
+			key:    cache.LatestKey(upstreamsim.Mainnet, "", feed),
 			entry:  &cache.Entry{Status: 200, Body: otherReport, Stored: now, Expires: now.Add(time.Minute)},
 			target: "/api/v1/reports/latest?feedID=" + feed,
 			check:  reportOf(feed),
 		},
 		{
 			name:   "page of another stream",
-			key:    cache.PageKey(simulator.Mainnet, "", feed, ts-50, 3),
+			key:    cache.PageKey(upstreamsim.Mainnet, "", feed, ts-50, 3),
 			entry:  &cache.Entry{Status: 200, Body: otherPage, Stored: now},
 			target: "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(ts-50, 10) + "&limit=3",
 			check: func(t *testing.T, body []byte) {
@@ -129,7 +129,7 @@ func TestSharedTierChecksEntries(t *testing.T) {
 		},
 		{
 			name:   "catalog view that does not parse",
-			key:    cache.CatalogKey(simulator.Mainnet, "", "signed"),
+			key:    cache.CatalogKey(upstreamsim.Mainnet, "", "signed"),
 			entry:  &cache.Entry{Status: 200, Body: []byte(`{"feeds": 5}`), Stored: now, Expires: now.Add(time.Minute)},
 			target: "/api/v1/discovery",
 			check: func(t *testing.T, body []byte) {

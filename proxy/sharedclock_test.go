@@ -13,9 +13,9 @@ import (
 
 	"streamgate/cache"
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestSharedTierBoundsTheWritersTimes: a latest entry or a catalog view
@@ -50,12 +50,12 @@ func TestSharedTierBoundsTheWritersTimes(t *testing.T) {
 			now.Add(-30 * time.Second), now.Add(time.Hour), now.Add(time.Hour)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			feed := env.FeedID(t, simulator.Mainnet, tc.base, "USD", "V3")
-			rep, ok := env.Sim.Report(simulator.Mainnet, feed, tc.observed.Unix())
+			feed := env.FeedID(t, upstreamsim.Mainnet, tc.base, "USD", "V3")
+			rep, ok := env.Sim.Report(upstreamsim.Mainnet, feed, tc.observed.Unix())
 			require.True(t, ok)
 			body, err := json.Marshal(map[string]any{"report": rep})
 			require.NoError(t, err)
-			plant(t, srv, cache.LatestKey(simulator.Mainnet, "", feed),
+			plant(t, srv, cache.LatestKey(upstreamsim.Mainnet, "", feed),
 				&cache.Entry{Status: http.StatusOK, Body: body, Stored: tc.stored, Expires: tc.expires, StaleUntil: tc.stale})
 
 			for range 2 { // the fill, then memory

@@ -18,9 +18,9 @@ import (
 	"streamgate/auth"
 	"streamgate/certs"
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // tlsFiles writes a server certificate of ca into a new directory and
@@ -69,7 +69,7 @@ func TestTLSServesAndRotates(t *testing.T) {
 	}})
 	require.True(t, strings.HasPrefix(env.Mainnet, "https://"))
 	addr := strings.TrimPrefix(env.Mainnet, "https://")
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	demo, tr := tlsClient(ca, servertest.Demo(), nil)
 	defer tr.CloseIdleConnections()
 
@@ -154,7 +154,7 @@ func TestKeyBoundToClientCert(t *testing.T) {
 				c.Teams[0].Keys[0].ClientCert = &rule.cert
 				require.NoError(t, c.Validate())
 			}})
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			target := "/api/v1/reports/latest?feedID=" + btc
 			for _, c := range []struct {
 				name string
@@ -225,7 +225,7 @@ func TestBindingAKeyClosesItsUncertifiedStreams(t *testing.T) {
 		}
 	}})
 	addr := strings.TrimPrefix(env.Mainnet, "https://")
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	dial := func(cert *tls.Certificate) *websocket.Conn {

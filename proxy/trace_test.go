@@ -19,9 +19,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // otlpReceiver is a collector's OTLP/HTTP traces endpoint: it keeps the
@@ -109,7 +109,7 @@ func TestTraceOfAMiss(t *testing.T) {
 					})
 				},
 			})
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			ts := time.Now().Add(-time.Hour).Unix()
 			const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 			const clientState = "client-private-state"
@@ -142,7 +142,7 @@ func TestTraceOfAMiss(t *testing.T) {
 				assert.NotContains(t, sp.TraceState, clientState, "span %s has the client's tracestate", sp.Name)
 				byName[sp.Name] = sp
 				for k, v := range attrs(sp) {
-					for _, secret := range []string{config.DemoKeyID, config.DemoKeySecret, simulator.OrgKeySecret, simulator.OrgKeyID} {
+					for _, secret := range []string{config.DemoKeyID, config.DemoKeySecret, upstreamsim.OrgKeySecret, upstreamsim.OrgKeyID} {
 						assert.NotContains(t, v, secret, "span %s attribute %s", sp.Name, k)
 					}
 				}

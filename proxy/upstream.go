@@ -24,6 +24,7 @@ import (
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/internal/apierror"
+	"streamgate/internal/ctxsleep"
 	"streamgate/ratelimit"
 	"streamgate/tracing"
 )
@@ -394,14 +395,7 @@ func (u *upstream) backoff(ctx context.Context, attempt int) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d+10*time.Millisecond {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return ctxsleep.Sleep(ctx, d)
 }
 
 func (u *upstream) attempt(ctx context.Context, endpoint, target string, cred *credential, sent ratelimit.Sent) (out *upstreamResponse, err error) {

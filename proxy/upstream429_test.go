@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestUpstream429NeverReachesTheClient: an upstream 429 on a miss (a
@@ -34,8 +34,8 @@ func TestUpstream429NeverReachesTheClient(t *testing.T) {
 			})
 		},
 	})
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	// The catalog is warm: these are misses of reports only.
 	throttle.Store(true)
 	for _, target := range []string{

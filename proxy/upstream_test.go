@@ -21,12 +21,12 @@ import (
 	"streamgate/config"
 	"streamgate/proxy"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 func refusing(_ string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.Header.Get(auth.HeaderAuthorization), simulator.OrgKeyID) {
+		if strings.Contains(r.Header.Get(auth.HeaderAuthorization), upstreamsim.OrgKeyID) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			io.WriteString(w, `{"error":"unauthorized"}`)
@@ -41,7 +41,7 @@ func TestUpstreamRefusesOurCredential(t *testing.T) {
 		c.Networks["mainnet"].PassThrough = []string{"/api/v1/listed"}
 	}})
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	for _, target := range []string{"/api/v1/feeds", "/api/v1/discovery?hidden=true", "/api/v1/reports/latest?feedID=" + btc} {
 		resp, body := demo.Get(t, env.Mainnet, target)
 		assert.Equal(t, http.StatusBadGateway, resp.StatusCode, target)
@@ -125,7 +125,7 @@ func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
 		})
 	}})
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	resp, _ := demo.Get(t, env.Mainnet, "/api/v1/feeds?hidden=true") // the catalog first
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	fail.Store(1)
@@ -141,10 +141,10 @@ func TestUpstream500RetriedAndRetryAfter(t *testing.T) {
 }
 
 func TestBudgetWithoutDeps(t *testing.T) {
-	sim, err := simulator.New(simulator.Default())
+	sim, err := upstreamsim.New(upstreamsim.Default())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	up := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	up := httptest.NewServer(sim.Handler(upstreamsim.Mainnet))
 	t.Cleanup(up.Close)
 	store, err := cache.New(cache.Config{MaxBytes: 1 << 20})
 	require.NoError(t, err)
@@ -155,14 +155,14 @@ func TestBudgetWithoutDeps(t *testing.T) {
 		cfg.Teams[i].Networks = []string{"mainnet"}
 	}
 	n := cfg.Networks["mainnet"]
-	n.Upstream = config.Upstream{URL: up.URL, Credentials: config.Credentials{APIKey: simulator.OrgKeyID, APISecret: simulator.OrgKeySecret},
+	n.Upstream = config.Upstream{URL: up.URL, Credentials: config.Credentials{APIKey: upstreamsim.OrgKeyID, APISecret: upstreamsim.OrgKeySecret},
 		Timeout: time.Second, Budget: config.Rate{RPS: 0.001, Burst: 3}, MaxBulk: 100}
 	gw, err := proxy.New(cfg, proxy.Deps{Cache: store})
 	require.NoError(t, err)
 	base := newServer(t, gw.Handler("mainnet"))
 	demo := servertest.Demo()
 	var btc string
-	for _, s := range sim.Streams(simulator.Mainnet) {
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
 		if s.BaseAsset == "BTC" && s.QuoteAsset == "USD" && s.SchemaVersion == "V3" {
 			btc = s.FeedID
 		}

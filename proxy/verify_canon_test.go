@@ -21,7 +21,7 @@ import (
 	"streamgate/config"
 	"streamgate/don"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // canonTargets are the REST answers of ETH's (and BTC's) reports around
@@ -67,14 +67,14 @@ func refusalLogs(logs *observer.ObservedLogs, cause don.Cause) int {
 // the other stream.
 func TestVerifyRefusesDuplicateKey(t *testing.T) {
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport, config.VerifyOff} {
-		for _, forge := range []simulator.Forgery{simulator.ForgeDuplicateKey, simulator.ForgeDuplicateKeyLast} {
+		for _, forge := range []upstreamsim.Forgery{upstreamsim.ForgeDuplicateKey, upstreamsim.ForgeDuplicateKeyLast} {
 			t.Run(mode+"/"+string(forge), func(t *testing.T) {
 				env, logs := canonEnv(t, mode)
 				c := servertest.Demo()
-				eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-				btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+				eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+				btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 				targets := canonTargets(eth, btc, pastTS())
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: forge}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: forge}))
 				for name, target := range targets {
 					resp, body := c.Get(t, env.Mainnet, target)
 					assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s: %s", name, body)
@@ -83,7 +83,7 @@ func TestVerifyRefusesDuplicateKey(t *testing.T) {
 				assert.Equal(t, float64(len(targets)), failures(t, env, don.EntryUpstream, don.CauseDuplicateKey, mode), "one count per answer")
 				assert.Equal(t, 1, refusalLogs(logs, don.CauseDuplicateKey), "logged once per cause and entry")
 
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 				calls := env.UpstreamCalls()
 				for name, target := range targets {
 					resp, body := c.Get(t, env.Mainnet, target)
@@ -105,10 +105,10 @@ func TestVerifyRefusesTrailingBytes(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			env, logs := canonEnv(t, mode)
 			c := servertest.Demo()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			targets := canonTargets(eth, btc, pastTS())
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeTrailing}))
+			require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: upstreamsim.ForgeTrailing}))
 			for name, target := range targets {
 				resp, body := c.Get(t, env.Mainnet, target)
 				if mode == config.VerifyEnforce {
@@ -126,7 +126,7 @@ func TestVerifyRefusesTrailingBytes(t *testing.T) {
 			}
 			assert.Equal(t, want, failures(t, env, don.EntryUpstream, don.CauseTrailingBytes, mode))
 			if mode == config.VerifyEnforce {
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 				calls := env.UpstreamCalls()
 				for name, target := range targets {
 					resp, body := c.Get(t, env.Mainnet, target)
@@ -172,15 +172,15 @@ func TestVerifyRefusesOversize(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			env, logs := canonEnv(t, mode)
 			c := servertest.Demo()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			targets := canonTargets(eth, btc, pastTS())
 			if mode != config.VerifyEnforce {
 				// Each answer is 40 MiB to make: one endpoint is enough
 				// to show the refusal does not depend on the mode.
 				targets = map[string]string{"reports": targets["reports"]}
 			}
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeOversize}))
+			require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: upstreamsim.ForgeOversize}))
 			before := heapInUse()
 			for name, target := range targets {
 				resp, body := c.Get(t, env.Mainnet, target)
@@ -204,7 +204,7 @@ func TestVerifyRefusesOversize(t *testing.T) {
 			assert.Equal(t, float64(len(targets)+1), failures(t, env, don.EntryUpstream, don.CauseOversize, mode))
 			assert.Equal(t, 1, refusalLogs(logs, don.CauseOversize), "logged once per cause and entry")
 
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+			require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 			calls := env.UpstreamCalls()
 			for name, target := range targets {
 				resp, body := c.Get(t, env.Mainnet, target)
@@ -228,11 +228,11 @@ func TestVerifyStreamCanonical(t *testing.T) {
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport, config.VerifyOff} {
 		t.Run(mode, func(t *testing.T) {
 			env := servertest.Start(t, servertest.Options{Quiet: true,
-				Sim:    func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
+				Sim:    func(c *upstreamsim.Config) { c.WSTick = 20 * time.Millisecond },
 				Config: func(cfg *config.Config) { cfg.Networks["mainnet"].Verify.Mode = mode }})
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 			conn, _, err := servertest.Demo().DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 			require.NoError(t, err)
 			defer conn.CloseNow()
@@ -245,23 +245,23 @@ func TestVerifyStreamCanonical(t *testing.T) {
 			read()
 
 			cases := []struct {
-				forge     simulator.Forgery
+				forge     upstreamsim.Forgery
 				cause     don.Cause
 				delivered bool // in this mode
 			}{
-				{simulator.ForgeDuplicateKeyLast, don.CauseDuplicateKey, false},
-				{simulator.ForgeDuplicateKey, don.CauseDuplicateKey, false},
-				{simulator.ForgeTrailing, don.CauseTrailingBytes, mode == config.VerifyReport || mode == config.VerifyOff},
+				{upstreamsim.ForgeDuplicateKeyLast, don.CauseDuplicateKey, false},
+				{upstreamsim.ForgeDuplicateKey, don.CauseDuplicateKey, false},
+				{upstreamsim.ForgeTrailing, don.CauseTrailingBytes, mode == config.VerifyReport || mode == config.VerifyOff},
 			}
 			for _, fc := range cases {
 				received := metricSum(t, env.Registry, "streamgate_ws_frames_received_total")
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: fc.forge}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: fc.forge}))
 				switch {
 				case fc.cause == don.CauseTrailingBytes && mode == config.VerifyOff:
 					// Unchecked: a forged frame reaches the client.
 					for !strings.HasSuffix(string(read()), strings.Repeat("00", 32)+`"}}`) {
 					}
-				case fc.forge == simulator.ForgeDuplicateKey:
+				case fc.forge == upstreamsim.ForgeDuplicateKey:
 					// Filed under the first "feedID", the other stream's,
 					// which nobody asked for: dropped unchecked, as any
 					// frame of a stream not wanted. Wait for a few.
@@ -272,7 +272,7 @@ func TestVerifyStreamCanonical(t *testing.T) {
 					before := failures(t, env, don.EntryStream, fc.cause, mode)
 					require.True(t, waitFailures(t, ctx, env, don.EntryStream, fc.cause, mode, before+1), "%s: forged frames counted", fc.forge)
 				}
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 				// The frames read until a genuine one: forged ones only
 				// where the mode delivers them, each naming its stream
 				// once.

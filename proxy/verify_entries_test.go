@@ -15,9 +15,9 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/don"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // waitFailures waits (bounded) until the refusals of cause at entry reach
@@ -41,27 +41,27 @@ func waitFailures(t *testing.T, ctx context.Context, env *servertest.Env, entry 
 // and counted.
 func TestVerifyStream(t *testing.T) {
 	forgeries := []struct {
-		forge simulator.Forgery
+		forge upstreamsim.Forgery
 		cause don.Cause
 	}{
-		{simulator.ForgeSignature, don.CauseUnknownSigner},
-		{simulator.ForgeOutsider, don.CauseUnknownSigner},
-		{simulator.ForgeTooFew, don.CauseTooFewSigners},
-		{simulator.ForgeTooMany, don.CauseTooManySigners},
-		{simulator.ForgeDuplicate, don.CauseDuplicateSigner},
-		{simulator.ForgeUnknownDigest, don.CauseUnknownDigest},
-		{simulator.ForgeRelabel, don.CauseRecordMismatch},
+		{upstreamsim.ForgeSignature, don.CauseUnknownSigner},
+		{upstreamsim.ForgeOutsider, don.CauseUnknownSigner},
+		{upstreamsim.ForgeTooFew, don.CauseTooFewSigners},
+		{upstreamsim.ForgeTooMany, don.CauseTooManySigners},
+		{upstreamsim.ForgeDuplicate, don.CauseDuplicateSigner},
+		{upstreamsim.ForgeUnknownDigest, don.CauseUnknownDigest},
+		{upstreamsim.ForgeRelabel, don.CauseRecordMismatch},
 	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
 			env := servertest.Start(t, servertest.Options{Quiet: true,
-				Sim: func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
+				Sim: func(c *upstreamsim.Config) { c.WSTick = 20 * time.Millisecond },
 				Config: func(cfg *config.Config) {
 					cfg.Networks["mainnet"].Verify.Mode = mode
 				}})
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 			conn, _, err := servertest.Demo().DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+eth, "")
 			require.NoError(t, err)
 			defer conn.CloseNow()
@@ -76,10 +76,10 @@ func TestVerifyStream(t *testing.T) {
 
 			for _, fc := range forgeries {
 				before := failures(t, env, don.EntryStream, fc.cause, mode)
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: fc.forge}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: fc.forge}))
 				require.True(t, waitFailures(t, ctx, env, don.EntryStream, fc.cause, mode, before+1), "%s: forged frames counted", fc.forge)
 				if mode == config.VerifyEnforce {
-					require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+					require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 					// The forged frames were dropped: the next frame the
 					// client gets is genuine, and newer.
 					f := servertest.ReadFrames(t, ctx, conn, 1)[0]
@@ -96,7 +96,7 @@ func TestVerifyStream(t *testing.T) {
 						break
 					}
 				}
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 			}
 		})
 	}
@@ -115,24 +115,24 @@ func TestVerifySharedTier(t *testing.T) {
 				cfg.Networks["mainnet"].Verify.Mode = mode
 			}})
 			c := servertest.Demo()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			ts := pastTS()
 			now := time.Now()
 
-			forged := func(forge simulator.Forgery, feed string, at int64) simulator.Report {
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: forge}))
-				defer env.Sim.SetFaults(simulator.Faults{})
-				r, ok := env.Sim.Report(simulator.Mainnet, feed, at)
+			forged := func(forge upstreamsim.Forgery, feed string, at int64) upstreamsim.Report {
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: forge}))
+				defer env.Sim.SetFaults(upstreamsim.Faults{})
+				r, ok := env.Sim.Report(upstreamsim.Mainnet, feed, at)
 				require.True(t, ok)
 				return r
 			}
-			reportBody := func(r simulator.Report) []byte {
+			reportBody := func(r upstreamsim.Report) []byte {
 				b, err := json.Marshal(map[string]any{"report": r})
 				require.NoError(t, err)
 				return append(b, '\n')
 			}
-			pageBody := func(rs ...simulator.Report) []byte {
+			pageBody := func(rs ...upstreamsim.Report) []byte {
 				b, err := json.Marshal(map[string]any{"reports": rs})
 				require.NoError(t, err)
 				return b
@@ -144,32 +144,32 @@ func TestVerifySharedTier(t *testing.T) {
 				plant        func()
 			}{
 				{"report, duplicate signer", "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(ts, 10), don.CauseDuplicateSigner, func() {
-					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", eth, ts),
-						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeDuplicate, eth, ts)), Stored: now})
+					plant(t, srv, cache.ReportKey(upstreamsim.Mainnet, "", eth, ts),
+						&cache.Entry{Status: 200, Body: reportBody(forged(upstreamsim.ForgeDuplicate, eth, ts)), Stored: now})
 				}},
 				{"page, corrupted signature", "/api/v1/reports/page?feedID=" + eth + "&startTimestamp=" + strconv.FormatInt(ts-100, 10) + "&limit=2", don.CauseUnknownSigner, func() {
-					plant(t, srv, cache.PageKey(simulator.Mainnet, "", eth, ts-100, 2),
-						&cache.Entry{Status: 200, Body: pageBody(forged(simulator.ForgeSignature, eth, ts-100), forged(simulator.ForgeSignature, eth, ts-99)), Stored: now})
+					plant(t, srv, cache.PageKey(upstreamsim.Mainnet, "", eth, ts-100, 2),
+						&cache.Entry{Status: 200, Body: pageBody(forged(upstreamsim.ForgeSignature, eth, ts-100), forged(upstreamsim.ForgeSignature, eth, ts-99)), Stored: now})
 				}},
 				{"bulk, unknown digest", "/api/v1/reports/bulk?feedIDs=" + eth + "," + btc + "&timestamp=" + strconv.FormatInt(ts-200, 10), don.CauseUnknownDigest, func() {
 					for _, f := range []string{eth, btc} {
-						plant(t, srv, cache.ReportKey(simulator.Mainnet, "", f, ts-200),
-							&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeUnknownDigest, f, ts-200)), Stored: now})
+						plant(t, srv, cache.ReportKey(upstreamsim.Mainnet, "", f, ts-200),
+							&cache.Entry{Status: 200, Body: reportBody(forged(upstreamsim.ForgeUnknownDigest, f, ts-200)), Stored: now})
 					}
 				}},
 				{"report, genuine but an hour old, relabelled", "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(ts-400, 10), don.CauseRecordMismatch, func() {
-					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", eth, ts-400),
-						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeRelabel, eth, ts-400)), Stored: now})
+					plant(t, srv, cache.ReportKey(upstreamsim.Mainnet, "", eth, ts-400),
+						&cache.Entry{Status: 200, Body: reportBody(forged(upstreamsim.ForgeRelabel, eth, ts-400)), Stored: now})
 				}},
 				{"report, too few signers", "/api/v1/reports?feedID=" + btc + "&timestamp=" + strconv.FormatInt(ts-300, 10), don.CauseTooFewSigners, func() {
-					plant(t, srv, cache.ReportKey(simulator.Mainnet, "", btc, ts-300),
-						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeTooFew, btc, ts-300)), Stored: now})
+					plant(t, srv, cache.ReportKey(upstreamsim.Mainnet, "", btc, ts-300),
+						&cache.Entry{Status: 200, Body: reportBody(forged(upstreamsim.ForgeTooFew, btc, ts-300)), Stored: now})
 				}},
 				// latest last: the demand it records may have the refresher call
 				// the upstream in the background, which the other cases count.
 				{"latest, signer outside the set", "/api/v1/reports/latest?feedID=" + btc, don.CauseUnknownSigner, func() {
-					plant(t, srv, cache.LatestKey(simulator.Mainnet, "", btc),
-						&cache.Entry{Status: 200, Body: reportBody(forged(simulator.ForgeOutsider, btc, now.Unix()-1)), Stored: now, Expires: now.Add(time.Minute)})
+					plant(t, srv, cache.LatestKey(upstreamsim.Mainnet, "", btc),
+						&cache.Entry{Status: 200, Body: reportBody(forged(upstreamsim.ForgeOutsider, btc, now.Unix()-1)), Stored: now, Expires: now.Add(time.Minute)})
 				}},
 			}
 			for _, tc := range cases {
@@ -180,8 +180,8 @@ func TestVerifySharedTier(t *testing.T) {
 				require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", tc.name, body)
 				assert.GreaterOrEqual(t, failures(t, env, don.EntryShared, tc.cause, mode)-before, 1.0, tc.name)
 				var doc struct {
-					Report  *simulator.Report  `json:"report"`
-					Reports []simulator.Report `json:"reports"`
+					Report  *upstreamsim.Report  `json:"report"`
+					Reports []upstreamsim.Report `json:"reports"`
 				}
 				require.NoError(t, json.Unmarshal(body, &doc))
 				if doc.Report != nil {

@@ -15,7 +15,7 @@ import (
 	"streamgate/don"
 	"streamgate/feedid"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestVerifyReloadToEnforceDropsWhatReportAdmitted: reports forged while
@@ -26,15 +26,15 @@ import (
 // honest again the genuine report is served.
 func TestVerifyReloadToEnforceDropsWhatReportAdmitted(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{Quiet: true,
-		Sim:    func(c *simulator.Config) { c.WSTick = 20 * time.Millisecond },
+		Sim:    func(c *upstreamsim.Config) { c.WSTick = 20 * time.Millisecond },
 		Config: func(cfg *config.Config) { cfg.Networks["mainnet"].Verify.Mode = config.VerifyReport }})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	c := servertest.Demo()
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	report := "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(pastTS(), 10)
 	gate := env.Server.Gate("mainnet")
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeDuplicate}))
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: upstreamsim.ForgeDuplicate}))
 
 	resp, body := c.Get(t, env.Mainnet, report)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
@@ -74,7 +74,7 @@ func TestVerifyReloadToEnforceDropsWhatReportAdmitted(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "latest after the reload: %s", body)
 
 	// Honest again: the genuine report.
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 	resp, body = c.Get(t, env.Mainnet, report)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	assert.Equal(t, "MISS", resp.Header.Get("X-Cache"))

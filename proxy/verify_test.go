@@ -15,7 +15,7 @@ import (
 	"streamgate/config"
 	"streamgate/don"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 const (
@@ -32,8 +32,8 @@ func failures(t testing.TB, env *servertest.Env, entry string, cause don.Cause, 
 func TestVerifiedDemo(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	c := servertest.Demo()
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	ts := strconv.FormatInt(pastTS(), 10)
 	for _, target := range []string{
 		"/api/v1/reports?feedID=" + eth + "&timestamp=" + ts,
@@ -55,14 +55,14 @@ func TestVerifiedDemo(t *testing.T) {
 // report is fetched once the forgery stops) and served and counted in mode
 // report.
 func TestVerifyRefusesForgeries(t *testing.T) {
-	cases := map[simulator.Forgery]don.Cause{
-		simulator.ForgeSignature:     don.CauseUnknownSigner,
-		simulator.ForgeOutsider:      don.CauseUnknownSigner,
-		simulator.ForgeTooFew:        don.CauseTooFewSigners,
-		simulator.ForgeTooMany:       don.CauseTooManySigners,
-		simulator.ForgeDuplicate:     don.CauseDuplicateSigner,
-		simulator.ForgeUnknownDigest: don.CauseUnknownDigest,
-		simulator.ForgeRelabel:       don.CauseRecordMismatch,
+	cases := map[upstreamsim.Forgery]don.Cause{
+		upstreamsim.ForgeSignature:     don.CauseUnknownSigner,
+		upstreamsim.ForgeOutsider:      don.CauseUnknownSigner,
+		upstreamsim.ForgeTooFew:        don.CauseTooFewSigners,
+		upstreamsim.ForgeTooMany:       don.CauseTooManySigners,
+		upstreamsim.ForgeDuplicate:     don.CauseDuplicateSigner,
+		upstreamsim.ForgeUnknownDigest: don.CauseUnknownDigest,
+		upstreamsim.ForgeRelabel:       don.CauseRecordMismatch,
 	}
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
@@ -70,8 +70,8 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 				cfg.Networks["mainnet"].Verify.Mode = mode
 			}})
 			c := servertest.Demo()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			base := pastTS()
 			i := int64(0)
 			for forge, cause := range cases {
@@ -82,7 +82,7 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 					"bulk":    "/api/v1/reports/bulk?feedIDs=" + eth + "," + btc + "&timestamp=" + strconv.FormatInt(base-i-1, 10),
 					"page":    "/api/v1/reports/page?feedID=" + btc + "&startTimestamp=" + strconv.FormatInt(base-i-5, 10) + "&limit=3",
 				}
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: forge}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: forge}))
 				before := failures(t, env, don.EntryUpstream, cause, mode)
 				for name, target := range targets {
 					resp, body := c.Get(t, env.Mainnet, target)
@@ -99,14 +99,14 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 				// The forgery ends: enforce kept nothing, so the genuine
 				// reports are fetched and served; report kept the forged
 				// ones (served from the cache, as any hit).
-				require.NoError(t, env.Sim.SetFaults(simulator.Faults{}))
+				require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{}))
 				calls := env.UpstreamCalls()
 				for name, target := range targets {
 					resp, body := c.Get(t, env.Mainnet, target)
 					require.Equal(t, http.StatusOK, resp.StatusCode, "%s %s after: %s", forge, name, body)
 					var doc struct {
-						Report  *simulator.Report  `json:"report"`
-						Reports []simulator.Report `json:"reports"`
+						Report  *upstreamsim.Report  `json:"report"`
+						Reports []upstreamsim.Report `json:"reports"`
 					}
 					require.NoError(t, json.Unmarshal(body, &doc))
 					reports := doc.Reports
@@ -133,8 +133,8 @@ func TestVerifyRefusesForgeries(t *testing.T) {
 // tamperedUpstream starts a gateway (verify mode mode) whose upstream's
 // report and bulk answers are rewritten by tamper, given the simulator
 // and the report records as the simulator answered them.
-func tamperedUpstream(t *testing.T, mode string, tamper func(sim *simulator.Simulator, reports []simulator.Report)) *servertest.Env {
-	var sim atomic.Pointer[simulator.Simulator] // set once it is up, before any report request
+func tamperedUpstream(t *testing.T, mode string, tamper func(sim *upstreamsim.Simulator, reports []upstreamsim.Report)) *servertest.Env {
+	var sim atomic.Pointer[upstreamsim.Simulator] // set once it is up, before any report request
 	return withSim(&sim, servertest.Start(t, servertest.Options{Quiet: true,
 		Config: func(cfg *config.Config) { cfg.Networks["mainnet"].Verify.Mode = mode },
 		Upstream: func(network string, h http.Handler) http.Handler {
@@ -146,8 +146,8 @@ func tamperedUpstream(t *testing.T, mode string, tamper func(sim *simulator.Simu
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, r)
 				var doc struct {
-					Report  *simulator.Report  `json:"report,omitempty"`
-					Reports []simulator.Report `json:"reports,omitempty"`
+					Report  *upstreamsim.Report  `json:"report,omitempty"`
+					Reports []upstreamsim.Report `json:"reports,omitempty"`
 				}
 				if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &doc) != nil {
 					w.WriteHeader(rec.Code)
@@ -155,7 +155,7 @@ func tamperedUpstream(t *testing.T, mode string, tamper func(sim *simulator.Simu
 					return
 				}
 				if doc.Report != nil {
-					one := []simulator.Report{*doc.Report}
+					one := []upstreamsim.Report{*doc.Report}
 					tamper(sim.Load(), one)
 					doc.Report = &one[0]
 				}
@@ -166,7 +166,7 @@ func tamperedUpstream(t *testing.T, mode string, tamper func(sim *simulator.Simu
 		}}))
 }
 
-func withSim(p *atomic.Pointer[simulator.Simulator], env *servertest.Env) *servertest.Env {
+func withSim(p *atomic.Pointer[upstreamsim.Simulator], env *servertest.Env) *servertest.Env {
 	p.Store(env.Sim)
 	return env
 }
@@ -175,9 +175,9 @@ func withSim(p *atomic.Pointer[simulator.Simulator], env *servertest.Env) *serve
 // refused as a record that is not its signed report's.
 func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
 	var btc string
-	env := tamperedUpstream(t, config.VerifyEnforce, func(sim *simulator.Simulator, reports []simulator.Report) {
+	env := tamperedUpstream(t, config.VerifyEnforce, func(sim *upstreamsim.Simulator, reports []upstreamsim.Report) {
 		for i, r := range reports {
-			other, ok := sim.Report(simulator.Mainnet, btc, r.ObservationsTimestamp)
+			other, ok := sim.Report(upstreamsim.Mainnet, btc, r.ObservationsTimestamp)
 			if !ok {
 				panic("no report of the other stream")
 			}
@@ -185,8 +185,8 @@ func TestVerifyRefusesAnotherStreamsReport(t *testing.T) {
 		}
 	})
 	c := servertest.Demo()
-	btc = env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc = env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	resp, body := c.Get(t, env.Mainnet, "/api/v1/reports?feedID="+eth+"&timestamp="+strconv.FormatInt(pastTS(), 10))
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s", body)
 	assert.True(t, strings.Contains(string(body), string(don.CauseRecordMismatch)), "%s", body)
@@ -203,12 +203,12 @@ func TestVerifyRefusesAnotherSecondsReport(t *testing.T) {
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport, config.VerifyOff} {
 		t.Run(mode, func(t *testing.T) {
 			var honest atomic.Bool
-			env := tamperedUpstream(t, mode, func(sim *simulator.Simulator, reports []simulator.Report) {
+			env := tamperedUpstream(t, mode, func(sim *upstreamsim.Simulator, reports []upstreamsim.Report) {
 				if honest.Load() {
 					return
 				}
 				for i, r := range reports {
-					old, ok := sim.Report(simulator.Mainnet, r.FeedID, r.ObservationsTimestamp-simulator.RelabelAge)
+					old, ok := sim.Report(upstreamsim.Mainnet, r.FeedID, r.ObservationsTimestamp-upstreamsim.RelabelAge)
 					if !ok {
 						panic("no old report")
 					}
@@ -216,8 +216,8 @@ func TestVerifyRefusesAnotherSecondsReport(t *testing.T) {
 				}
 			})
 			c := servertest.Demo()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+			btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 			ts := pastTS()
 			targets := map[string]string{
 				"reports": "/api/v1/reports?feedID=" + eth + "&timestamp=" + strconv.FormatInt(ts, 10),
@@ -233,8 +233,8 @@ func TestVerifyRefusesAnotherSecondsReport(t *testing.T) {
 				resp, body := c.Get(t, env.Mainnet, target)
 				require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", name, body)
 				var doc struct {
-					Report  *simulator.Report  `json:"report"`
-					Reports []simulator.Report `json:"reports"`
+					Report  *upstreamsim.Report  `json:"report"`
+					Reports []upstreamsim.Report `json:"reports"`
 				}
 				require.NoError(t, json.Unmarshal(body, &doc))
 				if doc.Report != nil {
@@ -259,15 +259,15 @@ func TestVerifyRefusesForgedLatest(t *testing.T) {
 				cfg.Realtime.LatestFromStream = false // the REST path; the stream has its own test
 			}})
 			c := servertest.Demo()
-			eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-			require.NoError(t, env.Sim.SetFaults(simulator.Faults{Forge: simulator.ForgeDuplicate}))
+			eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+			require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{Forge: upstreamsim.ForgeDuplicate}))
 			resp, body := c.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+eth)
 			if mode == config.VerifyEnforce {
 				assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s", body)
 				assert.Contains(t, string(body), string(don.CauseDuplicateSigner))
 			} else {
 				require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
-				var doc struct{ Report simulator.Report }
+				var doc struct{ Report upstreamsim.Report }
 				require.NoError(t, json.Unmarshal(body, &doc))
 				res, _ := env.Server.Gate("mainnet").Verify(don.Record(doc.Report))
 				assert.Equal(t, don.CauseDuplicateSigner, res.Cause)

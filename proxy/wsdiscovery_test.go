@@ -11,9 +11,9 @@ import (
 
 	"streamgate/config"
 	"streamgate/feedid"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestOriginDiscoveryWithinTheBudget: three replicas sharing the Redis
@@ -24,17 +24,17 @@ import (
 // refused, each logging a warning).
 func TestOriginDiscoveryWithinTheBudget(t *testing.T) {
 	rs := redistest.New(t)
-	simCfg := simulator.Default()
+	simCfg := upstreamsim.Default()
 	// Two a second at the upstream, one a second in the gateways' budget:
 	// half a second of room for a call sent late by a busy machine.
 	simCfg.RateLimit, simCfg.Burst = 2, 1
 	simCfg.WSTick = 50 * time.Millisecond
 	simCfg.HAOrigins = []string{"001", "002"}
-	sim, err := simulator.New(simCfg)
+	sim, err := upstreamsim.New(simCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	var pinned string
-	for _, s := range sim.Streams(simulator.Mainnet) {
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
 		if s.BaseAsset == "BTC" && s.QuoteAsset == "USD" && s.SchemaVersion == "V3" {
 			pinned = s.FeedID
 		}

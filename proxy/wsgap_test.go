@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSOutageBackfilled: a full upstream outage (REST and WebSocket
@@ -17,11 +17,11 @@ import (
 // upstream is back the seconds of the outage arrive over REST, before the
 // newer ones: every second of every stream, in order, once.
 func TestWSOutageBackfilled(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	c, _, err := servertest.Demo().DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+btc+","+eth, "")
 	require.NoError(t, err)
 	defer c.CloseNow()

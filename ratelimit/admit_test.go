@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // newAdmitter returns a RedisAdmitter on a Redis of its own, with its

@@ -17,23 +17,23 @@ import (
 	"golang.org/x/time/rate"
 
 	"streamgate/auth"
-	"streamgate/internal/redistest"
-	"streamgate/simulator"
+	"streamgate/internal/testing/redistest"
+	"streamgate/upstreamsim"
 )
 
 // convergeUpstream starts a simulator on a loopback listener that allows
 // limit calls a second per key and endpoint as a burst-1 bucket (the
 // strictest counting), and returns it with the URL of a latest report.
-func convergeUpstream(t *testing.T, limit float64) (*simulator.Simulator, string) {
+func convergeUpstream(t *testing.T, limit float64) (*upstreamsim.Simulator, string) {
 	t.Helper()
-	cfg := simulator.Default()
-	cfg.RateLimit, cfg.RateMode, cfg.Burst = rate.Limit(limit), simulator.RateBucket, 1
-	sim, err := simulator.New(cfg)
+	cfg := upstreamsim.Default()
+	cfg.RateLimit, cfg.RateMode, cfg.Burst = rate.Limit(limit), upstreamsim.RateBucket, 1
+	sim, err := upstreamsim.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
-	srv := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	srv := httptest.NewServer(sim.Handler(upstreamsim.Mainnet))
 	t.Cleanup(srv.Close)
-	streams := sim.Streams(simulator.Mainnet)
+	streams := sim.Streams(upstreamsim.Mainnet)
 	require.NotEmpty(t, streams)
 	return sim, srv.URL + "/api/v1/reports/latest?feedID=" + streams[0].FeedID
 }
@@ -84,7 +84,7 @@ func convergeDriver(t *testing.T, b Budget, m *Metrics, key string, l Limit, url
 				}
 				req, err := http.NewRequest(http.MethodGet, url, nil)
 				require.NoError(t, err)
-				auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), time.Now())
+				auth.Sign(req, upstreamsim.OrgKeyID, []byte(upstreamsim.OrgKeySecret), time.Now())
 				resp, err := hc.Do(req)
 				if err != nil {
 					mu.Lock()

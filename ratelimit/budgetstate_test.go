@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // TestRedisBudgetDistrustsItsState: the rate in force and the times a

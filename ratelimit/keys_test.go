@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // One team's admission keys, as the Redis implementations prefix them,

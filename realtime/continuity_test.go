@@ -22,10 +22,10 @@ import (
 
 	"streamgate/auth"
 	"streamgate/feedid"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // restBackfill is a Config.Backfill over the env's REST bulk endpoint,
@@ -38,7 +38,7 @@ func (e *env) restBackfill(calls *atomic.Int64) BackfillFunc {
 		if err != nil {
 			return nil, err
 		}
-		auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
+		auth.Sign(req, upstreamsim.OrgKeyID, []byte(upstreamsim.OrgKeySecret), e.clk.Now())
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return nil, err
@@ -273,7 +273,7 @@ func TestResumeRightAwayOnAHubNewToTheFeeds(t *testing.T) {
 	sub := subscribe(t, other, feeds, SubscribeOptions{Queue: 4096, From: from})
 	back := collect(t, sub)
 	e.passes(t, 5*time.Second)
-	require.NoError(t, e.sim.SetFaults(simulator.Faults{}))
+	require.NoError(t, e.sim.SetFaults(upstreamsim.Faults{}))
 	awaitMore(t, []*collector{back}, feeds[0], 8)
 	awaitMore(t, []*collector{back}, feeds[1], 8)
 	for _, f := range feeds {

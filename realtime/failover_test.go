@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/feedid"
-	"streamgate/internal/fleet"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/fleet"
+	"streamgate/internal/testing/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // shareKey is a key of mainnet's sharing: its slot is the network's.
@@ -117,7 +117,7 @@ func shareThroughFailover(t *testing.T, client func() redis.UniversalClient, kil
 	var peak atomic.Int64
 	defer fleet.SamplePeak(&peak, e.open)()
 
-	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
+	accepted := e.sim.Counters().WSTotal(upstreamsim.Mainnet).Accepted
 	var run failoverRun
 	run.failover = kill()
 	end := time.Now()
@@ -127,7 +127,7 @@ func shareThroughFailover(t *testing.T, client func() redis.UniversalClient, kil
 	awaitMore(t, cols, feeds[0], 10)
 	awaitMore(t, cols, feeds[1], 10)
 	run.peak = peak.Load()
-	run.opened = e.sim.Counters().WSTotal(simulator.Mainnet).Accepted - accepted
+	run.opened = e.sim.Counters().WSTotal(upstreamsim.Mainnet).Accepted - accepted
 	run.backfilled = calls.Load()
 	for _, h := range hubs {
 		st := h.Stats().Share

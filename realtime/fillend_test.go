@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/feedid"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // gatedBackfill is a Config.Backfill over the env's REST bulk endpoint
@@ -44,7 +44,7 @@ func (e *env) gated(at int64) (*gatedBackfill, BackfillFunc) {
 
 // bulkCalls returns the bulk calls the upstream has answered.
 func (e *env) bulkCalls() int64 {
-	return e.sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointBulk)
+	return e.sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointBulk)
 }
 
 // awaitFillsIdle waits until h's backfiller has no job queued and no
@@ -96,7 +96,7 @@ func TestResumeFillEndsWithItsSubscription(t *testing.T) {
 	atEnd := e.bulkCalls()
 	close(g.release)
 
-	require.NoError(t, e.sim.SetFaults(simulator.Faults{}))
+	require.NoError(t, e.sim.SetFaults(upstreamsim.Faults{}))
 	awaitFillsIdle(t, h, feeds)
 	after := e.bulkCalls() - atEnd
 	assert.LessOrEqual(t, after, int64(1), "bulk calls after the consumer had gone: only the one in flight")

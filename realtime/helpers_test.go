@@ -16,7 +16,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/feedid"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // t0 is the tests' clock at start.
@@ -27,24 +27,24 @@ var t0 = time.Unix(1758586188, 0).UTC()
 // signatures' and continuity's timers) whose WebSocket connections look
 // for new reports every 2 ms.
 type env struct {
-	sim *simulator.Simulator
+	sim *upstreamsim.Simulator
 	srv *httptest.Server
 	clk *clockwork.FakeClock
 }
 
-func newEnv(t testing.TB, mutate func(*simulator.Config)) *env {
+func newEnv(t testing.TB, mutate func(*upstreamsim.Config)) *env {
 	t.Helper()
 	clk := clockwork.NewFakeClockAt(t0)
-	cfg := simulator.Default()
+	cfg := upstreamsim.Default()
 	cfg.Now = clk.Now
 	cfg.RateLimit, cfg.Burst = 0, 0
 	cfg.WSTick = 2 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	sim, err := simulator.New(cfg)
+	sim, err := upstreamsim.New(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(sim.Handler(simulator.Mainnet))
+	srv := httptest.NewServer(sim.Handler(upstreamsim.Mainnet))
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -67,8 +67,8 @@ func (e *env) config(mutate func(*Config)) Config {
 	cfg := Config{
 		Network: "mainnet",
 		URL:     "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/ignored/path",
-		APIKey:  simulator.OrgKeyID,
-		Secret:  []byte(simulator.OrgKeySecret),
+		APIKey:  upstreamsim.OrgKeyID,
+		Secret:  []byte(upstreamsim.OrgKeySecret),
 		// The sizes the configuration gives by default (ws_max_connections
 		// 6 is the configuration's; the hub tests were written for 4).
 		MaxConnections:     4,
@@ -115,14 +115,14 @@ func (e *env) passes(t testing.TB, d time.Duration) {
 }
 
 // open returns the upstream WebSocket connections open now.
-func (e *env) open() int64 { return e.sim.Counters().WSTotal(simulator.Mainnet).Open }
+func (e *env) open() int64 { return e.sim.Counters().WSTotal(upstreamsim.Mainnet).Open }
 
 // rest returns the REST answer for feed at ts.
 func (e *env) rest(t *testing.T, feed feedid.ID, ts int64) []byte {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/api/v1/reports?feedID="+string(feed)+"&timestamp="+strconv.FormatInt(ts, 10), nil)
 	require.NoError(t, err)
-	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
+	auth.Sign(req, upstreamsim.OrgKeyID, []byte(upstreamsim.OrgKeySecret), e.clk.Now())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -136,8 +136,8 @@ func (e *env) rest(t *testing.T, feed feedid.ID, ts int64) []byte {
 func (e *env) crypto(t testing.TB, n int) []feedid.ID {
 	t.Helper()
 	var out []feedid.ID
-	for _, s := range e.sim.Streams(simulator.Mainnet) {
-		if strings.HasSuffix(s.Name, "-RefPrice-DS-Premium-Global-003") && !slices.Contains(e.sim.Hidden(simulator.Mainnet), s.FeedID) {
+	for _, s := range e.sim.Streams(upstreamsim.Mainnet) {
+		if strings.HasSuffix(s.Name, "-RefPrice-DS-Premium-Global-003") && !slices.Contains(e.sim.Hidden(upstreamsim.Mainnet), s.FeedID) {
 			out = append(out, feedid.ID(s.FeedID))
 		}
 	}
@@ -259,15 +259,15 @@ func increasing(t testing.TB, fs []frame) {
 
 const wait = 15 * time.Second
 
-type simulatorConfig = simulator.Config
+type simulatorConfig = upstreamsim.Config
 
-func simulatorDrop() simulator.WSDrop { return simulator.WSDrop{} }
+func simulatorDrop() upstreamsim.WSDrop { return upstreamsim.WSDrop{} }
 
-func simulatorDropOrigin(o string) simulator.WSDrop { return simulator.WSDrop{Origin: o} }
+func simulatorDropOrigin(o string) upstreamsim.WSDrop { return upstreamsim.WSDrop{Origin: o} }
 
-func stall(on bool) simulator.Faults { return simulator.Faults{WSStall: on} }
+func stall(on bool) upstreamsim.Faults { return upstreamsim.Faults{WSStall: on} }
 
-func refuse(status int) simulator.Faults { return simulator.Faults{WSRefuse: status} }
+func refuse(status int) upstreamsim.Faults { return upstreamsim.Faults{WSRefuse: status} }
 
 // subscribe subscribes feeds on h with o; it must not be refused.
 func subscribe(t testing.TB, h *Hub, feeds []feedid.ID, o SubscribeOptions) *Subscription {

@@ -12,7 +12,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/feedid"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // Many subscriptions over a few feeds share one upstream connection and
@@ -303,7 +303,7 @@ func TestOriginDiscoveryAskedAgain(t *testing.T) {
 	// discovery is refused with 429.
 	req, err := http.NewRequest(http.MethodHead, e.srv.URL+"/", nil)
 	require.NoError(t, err)
-	auth.Sign(req, simulator.OrgKeyID, []byte(simulator.OrgKeySecret), e.clk.Now())
+	auth.Sign(req, upstreamsim.OrgKeyID, []byte(upstreamsim.OrgKeySecret), e.clk.Now())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

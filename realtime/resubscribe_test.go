@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
 )

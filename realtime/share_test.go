@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/feedid"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/realtime/share"
 	"streamgate/redisconn"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // shareLease is the tests' lease: ticks 300ms apart.
@@ -72,10 +72,10 @@ func settled(e *env, hubs []*Hub) bool {
 // once.
 func oneConnection(t *testing.T, e *env, cols []*collector, feeds []feedid.ID, n int) {
 	t.Helper()
-	accepted := e.sim.Counters().WSTotal(simulator.Mainnet).Accepted
+	accepted := e.sim.Counters().WSTotal(upstreamsim.Mainnet).Accepted
 	from := counts(cols, feeds)
 	awaitEach(t, cols, feeds, from, n)
-	assert.Equal(t, accepted, e.sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no upstream connection opened meanwhile")
+	assert.Equal(t, accepted, e.sim.Counters().WSTotal(upstreamsim.Mainnet).Accepted, "no upstream connection opened meanwhile")
 	assert.Equal(t, int64(1), e.open())
 	for i, c := range cols {
 		for _, f := range feeds {

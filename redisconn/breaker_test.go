@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // testCommandTimeout keeps the tests short; the default is 100ms.

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // recoverBound is the longest a client may take, after the failover has

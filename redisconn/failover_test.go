@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // failoverCase is a client whose breaker cannot close by its own timer

@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"streamgate/config"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // EmbeddedUpstream reports whether this build carries the embedded
@@ -19,10 +19,10 @@ const EmbeddedUpstream = true
 
 // simUpstream is the embedded upstream of this build: one simulator
 // serving every embedded network.
-type simUpstream struct{ sim *simulator.Simulator }
+type simUpstream struct{ sim *upstreamsim.Simulator }
 
 func newEmbedded() (embedded, error) {
-	sim, err := simulator.New(simulator.Default())
+	sim, err := upstreamsim.New(upstreamsim.Default())
 	if err != nil {
 		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
 	}
@@ -30,16 +30,16 @@ func newEmbedded() (embedded, error) {
 }
 
 func (u simUpstream) handler(network string) http.Handler {
-	return u.sim.Handler(simulator.NetworkFor(network))
+	return u.sim.Handler(upstreamsim.NetworkFor(network))
 }
 
 func (u simUpstream) credentials() (key, secret string) {
-	return simulator.OrgKeyID, simulator.OrgKeySecret
+	return upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret
 }
 
 func (u simUpstream) dons(network string) []config.DON {
 	var out []config.DON
-	for _, c := range u.sim.DON(simulator.NetworkFor(network)) {
+	for _, c := range u.sim.DON(upstreamsim.NetworkFor(network)) {
 		out = append(out, config.DON{ConfigDigest: c.ConfigDigest, F: c.F, Signers: c.Signers})
 	}
 	return out
@@ -50,7 +50,7 @@ func (u simUpstream) close() { u.sim.Close() }
 // Simulator is the embedded upstream, or nil without one: for the demo's
 // banner and the tools that look inside. It exists only in builds that
 // carry the simulator.
-func (s *Server) Simulator() *simulator.Simulator {
+func (s *Server) Simulator() *upstreamsim.Simulator {
 	if u, ok := s.emb.(simUpstream); ok {
 		return u.sim
 	}

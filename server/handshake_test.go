@@ -15,7 +15,7 @@ import (
 
 	"streamgate/certs"
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 	"streamgate/server/servertest"
 )
 

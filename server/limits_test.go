@@ -18,7 +18,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/ratelimit"
 	"streamgate/redisconn"
 )

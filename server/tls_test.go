@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 // TestAdminTLS: server.admin_tls serves the probes and the metrics over

@@ -13,6 +13,7 @@ import (
 	"streamgate/auth"
 	"streamgate/feedid"
 	"streamgate/internal/apierror"
+	"streamgate/internal/wsupgrade"
 	"streamgate/ratelimit"
 	"streamgate/realtime"
 )
@@ -259,7 +260,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if !ok {
 		return
 	}
-	if !isUpgrade(r) {
+	if !wsupgrade.Requested(r) {
 		writeError(w, errNotUpgrade)
 		return
 	}
@@ -352,20 +353,4 @@ func (n *Network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Prin
 		w.Header().Set(headerAvailableOrigins, n.ws.originsHV)
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-// isUpgrade reports whether r asks for a WebSocket.
-func isUpgrade(r *http.Request) bool {
-	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
-}
-
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for part := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(part), token) {
-				return true
-			}
-		}
-	}
-	return false
 }

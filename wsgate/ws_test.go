@@ -19,7 +19,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // frame is the part of a stream frame the tests read.
@@ -54,12 +54,12 @@ func wsOpen(env *servertest.Env) int64 { return env.Sim.Counters().WSTotal("").O
 // connections; each gets exactly its own streams, in order, once; both
 // signed forms are accepted; refused clients cost the upstream nothing.
 func TestWSThroughTheGateway(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	demo, research := servertest.Demo(), servertest.Research()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 
 	// Refused before anything goes upstream.
 	_, resp, err := dialWS(ctx, research, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
@@ -110,7 +110,7 @@ func TestWSThroughTheGateway(t *testing.T) {
 
 	// Latest of a streamed feed is answered from the stream, with no
 	// REST call.
-	before := env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest)
+	before := env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest)
 	for range 5 {
 		resp, body := demo.Get(t, env.Mainnet, "/api/v1/reports/latest?feedID="+btc)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -119,7 +119,7 @@ func TestWSThroughTheGateway(t *testing.T) {
 		require.NoError(t, json.Unmarshal(body, &f))
 		assert.Equal(t, btc, f.Report.FeedID)
 	}
-	assert.Equal(t, before, env.Sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest), "no REST latest call")
+	assert.Equal(t, before, env.Sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest), "no REST latest call")
 
 	// The upstream drops every connection: clients stay connected and keep
 	// receiving, without a duplicate.
@@ -129,7 +129,7 @@ func TestWSThroughTheGateway(t *testing.T) {
 	for _, f := range seen {
 		last[f.Report.FeedID] = f.Report.ObservationsTimestamp
 	}
-	require.Positive(t, env.Sim.DropWS(simulator.WSDrop{}))
+	require.Positive(t, env.Sim.DropWS(upstreamsim.WSDrop{}))
 	for _, f := range readFrames(t, ctx, c, 6) {
 		assert.Greater(t, f.Report.ObservationsTimestamp, last[f.Report.FeedID], "no duplicate after the recovery")
 		last[f.Report.FeedID] = f.Report.ObservationsTimestamp
@@ -146,7 +146,7 @@ func TestWSLimitsAndErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	for range 2 {
 		c, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 		require.NoError(t, err)
@@ -159,11 +159,11 @@ func TestWSLimitsAndErrors(t *testing.T) {
 	r, body := demo.Get(t, env.Mainnet, "/api/v1/ws?feedIDs="+btc)
 	assert.Equal(t, http.StatusUpgradeRequired, r.StatusCode, string(body))
 
-	tbtc := env.FeedID(t, simulator.Testnet, "BTC", "USD", "V3")
+	tbtc := env.FeedID(t, upstreamsim.Testnet, "BTC", "USD", "V3")
 	_, resp, err = dialWS(ctx, demo, env.Testnet, "/api/v1/ws?feedIDs="+tbtc, "")
 	require.Error(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "no ws_url: a clear error, never a pass-through")
-	assert.Zero(t, env.Sim.Counters().WSTotal(simulator.Testnet).Accepted)
+	assert.Zero(t, env.Sim.Counters().WSTotal(upstreamsim.Testnet).Accepted)
 }
 
 // TestWSKeepAliveAndClose: the gateway pings its clients and closes one
@@ -171,13 +171,13 @@ func TestWSLimitsAndErrors(t *testing.T) {
 // ping is answered; a client's close is answered with the close handshake.
 func TestWSKeepAliveAndClose(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{
-		Sim:    func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond },
+		Sim:    func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond },
 		Config: func(c *config.Config) { c.Realtime.PingInterval = 100 * time.Millisecond },
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 
 	reader, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 	require.NoError(t, err)
@@ -254,14 +254,14 @@ func TestWSRefusalsLogTheirReason(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	research := servertest.Research()
-	btcMain := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btcMain := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	// A testnet stream outside research's five.
 	var other string
 	allowed := map[string]bool{}
 	for _, f := range config.DemoRestrictedFeeds() {
 		allowed[string(f)] = true
 	}
-	for _, s := range env.Sim.Streams(simulator.Testnet) {
+	for _, s := range env.Sim.Streams(upstreamsim.Testnet) {
 		if !allowed[s.FeedID] {
 			other = s.FeedID
 			break

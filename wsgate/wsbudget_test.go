@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSBudgetFullIsRefused: with the upstream connection budget full, a
@@ -31,9 +31,9 @@ func TestWSBudgetFullIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	link := env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	link := env.FeedID(t, upstreamsim.Mainnet, "LINK", "USD", "V3")
 
 	first, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc+","+eth, "")
 	require.NoError(t, err)
@@ -58,9 +58,9 @@ func TestWSBudgetFullIsRefused(t *testing.T) {
 // already carried is still accepted and gets its reports.
 func TestWSSharedBudgetFullIsRefused(t *testing.T) {
 	rs := redistest.New(t)
-	simCfg := simulator.Default()
+	simCfg := upstreamsim.Default()
 	simCfg.RateLimit = 0
-	sim, err := simulator.New(simCfg)
+	sim, err := upstreamsim.New(simCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	envs := sharedReplicas(t, rs, sim, 2, func(c *config.Config) {
@@ -72,9 +72,9 @@ func TestWSSharedBudgetFullIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := a.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := a.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	link := a.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3")
+	btc := a.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := a.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	link := a.FeedID(t, upstreamsim.Mainnet, "LINK", "USD", "V3")
 
 	first, _, err := dialWS(ctx, demo, a.Mainnet, "/api/v1/ws?feedIDs="+btc+","+eth, "")
 	require.NoError(t, err)

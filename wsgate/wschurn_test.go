@@ -16,9 +16,9 @@ import (
 
 	"streamgate/catalog"
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // wsGauge counts, at the upstream, the WebSocket upgrades and the
@@ -82,7 +82,7 @@ func TestWSChurnKeepsTheUpstreamCap(t *testing.T) {
 	start := func(t *testing.T, g *wsGauge, cfg func(*config.Config)) *servertest.Env {
 		return servertest.Start(t, servertest.Options{
 			Quiet: true,
-			Sim: func(c *simulator.Config) {
+			Sim: func(c *upstreamsim.Config) {
 				c.HAOrigins = []string{"001", "002"}
 				c.WSMaxConnsPerKey = -1 // the gateway's own cap is under test
 			},
@@ -124,8 +124,8 @@ func churn(t *testing.T, env *servertest.Env, g *wsGauge, limit int64) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	var streams []catalog.Stream // those publishing now
-	for _, s := range env.Sim.Streams(simulator.Mainnet) {
-		if _, last, ok := env.Sim.Window(simulator.Mainnet, s.FeedID); ok && last >= time.Now().Unix()-60 {
+	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
+		if _, last, ok := env.Sim.Window(upstreamsim.Mainnet, s.FeedID); ok && last >= time.Now().Unix()-60 {
 			streams = append(streams, s)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"streamgate/feedid"
+	"streamgate/internal/ctxsleep"
 
 	"go.uber.org/zap"
 )
@@ -89,7 +90,7 @@ func (g *Gate) DrainStreams(ctx context.Context) {
 		for _, c := range firsts[i:min(i+per, len(firsts))] {
 			c.drainNow()
 		}
-		if i+per < len(firsts) && !sleepCtx(ctx, drainStep) {
+		if i+per < len(firsts) && !ctxsleep.Sleep(ctx, drainStep) {
 			for _, c := range firsts[i+per:] {
 				c.drainNow()
 			}
@@ -109,7 +110,7 @@ func (g *Gate) DrainStreams(ctx context.Context) {
 		}
 		seconds = kept
 		if len(seconds) > 0 {
-			sleepCtx(ctx, drainPoll)
+			ctxsleep.Sleep(ctx, drainPoll)
 		}
 	}
 }
@@ -130,18 +131,5 @@ func (c *wsClient) drainNow() {
 	select {
 	case c.drain <- struct{}{}:
 	default:
-	}
-}
-
-// sleepCtx sleeps d, or less when ctx ends; it reports whether it slept
-// the whole d.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // events is an ordered log of what the test saw.
@@ -51,7 +51,7 @@ func TestWSDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := envs[0].FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/ws?feedIDs=" + btc
 
 	var ev events

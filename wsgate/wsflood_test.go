@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSClientPingFlood: a client's pings are answered within a rate; a
@@ -20,7 +20,7 @@ func TestWSClientPingFlood(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	c, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 	require.NoError(t, err)
 	defer c.CloseNow()

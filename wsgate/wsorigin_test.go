@@ -16,7 +16,7 @@ import (
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // signedHead sends HEAD / to base, signed by c as the SDKs sign their
@@ -65,11 +65,11 @@ func dialOrigin(ctx context.Context, c *servertest.Client, base, target, origin 
 // by origin; one naming another origin is 400 with a JSON error, and
 // nothing goes upstream.
 func TestWSOrigins(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	target := "/api/v1/ws?feedIDs=" + btc
 
 	resp := signedHead(t, demo, env.Mainnet)
@@ -120,7 +120,7 @@ func TestWSOriginsConfigured(t *testing.T) {
 
 	env := servertest.Start(t, servertest.Options{Config: func(c *config.Config) { c.Realtime.ClientOrigins = []string{"east", "west", "north"} }})
 	assert.Equal(t, "{east,west,north}", signedHead(t, demo, env.Mainnet).Header.Get("X-Cll-Available-Origins"))
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	_, resp, err := dialOrigin(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "001")
 	require.Error(t, err)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)

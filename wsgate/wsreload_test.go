@@ -14,7 +14,7 @@ import (
 	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // wsReader reads one client's frames in the background and keeps them,
@@ -80,12 +80,12 @@ func TestWSReloadReachesOpenConnections(t *testing.T) {
 		k1, k2, k3 = "ops-key-1", "ops-key-2", "desk-key-1"
 		secret     = "reload-secret-0123456789"
 	)
-	sim, err := simulator.New(func() simulator.Config { c := simulator.Default(); c.RateLimit = 0; return c }())
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	probe := &servertest.Env{Sim: sim}
-	btc := probe.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := probe.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := probe.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := probe.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	streamIDs := func(items ...string) config.StreamIDs {
 		ids, err := feedid.ParseAll(items)
 		require.NoError(t, err)

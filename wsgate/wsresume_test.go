@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // lastOf returns the last second received of each feed, failing when one
@@ -60,16 +60,16 @@ func followsOn(t *testing.T, w *wsClient, from map[string]int64) {
 // every second it missed, in order, once, then live ones; a client that
 // closed its connection itself starts live.
 func TestWSResume(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond }})
+	env := servertest.Start(t, servertest.Options{Sim: func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	feeds := []string{btc, eth}
 	target := "/api/v1/ws?feedIDs=" + btc + "," + eth
 	// Another client keeps the streams carried while the first is away.
-	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+eth+","+btc+","+env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3"), "")
+	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+eth+","+btc+","+env.FeedID(t, upstreamsim.Mainnet, "LINK", "USD", "V3"), "")
 	require.NoError(t, err)
 	kw := readAll(t, ctx, keep)
 
@@ -113,8 +113,8 @@ func TestWSResumeOnAnotherReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := envs[0].FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := envs[0].FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := envs[0].FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	feeds := []string{btc, eth}
 	target := "/api/v1/ws?feedIDs=" + btc + "," + eth
 
@@ -130,7 +130,7 @@ func TestWSResumeOnAnotherReplica(t *testing.T) {
 	// Away until the upstream has published seconds the client missed.
 	require.Eventually(t, func() bool {
 		for _, f := range feeds {
-			if _, last, ok := sim.Window(simulator.Mainnet, f); !ok || last < from[f]+2 {
+			if _, last, ok := sim.Window(upstreamsim.Mainnet, f); !ok || last < from[f]+2 {
 				return false
 			}
 		}

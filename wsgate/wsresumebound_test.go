@@ -13,7 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // resumeBoundEnv is a gateway whose bulk budget is small (a resume fill
@@ -26,10 +26,10 @@ func resumeBoundEnv(t *testing.T, window time.Duration, daily int64) (env *serve
 	var n atomic.Int64
 	var btc atomic.Pointer[string]
 	env = servertest.Start(t, servertest.Options{
-		Sim: func(c *simulator.Config) { c.WSTick = 50 * time.Millisecond },
+		Sim: func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond },
 		Upstream: func(_ string, h http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if id := btc.Load(); id != nil && r.URL.Path == simulator.EndpointBulk && strings.Contains(r.URL.RawQuery, *id) {
+				if id := btc.Load(); id != nil && r.URL.Path == upstreamsim.EndpointBulk && strings.Contains(r.URL.RawQuery, *id) {
 					n.Add(1)
 				}
 				h.ServeHTTP(w, r)
@@ -44,7 +44,7 @@ func resumeBoundEnv(t *testing.T, window time.Duration, daily int64) (env *serve
 			c.Team(config.DemoTeam).DailyQuota = daily
 		},
 	})
-	id := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	id := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	btc.Store(&id)
 	return env, n.Load
 }
@@ -87,9 +87,9 @@ type lostClient struct {
 func loseClient(t *testing.T, ctx context.Context, env *servertest.Env) *lostClient {
 	t.Helper()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := env.FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
-	lc := &lostClient{link: env.FeedID(t, simulator.Mainnet, "LINK", "USD", "V3"), feeds: []string{btc, eth},
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	lc := &lostClient{link: env.FeedID(t, upstreamsim.Mainnet, "LINK", "USD", "V3"), feeds: []string{btc, eth},
 		target: "/api/v1/ws?feedIDs=" + btc + "," + eth}
 	keep, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+lc.link, "")
 	require.NoError(t, err)

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSResumeRecordsBounded: a team whose clients vary their identity
@@ -32,7 +32,7 @@ func TestWSResumeRecordsBounded(t *testing.T) {
 	demo := servertest.Demo()
 	var feeds []string
 	for _, b := range []string{"BTC", "ETH", "LINK", "SOL"} {
-		feeds = append(feeds, env.FeedID(t, simulator.Mainnet, b, "USD", "V3"))
+		feeds = append(feeds, env.FeedID(t, upstreamsim.Mainnet, b, "USD", "V3"))
 	}
 	// Four identities, one after the other: each streams, then is lost.
 	last := map[string]int64{}

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"streamgate/feedid"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // TestResumeDropSparesAnotherReplicasRecord: a replica that drops a

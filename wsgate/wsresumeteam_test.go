@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSDrainResumesEveryClientOfATeam: a team with more stream clients
@@ -30,7 +30,7 @@ import (
 // endpoint): the other replica, new to the streams, fills them over REST.
 func TestWSDrainResumesEveryClientOfATeam(t *testing.T) {
 	rs := redistest.New(t)
-	sim, err := simulator.New(simulator.Default())
+	sim, err := upstreamsim.New(upstreamsim.Default())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	const perTeam = 4
@@ -45,7 +45,7 @@ func TestWSDrainResumesEveryClientOfATeam(t *testing.T) {
 	demo := servertest.Demo()
 	var all []string
 	for _, b := range []string{"BTC", "ETH", "LINK", "SOL"} {
-		all = append(all, envs[0].FeedID(t, simulator.Mainnet, b, "USD", "V3"))
+		all = append(all, envs[0].FeedID(t, upstreamsim.Mainnet, b, "USD", "V3"))
 	}
 	// Eleven identities of one key (one team): every set of two or more
 	// of the four streams.
@@ -101,7 +101,7 @@ func TestWSDrainResumesEveryClientOfATeam(t *testing.T) {
 	// Away until the upstream has published seconds every client missed.
 	require.Eventually(t, func() bool {
 		for _, f := range all {
-			if _, last, ok := sim.Window(simulator.Mainnet, f); !ok || last < newest+2 {
+			if _, last, ok := sim.Window(upstreamsim.Mainnet, f); !ok || last < newest+2 {
 				return false
 			}
 		}

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"streamgate/feedid"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/redisconn"
 )
 

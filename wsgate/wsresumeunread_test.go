@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSResumeWhileRedisIsAway: a client streams on one replica; Redis
@@ -33,9 +33,9 @@ func TestWSResumeWhileRedisIsAway(t *testing.T) {
 	defer cancel()
 	demo := servertest.Demo()
 	feeds := []string{
-		envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3"),
-		envs[0].FeedID(t, simulator.Mainnet, "ETH", "USD", "V3"),
-		envs[0].FeedID(t, simulator.Mainnet, "LINK", "USD", "V3"),
+		envs[0].FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3"),
+		envs[0].FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3"),
+		envs[0].FeedID(t, upstreamsim.Mainnet, "LINK", "USD", "V3"),
 	}
 	target := "/api/v1/ws?feedIDs=" + feeds[0] + "," + feeds[1] + "," + feeds[2]
 
@@ -52,7 +52,7 @@ func TestWSResumeWhileRedisIsAway(t *testing.T) {
 	// Away until the upstream has published seconds the client missed.
 	require.Eventually(t, func() bool {
 		for _, f := range feeds {
-			if _, last, ok := sim.Window(simulator.Mainnet, f); !ok || last < from[f]+2 {
+			if _, last, ok := sim.Window(upstreamsim.Mainnet, f); !ok || last < from[f]+2 {
 				return false
 			}
 		}

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // wsClient reads one gateway WebSocket into memory.
@@ -73,12 +73,12 @@ func (w *wsClient) alive() bool {
 
 // fastSimulator is a simulator without a rate limit whose WebSocket
 // connections look for new reports every 50 ms, for replicas to share.
-func fastSimulator(t *testing.T) *simulator.Simulator {
+func fastSimulator(t *testing.T) *upstreamsim.Simulator {
 	t.Helper()
-	cfg := simulator.Default()
+	cfg := upstreamsim.Default()
 	cfg.RateLimit = 0
 	cfg.WSTick = 50 * time.Millisecond
-	sim, err := simulator.New(cfg)
+	sim, err := upstreamsim.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	return sim
@@ -87,7 +87,7 @@ func fastSimulator(t *testing.T) *simulator.Simulator {
 // sharedReplicas starts n gateways on one simulator whose limits, and
 // upstream WebSocket connections, are shared through rs; more changes
 // their configuration further.
-func sharedReplicas(t *testing.T, rs *redistest.Server, sim *simulator.Simulator, n int, more ...func(*config.Config)) []*servertest.Env {
+func sharedReplicas(t *testing.T, rs *redistest.Server, sim *upstreamsim.Simulator, n int, more ...func(*config.Config)) []*servertest.Env {
 	t.Helper()
 	envs := make([]*servertest.Env, n)
 	for i := range envs {
@@ -134,17 +134,17 @@ func holderOf(envs []*servertest.Env, skip int) int {
 // clients on the remaining replicas stay connected throughout.
 func TestWSSharedByReplicas(t *testing.T) {
 	rs := redistest.New(t)
-	simCfg := simulator.Default()
+	simCfg := upstreamsim.Default()
 	simCfg.RateLimit = 0
-	sim, err := simulator.New(simCfg)
+	sim, err := upstreamsim.New(simCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	envs := sharedReplicas(t, rs, sim, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
-	eth := envs[0].FeedID(t, simulator.Mainnet, "ETH", "USD", "V3")
+	btc := envs[0].FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := envs[0].FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
 	feeds := []string{btc, eth}
 
 	var clients []*wsClient
@@ -159,12 +159,12 @@ func TestWSSharedByReplicas(t *testing.T) {
 		}
 	}
 	const deadline = 30 * time.Second
-	open := func() int64 { return sim.Counters().WSTotal(simulator.Mainnet).Open }
+	open := func() int64 { return sim.Counters().WSTotal(upstreamsim.Mainnet).Open }
 	require.Eventually(t, func() bool { return holderOf(envs, -1) >= 0 && open() == 1 }, deadline, 20*time.Millisecond,
 		"one replica holds the chunk, one upstream connection")
 
 	// A sustained period: 5 more reports of each stream on every client.
-	accepted := sim.Counters().WSTotal(simulator.Mainnet).Accepted
+	accepted := sim.Counters().WSTotal(upstreamsim.Mainnet).Accepted
 	from := make([]map[string]int, len(clients))
 	for i, w := range clients {
 		from[i] = map[string]int{btc: len(w.of(btc)), eth: len(w.of(eth))}
@@ -182,7 +182,7 @@ func TestWSSharedByReplicas(t *testing.T) {
 		}
 	}
 	require.Eventually(t, grown(clients, from, 5), deadline, 20*time.Millisecond)
-	assert.Equal(t, accepted, sim.Counters().WSTotal(simulator.Mainnet).Accepted, "no other upstream connection meanwhile")
+	assert.Equal(t, accepted, sim.Counters().WSTotal(upstreamsim.Mainnet).Accepted, "no other upstream connection meanwhile")
 	assert.Equal(t, int64(1), open())
 	for i, w := range clients {
 		require.True(t, w.alive(), "client %d", i)
@@ -198,7 +198,7 @@ func TestWSSharedByReplicas(t *testing.T) {
 	holder := holderOf(envs, -1)
 	require.GreaterOrEqual(t, holder, 0)
 	follower := (holder + 1) % len(envs)
-	before := sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest)
+	before := sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest)
 	for range 3 {
 		resp, body := demo.Get(t, envs[follower].Mainnet, "/api/v1/reports/latest?feedID="+btc)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
@@ -207,7 +207,7 @@ func TestWSSharedByReplicas(t *testing.T) {
 		require.NoError(t, json.Unmarshal(body, &f))
 		assert.Equal(t, btc, f.Report.FeedID)
 	}
-	assert.Equal(t, before, sim.Counters().ByEndpoint(simulator.Mainnet, simulator.EndpointLatest), "no REST latest call upstream")
+	assert.Equal(t, before, sim.Counters().ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest), "no REST latest call upstream")
 
 	// The holder closes: it hands the chunk over to another replica; the
 	// clients of the others stay connected and miss no report.

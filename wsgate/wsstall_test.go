@@ -12,7 +12,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestLatestFromAStalledStream: while the upstream stream is silent (a
@@ -27,7 +27,7 @@ func TestLatestFromAStalledStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	demo := servertest.Demo()
-	btc := env.FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	c, _, err := dialWS(ctx, demo, env.Mainnet, "/api/v1/ws?feedIDs="+btc, "")
 	require.NoError(t, err)
 	defer c.CloseNow()
@@ -40,8 +40,8 @@ func TestLatestFromAStalledStream(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { x, _ := latest(); return x == "STREAM" }, 30*time.Second, 50*time.Millisecond)
 
-	require.NoError(t, env.Sim.SetFaults(simulator.Faults{WSStall: true}))
-	defer env.Sim.SetFaults(simulator.Faults{})
+	require.NoError(t, env.Sim.SetFaults(upstreamsim.Faults{WSStall: true}))
+	defer env.Sim.SetFaults(upstreamsim.Faults{})
 	// Until the hub detects the stall (10 s without frame or pong).
 	streamed, rest := 0, 0 // answers of each kind
 	for end := time.Now().Add(7 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {

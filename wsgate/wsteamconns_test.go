@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestWSTeamConnectionsAcrossReplicas: with the Redis limits,
@@ -22,7 +22,7 @@ import (
 func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
 	const limit = 3
 	url := redistest.Start(t)
-	sim, err := simulator.New(func() simulator.Config { c := simulator.Default(); c.RateLimit = 0; return c }())
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	envs := make([]*servertest.Env, 3)
@@ -37,7 +37,7 @@ func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	btc := envs[0].FeedID(t, simulator.Mainnet, "BTC", "USD", "V3")
+	btc := envs[0].FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
 	var open []*websocket.Conn
 	refused := 0
 	for i := range 3 * limit {

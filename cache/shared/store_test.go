@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/cache"
-	"streamgate/internal/redistest"
+	"streamgate/internal/testing/redistest"
 )
 
 // newStore is a replica's cache.Store with r's tier behind its memory.

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/testport"
-	"streamgate/simulator"
+	"streamgate/internal/testing/testport"
+	"streamgate/upstreamsim"
 )
 
 // scrape reads the admin /metrics of p.
@@ -207,7 +207,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	// Own prefix, base units, and labels that never hold a credential or a
 	// stream ID (unbounded, and not the operator's to chart).
 	secrets := []string{config.DemoKeyID, config.DemoKeySecret, tinyKeyID, tinyKeySecret,
-		simulator.OrgKeyID, simulator.OrgKeySecret, "not-the-demo-secret-at-all"}
+		upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, "not-the-demo-secret-at-all"}
 	streamID := regexp.MustCompile(`(?i)0x[0-9a-f]{64}`)
 	for name, fam := range fams {
 		assert.Regexp(t, `^(streamgate|go|process|promhttp)_`, name, "a metric outside the streamgate_ namespace")
@@ -251,7 +251,7 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, closed, simulator.OrgKeyID, simulator.OrgKeySecret, config.DemoKeyID, config.DemoKeySecret)
+`, closed, upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, config.DemoKeyID, config.DemoKeySecret)
 	p := start(t, cfg, []string{"mainnet"})
 	// The warm-up has asked the upstream and given up: from here on nothing
 	// changes the answer but an upstream that answers.
@@ -274,12 +274,12 @@ teams:
 	}
 
 	// The upstream comes up where it was expected: readiness follows.
-	sim, err := simulator.New(simulator.Default())
+	sim, err := upstreamsim.New(upstreamsim.Default())
 	require.NoError(t, err)
 	defer sim.Close()
 	up, err := port.Listen()
 	require.NoError(t, err, "the upstream listens on the port held since the start")
-	srv := &http.Server{Handler: sim.Handler(simulator.Mainnet), ReadHeaderTimeout: time.Second}
+	srv := &http.Server{Handler: sim.Handler(upstreamsim.Mainnet), ReadHeaderTimeout: time.Second}
 	go srv.Serve(up)
 	defer srv.Close()
 	require.Eventually(t, func() bool {

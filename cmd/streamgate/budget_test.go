@@ -21,12 +21,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/redistest"
-	"streamgate/simulator"
+	"streamgate/internal/testing/redistest"
+	"streamgate/upstreamsim"
 )
 
 // The upstream budget against an independent upstream: the simulator as a
-// process of its own (cmd/streams-sim, built without the race detector)
+// process of its own (tools/streams-sim, built without the race detector)
 // on loopback listeners, counting its limit per key and endpoint in one
 // of its modes, and real gateway processes configured with the published
 // figure and the example's burst. The simulator counts a call at the time
@@ -39,11 +39,11 @@ import (
 // refused a call, the test logs the call times it had accepted before, so
 // that a failure shows how close together the calls reached it.
 
-// simBinary builds cmd/streams-sim once, without the race detector, beside
+// simBinary builds tools/streams-sim once, without the race detector, beside
 // the streamgate binary under test (TestMain removes both).
 var simBinary = sync.OnceValues(func() (string, error) {
 	path := filepath.Join(filepath.Dir(binary), "streams-sim")
-	out, err := exec.Command("go", "build", "-o", path, "streamgate/cmd/streams-sim").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", path, "streamgate/tools/streams-sim").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("building streams-sim: %w: %s", err, out)
 	}
@@ -58,7 +58,7 @@ type simProc struct {
 // budgetUpstream starts a streams-sim process that allows limit requests
 // per second per key and endpoint, counted as mode says (a bucket: of
 // burst 1), and returns it with its mainnet URL.
-func budgetUpstream(t *testing.T, limit int, mode simulator.RateMode) (*simProc, string) {
+func budgetUpstream(t *testing.T, limit int, mode upstreamsim.RateMode) (*simProc, string) {
 	t.Helper()
 	bin, err := simBinary()
 	require.NoError(t, err)
@@ -109,8 +109,8 @@ func (s *simProc) getJSON(t *testing.T, path string, v any) {
 }
 
 // Counters reads the simulator's request counters.
-func (s *simProc) Counters(t *testing.T) simulator.Counters {
-	var c simulator.Counters
+func (s *simProc) Counters(t *testing.T) upstreamsim.Counters {
+	var c upstreamsim.Counters
 	s.getJSON(t, "/counters", &c)
 	return c
 }
@@ -120,7 +120,7 @@ func (s *simProc) Counters(t *testing.T) simulator.Counters {
 // to the last of them: the spacing as the upstream saw it; and how long
 // after its arrival the simulator handled the refused one.
 func (s *simProc) logRefusals(t *testing.T) {
-	var refusals []simulator.RateRefusal
+	var refusals []upstreamsim.RateRefusal
 	s.getJSON(t, "/refusals", &refusals)
 	for _, r := range refusals {
 		var times []string
@@ -170,7 +170,7 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, upstream, simulator.OrgKeyID, simulator.OrgKeySecret, shared, limits, config.DemoKeyID, config.DemoKeySecret)
+`, upstream, upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, shared, limits, config.DemoKeyID, config.DemoKeySecret)
 }
 
 // latestTally is what a polling load saw.
@@ -279,8 +279,8 @@ func warmLatest(t *testing.T, s *signer, base string, feeds []string) {
 // now (a live stream may have ended, or not have begun).
 func publishingFeeds(t *testing.T, sim *simProc, n int) []string {
 	t.Helper()
-	var streams []simulator.StreamState
-	sim.getJSON(t, "/streams?network="+simulator.Mainnet, &streams)
+	var streams []upstreamsim.StreamState
+	sim.getJSON(t, "/streams?network="+upstreamsim.Mainnet, &streams)
 	now := time.Now().Unix()
 	var out []string
 	for _, st := range streams {
@@ -296,7 +296,7 @@ func publishingFeeds(t *testing.T, sim *simProc, n int) []string {
 // simulator has answered, whatever their status.
 func upstreamReportCalls(t *testing.T, sim *simProc) int64 {
 	c := sim.Counters(t)
-	return c.ByEndpoint(simulator.Mainnet, simulator.EndpointLatest) + c.ByEndpoint(simulator.Mainnet, simulator.EndpointBulk)
+	return c.ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointLatest) + c.ByEndpoint(upstreamsim.Mainnet, upstreamsim.EndpointBulk)
 }
 
 // TestBudgetHoldsUnderEveryCounting: a gateway configured with the
@@ -308,13 +308,13 @@ func upstreamReportCalls(t *testing.T, sim *simProc) int64 {
 // budget, the sliding one with two replicas sharing the Redis budget.
 func TestBudgetHoldsUnderEveryCounting(t *testing.T) {
 	tests := []struct {
-		mode     simulator.RateMode
+		mode     upstreamsim.RateMode
 		redis    bool
 		replicas int
 	}{
-		{mode: simulator.RateBucket, replicas: 1},
-		{mode: simulator.RateCalendar, redis: true, replicas: 1},
-		{mode: simulator.RateSliding, redis: true, replicas: 2},
+		{mode: upstreamsim.RateBucket, replicas: 1},
+		{mode: upstreamsim.RateCalendar, redis: true, replicas: 1},
+		{mode: upstreamsim.RateSliding, redis: true, replicas: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode.String(), func(t *testing.T) {
@@ -365,7 +365,7 @@ func TestBudgetHoldsUnderEveryCounting(t *testing.T) {
 // upstream is still called; clients keep getting 200s, stale within
 // latest_max_stale.
 func TestBudgetLearnsALowerLimit(t *testing.T) {
-	sim, upstream := budgetUpstream(t, 5, simulator.RateBucket)
+	sim, upstream := budgetUpstream(t, 5, upstreamsim.RateBucket)
 	redisURL := redistest.New(t).URL()
 	procs := []*proc{
 		start(t, budgetConfig(upstream, redisURL), []string{"mainnet"}),

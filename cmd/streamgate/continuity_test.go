@@ -24,9 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/fleet"
-	"streamgate/internal/redistest"
-	"streamgate/simulator"
+	"streamgate/internal/testing/fleet"
+	"streamgate/internal/testing/redistest"
+	"streamgate/upstreamsim"
 )
 
 // continuityClients is the number of streaming clients; each has a key of
@@ -71,7 +71,7 @@ teams:
     feeds: ["*"]
     keys:
       - {id: %s, secret: %s}
-%s`, upstream, strings.TrimPrefix(upstream, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, redisURL,
+%s`, upstream, strings.TrimPrefix(upstream, "http"), upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, redisURL,
 		config.DemoKeyID, config.DemoKeySecret, keys.String())
 }
 
@@ -96,7 +96,7 @@ func startCluster(t *testing.T, replicas int) *cluster {
 // replicas gateways whose configuration cfg makes from the simulator's URL.
 func startFleet(t *testing.T, replicas int, cfg func(upstream string) string) *cluster {
 	t.Helper()
-	simCfg := simulator.Default() // 10 requests per second per key and endpoint, the strictest count
+	simCfg := upstreamsim.Default() // 10 requests per second per key and endpoint, the strictest count
 	simCfg.HAOrigins = []string{"001", "002"}
 	f, err := fleet.Start(fleet.Config{Binary: binary, Dir: t.TempDir(), Replicas: replicas, Simulator: &simCfg,
 		Gateway: cfg, Started: func(p *fleet.Proc) { watch(t, p) }})
@@ -266,16 +266,16 @@ func TestStreamingContinuity(t *testing.T) {
 			// Dropped as soon as a gateway holds a connection to it (the
 			// other scenarios go on when none does).
 			assert.Eventually(t, func() bool {
-				return c.Sim.DropWS(simulator.WSDrop{Network: simulator.Mainnet, Origin: "001", Abrupt: true}) > 0
+				return c.Sim.DropWS(upstreamsim.WSDrop{Network: upstreamsim.Mainnet, Origin: "001", Abrupt: true}) > 0
 			}, 30*time.Second, 100*time.Millisecond, "a gateway holds a connection to origin 001: the gateways discovered the upstream's two origins")
 		}, false},
 		{"upstream outage of 8 s", func() {
 			// REST answers 5xx and upgrades 503 for 8 s; every open
 			// connection is dropped at its start.
-			require.NoError(t, c.Sim.SetFaults(simulator.Faults{ErrorRate: 1, WSRefuse: http.StatusServiceUnavailable}))
-			c.Sim.DropWS(simulator.WSDrop{Abrupt: true})
+			require.NoError(t, c.Sim.SetFaults(upstreamsim.Faults{ErrorRate: 1, WSRefuse: http.StatusServiceUnavailable}))
+			c.Sim.DropWS(upstreamsim.WSDrop{Abrupt: true})
 			time.Sleep(8 * time.Second)
-			require.NoError(t, c.Sim.SetFaults(simulator.Faults{}))
+			require.NoError(t, c.Sim.SetFaults(upstreamsim.Faults{}))
 		}, false},
 		{"Redis restarted (empty)", func() {
 			c.redis.Restart()

@@ -10,7 +10,7 @@ import (
 	"streamgate/catalog"
 	"streamgate/config"
 	"streamgate/server"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // demoSetup returns the demo's configuration (config.Default: the embedded
@@ -23,8 +23,8 @@ func demoSetup() (*config.Config, func(io.Writer, *server.Server), error) {
 
 // exampleFeed picks a live ETH/USD crypto stream of the simulator's mainnet
 // for the demo's example request.
-func exampleFeed(sim *simulator.Simulator) string {
-	streams := sim.Streams(simulator.Mainnet)
+func exampleFeed(sim *upstreamsim.Simulator) string {
+	streams := sim.Streams(upstreamsim.Mainnet)
 	for _, s := range streams {
 		if s.BaseAsset == "ETH" && s.QuoteAsset == "USD" && s.SchemaVersion == "V3" && s.Status == "live" {
 			return s.FeedID
@@ -50,7 +50,7 @@ Status page on http://%s/ (metrics at /metrics).
 The upstream is the embedded simulator; nothing leaves this machine.
 Every report is verified against the simulator's DON (mode %s): its
 signatures, by %d of its %d signers (streams-sim prints that configuration).
-`, main, test, srv.Addr("admin"), srv.Gate("mainnet").Mode(), simulator.DONF+1, simulator.DONSigners)
+`, main, test, srv.Addr("admin"), srv.Gate("mainnet").Mode(), upstreamsim.DONF+1, upstreamsim.DONSigners)
 	for _, t := range cfg.Teams {
 		fmt.Fprintf(w, "\nTeam %q (%s; %s):\n", t.Name, teamNetworks(t), teamFeeds(t))
 		for _, k := range t.Keys {
@@ -78,15 +78,15 @@ verified by: go run ./cmd/streamgate get -decode -url http://%s '/api/v1/reports
 
 // schemaExamples returns a live mainnet stream of each schema the
 // simulator publishes, in schema order.
-func schemaExamples(sim *simulator.Simulator) []catalog.Stream {
+func schemaExamples(sim *upstreamsim.Simulator) []catalog.Stream {
 	first := map[string]catalog.Stream{}
-	for _, s := range sim.Streams(simulator.Mainnet) {
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
 		if _, ok := first[s.SchemaVersion]; !ok && s.Status == "live" {
 			first[s.SchemaVersion] = s
 		}
 	}
 	var out []catalog.Stream
-	for _, sc := range simulator.Schemas {
+	for _, sc := range upstreamsim.Schemas {
 		if s, ok := first[sc.String()]; ok {
 			out = append(out, s)
 		}

@@ -13,7 +13,7 @@ import (
 
 	"streamgate/config"
 	"streamgate/server"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // TestDemoBannerPrintsEveryTeamsKey starts the demo configuration on free
@@ -46,7 +46,7 @@ func TestDemoBannerPrintsEveryTeamsKey(t *testing.T) {
 	assert.False(t, strings.Contains(banner, "defaults.go"))
 	// A live stream of every schema, to read with get -decode.
 	assert.Contains(t, banner, "go run ./cmd/streamgate get -decode -url http://")
-	for _, sc := range simulator.Schemas {
+	for _, sc := range upstreamsim.Schemas {
 		assert.Regexp(t, `(?m)^  `+sc.String()+` +0x`+fmt.Sprintf("%04x", uint16(sc))+`[0-9a-f]{60}  \S+$`, banner, "a stream of %s", sc)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/testport"
+	"streamgate/internal/testing/testport"
 )
 
 // TestSharedListenerRoutesByHost puts both networks on one address, told

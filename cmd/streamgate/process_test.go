@@ -26,7 +26,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/internal/fleet"
+	"streamgate/internal/testing/fleet"
 )
 
 // binary is the streamgate binary under test.

@@ -21,8 +21,8 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
-	"streamgate/internal/redistest"
-	"streamgate/simulator"
+	"streamgate/internal/testing/redistest"
+	"streamgate/upstreamsim"
 )
 
 // The shared cache tier between real gateway processes: three replicas,
@@ -32,7 +32,7 @@ import (
 // sharedUpstream is the simulator behind a handler that can hold one
 // report request (by timestamp) until released: a slow upstream call.
 type sharedUpstream struct {
-	sim *simulator.Simulator
+	sim *upstreamsim.Simulator
 	url string
 
 	holdTS  atomic.Int64  // reports at this timestamp are held; 0: none
@@ -44,15 +44,15 @@ type sharedUpstream struct {
 
 func startSharedUpstream(t *testing.T) *sharedUpstream {
 	t.Helper()
-	cfg := simulator.Default()
+	cfg := upstreamsim.Default()
 	cfg.RateLimit = 0 // the gateways' budget is what limits them here
-	sim, err := simulator.New(cfg)
+	sim, err := upstreamsim.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	u := &sharedUpstream{sim: sim, arrived: make(chan struct{}), release: make(chan struct{})}
-	h := sim.Handler(simulator.Mainnet)
+	h := sim.Handler(upstreamsim.Mainnet)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ts := u.holdTS.Load(); ts != 0 && r.URL.Path == simulator.EndpointReport &&
+		if ts := u.holdTS.Load(); ts != 0 && r.URL.Path == upstreamsim.EndpointReport &&
 			r.URL.Query().Get("timestamp") == strconv.FormatInt(ts, 10) {
 			u.held.Add(1)
 			u.once.Do(func() { close(u.arrived) })
@@ -102,7 +102,7 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, upstream, simulator.OrgKeyID, simulator.OrgKeySecret, redisURL, lease, redisURL, config.DemoKeyID, config.DemoKeySecret)
+`, upstream, upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, redisURL, lease, redisURL, config.DemoKeyID, config.DemoKeySecret)
 }
 
 // sharedLoad sends one load, each step to every base of bases at once
@@ -247,7 +247,7 @@ func TestSharedCacheLeaseHolderKilled(t *testing.T) {
 	require.NoError(t, err)
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	leaseKey := shared.DefaultPrefix + "lease:{" + cache.ReportKey(simulator.Mainnet, "", feed, ts) + "}" // the tier's LeaseKey
+	leaseKey := shared.DefaultPrefix + "lease:{" + cache.ReportKey(upstreamsim.Mainnet, "", feed, ts) + "}" // the tier's LeaseKey
 	holderToken, err := rc.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err, "the holder holds the key's lease while it fills")
 

@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/simulator"
 	"streamgate/status"
+	"streamgate/upstreamsim"
 )
 
 // chromium finds a Chromium to drive, or skips the test saying what to
@@ -184,7 +184,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	_, page := mustGet(t, nil, p.admin+"/")
 	_, js := mustGet(t, nil, p.admin+"/status.json")
 	for _, secret := range []string{config.DemoKeySecret, config.ResearchKeySecret, config.DemoKeyID, config.ResearchKeyID,
-		simulator.OrgKeyID, simulator.OrgKeySecret} {
+		upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret} {
 		assert.NotContains(t, string(page), secret)
 		assert.NotContains(t, string(js), secret)
 	}

@@ -22,9 +22,9 @@ import (
 
 	"streamgate/auth"
 	"streamgate/config"
-	"streamgate/internal/redistest"
-	"streamgate/simulator"
+	"streamgate/internal/testing/redistest"
 	"streamgate/status"
+	"streamgate/upstreamsim"
 )
 
 // statusRig is a gateway process in front of a simulator on a loopback
@@ -32,7 +32,7 @@ import (
 // limits in a real redis-server that the test can stop.
 type statusRig struct {
 	t     *testing.T
-	sim   *simulator.Simulator
+	sim   *upstreamsim.Simulator
 	down  atomic.Bool // the upstream closes every connection at once
 	redis *redistest.Server
 	p     *proc
@@ -43,14 +43,14 @@ type statusRig struct {
 func startStatusRig(t *testing.T) *statusRig {
 	t.Setenv("STREAMGATE_STATUS_INTERVAL", "200ms")
 	r := &statusRig{t: t, redis: redistest.New(t), demo: newSigner(config.DemoKeyID, config.DemoKeySecret), ts: pastTS()}
-	cfg := simulator.Default()
+	cfg := upstreamsim.Default()
 	cfg.RateLimit = 0
 	cfg.WSTick = 50 * time.Millisecond
-	sim, err := simulator.New(cfg)
+	sim, err := upstreamsim.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { sim.Close() })
 	r.sim = sim
-	h := sim.Handler(simulator.Mainnet)
+	h := sim.Handler(upstreamsim.Mainnet)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.down.Load() {
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
@@ -85,7 +85,7 @@ teams:
     networks: [mainnet]
     feeds: ["*"]
     keys: [{id: %s, secret: %s}]
-`, up.URL, "ws"+strings.TrimPrefix(up.URL, "http"), simulator.OrgKeyID, simulator.OrgKeySecret, r.redis.URL(),
+`, up.URL, "ws"+strings.TrimPrefix(up.URL, "http"), upstreamsim.OrgKeyID, upstreamsim.OrgKeySecret, r.redis.URL(),
 		config.DemoKeyID, config.DemoKeySecret), []string{"mainnet"})
 	waitReady(t, r.p)
 	return r
@@ -96,7 +96,7 @@ teams:
 func (r *statusRig) outage(on bool) {
 	r.down.Store(on)
 	if on {
-		r.sim.DropWS(simulator.WSDrop{Abrupt: true})
+		r.sim.DropWS(upstreamsim.WSDrop{Abrupt: true})
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/internal/testpki"
+	"streamgate/internal/testing/testpki"
 )
 
 // tlsBlock writes files into dir and returns the YAML flow mapping of a

@@ -16,22 +16,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/config"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // donsYAML writes the mainnet DON configurations of the simulator whose
 // schema is in schemas, as a dons_file.
 func donsYAML(t *testing.T, schemas ...string) string {
-	sim, err := simulator.New(simulator.Default())
+	sim, err := upstreamsim.New(upstreamsim.Default())
 	require.NoError(t, err)
 	defer sim.Close()
 	digests := map[string]string{}
-	for _, s := range sim.Streams(simulator.Mainnet) {
-		r, _ := sim.Report(simulator.Mainnet, s.FeedID, time.Now().Unix()-60)
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
+		r, _ := sim.Report(upstreamsim.Mainnet, s.FeedID, time.Now().Unix()-60)
 		digests[s.SchemaVersion] = r.FullReport[2 : 2+64] // reportContext[0]
 	}
 	var b strings.Builder
-	for _, c := range sim.DON(simulator.Mainnet) {
+	for _, c := range sim.DON(upstreamsim.Mainnet) {
 		keep := false
 		for _, s := range schemas {
 			keep = keep || "0x"+digests[s] == c.ConfigDigest

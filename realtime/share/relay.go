@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"streamgate/internal/ctxsleep"
 )
 
 // Session is one upstream connection of another replica's chunk, as this
@@ -236,14 +238,7 @@ func (r *relay) subscribe(ctx context.Context) *redis.PubSub {
 
 // pause waits d, or until the hub closes (false).
 func (r *relay) pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return ctxsleep.Sleep(ctx, d)
 }
 
 // silent is how long a remote chunk may stay silent and still count.

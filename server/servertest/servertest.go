@@ -24,17 +24,17 @@ import (
 	"streamgate/config"
 	"streamgate/proxy"
 	"streamgate/server"
-	"streamgate/simulator"
+	"streamgate/upstreamsim"
 )
 
 // Options adjust an Env before it starts. Every field may be nil.
 type Options struct {
-	// Sim changes the simulator's configuration (simulator.Default() with
+	// Sim changes the simulator's configuration (upstreamsim.Default() with
 	// its rate limit off).
-	Sim func(*simulator.Config)
+	Sim func(*upstreamsim.Config)
 	// Simulator, if non-nil, is the upstream instead of a new one (Sim is
 	// then ignored): replicas of a test share it. The Env does not close it.
-	Simulator *simulator.Simulator
+	Simulator *upstreamsim.Simulator
 	// Config changes the gateway's configuration (config.Default() with
 	// upstreams pointed at the simulator, its DON trusted in mode enforce,
 	// and the demo team unlimited).
@@ -59,7 +59,7 @@ type Options struct {
 
 // Env is a running gateway and its simulated upstream.
 type Env struct {
-	Sim      *simulator.Simulator
+	Sim      *upstreamsim.Simulator
 	Server   *server.Server
 	Gateway  *proxy.Gateway
 	Config   *config.Config
@@ -88,13 +88,13 @@ func TryStart(t testing.TB, opts Options) (*Env, error) {
 	t.Helper()
 	sim := opts.Simulator
 	if sim == nil {
-		simCfg := simulator.Default()
+		simCfg := upstreamsim.Default()
 		simCfg.RateLimit = 0
 		if opts.Sim != nil {
 			opts.Sim(&simCfg)
 		}
 		var err error
-		if sim, err = simulator.New(simCfg); err != nil {
+		if sim, err = upstreamsim.New(simCfg); err != nil {
 			t.Fatalf("servertest: simulator: %v", err)
 		}
 		t.Cleanup(func() { sim.Close() })
@@ -106,8 +106,8 @@ func TryStart(t testing.TB, opts Options) (*Env, error) {
 		}
 		return h
 	}
-	upMain := httptest.NewServer(upstream(simulator.Mainnet))
-	upTest := httptest.NewServer(upstream(simulator.Testnet))
+	upMain := httptest.NewServer(upstream(upstreamsim.Mainnet))
+	upTest := httptest.NewServer(upstream(upstreamsim.Testnet))
 	t.Cleanup(func() {
 		upMain.Close()
 		upTest.Close()
@@ -120,8 +120,8 @@ func TryStart(t testing.TB, opts Options) (*Env, error) {
 		n.Listen = "127.0.0.1:0"
 		up := &n.Upstream
 		up.URL = url
-		up.APIKey = simulator.OrgKeyID
-		up.APISecret = config.Secret(simulator.OrgKeySecret)
+		up.APIKey = upstreamsim.OrgKeyID
+		up.APISecret = config.Secret(upstreamsim.OrgKeySecret)
 		up.Budget = config.Rate{RPS: 1000, Burst: 1000}
 		up.WSURL = "ws" + strings.TrimPrefix(url, "http")
 		n.Verify = config.Verify{Mode: config.VerifyEnforce, DONs: SimulatorDONs(sim, name)}
@@ -236,16 +236,16 @@ func (e *Env) FeedID(t testing.TB, network, base, quote, schema string) string {
 // at any time (its origin discovery, HEAD /, and its WebSocket
 // connections), is counted apart (Sim.Counters().WSTotal).
 func (e *Env) UpstreamCalls() int64 {
-	return e.Sim.Counters().Sum(func(c simulator.Count) bool {
-		return c.Endpoint != simulator.EndpointWS && c.Endpoint != simulator.EndpointRoot
+	return e.Sim.Counters().Sum(func(c upstreamsim.Count) bool {
+		return c.Endpoint != upstreamsim.EndpointWS && c.Endpoint != upstreamsim.EndpointRoot
 	})
 }
 
 // SimulatorDONs returns the DON configurations of sim on network, as the
 // gateway's configuration takes them.
-func SimulatorDONs(sim *simulator.Simulator, network string) []config.DON {
+func SimulatorDONs(sim *upstreamsim.Simulator, network string) []config.DON {
 	var out []config.DON
-	for _, c := range sim.DON(simulator.NetworkFor(network)) {
+	for _, c := range sim.DON(upstreamsim.NetworkFor(network)) {
 		out = append(out, config.DON{ConfigDigest: c.ConfigDigest, F: c.F, Signers: c.Signers})
 	}
 	return out
