@@ -53,6 +53,12 @@ CREATE TABLE archive_coverage (
 	to_ts   bigint NOT NULL,
 	PRIMARY KEY (network, stream, from_ts)
 );`,
+	2: `
+CREATE TABLE archive_fill_jobs (
+	id      text        PRIMARY KEY,
+	created timestamptz NOT NULL,
+	job     jsonb       NOT NULL
+);`,
 }
 
 // Advisory lock keys (pg_advisory_lock's bigint): the schema's migration,
