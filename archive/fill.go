@@ -139,7 +139,7 @@ func (f *Filler) Submit(ctx context.Context, network string, stream feedid.ID, f
 		return FillProgress{}, fmt.Errorf("%w: not a network and a stream ID", ErrFillSpan)
 	}
 	if from > to {
-		return FillProgress{}, fmt.Errorf("%w: from %d is after to %d (to is at most now)", ErrFillSpan, from, to)
+		return FillProgress{}, fmt.Errorf("%w: from %d is after to %d (a fill ends %s before now at the latest)", ErrFillSpan, from, to, FillSettle)
 	}
 	p := FillProgress{
 		FillJob: FillJob{ID: fmt.Sprintf("%s-%d-%d-%d", network, from, to, now.UnixNano()), Network: network,

@@ -62,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keygen(stdout)
 	case "get":
 		return get(ctx, args, stdout, stderr)
+	case "archive":
+		return archiveCmd(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -85,6 +87,10 @@ Usage:
   streamgate keygen                   print a new key id and secret for a team
   streamgate get [flags] PATH         send a signed GET and pretty-print the JSON answer
                                       (streamgate get -h for its flags)
+  streamgate archive fill|fills|export [flags]
+                                      fill a stream's history into the archive, list the
+                                      fills, export a span as JSON lines or CSV
+                                      (streamgate archive -h for the flags)
   streamgate help                     print this text (also: streamgate -h)
 `
 
