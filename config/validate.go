@@ -107,7 +107,12 @@ type check struct {
 	at  paths
 }
 
-// validator collects the problems of one section.
+// validator collects the problems of one section (each section's check
+// makes its own) and holds the checks of the kinds of setting that more
+// than one section has: a listen address, a duration, a rate, a secret or
+// its file, credentials, a TLS block (validate_networks.go), a Redis target
+// (validate_redis.go). What only one section checks is on that section's
+// own type, which embeds it: networksCheck, teamsCheck.
 type validator struct {
 	check
 	problems Problems

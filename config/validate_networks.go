@@ -17,8 +17,12 @@ var (
 	passPathRE    = regexp.MustCompile(`^/api/v1(/[A-Za-z0-9_-]+)+$`)
 )
 
+// networksCheck is the validator of the networks section with the checks
+// only a network's settings need: its upstream and its verification.
+type networksCheck struct{ *validator }
+
 func validateNetworks(ck check, c *Config) Problems {
-	v, networks := ck.validator(), c.Networks
+	v, networks := networksCheck{ck.validator()}, c.Networks
 	if len(networks) == 0 {
 		v.add(&c.Networks, "none configured: at least one network is required")
 		return v.problems
@@ -92,7 +96,7 @@ func validateNetworks(ck check, c *Config) Problems {
 	return v.problems
 }
 
-func (v *validator) upstream(network string, u *Upstream) {
+func (v networksCheck) upstream(network string, u *Upstream) {
 	remote := false
 	switch {
 	case u.URL == "" && knownNetworks[network]:
@@ -130,7 +134,7 @@ func (v *validator) upstream(network string, u *Upstream) {
 	}
 }
 
-func (v *validator) wsURL(field *string) {
+func (v networksCheck) wsURL(field *string) {
 	u, err := url.Parse(*field)
 	switch {
 	case err != nil:
@@ -146,7 +150,7 @@ func (v *validator) wsURL(field *string) {
 	}
 }
 
-func (v *validator) upstreamURL(field *string) {
+func (v networksCheck) upstreamURL(field *string) {
 	u, err := url.Parse(*field)
 	switch {
 	case err != nil:
@@ -205,7 +209,7 @@ func (v *validator) eitherOr(secret *Secret, file *string) {
 // lastKey returns the last key of a path.
 func lastKey(path string) string { return path[strings.LastIndexByte(path, '.')+1:] }
 
-func (v *validator) verify(n *Network) {
+func (v networksCheck) verify(n *Network) {
 	vf := &n.Verify
 	before := len(v.problems)
 	switch n.VerifyMode() {
@@ -247,7 +251,7 @@ func (v *validator) verify(n *Network) {
 	}
 }
 
-func (v *validator) don(d *DON) {
+func (v networksCheck) don(d *DON) {
 	if _, err := don.ParseDigest(d.ConfigDigest); err != nil {
 		v.add(&d.ConfigDigest, "%v", err)
 	}

@@ -10,8 +10,12 @@ import (
 
 var teamNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// teamsCheck is the validator of the teams section with the checks only
+// a team's settings need: its feeds and its keys' secrets and certificates.
+type teamsCheck struct{ *validator }
+
 func validateTeams(ck check, c *Config) Problems {
-	v, teams, networks := ck.validator(), c.Teams, c.Networks
+	v, teams, networks := teamsCheck{ck.validator()}, c.Teams, c.Networks
 	teamAt := map[string]int{}
 	keyAt := map[string]string{}
 	for i := range teams {
@@ -77,7 +81,7 @@ func validateTeams(ck check, c *Config) Problems {
 	return v.problems
 }
 
-func (v *validator) feeds(field *StreamIDs) {
+func (v teamsCheck) feeds(field *StreamIDs) {
 	feeds := *field
 	if len(feeds) == 0 {
 		v.add(field, `required: ["*"] or a list of stream IDs`)
@@ -96,7 +100,7 @@ func (v *validator) feeds(field *StreamIDs) {
 
 // keySecrets checks that exactly one of secret, secrets and secret_file is
 // given, that the file was read, and every secret's length.
-func (v *validator) keySecrets(k *Key) {
+func (v teamsCheck) keySecrets(k *Key) {
 	inline := k.Secret != "" && !k.file.read
 	given := 0
 	for _, set := range []bool{inline, k.SecretList != nil, k.SecretFile != ""} {
@@ -126,7 +130,7 @@ func (v *validator) keySecrets(k *Key) {
 }
 
 // secretLen checks the length of secret s, reported at field.
-func (v *validator) secretLen(field any, s Secret) {
+func (v teamsCheck) secretLen(field any, s Secret) {
 	switch n := len(s.Reveal()); {
 	case n == 0:
 		v.add(field, "empty")
@@ -139,7 +143,7 @@ func (v *validator) secretLen(field any, s Secret) {
 // real upstream, or on a gateway with a network listener off loopback:
 // anyone who has read the source could use it, from anywhere the listener
 // is reachable.
-func (v *validator) demoSecret(t *Team, k *Key, networks map[string]*Network) {
+func (v teamsCheck) demoSecret(t *Team, k *Key, networks map[string]*Network) {
 	demo := false
 	for _, s := range k.Secrets() {
 		if s == DemoKeySecret || s == ResearchKeySecret {
@@ -181,7 +185,7 @@ func localUpstream(raw string) bool {
 
 // clientCert checks a key's client certificate binding: a pin that parses,
 // and networks that ask for client certificates.
-func (v *validator) clientCert(t *Team, k *Key, networks map[string]*Network) {
+func (v teamsCheck) clientCert(t *Team, k *Key, networks map[string]*Network) {
 	c := k.ClientCert
 	if c == nil {
 		return

@@ -1,8 +1,12 @@
+// This file holds the admin listener's endpoints and what they report of
+// the running gateway: readiness, Redis's health, the status page's facts.
+
 package server
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"streamgate/ratelimit"
 	"streamgate/status"
 )
 
@@ -85,4 +90,49 @@ func pprofHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// redisDegraded says, for each Redis client that cannot use Redis now,
+// why and what follows; nil while all can.
+func (s *Server) redisDegraded() []string {
+	var out []string
+	if s.limits != nil {
+		if h := s.limits.RedisHealth(); h != "" {
+			mode := s.cfg.Load().RateLimit.Redis.FailMode
+			out = append(out, fmt.Sprintf("%s; the limits and the replay record follow ratelimit.redis.fail_mode (%s)", h, mode))
+		}
+	}
+	if s.sharedRC != nil {
+		if h := s.sharedRC.Health(); h != "" {
+			out = append(out, h+"; each replica caches alone")
+		}
+	}
+	return out
+}
+
+// statusFacts are what the status page shows besides the metrics: the
+// configuration in force (teams by name, never their keys) and the hubs.
+func (s *Server) statusFacts() status.Facts {
+	cfg := s.cfg.Load()
+	f := status.Facts{Version: s.version, LoadedAt: *s.loadedAt.Load(), LastReload: s.reloaded.Load(), MaxBytes: int64(cfg.Cache.MaxBytes)}
+	f.Redis = s.redisDegraded()
+	for _, name := range cfg.NetworkNames() {
+		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
+		if h := s.hubs[name]; h != nil {
+			n.Hub = h.Stats
+		}
+		f.Networks = append(f.Networks, n)
+	}
+	for _, t := range cfg.Teams {
+		ti := status.TeamInfo{Name: t.Name, DailyQuota: t.DailyQuota}
+		if t.DailyQuota > 0 && s.limits.Quota != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if n, err := s.limits.Quota.Used(ctx, ratelimit.DailyKey(t.Name), time.Now()); err == nil {
+				ti.DailyUsed = &n
+			}
+			cancel()
+		}
+		f.Teams = append(f.Teams, ti)
+	}
+	return f
 }

@@ -50,8 +50,8 @@ func (u simUpstream) close() { u.sim.Close() }
 // Simulator is the embedded upstream, or nil without one: for the demo's
 // banner and the tools that look inside. It exists only in builds that
 // carry the simulator.
-func (s *Server) Simulator() *upstreamsim.Simulator {
-	if u, ok := s.emb.(simUpstream); ok {
+func (a *assembly) Simulator() *upstreamsim.Simulator {
+	if u, ok := a.emb.(simUpstream); ok {
 		return u.sim
 	}
 	return nil

@@ -1,3 +1,7 @@
+// This file holds the listeners' TLS: certificate sources built, watched,
+// reloaded and closed, the handshake failures counted, and check's expiry
+// warnings.
+
 package server
 
 import (
@@ -42,18 +46,18 @@ func CheckTLS(cfg *config.Config, now time.Time) []string {
 // tlsListener gives a served listener its TLS when block asks for it:
 // the certs.Source that reloads the files, watched from now on. name
 // labels the listener in logs and metrics.
-func (s *Server) tlsListener(sv *served, name string, block func(*config.Config) *config.TLS, cfg *config.Config) error {
+func (a *assembly) tlsListener(sv *served, name string, block func(*config.Config) *config.TLS, cfg *config.Config) error {
 	t := block(cfg)
 	if t == nil {
 		return nil
 	}
-	src, err := certs.New(t.Files(), certs.Options{Name: name, Logger: s.log, Metrics: s.tlsMetrics()})
+	src, err := certs.New(t.Files(), certs.Options{Name: name, Logger: a.log, Metrics: a.tlsMetrics()})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if err := src.Watch(); err != nil {
 		// SIGHUP still reloads; the watch is a convenience.
-		s.log.Warn("TLS certificate watch unavailable; SIGHUP reloads the files", zap.String("listener", name), zap.Error(err))
+		a.log.Warn("TLS certificate watch unavailable; SIGHUP reloads the files", zap.String("listener", name), zap.Error(err))
 	}
 	sv.tls, sv.tlsBlock = src, block
 	sv.srv.TLSConfig = src.TLSConfig()
@@ -63,23 +67,23 @@ func (s *Server) tlsListener(sv *served, name string, block func(*config.Config)
 // errorLog returns the http.Server.ErrorLog of a listener: the process
 // log, sampled (errorLog), with the failed handshakes of a TLS listener
 // counted by reason.
-func (s *Server) errorLog(listener string, tls bool) *log.Logger {
+func (a *assembly) errorLog(listener string, tls bool) *log.Logger {
 	var failed func(string)
 	if tls {
-		m := s.tlsMetrics()
+		m := a.tlsMetrics()
 		m.Listener(listener)
 		failed = func(reason string) { m.HandshakeFailed(listener, reason) }
 	}
-	el := newErrorLog(s.log.Named("http").With(zap.String("listener", listener)), failed, errorLogInterval)
-	s.errorLogs = append(s.errorLogs, el)
+	el := newErrorLog(a.log.Named("http").With(zap.String("listener", listener)), failed, errorLogInterval)
+	a.errorLogs = append(a.errorLogs, el)
 	return el.Logger()
 }
 
-func (s *Server) tlsMetrics() *certs.Metrics {
-	if s.certMetrics == nil {
-		s.certMetrics = certs.NewMetrics(s.reg)
+func (a *assembly) tlsMetrics() *certs.Metrics {
+	if a.certMetrics == nil {
+		a.certMetrics = certs.NewMetrics(a.reg)
 	}
-	return s.certMetrics
+	return a.certMetrics
 }
 
 // networkTLS returns the TLS block of a listener's networks (they share
@@ -112,9 +116,9 @@ func (sv *served) serve() error {
 // stays; the error says which listeners refused. A listener whose block
 // next removes keeps serving TLS until a restart (config.RestartOnly
 // names it).
-func (s *Server) reloadTLS(next *config.Config) error {
+func (a *assembly) reloadTLS(next *config.Config) error {
 	var errs []error
-	for _, sv := range s.allServed() {
+	for _, sv := range a.allServed() {
 		if sv.tls == nil {
 			continue
 		}
@@ -129,17 +133,17 @@ func (s *Server) reloadTLS(next *config.Config) error {
 	return errors.Join(errs...)
 }
 
-func (s *Server) allServed() []*served {
-	out := append([]*served(nil), s.networks...)
-	if s.admin != nil {
-		out = append(out, s.admin)
+func (a *assembly) allServed() []*served {
+	out := append([]*served(nil), a.networks...)
+	if a.admin != nil {
+		out = append(out, a.admin)
 	}
 	return out
 }
 
 // closeTLS stops the certificate watches.
-func (s *Server) closeTLS() {
-	for _, sv := range s.allServed() {
+func (a *assembly) closeTLS() {
+	for _, sv := range a.allServed() {
 		if sv.tls != nil {
 			_ = sv.tls.Close()
 		}
