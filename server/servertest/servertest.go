@@ -1,8 +1,11 @@
 // Package servertest runs a whole gateway in-process for tests and
-// benchmarks, built by server.New exactly as the binary builds it: the
-// simulator as its upstream (on httptest listeners, so that a test can
-// record or alter what the upstream sees) and the gateway's networks on
-// free loopback ports, configured like the demo.
+// benchmarks, or several replicas of one (StartReplicas), built by
+// server.New exactly as the binary builds it: the simulator as its
+// upstream (on loopback listeners, wrapped as Options.Upstream says, so
+// that a test can record or alter what the upstream sees) and the
+// gateway's networks on free loopback ports, configured like the demo.
+// The gateways are internal/testing/replicaset's, tied here to a
+// testing.T.
 package servertest
 
 import (
