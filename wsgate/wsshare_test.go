@@ -89,15 +89,19 @@ func fastSimulator(t *testing.T) *upstreamsim.Simulator {
 // their configuration further.
 func sharedReplicas(t *testing.T, rs *redistest.Server, sim *upstreamsim.Simulator, n int, more ...func(*config.Config)) []*servertest.Env {
 	t.Helper()
-	return servertest.StartReplicas(t, n, servertest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
-		noReplayCheck(c)
-		c.RateLimit.Backend = config.BackendRedis
-		c.RateLimit.Redis.URL = rs.URL()
-		c.Realtime.ShareLease = 900 * time.Millisecond
-		for _, f := range more {
-			f(c)
-		}
-	}})
+	envs := make([]*servertest.Env, n)
+	for i := range envs {
+		envs[i] = servertest.Start(t, servertest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
+			noReplayCheck(c)
+			c.RateLimit.Backend = config.BackendRedis
+			c.RateLimit.Redis.URL = rs.URL()
+			c.Realtime.ShareLease = 900 * time.Millisecond
+			for _, f := range more {
+				f(c)
+			}
+		}})
+	}
+	return envs
 }
 
 // holderOf returns the index of the one replica that holds mainnet's
