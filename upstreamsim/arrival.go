@@ -81,7 +81,8 @@ func (l *arrivalListener) Accept() (net.Conn, error) {
 // countAt is the time a request of r counts at: when it arrived, if its
 // connection recorded it and the simulator runs on the wall clock, else
 // Now.
-func (s *Simulator) countAt(r *http.Request) time.Time {
+func (h *apiHandler) countAt(r *http.Request) time.Time {
+	s := h.s
 	if s.wallClock {
 		if at, ok := arrivedAt(r.Context()); ok {
 			return at

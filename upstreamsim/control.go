@@ -33,10 +33,15 @@ import (
 //
 // Errors are {"error":"...","message":"..."}.
 func (s *Simulator) ControlHandler() http.Handler {
-	return http.HandlerFunc(s.serveControl)
+	return control{s}
 }
 
-func (s *Simulator) serveControl(w http.ResponseWriter, r *http.Request) {
+// control is the simulator's control API (ControlHandler): it works the
+// Simulator's exported methods, and serves nothing of the upstream API.
+type control struct{ s *Simulator }
+
+func (c control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := c.s
 	allow := ""
 	switch r.URL.Path {
 	case "/faults":

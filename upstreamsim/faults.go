@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -166,21 +168,32 @@ func (s *Simulator) SetFaults(f Faults) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	s.faultsMu.Lock()
-	defer s.faultsMu.Unlock()
-	s.faults.Store(&f)
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.cur.Store(&f)
 	s.ws.setStall(f)
 	return nil
 }
 
 // Faults returns the injected faults.
-func (s *Simulator) Faults() Faults { return *s.faults.Load() }
+func (s *Simulator) Faults() Faults { return *s.faults.cur.Load() }
 
-// injectFaults applies the faults to one request. It reports whether the
+// faultState is the trouble injected into the simulator's API: the faults
+// every request sees and the end of an outage. The Simulator's control
+// methods (SetFaults, Outage) set it; the API handler asks it, per request,
+// whether the request goes on (inject, refuseOutage).
+type faultState struct {
+	cur       atomic.Pointer[Faults]
+	outageEnd atomic.Pointer[time.Time] // see Simulator.Outage
+	mu        sync.Mutex                // serialises SetFaults
+	closed    <-chan struct{}           // the Simulator's: ends a fault's latency and hangs
+}
+
+// inject applies the faults to one request. It reports whether the
 // request goes on; when it does not, the response (if any) is written and
 // counted.
-func (s *Simulator) injectFaults(w *countingWriter, r *http.Request, catalogStyle bool) bool {
-	f := s.faults.Load()
+func (fs *faultState) inject(w *countingWriter, r *http.Request, catalogStyle bool) bool {
+	f := fs.cur.Load()
 	if f.zero() {
 		return true
 	}
@@ -192,7 +205,7 @@ func (s *Simulator) injectFaults(w *countingWriter, r *http.Request, catalogStyl
 			t.Stop()
 			w.count(StatusNoResponse)
 			return false
-		case <-s.closed:
+		case <-fs.closed:
 			t.Stop()
 		}
 	}
@@ -202,7 +215,7 @@ func (s *Simulator) injectFaults(w *countingWriter, r *http.Request, catalogStyl
 		w.count(StatusNoResponse)
 		select {
 		case <-r.Context().Done():
-		case <-s.closed:
+		case <-fs.closed:
 		}
 		// Close the connection without a response, as a stuck upstream
 		// that finally drops it would.

@@ -55,7 +55,7 @@ func endpointOf(path string) string {
 func (h *apiHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	ep := endpointOf(r.URL.Path)
 	w := &countingWriter{ResponseWriter: rw, cs: &h.s.counters,
-		k: countKey{network: h.n.name, endpoint: ep, key: h.s.keyLabel(r.Header.Get(auth.HeaderAuthorization))}}
+		k: countKey{network: h.n.name, endpoint: ep, key: h.keyLabel(r.Header.Get(auth.HeaderAuthorization))}}
 	defer func() {
 		w.count(StatusNoResponse) // when nothing was written
 		if ep == EndpointWS && w.k.status != http.StatusSwitchingProtocols {
@@ -63,10 +63,10 @@ func (h *apiHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	catalogStyle := ep == EndpointDiscovery
-	if h.s.refuseOutage(w, catalogStyle) {
+	if h.s.faults.refuseOutage(w, catalogStyle) {
 		return
 	}
-	if !h.s.injectFaults(w, r, catalogStyle) {
+	if !h.s.faults.inject(w, r, catalogStyle) {
 		return
 	}
 	if ep == EndpointOther {
@@ -121,7 +121,9 @@ func (h *apiHandler) root(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (s *Simulator) keyLabel(id string) string {
+// keyLabel is the counters' label of the key named id.
+func (h *apiHandler) keyLabel(id string) string {
+	s := h.s
 	if id == "" {
 		return KeyAnonymous
 	}
@@ -144,7 +146,7 @@ func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, ep string
 		return nil, false
 	}
 	if h.s.limit > 0 {
-		if !h.n.allow(h.s, k.ID, ep, h.s.countAt(r), h.s.now()) {
+		if !h.n.allow(h.s, k.ID, ep, h.countAt(r), h.s.now()) {
 			retry := max(1, int(math.Ceil(1/float64(h.s.limit))))
 			w.Header().Set("Retry-After", strconv.Itoa(retry))
 			writeError(w, http.StatusTooManyRequests, "rate limit exceeded", catalogStyle)
@@ -282,7 +284,7 @@ func (h *apiHandler) report(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	first, last := h.s.window(st, h.s.now().Unix())
+	first, last := st.window(h.s.now().Unix(), h.s.history)
 	if ts < first || ts > last {
 		writeError(w, http.StatusNotFound, "no report for this stream at timestamp "+strconv.FormatInt(ts, 10), false)
 		return
@@ -303,7 +305,7 @@ func (h *apiHandler) latest(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	first, last := h.s.window(st, h.s.now().Unix())
+	first, last := st.window(h.s.now().Unix(), h.s.history)
 	if first > last {
 		writeError(w, http.StatusNotFound, "no report for this stream", false)
 		return
@@ -368,7 +370,7 @@ func (h *apiHandler) bulk(w http.ResponseWriter, r *http.Request) {
 	*b = append(*b, `{"reports":[`...)
 	status, first := http.StatusOK, true
 	for _, st := range streams {
-		lo, hi := h.s.window(st, now)
+		lo, hi := st.window(now, h.s.history)
 		if ts < lo || ts > hi {
 			status = http.StatusPartialContent
 			continue
@@ -411,7 +413,7 @@ func (h *apiHandler) page(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	lo, hi := h.s.window(st, h.s.now().Unix())
+	lo, hi := st.window(h.s.now().Unix(), h.s.history)
 	from := max(start, lo)
 	to := min(hi, from+limit-1)
 	b := getBuf()

@@ -18,7 +18,7 @@ import (
 // a fault of the service, not of the report window.
 func (s *Simulator) Outage(d time.Duration) int {
 	end := time.Now().Add(d)
-	s.outageEnd.Store(&end)
+	s.faults.outageEnd.Store(&end)
 	if d <= 0 {
 		return 0
 	}
@@ -27,8 +27,11 @@ func (s *Simulator) Outage(d time.Duration) int {
 
 // OutageLeft returns how long the current outage lasts; zero when there is
 // none.
-func (s *Simulator) OutageLeft() time.Duration {
-	end := s.outageEnd.Load()
+func (s *Simulator) OutageLeft() time.Duration { return s.faults.left() }
+
+// left is the rest of the outage under way, zero when none is.
+func (fs *faultState) left() time.Duration {
+	end := fs.outageEnd.Load()
 	if end == nil {
 		return 0
 	}
@@ -37,8 +40,8 @@ func (s *Simulator) OutageLeft() time.Duration {
 
 // refuseOutage answers r 503 when an outage is under way, and reports
 // whether it did.
-func (s *Simulator) refuseOutage(w *countingWriter, catalogStyle bool) bool {
-	if s.OutageLeft() <= 0 {
+func (fs *faultState) refuseOutage(w *countingWriter, catalogStyle bool) bool {
+	if fs.left() <= 0 {
 		return false
 	}
 	w.Header().Set("Retry-After", "1")

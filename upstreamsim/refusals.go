@@ -86,7 +86,7 @@ func (s *Simulator) StreamStates(network string) []StreamState {
 	now := s.now().Unix()
 	out := make([]StreamState, len(n.streams))
 	for i, st := range n.streams {
-		first, last := s.window(st, now)
+		first, last := st.window(now, s.history)
 		out[i] = StreamState{FeedID: st.idHex, Hidden: st.hidden, First: first, Last: last}
 	}
 	return out

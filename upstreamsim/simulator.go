@@ -165,11 +165,9 @@ type Simulator struct {
 	keys     map[string]*key
 	networks map[string]*network
 
-	faults    atomic.Pointer[Faults]
-	outageEnd atomic.Pointer[time.Time] // see Outage
-	faultsMu  sync.Mutex                // serialises SetFaults
-	counters  counterSet
-	cache     reportCache
+	faults   faultState // see faults.go
+	counters counterSet
+	cache    reportCache
 
 	haOrigins []string
 	originsHV string // the value of OriginsHeader; "" without HA
@@ -328,7 +326,8 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	s.ws.init(cfg)
 	f := cfg.Faults
-	s.faults.Store(&f)
+	s.faults.cur.Store(&f)
+	s.faults.closed = s.closed
 	s.ws.setStall(f)
 	return s, nil
 }
@@ -380,14 +379,14 @@ func (s *Simulator) Window(network, feedID string) (first, last int64, ok bool) 
 	if st == nil {
 		return 0, 0, false
 	}
-	first, last = s.window(st, s.now().Unix())
+	first, last = st.window(s.now().Unix(), s.history)
 	return first, last, first <= last
 }
 
-// window returns the bounds of the reports of st at now (empty when
-// first > last).
-func (s *Simulator) window(st *stream, now int64) (first, last int64) {
-	first = max(now-s.history, st.created)
+// window returns the bounds of the reports of st at now, history seconds
+// back (empty when first > last).
+func (st *stream) window(now, history int64) (first, last int64) {
+	first = max(now-history, st.created)
 	last = min(now-st.delay, st.decom)
 	return first, last
 }
@@ -464,7 +463,7 @@ type cachedReport struct {
 // appendReport appends the JSON record of st at ts to dst: from the
 // cache, unless the Forge fault is set.
 func (s *Simulator) appendReport(dst []byte, n *network, st *stream, ts int64) []byte {
-	if forge := s.faults.Load().Forge; forge != "" {
+	if forge := s.faults.cur.Load().Forge; forge != "" {
 		return st.appendReportJSON(dst, ts, n.don, forge, n.streams[(st.idx+1)%len(n.streams)].idHex)
 	}
 	return s.cache.appendReport(dst, n, st, ts)

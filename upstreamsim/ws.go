@@ -231,7 +231,7 @@ func wsTargets(r *http.Request) (target, alt string) {
 // report frames until the connection ends.
 func (h *apiHandler) ws(w *countingWriter, r *http.Request) {
 	s := h.s
-	if status := s.faults.Load().WSRefuse; status != 0 {
+	if status := s.faults.cur.Load().WSRefuse; status != 0 {
 		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
@@ -282,7 +282,7 @@ func (h *apiHandler) ws(w *countingWriter, r *http.Request) {
 		last: make([]int64, len(streams)), drop: make(chan struct{})}
 	now := s.now().Unix()
 	for i, st := range streams {
-		_, wc.last[i] = s.window(st, now)
+		_, wc.last[i] = st.window(now, s.history)
 	}
 	// The connection is counted and can be dropped before the 101 goes
 	// out: a client that saw it open finds it in the counters and DropWS.
@@ -405,7 +405,7 @@ func (wc *wsConn) send() error {
 		}
 	}()
 	for i, st := range wc.streams {
-		first, last := s.window(st, now)
+		first, last := st.window(now, s.history)
 		for ts := max(wc.last[i]+1, last-wsMaxCatchUp+1, first); ts <= last; ts++ {
 			if s.ws.stalled(wc.origin) != nil {
 				return nil

@@ -22,19 +22,13 @@ import (
 func TestWSTeamConnectionsAcrossReplicas(t *testing.T) {
 	const limit = 3
 	url := redistest.Start(t)
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	envs := make([]*servertest.Env, 3)
-	for i := range envs {
-		envs[i] = servertest.Start(t, servertest.Options{Quiet: true, Simulator: sim, Config: func(c *config.Config) {
-			noReplayCheck(c)
-			c.RateLimit.Backend = config.BackendRedis
-			c.RateLimit.Redis.URL = url
-			c.Realtime.TeamConnections = limit
-			c.Realtime.Share = false
-		}})
-	}
+	envs := servertest.StartReplicas(t, 3, servertest.Options{Quiet: true, Config: func(c *config.Config) {
+		noReplayCheck(c)
+		c.RateLimit.Backend = config.BackendRedis
+		c.RateLimit.Redis.URL = url
+		c.Realtime.TeamConnections = limit
+		c.Realtime.Share = false
+	}})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	btc := envs[0].FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")

@@ -1,17 +1,17 @@
 // Package servertest runs a whole gateway in-process for tests and
-// benchmarks, built by server.New exactly as the binary builds it: the
-// simulator as its upstream (on httptest listeners, so that a test can
-// record or alter what the upstream sees) and the gateway's networks on
-// free loopback ports, configured like the demo.
+// benchmarks, or several replicas of one (StartReplicas), built by
+// server.New exactly as the binary builds it: the simulator as its
+// upstream (on loopback listeners, wrapped as Options.Upstream says, so
+// that a test can record or alter what the upstream sees) and the
+// gateway's networks on free loopback ports, configured like the demo.
+// The gateways are internal/testing/replicaset's, tied here to a
+// testing.T.
 package servertest
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +22,7 @@ import (
 	"streamgate/auth"
 	"streamgate/cache"
 	"streamgate/config"
+	"streamgate/internal/testing/replicaset"
 	"streamgate/proxy"
 	"streamgate/server"
 	"streamgate/upstreamsim"
@@ -33,7 +34,8 @@ type Options struct {
 	// its rate limit off).
 	Sim func(*upstreamsim.Config)
 	// Simulator, if non-nil, is the upstream instead of a new one (Sim is
-	// then ignored): replicas of a test share it. The Env does not close it.
+	// then ignored): gateways a test starts one by one share it. The Env
+	// does not close it. (StartReplicas starts several on one simulator.)
 	Simulator *upstreamsim.Simulator
 	// Config changes the gateway's configuration (config.Default() with
 	// upstreams pointed at the simulator, its DON trusted in mode enforce,
@@ -86,51 +88,29 @@ func Start(t testing.TB, opts Options) *Env {
 // listen address in use: syscall.EADDRINUSE) rather than failing t.
 func TryStart(t testing.TB, opts Options) (*Env, error) {
 	t.Helper()
-	sim := opts.Simulator
-	if sim == nil {
-		simCfg := upstreamsim.Default()
-		simCfg.RateLimit = 0
-		if opts.Sim != nil {
-			opts.Sim(&simCfg)
-		}
-		var err error
-		if sim, err = upstreamsim.New(simCfg); err != nil {
-			t.Fatalf("servertest: simulator: %v", err)
-		}
-		t.Cleanup(func() { sim.Close() })
+	envs, err := start(t, 1, opts)
+	if err != nil {
+		return nil, err
 	}
-	upstream := func(network string) http.Handler {
-		h := sim.Handler(network)
-		if opts.Upstream != nil {
-			h = opts.Upstream(network, h)
-		}
-		return h
-	}
-	upMain := httptest.NewServer(upstream(upstreamsim.Mainnet))
-	upTest := httptest.NewServer(upstream(upstreamsim.Testnet))
-	t.Cleanup(func() {
-		upMain.Close()
-		upTest.Close()
-	})
+	return envs[0], nil
+}
 
-	cfg := config.Default()
-	cfg.Server.AdminListen = ""
-	for name, url := range map[string]string{"mainnet": upMain.URL, "testnet": upTest.URL} {
-		n := cfg.Networks[name]
-		n.Listen = "127.0.0.1:0"
-		up := &n.Upstream
-		up.URL = url
-		up.APIKey = upstreamsim.OrgKeyID
-		up.APISecret = config.Secret(upstreamsim.OrgKeySecret)
-		up.Budget = config.Rate{RPS: 1000, Burst: 1000}
-		up.WSURL = "ws" + strings.TrimPrefix(url, "http")
-		n.Verify = config.Verify{Mode: config.VerifyEnforce, DONs: SimulatorDONs(sim, name)}
+// StartReplicas starts n gateways of one configuration in front of one
+// simulator (opts.Simulator, or one of opts.Sim that they share), and
+// stops them when t ends: replicas, which share what the configuration
+// puts in Redis.
+func StartReplicas(t testing.TB, n int, opts Options) []*Env {
+	t.Helper()
+	envs, err := start(t, n, opts)
+	if err != nil {
+		t.Fatalf("servertest: %v", err)
 	}
-	cfg.Teams[0].Rate = config.Rate{}
-	if opts.Config != nil {
-		opts.Config(cfg)
-	}
+	return envs
+}
 
+// start starts n gateways of opts as a replica set (internal/testing/replicaset).
+func start(t testing.TB, n int, opts Options) ([]*Env, error) {
+	t.Helper()
 	log := opts.Logger
 	switch {
 	case log != nil:
@@ -139,30 +119,46 @@ func TryStart(t testing.TB, opts Options) (*Env, error) {
 	default:
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
-	srv, err := server.New(cfg, server.Options{Logger: log, Now: opts.Now, Limits: opts.Limits})
+	set, err := replicaset.Start(replicaset.Config{
+		UpstreamConfig: replicaset.UpstreamConfig{Sim: opts.Simulator, SimConfig: opts.Sim, Wrap: opts.Upstream},
+		Replicas:       n,
+		WS:             true,
+		SkipValidate:   true, // a test may give server.New what it refuses
+		Gateway: func(up *replicaset.Upstream, _ int, cfg *config.Config) {
+			for name, n := range cfg.Networks {
+				n.Upstream.Budget = config.Rate{RPS: 1000, Burst: 1000}
+				n.Verify = config.Verify{Mode: config.VerifyEnforce, DONs: SimulatorDONs(up.Sim, name)}
+			}
+			cfg.Teams[0].Rate = config.Rate{}
+			if opts.Config != nil {
+				opts.Config(cfg)
+			}
+		},
+		Options: func(int) server.Options { return server.Options{Logger: log, Now: opts.Now, Limits: opts.Limits} },
+	})
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, err
 	}
-	srv.Start()
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(set.Close)
+	var envs []*Env
+	for _, r := range set.Replicas() {
+		srv := r.Server
+		if !opts.Cold {
+			select {
+			case <-srv.Warmed():
+			case <-time.After(5 * time.Second):
+			}
+		}
+		envs = append(envs, &Env{
+			Sim: set.Sim, Server: srv, Gateway: srv.Gateway(), Config: r.Config, Cache: srv.Cache(), Registry: srv.Registry(),
+			Mainnet: r.Base("mainnet"), Testnet: r.Base("testnet"),
+			UpMainnet: set.URL["mainnet"], UpTestnet: set.URL["testnet"],
+		})
+	}
 	if !opts.Cold {
-		select {
-		case <-srv.Warmed():
-		case <-time.After(5 * time.Second):
-		}
-		sim.ResetCounters()
+		set.Sim.ResetCounters()
 	}
-	scheme := func(network string) string {
-		if n := cfg.Networks[network]; n != nil && n.TLS != nil {
-			return "https://"
-		}
-		return "http://"
-	}
-	return &Env{
-		Sim: sim, Server: srv, Gateway: srv.Gateway(), Config: cfg, Cache: srv.Cache(), Registry: srv.Registry(),
-		Mainnet: scheme("mainnet") + srv.Addr("mainnet"), Testnet: scheme("testnet") + srv.Addr("testnet"),
-		UpMainnet: upMain.URL, UpTestnet: upTest.URL,
-	}, nil
+	return envs, nil
 }
 
 // Client signs requests with one key.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"streamgate/config"
 	"streamgate/internal/testing/balancer"
 	"streamgate/internal/testing/fleet"
+	"streamgate/internal/testing/replicaset"
 	"streamgate/server"
 	"streamgate/upstreamsim"
 )
@@ -66,12 +66,11 @@ func scenarioContinuity(ctx context.Context, o *options) error {
 		return err
 	}
 	defer sim.Close()
-	up := &stack{}
-	defer up.Close()
-	upstream, err := up.listen(sim.Handler(upstreamsim.Mainnet), 10*time.Second, 0)
+	upstream, err := replicaset.StartUpstream(replicaset.UpstreamConfig{Sim: sim, Networks: []string{mainnet}})
 	if err != nil {
 		return err
 	}
+	defer upstream.Close()
 	feeds, err := publishingStreams(sim, mainnet, o.streams, false)
 	if err != nil {
 		return err
@@ -106,70 +105,57 @@ func scenarioContinuity(ctx context.Context, o *options) error {
 
 // contReplica is one in-process replica and its readiness endpoint.
 type contReplica struct {
-	srv   *server.Server
+	*replicaset.Replica
 	ready *http.Server
 	addr  string
 }
 
-func startContReplica(redisURL, upstream string, keys []key, conns int, continuity bool, reg *prometheus.Registry) (*contReplica, string, error) {
-	cfg := config.Default()
-	cfg.Server.AdminListen = ""
-	cfg.RateLimit.Backend, cfg.RateLimit.Redis.URL = config.BackendRedis, redisURL
+// configure makes cfg, config.Default() on the simulator's mainnet, a
+// replica of the scenario: limits in Redis, the demo team alone with the
+// clients' keys, and realtime's resume and backfill off unless
+// continuity.
+func (cf *contFleet) configure(cfg *config.Config) {
+	cfg.RateLimit.Backend, cfg.RateLimit.Redis.URL = config.BackendRedis, cf.redisURL
 	cfg.Auth.AnonymousRate = config.Rate{}
-	cfg.Realtime.TeamConnections = conns
-	if !continuity {
+	cfg.Realtime.TeamConnections = cf.conns
+	if !cf.continuity {
 		cfg.Realtime.ResumeWindow, cfg.Realtime.BackfillMax = 0, 0
 	}
-	for name, nc := range cfg.Networks {
-		if name != mainnet {
-			delete(cfg.Networks, name)
-			continue
-		}
-		nc.Listen = "127.0.0.1:0"
-		nc.Upstream.URL = upstream
-		nc.Upstream.WSURL = "ws" + strings.TrimPrefix(upstream, "http")
-		nc.Upstream.APIKey = upstreamsim.OrgKeyID
-		nc.Upstream.APISecret = config.Secret(upstreamsim.OrgKeySecret)
+	for _, nc := range cfg.Networks {
 		nc.Upstream.Budget = config.Rate{RPS: 8, Burst: 8} // under the simulator's 10/s, all replicas together
 	}
-	for i := range cfg.Teams {
-		if cfg.Teams[i].Name != config.DemoTeam {
-			continue
-		}
-		cfg.Teams[i].Networks = []string{mainnet}
-		cfg.Teams[i].Rate = config.Rate{}
-		for _, k := range keys {
-			cfg.Teams[i].Keys = append(cfg.Teams[i].Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
-		}
-	}
 	cfg.Teams = slices.DeleteFunc(cfg.Teams, func(t config.Team) bool { return t.Name != config.DemoTeam })
-	if err := cfg.Validate(); err != nil {
-		return nil, "", fmt.Errorf("replica configuration: %w", err)
+	demo := cfg.Team(config.DemoTeam)
+	demo.Rate = config.Rate{}
+	for _, k := range cf.keys {
+		demo.Keys = append(demo.Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
 	}
-	srv, err := server.New(cfg, server.Options{Registry: reg})
-	if err != nil {
-		return nil, "", err
-	}
-	srv.Start()
+}
+
+// serveReady serves r's readiness on a free loopback port and returns
+// its URL.
+func (r *contReplica) serveReady() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		srv.Close()
-		return nil, "", err
+		return "", err
 	}
-	r := &contReplica{srv: srv, addr: srv.Addr(mainnet), ready: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := r.Server
+	r.ready = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if srv.Ready() {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)
-	})}}
+	})}
 	go r.ready.Serve(ln)
-	return r, "http://" + ln.Addr().String() + "/readyz", nil
+	return "http://" + ln.Addr().String() + "/readyz", nil
 }
 
 func (r *contReplica) close() {
-	r.srv.Close()
-	r.ready.Close()
+	r.Server.Close()
+	if r.ready != nil {
+		r.ready.Close()
+	}
 }
 
 // contRun is one side's figures.
@@ -210,28 +196,39 @@ type contAccount struct {
 // history's cost; the balancer, the Redis and the counting clients are
 // internal/testing/fleet's.
 type contFleet struct {
-	bal                *balancer.Balancer
-	reps               []*contReplica
-	redisURL, upstream string
-	keys               []key
-	conns              int
-	continuity         bool
-	regs               []prometheus.Gatherer // every replica's, in start order
+	bal        *balancer.Balancer
+	set        *replicaset.Set
+	reps       []*contReplica
+	redisURL   string
+	keys       []key
+	conns      int
+	continuity bool
+	regs       []prometheus.Gatherer // every replica's, in start order
 }
 
 // startContFleet starts the balancer and three replicas, each routed to.
-func startContFleet(o *options, upstream, redisURL string, keys []key, continuity bool) (_ *contFleet, err error) {
+func startContFleet(o *options, upstream *replicaset.Upstream, redisURL string, keys []key, continuity bool) (_ *contFleet, err error) {
 	bal, err := balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond})
 	if err != nil {
 		return nil, err
 	}
-	cf := &contFleet{bal: bal, reps: make([]*contReplica, 3), redisURL: redisURL, upstream: upstream, keys: keys,
+	cf := &contFleet{bal: bal, reps: make([]*contReplica, 3), redisURL: redisURL, keys: keys,
 		conns: 2*o.conc + 50, continuity: continuity}
 	defer func() {
 		if err != nil {
 			cf.close()
 		}
 	}()
+	cf.set, err = replicaset.Start(replicaset.Config{Upstream: upstream, WS: true,
+		Gateway: func(_ *replicaset.Upstream, _ int, cfg *config.Config) { cf.configure(cfg) },
+		Options: func(int) server.Options {
+			reg := prometheus.NewRegistry()
+			cf.regs = append(cf.regs, reg)
+			return server.Options{Registry: reg}
+		}})
+	if err != nil {
+		return nil, err
+	}
 	for i := range cf.reps {
 		if err := cf.start(i); err != nil {
 			return nil, err
@@ -242,13 +239,16 @@ func startContFleet(o *options, upstream, redisURL string, keys []key, continuit
 
 // start starts replica i and returns when the balancer routes to it.
 func (cf *contFleet) start(i int) error {
-	reg := prometheus.NewRegistry()
-	r, readyURL, err := startContReplica(cf.redisURL, cf.upstream, cf.keys, cf.conns, cf.continuity, reg)
+	rep, err := cf.set.Add()
 	if err != nil {
 		return err
 	}
-	cf.regs = append(cf.regs, reg)
+	r := &contReplica{Replica: rep, addr: rep.Server.Addr(mainnet)}
 	cf.reps[i] = r
+	readyURL, err := r.serveReady()
+	if err != nil {
+		return err
+	}
 	select {
 	case <-cf.bal.Add(balancer.Backend{Addr: r.addr, Ready: readyURL}):
 		return nil
@@ -261,8 +261,9 @@ func (cf *contFleet) start(i int) error {
 // its successor and waits until it is routed to.
 func (cf *contFleet) restart(ctx context.Context) error {
 	for i, old := range cf.reps {
+		cf.set.Remove(old.Replica)
 		sctx, scancel := context.WithTimeout(ctx, time.Minute)
-		old.srv.Shutdown(sctx) // what SIGTERM does: drain, then stop
+		old.Server.Shutdown(sctx) // what SIGTERM does: drain, then stop
 		scancel()
 		old.ready.Close()
 		cf.bal.Remove(old.addr)
@@ -277,8 +278,12 @@ func (cf *contFleet) restart(ctx context.Context) error {
 func (cf *contFleet) close() {
 	for _, r := range cf.reps {
 		if r != nil {
+			cf.set.Remove(r.Replica)
 			r.close()
 		}
+	}
+	if cf.set != nil {
+		cf.set.Close()
 	}
 	cf.bal.Close()
 }
@@ -446,7 +451,7 @@ func (cs *contClients) count(run *contRun, hi []int64) {
 // runContinuity runs one side: the fleet, the clients, the steady time,
 // a rolling restart, the steady time, an 8 s upstream outage and the
 // steady time again, then the count.
-func runContinuity(ctx context.Context, o *options, sim *upstreamsim.Simulator, upstream, redisURL string, admin redis.UniversalClient, feeds []string, continuity bool) (*contRun, error) {
+func runContinuity(ctx context.Context, o *options, sim *upstreamsim.Simulator, upstream *replicaset.Upstream, redisURL string, admin redis.UniversalClient, feeds []string, continuity bool) (*contRun, error) {
 	// Each client has a key of its own, as separate applications do (a
 	// returning client is known by its key and its streams).
 	keys := make([]key, o.conc)

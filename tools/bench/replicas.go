@@ -15,6 +15,7 @@ import (
 	"streamgate/cache"
 	"streamgate/cache/shared"
 	"streamgate/config"
+	"streamgate/internal/testing/replicaset"
 	"streamgate/redisconn"
 	"streamgate/server"
 	"streamgate/upstreamsim"
@@ -35,21 +36,14 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 	if o.redis != "" && !slices.Equal(o.redisModes, []string{redisSingle}) {
 		return errors.New("-redis is a single node: give it with -redis-mode single only")
 	}
-	simCfg := upstreamsim.Default()
-	simCfg.RateLimit, simCfg.Burst = 0, 0
-	sim, err := upstreamsim.New(simCfg)
+	up, err := replicaset.StartUpstream(replicaset.UpstreamConfig{
+		SimConfig: func(c *upstreamsim.Config) { c.RateLimit, c.Burst = 0, 0 },
+	})
 	if err != nil {
 		return err
 	}
-	defer sim.Close()
-	up := &stack{}
 	defer up.Close()
-	upstream := map[string]string{}
-	for _, name := range []string{mainnet, "testnet"} {
-		if upstream[name], err = up.listen(sim.Handler(upstreamsim.NetworkFor(name)), 10*time.Second, 0); err != nil {
-			return err
-		}
-	}
+	sim := up.Sim
 	feeds, err := liveStreams(sim, mainnet, 10)
 	if err != nil {
 		return err
@@ -85,7 +79,7 @@ func scenarioReplicas(ctx context.Context, o *options) error {
 	var costs []redisCost
 	var hits []hitCost
 	for _, mode := range o.redisModes {
-		rows, hit, err := replicasMode(ctx, o, mode, sim, upstream, feeds, k, ttl, next)
+		rows, hit, err := replicasMode(ctx, o, mode, up, feeds, k, ttl, next)
 		if err != nil {
 			return err
 		}
@@ -120,7 +114,7 @@ type replicaRow struct {
 
 // replicasMode runs the load over 1, 2 and 3 replicas that share the Redis
 // of mode and prints their table, then the hit latency.
-func replicasMode(ctx context.Context, o *options, mode string, sim *upstreamsim.Simulator, upstream map[string]string,
+func replicasMode(ctx context.Context, o *options, mode string, up *replicaset.Upstream,
 	feeds []string, k key, ttl time.Duration, next func(int) func(int64, int, *rand.Rand) call) (_ []replicaRow, _ hitCost, err error) {
 	rd, err := startModeRedis(o, mode)
 	if err != nil {
@@ -135,7 +129,7 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *upstreamsim
 		if err := rd.flush(ctx); err != nil {
 			return nil, hitCost{}, err
 		}
-		reps, err := startReplicas(n, rd.Target, upstream, k, ttl)
+		reps, err := startReplicas(n, rd.Target, up, k, ttl)
 		if err != nil {
 			return nil, hitCost{}, err
 		}
@@ -144,11 +138,11 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *upstreamsim
 			reps.close()
 			return nil, hitCost{}, err
 		}
-		before := sim.Counters()
+		before := up.Sim.Counters()
 		l := &load{Client: newClient(o.conc), Bases: reps.bases, Keys: []key{k}, Concurrency: o.conc,
 			Duration: o.dur, MaxRequests: o.maxRequests, Next: next(n)}
 		r := l.run(ctx)
-		after := sim.Counters()
+		after := up.Sim.Counters()
 		if err := cost.end(ctx, rd, reps, r); err != nil {
 			reps.close()
 			return nil, hitCost{}, err
@@ -216,7 +210,7 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *upstreamsim
 	for _, rw := range rows {
 		printDetails(o.out, fmt.Sprintf("%d replicas", rw.n), rw.r)
 	}
-	hit, err := hitLatency(ctx, o, rd, upstream, k, feeds)
+	hit, err := hitLatency(ctx, o, rd, up, k, feeds)
 	return rows, hit, err
 }
 
@@ -224,12 +218,12 @@ func replicasMode(ctx context.Context, o *options, mode string, sim *upstreamsim
 // that holds them in memory (an L1 hit) and at a replica that does not
 // (an L1 miss answered from Redis), and reports both; then the tier's own
 // lookup (Fill on a key held in Redis) without HTTP.
-func hitLatency(ctx context.Context, o *options, rd *modeRedis, upstream map[string]string, k key, feeds []string) (hitCost, error) {
+func hitLatency(ctx context.Context, o *options, rd *modeRedis, up *replicaset.Upstream, k key, feeds []string) (hitCost, error) {
 	no := hitCost{mode: rd.Mode}
 	if err := rd.flush(ctx); err != nil {
 		return no, err
 	}
-	reps, err := startReplicas(2, rd.Target, upstream, k, 0)
+	reps, err := startReplicas(2, rd.Target, up, k, 0)
 	if err != nil {
 		return no, err
 	}
@@ -319,51 +313,31 @@ func hitLatency(ctx context.Context, o *options, rd *modeRedis, upstream map[str
 type replicaSet struct {
 	srvs  []*server.Server
 	bases []string // mainnet base URLs
+	set   *replicaset.Set
 }
 
-func startReplicas(n int, rt config.RedisTarget, upstream map[string]string, k key, ttl time.Duration) (_ *replicaSet, err error) {
-	rs := &replicaSet{}
-	defer func() {
-		if err != nil {
-			rs.close()
-		}
-	}()
-	for range n {
-		cfg := config.Default()
-		cfg.Server.AdminListen = ""
-		if ttl > 0 {
-			cfg.Cache.LatestTTL = ttl
-		}
-		cfg.Cache.Shared.Backend = config.SharedRedis
-		cfg.Cache.Shared.URL, cfg.Cache.Shared.Sentinel, cfg.Cache.Shared.Cluster = rt.URL, rt.Sentinel, rt.Cluster
-		cfg.RateLimit.Backend = config.BackendRedis
-		cfg.RateLimit.Redis.URL, cfg.RateLimit.Redis.Sentinel, cfg.RateLimit.Redis.Cluster = rt.URL, rt.Sentinel, rt.Cluster
-		cfg.Auth.AnonymousRate = config.Rate{}
-		for name, nc := range cfg.Networks {
-			nc.Listen = "127.0.0.1:0"
-			nc.Upstream.URL = upstream[name]
-			nc.Upstream.APIKey = upstreamsim.OrgKeyID
-			nc.Upstream.APISecret = config.Secret(upstreamsim.OrgKeySecret)
-			nc.Upstream.Budget = config.Rate{RPS: 100000, Burst: 100000}
-		}
-		demo := cfg.Team(config.DemoTeam)
-		demo.Rate = config.Rate{}
-		demo.Keys = append(demo.Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("replica configuration: %w", err)
-		}
-		srv, err := server.New(cfg, server.Options{})
-		if err != nil {
-			return nil, err
-		}
-		rs.srvs = append(rs.srvs, srv)
-		srv.Start()
-		select {
-		case <-srv.Warmed():
-		case <-time.After(30 * time.Second):
-			return nil, errors.New("catalog warm-up did not end within 30s")
-		}
-		rs.bases = append(rs.bases, "http://"+srv.Addr(mainnet))
+func startReplicas(n int, rt config.RedisTarget, up *replicaset.Upstream, k key, ttl time.Duration) (*replicaSet, error) {
+	set, err := replicaset.Start(replicaset.Config{
+		Upstream: up, Replicas: n, Redis: &rt, Warm: 30 * time.Second,
+		Gateway: func(_ *replicaset.Upstream, _ int, cfg *config.Config) {
+			if ttl > 0 {
+				cfg.Cache.LatestTTL = ttl
+			}
+			cfg.Auth.AnonymousRate = config.Rate{}
+			for _, nc := range cfg.Networks {
+				nc.Upstream.Budget = config.Rate{RPS: 100000, Burst: 100000}
+			}
+			demo := cfg.Team(config.DemoTeam)
+			demo.Rate = config.Rate{}
+			demo.Keys = append(demo.Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	rs := &replicaSet{set: set, bases: set.Bases(mainnet)}
+	for _, r := range set.Replicas() {
+		rs.srvs = append(rs.srvs, r.Server)
 	}
 	return rs, nil
 }
@@ -378,8 +352,4 @@ func (rs *replicaSet) sum(name, label, value string) float64 {
 	return sumMetric(regs, name, label, value)
 }
 
-func (rs *replicaSet) close() {
-	for _, srv := range slices.Backward(rs.srvs) {
-		srv.Close()
-	}
-}
+func (rs *replicaSet) close() { rs.set.Close() }

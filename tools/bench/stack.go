@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"streamgate/cache"
 	"streamgate/config"
 	"streamgate/feedid"
+	"streamgate/internal/testing/replicaset"
 	"streamgate/proxy"
 	"streamgate/server"
 	"streamgate/upstreamsim"
@@ -73,7 +73,7 @@ type freshness struct {
 // stack is the simulator and a gateway in front of it, built by
 // server.New as cmd/streamgate builds it (cache, in-memory limits and
 // budgets, metrics, the access log), each network on its own loopback
-// listener.
+// listener: a replica set of one (internal/testing/replicaset).
 //
 // It departs from the demo configuration in what a load test needs: the
 // simulator's per-key rate limit is off, the upstream budget is 100000
@@ -82,6 +82,7 @@ type freshness struct {
 // limit doing its job. A scenario that measures the budget itself
 // (freshness) turns the simulator's limit on and sets the budget.
 type stack struct {
+	set      *replicaset.Set
 	sim      *upstreamsim.Simulator
 	gw       *proxy.Gateway
 	store    *cache.Store
@@ -93,9 +94,7 @@ type stack struct {
 	teamKeys   []key // one per further team
 	bulk       bulkCounter
 
-	srv     *server.Server
-	servers []*http.Server
-	closers []func()
+	srv *server.Server
 }
 
 // bulkCounter counts the bulk calls that reach the simulator and the
@@ -124,33 +123,61 @@ func benchKey(kind string, i int) (string, string) {
 	return id, fmt.Sprintf("bench-%s-secret-%08x", kind, i)
 }
 
-func startStack(sc stackConfig) (_ *stack, err error) {
-	s := &stack{gateway: map[string]string{}, upstream: map[string]string{}}
-	defer func() {
-		if err != nil {
-			s.Close()
-		}
-	}()
-
-	simCfg := upstreamsim.Default()
-	simCfg.RateLimit, simCfg.Burst = 0, 0
-	if sc.SimRateLimit > 0 {
-		simCfg.RateLimit, simCfg.RateMode, simCfg.Burst = rate.Limit(sc.SimRateLimit), sc.SimRateMode, sc.SimRateLimit
-		if sc.SimBurst > 0 {
-			simCfg.Burst = sc.SimBurst
-		}
+func startStack(sc stackConfig) (*stack, error) {
+	s := &stack{gateway: map[string]string{}}
+	restricted, err := feedid.ParseAll(upstreamsim.RestrictedStreams())
+	if err != nil {
+		return nil, fmt.Errorf("bench: the simulator's restricted streams: %w", err)
 	}
-	s.sim, err = upstreamsim.New(simCfg)
+	for i := range sc.ClientKeys {
+		id, secret := benchKey("c", i)
+		s.clientKeys = append(s.clientKeys, key{ID: id, Secret: []byte(secret)})
+	}
+	for i := range sc.Teams {
+		id, secret := benchKey("t", i)
+		s.teamKeys = append(s.teamKeys, key{ID: id, Secret: []byte(secret)})
+	}
+	log, err := benchLogger(sc.LogLevel)
 	if err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func() { s.sim.Close() })
+	set, err := replicaset.Start(replicaset.Config{
+		UpstreamConfig: replicaset.UpstreamConfig{
+			SimConfig: func(simCfg *upstreamsim.Config) {
+				simCfg.RateLimit, simCfg.Burst = 0, 0
+				if sc.SimRateLimit > 0 {
+					simCfg.RateLimit, simCfg.RateMode, simCfg.Burst = rate.Limit(sc.SimRateLimit), sc.SimRateMode, sc.SimRateLimit
+					if sc.SimBurst > 0 {
+						simCfg.Burst = sc.SimBurst
+					}
+				}
+			},
+			Wrap: func(_ string, h http.Handler) http.Handler { return s.bulk.wrap(h) },
+		},
+		Replicas: 1,
+		WS:       sc.WS,
+		Gateway:  func(_ *replicaset.Upstream, _ int, cfg *config.Config) { sc.configure(cfg, s, restricted) },
+		// The gateway as the binary builds it.
+		Options: func(int) server.Options { return server.Options{Logger: log} },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench configuration: %w", err)
+	}
+	r := set.Replicas()[0]
+	s.set, s.sim, s.upstream, s.srv, s.cfg = set, set.Sim, set.URL, r.Server, r.Config
+	s.gw, s.store = s.srv.Gateway(), s.srv.Cache()
+	for _, name := range s.gw.Networks() {
+		s.gateway[name] = r.Base(name)
+	}
+	return s, nil
+}
 
-	cfg := config.Default()
+// configure makes cfg, config.Default() pointed at the simulator, the
+// gateway sc describes, with the keys of s.
+func (sc stackConfig) configure(cfg *config.Config, s *stack, restricted config.StreamIDs) {
 	if sc.Tracing.OTLPEndpoint != "" {
 		cfg.Tracing = sc.Tracing
 	}
-	cfg.Server.AdminListen = ""
 	if sc.LatestTTL > 0 {
 		cfg.Cache.LatestTTL = sc.LatestTTL
 	}
@@ -164,26 +191,16 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	if budget == (config.Rate{}) {
 		budget = config.Rate{RPS: 100000, Burst: 100000}
 	}
-	for _, name := range cfg.NetworkNames() {
-		url, err := s.listen(s.bulk.wrap(s.sim.Handler(upstreamsim.NetworkFor(name))), 10*time.Second, 0)
-		if err != nil {
-			return nil, err
-		}
-		s.upstream[name] = url
-		up := &cfg.Networks[name].Upstream
-		up.URL = url
-		up.APIKey = upstreamsim.OrgKeyID
-		up.APISecret = config.Secret(upstreamsim.OrgKeySecret)
+	for name, n := range cfg.Networks {
+		up := &n.Upstream
 		up.Budget = budget
 		if sc.BudgetMargin > 0 {
 			up.BudgetMargin = sc.BudgetMargin
 		}
-		if sc.WS {
-			up.WSURL = "ws" + strings.TrimPrefix(url, "http")
-			if name == mainnet {
-				up.WSPinned = sc.WSPinned
-			}
+		if sc.WS && name == mainnet {
+			up.WSPinned = sc.WSPinned
 		}
+		n.TLS = sc.TLS
 	}
 	if sc.TeamConnections > 0 {
 		cfg.Realtime.TeamConnections = sc.TeamConnections
@@ -194,70 +211,21 @@ func startStack(sc stackConfig) (_ *stack, err error) {
 	if sc.TeamQuota {
 		demo.Rate, demo.DailyQuota = config.Rate{RPS: 1_000_000, Burst: 1_000_000}, 1_000_000_000_000
 	}
-	for i := range sc.ClientKeys {
-		id, secret := benchKey("c", i)
-		demo.Keys = append(demo.Keys, config.Key{ID: id, Secret: config.Secret(secret)})
-		s.clientKeys = append(s.clientKeys, key{ID: id, Secret: []byte(secret)})
+	for _, k := range s.clientKeys {
+		demo.Keys = append(demo.Keys, config.Key{ID: k.ID, Secret: config.Secret(k.Secret)})
 	}
-	restricted, err := feedid.ParseAll(upstreamsim.RestrictedStreams())
-	if err != nil {
-		return nil, fmt.Errorf("bench: the simulator's restricted streams: %w", err)
-	}
-	for i := range sc.Teams {
-		id, secret := benchKey("t", i)
+	for i, k := range s.teamKeys {
 		t := config.Team{
 			Name:     fmt.Sprintf("team-%02d", i),
 			Networks: []string{"mainnet", "testnet"},
 			Feeds:    config.StreamIDs{config.AllFeedsWildcard},
-			Keys:     []config.Key{{ID: id, Secret: config.Secret(secret)}},
+			Keys:     []config.Key{{ID: k.ID, Secret: config.Secret(k.Secret)}},
 		}
 		if i%2 == 1 { // every other team may read five streams only
 			t.Feeds = restricted
 		}
 		cfg.Teams = append(cfg.Teams, t)
-		s.teamKeys = append(s.teamKeys, key{ID: id, Secret: []byte(secret)})
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("bench configuration: %w", err)
-	}
-	s.cfg = cfg
-
-	log, err := benchLogger(sc.LogLevel)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range cfg.Networks {
-		n.Listen = "127.0.0.1:0"
-		n.TLS = sc.TLS
-	}
-	// The gateway as the binary builds it.
-	s.srv, err = server.New(cfg, server.Options{Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { s.srv.Close() })
-	s.srv.Start()
-	s.gw, s.store = s.srv.Gateway(), s.srv.Cache()
-	scheme := "http://"
-	if sc.TLS != nil {
-		scheme = "https://"
-	}
-	for _, name := range s.gw.Networks() {
-		s.gateway[name] = scheme + s.srv.Addr(name)
-	}
-	return s, nil
-}
-
-// listen serves h on a free loopback port and returns its base URL.
-func (s *stack) listen(h http.Handler, readHeader, idle time.Duration) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeader, IdleTimeout: idle}
-	s.servers = append(s.servers, srv)
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), nil
 }
 
 // warm waits for the catalog warm-up the server starts with.
@@ -311,14 +279,7 @@ func (s *stack) quiesce(idle, limit time.Duration) bool {
 
 // Close stops the servers at once (nothing is drained: the load is over)
 // and releases the simulator and the cache.
-func (s *stack) Close() {
-	for _, srv := range s.servers {
-		srv.Close()
-	}
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		s.closers[i]()
-	}
-}
+func (s *stack) Close() { s.set.Close() }
 
 // benchLogger is a logger with the encoding of cmd/streamgate's
 // (server.NewLogger: JSON, ISO 8601 times) at level, writing to

@@ -7,7 +7,9 @@
 // they receive: missing, repeated, out of order.
 //
 // Nothing here needs a testing.T: errors are returned, logs go to a sink
-// the caller gives, and everything started has a Close or Stop.
+// the caller gives, and everything started has a Close or Stop. The
+// simulator is served as internal/testing/replicaset serves it to the
+// gateways it runs in-process.
 package fleet
 
 import (
@@ -15,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"streamgate/internal/testing/balancer"
+	"streamgate/internal/testing/simupstream"
 	"streamgate/upstreamsim"
 )
 
@@ -67,7 +69,7 @@ type Fleet struct {
 
 	cfg      Config
 	gateway  string // the replicas' configuration
-	upstream *httptest.Server
+	upstream *simupstream.Upstream
 
 	mu   sync.Mutex
 	reps []*Proc
@@ -96,8 +98,10 @@ func Start(cfg Config) (_ *Fleet, err error) {
 			f.Close()
 		}
 	}()
-	f.upstream = httptest.NewServer(sim.Handler(Network))
-	f.Upstream = f.upstream.URL
+	if f.upstream, err = simupstream.StartUpstream(simupstream.UpstreamConfig{Sim: sim, Networks: []string{Network}}); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f.Upstream = f.upstream.URL[Network]
 	f.gateway = cfg.Gateway(f.Upstream)
 	if f.Balancer, err = balancer.Listen("127.0.0.1:0", balancer.Options{Interval: 100 * time.Millisecond}); err != nil {
 		return nil, fmt.Errorf("fleet: balancer: %w", err)
