@@ -51,6 +51,7 @@ import (
 type continuity struct {
 	network  string
 	check    func(frame []byte) bool // nil: every report is taken
+	sink     func(Frame)             // Config.Frames; nil: none
 	clock    clockwork.Clock         // Config.Clock: dates the reports, runs the timers below
 	histSecs int64                   // Config.History in seconds
 	bf       *backfiller             // nil without a backfill source: gaps stay gaps
@@ -87,7 +88,7 @@ func (f BackfillFunc) Backfill(ctx context.Context, feeds []feedid.ID, ts int64)
 }
 
 func newContinuity(ctx context.Context, cfg *Config, log *zap.Logger, mx *hubMetrics) *continuity {
-	c := &continuity{network: cfg.Network, check: cfg.Check, clock: cfg.Clock, histSecs: int64(cfg.History / time.Second),
+	c := &continuity{network: cfg.Network, check: cfg.Check, sink: cfg.Frames, clock: cfg.Clock, histSecs: int64(cfg.History / time.Second),
 		log: log, mx: mx, ctx: ctx}
 	if cfg.Backfill != nil {
 		c.bf = &backfiller{c: c, src: cfg.Backfill, max: int64(cfg.BackfillMax / time.Second), wake: make(chan struct{}, 1)}
@@ -117,7 +118,8 @@ func (c *continuity) future(ts int64, origin string) bool {
 // whether the frame is to be delivered now: false for a duplicate, a
 // frame the check refuses, and one held for a gap's fill (delivered by
 // gapFilled).
-func (c *continuity) take(f *feed, ts int64, frame []byte, src source) bool {
+func (c *continuity) take(f *feed, frame *Frame, src source) bool {
+	ts := frame.ObservationsTimestamp
 	if ts <= f.watermark {
 		if cur := f.latest.Load(); ts == f.watermark && cur != nil && !cur.src.Valid() {
 			// The same report from a connection that is up.
@@ -126,23 +128,25 @@ func (c *continuity) take(f *feed, ts int64, frame []byte, src source) bool {
 		c.mx.duplicate()
 		return false
 	}
-	if c.check != nil && !c.check(frame) {
+	if c.check != nil && !c.check(frame.Bytes) {
 		return false // counted and logged by the checker
 	}
 	prev := f.watermark
 	f.watermark = ts
 	f.latest.Store(&latest{frame: frame, ts: ts, src: src})
-	if c.holdForGap(f, prev, ts, frame) {
+	if c.holdForGap(f, prev, frame) {
 		return false // delivered when the gap is filled
 	}
-	c.record(f, ts, frame)
+	c.record(f, frame)
+	c.newFrames([]histFrame{{ts, frame}})
 	return true
 }
 
-// histFrame is one frame with its observationsTimestamp.
+// histFrame is one frame and its observationsTimestamp (the frame's, kept
+// beside it for the sorts and searches of the history).
 type histFrame struct {
 	ts    int64
-	frame []byte
+	frame *Frame
 }
 
 // Backfill bounds. fillGather and the retries run on Config.Clock;
@@ -169,10 +173,11 @@ const (
 
 // record keeps frame in f's history, dropping what is older than the
 // history's span. f.mu is held.
-func (c *continuity) record(f *feed, ts int64, frame []byte) {
+func (c *continuity) record(f *feed, frame *Frame) {
 	if c.histSecs <= 0 {
 		return
 	}
+	ts := frame.ObservationsTimestamp
 	f.hist = append(f.hist, histFrame{ts, frame})
 	oldest := ts - c.histSecs
 	i := 0
@@ -189,7 +194,8 @@ func (c *continuity) record(f *feed, ts int64, frame []byte) {
 // holdForGap reports whether frame (ts, newer than prev, the feed's
 // watermark before it) must wait for a gap fill of f; it starts one when
 // the watermark jumps. f.mu is held.
-func (c *continuity) holdForGap(f *feed, prev, ts int64, frame []byte) bool {
+func (c *continuity) holdForGap(f *feed, prev int64, frame *Frame) bool {
+	ts := frame.ObservationsTimestamp
 	if c.bf == nil {
 		return false
 	}
@@ -216,11 +222,24 @@ func (c *continuity) gapFilled(f *feed, got []histFrame) {
 	all := mergeFrames(f.fetched, f.pending)
 	f.fetched, f.pending = nil, nil
 	for _, x := range all {
-		c.record(f, x.ts, x.frame)
+		c.record(f, x.frame)
 	}
+	c.newFrames(all)
 	n, slow := f.fanOut(all)
 	f.mu.Unlock()
 	c.mx.fannedOut(n, slow)
+}
+
+// newFrames hands frames, each a (stream, second) this hub delivers for
+// the first time (live, or a gap's fill), to Config.Frames, in order.
+// f.mu is held.
+func (c *continuity) newFrames(frames []histFrame) {
+	if c.sink == nil {
+		return
+	}
+	for _, x := range frames {
+		c.sink(*x.frame)
+	}
 }
 
 // mergeFrames returns a and b in observationsTimestamp order, each second
@@ -581,8 +600,8 @@ func (b *backfiller) round(jobs []*fillJob) {
 // (wanted false) is not asked again. A frame that is not the report of the
 // feed and second asked is not taken. It returns the frames got and the
 // last call's error.
-func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64, wanted func(feedid.ID) bool) (map[feedid.ID][]byte, error) {
-	got := make(map[feedid.ID][]byte, len(feeds))
+func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64, wanted func(feedid.ID) bool) (map[feedid.ID]*Frame, error) {
+	got := make(map[feedid.ID]*Frame, len(feeds))
 	missing := feeds
 	wait := fillRetryFirst
 	var err error
@@ -594,11 +613,9 @@ func (b *backfiller) fetch(ctx context.Context, feeds []feedid.ID, s int64, want
 		frames, err = b.src.Backfill(ctx, missing, s)
 		left := missing[:0:0]
 		for _, id := range missing {
-			fr, ok := frames[id]
-			if ok {
-				if fid, ts, pok := parseFrame(fr); !pok || feedid.ID(fid) != id || ts != s {
-					ok = false // not the report asked for
-				}
+			fr, ok := readFrame(frames[id])
+			if ok && (fr.Stream != id || fr.ObservationsTimestamp != s) {
+				ok = false // not the report asked for
 			}
 			if ok {
 				got[id] = fr
@@ -640,7 +657,7 @@ func (c *continuity) recheck(feeds map[feedid.ID]*feed, admit func(frame []byte)
 		f.mu.Lock()
 		kept := f.hist[:0]
 		for _, x := range f.hist {
-			if admit(x.frame) {
+			if admit(x.frame.Bytes) {
 				kept = append(kept, x)
 			} else {
 				dropped++
@@ -648,7 +665,7 @@ func (c *continuity) recheck(feeds map[feedid.ID]*feed, admit func(frame []byte)
 		}
 		clear(f.hist[len(kept):])
 		f.hist = kept
-		if l := f.latest.Load(); l != nil && !admit(l.frame) {
+		if l := f.latest.Load(); l != nil && !admit(l.frame.Bytes) {
 			f.latest.Store(nil)
 			dropped++
 			f.watermark = 0

@@ -145,6 +145,17 @@ type Config struct {
 	// (another HA origin) is still delivered. The gateway verifies the
 	// DON's signatures with it.
 	Check func(frame []byte) bool
+	// Frames, if non-nil, is handed each report the hub delivers for the
+	// first time: a frame the watermark and Check let through (live, from
+	// any connection or replica), or a second a gap's fill fetched, each
+	// (stream, observationsTimestamp) once, in order per stream, after
+	// Check. The replays of a resume (seconds below the watermark, for one
+	// consumer) are not handed again. The one exception: after Recheck
+	// drops a feed's newest report, the genuine report of that second may
+	// be handed once more. It is called with the stream's lock held, on
+	// the frame path: it must not block (the archive's Writer.Add queues
+	// and returns). Frame.Bytes is shared: never modify it.
+	Frames func(Frame)
 
 	// Backfill, if non-nil, is where the hub fetches the seconds a feed's
 	// frames skipped (a gap: upstream drop, outage, a holder's crash) and
@@ -220,7 +231,7 @@ type feed struct {
 
 // latest is a feed's newest report and the connection that delivered it.
 type latest struct {
-	frame []byte
+	frame *Frame
 	ts    int64
 	src   source
 }
@@ -436,7 +447,7 @@ func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, 
 	if queue < 1 {
 		queue = DefaultQueue
 	}
-	s := &Subscription{feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge,
+	s := &Subscription{feeds: feeds, ch: make(chan *Frame, queue), done: make(chan struct{}), charge: charge,
 		leave: h.release, drop: h.drop}
 	h.mu.Lock()
 	if h.closed {
@@ -679,21 +690,22 @@ const originShared = "shared"
 
 // deliverFrame hands one frame, delivered by src, to the subscribers of
 // its feed, if the feed's continuity takes it (see continuity.take).
-func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
-	id, ts, ok := parseFrame(frame)
+func (h *Hub) deliverFrame(origin string, src source, b []byte) {
+	frame, ok := readFrame(b)
 	if !ok {
-		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
+		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(b)))
 		return
 	}
+	ts := frame.ObservationsTimestamp
 	if h.cont.future(ts, origin) {
 		return
 	}
-	f := (*h.feeds.Load())[feedid.ID(id)]
+	f := (*h.feeds.Load())[frame.Stream]
 	if f == nil {
 		return // no longer wanted
 	}
 	f.mu.Lock()
-	if !h.cont.take(f, ts, frame, src) {
+	if !h.cont.take(f, frame, src) {
 		f.mu.Unlock()
 		return
 	}
@@ -728,7 +740,7 @@ func (h *Hub) LatestSince(feed feedid.ID, oldest int64) (frame []byte, observati
 	}
 	h.st.latestServed.Add(1)
 	h.mx.latestServed.Inc()
-	return l.frame, l.ts, true
+	return l.frame.Bytes, l.ts, true
 }
 
 // Want records REST demand for feed: a latest request the hub could not
