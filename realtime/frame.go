@@ -7,6 +7,10 @@ package realtime
 // writer, which never read the bytes again.
 
 import (
+	"math"
+
+	"go.uber.org/zap"
+
 	"streamgate/don"
 	"streamgate/feedid"
 )
@@ -60,3 +64,61 @@ func parseFrame(b []byte) (feed []byte, ts int64, ok bool) {
 // validFeedID reports whether id is a stream ID in canonical form: what
 // the hub keys its feeds by.
 func validFeedID[T ~string | ~[]byte](id T) bool { return feedid.Canonical(id) }
+
+// originShared marks the frames received from another replica in logs.
+const originShared = "shared"
+
+// deliverFrame hands one frame, delivered by src, to the subscribers of
+// its feed, if the feed's continuity takes it (see continuity.take).
+func (h *Hub) deliverFrame(origin string, src source, b []byte) {
+	frame, ok := readFrame(b)
+	if !ok {
+		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(b)))
+		return
+	}
+	ts := frame.ObservationsTimestamp
+	if h.cont.future(ts, origin) {
+		return
+	}
+	f := (*h.feeds.Load())[frame.Stream]
+	if f == nil {
+		return // no longer wanted
+	}
+	f.mu.Lock()
+	if !h.cont.take(f, frame, src) {
+		f.mu.Unlock()
+		return
+	}
+	n, slow := f.fanOut([]histFrame{{ts, frame}})
+	f.mu.Unlock()
+	h.mx.fannedOut(n, slow)
+}
+
+// Latest returns the newest report frame the hub holds for feed (the
+// upstream's bytes: exactly the JSON {"report":{...}} that REST latest
+// answers) and its observationsTimestamp, only while the upstream
+// connection that delivered it has stayed up since (or was replaced
+// make-before-break by one that is still up); ok is false otherwise, and
+// when feed is not streamed. Lock-free; each answer with ok true is
+// counted (streamgate_ws_latest_served_total).
+func (h *Hub) Latest(feed feedid.ID) (frame []byte, observationsTimestamp int64, ok bool) {
+	return h.LatestSince(feed, math.MinInt64)
+}
+
+// LatestSince is Latest, but ok is false too when the newest report held
+// was observed before oldest (Unix seconds): while the connection is up but
+// silent (a stall not yet detected), a caller bounds how old a report it
+// answers.
+func (h *Hub) LatestSince(feed feedid.ID, oldest int64) (frame []byte, observationsTimestamp int64, ok bool) {
+	f := (*h.feeds.Load())[feed]
+	if f == nil {
+		return nil, 0, false
+	}
+	l := f.latest.Load()
+	if l == nil || !l.src.Valid() || l.ts < oldest {
+		return nil, 0, false
+	}
+	h.st.latestServed.Add(1)
+	h.mx.latestServed.Inc()
+	return l.frame.Bytes, l.ts, true
+}
