@@ -196,8 +196,26 @@ func AcceptedFrameKey(frame []byte) (feedID []byte, observationsTimestamp int64,
 	return frameKey(frame)
 }
 
+// FrameFields is FrameKey with the record's validFromTimestamp too (0
+// when the record lacks it): what the real-time hub reads of a frame, once,
+// at its entry.
+func FrameFields(frame []byte) (feedID []byte, validFromTimestamp, observationsTimestamp int64, ok bool) {
+	if !json.Valid(frame) {
+		return nil, 0, 0, false
+	}
+	f, ok := frameFields(frame)
+	return f.feedID, f.validFrom, f.observed, ok
+}
+
 // frameKey is FrameKey on a frame whose syntax was checked.
 func frameKey(frame []byte) (feedID []byte, observationsTimestamp int64, ok bool) {
+	f, ok := frameFields(frame)
+	return f.feedID, f.observed, ok
+}
+
+// frameFields reads the record of a frame whose syntax was checked, as
+// FrameKey: ok false when it lacks feedID or observationsTimestamp.
+func frameFields(frame []byte) (recordFields, bool) {
 	var f recordFields
 	found := false
 	err := members(frame, func(key, val []byte) error {
@@ -210,9 +228,9 @@ func frameKey(frame []byte) (feedID []byte, observationsTimestamp int64, ok bool
 		return err
 	})
 	if err != nil || !f.has[0] || !f.has[2] {
-		return nil, 0, false
+		return recordFields{}, false
 	}
-	return f.feedID, f.observed, true
+	return f, true
 }
 
 // readReport reads {"report":{…}} (valid JSON) as ReadReport.

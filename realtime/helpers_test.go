@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -164,10 +165,14 @@ func collect(t testing.TB, sub *Subscription) *collector {
 	c := &collector{sub: sub, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		for b := range sub.C() {
+		for fr := range sub.C() {
+			b := fr.Bytes
 			id, ts, ok := parseFrame(b)
 			if !ok {
 				panic("unparsable frame: " + string(b))
+			}
+			if fr.Stream != feedid.ID(id) || fr.ObservationsTimestamp != ts {
+				panic(fmt.Sprintf("frame delivered as %s at %d, its bytes say %s at %d", fr.Stream, fr.ObservationsTimestamp, id, ts))
 			}
 			c.mu.Lock()
 			c.got = append(c.got, frame{feedid.ID(id), ts, b})

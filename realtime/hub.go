@@ -18,10 +18,13 @@
 // their own connection (package share).
 //
 // Four types, one job each, none holding another's owner: Hub, the
-// subscriptions, the wanted set and the fan-out (hub.go, subscription.go);
+// subscriptions, the wanted set and the fan-out (hub.go: its Config and
+// life; subscribe.go: Subscribe, admission, release and Drop; wants.go:
+// the wanted set and REST demand; frame.go: a frame read once at the
+// entry, as a *Frame, and Latest; subscription.go: a consumer's queue);
 // continuity, the one owner of "every subscriber gets every second of its
 // feeds once, in order": watermarks, the newest reports, the history, gap
-// fills and resumes (continuity.go); upstream, the connections, their
+// fills and resumes (continuity.go, resume.go, backfill.go); upstream, the connections, their
 // plan and the HA origins (manager.go, link.go, plan.go, health.go,
 // origins.go, sharing.go); and the sharing with the other replicas, which
 // the upstream sees through the interface sharing (four methods,
@@ -43,12 +46,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"math"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +144,17 @@ type Config struct {
 	// (another HA origin) is still delivered. The gateway verifies the
 	// DON's signatures with it.
 	Check func(frame []byte) bool
+	// Frames, if non-nil, is handed each report the hub delivers for the
+	// first time: a frame the watermark and Check let through (live, from
+	// any connection or replica), or a second a gap's fill fetched, each
+	// (stream, observationsTimestamp) once, in order per stream, after
+	// Check. The replays of a resume (seconds below the watermark, for one
+	// consumer) are not handed again. The one exception: after Recheck
+	// drops a feed's newest report, the genuine report of that second may
+	// be handed once more. It is called with the stream's lock held, on
+	// the frame path: it must not block (the archive's Writer.Add queues
+	// and returns). Frame.Bytes is shared: never modify it.
+	Frames func(Frame)
 
 	// Backfill, if non-nil, is where the hub fetches the seconds a feed's
 	// frames skipped (a gap: upstream drop, outage, a holder's crash) and
@@ -220,7 +230,7 @@ type feed struct {
 
 // latest is a feed's newest report and the connection that delivered it.
 type latest struct {
-	frame []byte
+	frame *Frame
 	ts    int64
 	src   source
 }
@@ -371,473 +381,4 @@ func (h *Hub) Close() {
 			h.mx.subscribers.Add(-1)
 		}
 	}
-}
-
-// SubscribeOptions are how a consumer subscribes (Hub.Subscribe).
-type SubscribeOptions struct {
-	// Queue is the subscription's queue length, in frames; DefaultQueue
-	// when < 1.
-	Queue int
-	// From, for a consumer that comes back, holds per feed the
-	// observationsTimestamp of the last report it received (0 or absent:
-	// none, the feed starts as a new consumer's does). Each such feed
-	// first gets, in order, every report after that second: from the
-	// hub's history, and what the history does not reach fetched with
-	// Config.Backfill (the consumer's newer frames of that feed wait
-	// meanwhile); then live ones, each once. Empty: a new consumer.
-	From map[feedid.ID]int64
-	// Within is for a consumer that must get every one of its feeds: the
-	// hub refuses (ErrNoRoom, nothing subscribed) when some feed is not
-	// carried now and the wanted set, with the feeds not yet wanted, is
-	// over what Config.MaxConnections and Config.FeedsPerConnection
-	// carry, so that the consumer is told rather than left without
-	// frames. A sharing hub counts every replica's wants instead: it
-	// refuses when some feed is neither carried by the layout of the
-	// union its last tick read nor by a connection of its own, and the
-	// union, with this hub's wants not yet in it and the feeds nobody
-	// wants yet, is over what the layout can carry
-	// (chunkBudget(MaxConnections, origins) × FeedsPerConnection). While
-	// sharing is down (Redis), the hub checks its own wants as an
-	// unshared hub does. A hub that has not yet connected, or not yet read
-	// the union, admits every consumer. No Redis call: the figures are
-	// those of the last reconcile and tick.
-	Within bool
-	// Charge, if not nil, is asked before each second fetched for the
-	// consumer's replay (see FillCharge).
-	Charge FillCharge
-}
-
-// Subscribe registers a consumer of feeds (stream IDs as feedid.Parse
-// gives them, without duplicates, entitled by the caller). The hub connects upstream for the
-// feeds not yet carried. The newest report the hub holds of each feed, if
-// valid (see Latest), comes first (or, for a feed of o.From, the replay of
-// what the consumer missed), then every newer report, each once, in
-// observationsTimestamp order per feed, as the upstream's bytes. Feeds
-// over the connection budget get nothing (Stats.FeedsUncarried) unless
-// o.Within refuses them. The error is ErrNoRoom (o.Within only); after
-// Close, the subscription is returned already ended with ErrHubClosed.
-// Subscription.Replayed tells how many reports it replayed at once.
-func (h *Hub) Subscribe(feeds []feedid.ID, o SubscribeOptions) (*Subscription, error) {
-	if o.Within && !h.admits(feeds) {
-		return nil, ErrNoRoom
-	}
-	// A consumer admitted between the check and subscribe may take the
-	// last room; the window is a few instructions wide.
-	from := o.From
-	if len(from) == 0 {
-		from = nil
-	}
-	return h.subscribe(feeds, o.Queue, from, o.Charge), nil
-}
-
-// subscribe registers s (see Subscribe); charge is the subscription's
-// FillCharge (nil: none).
-func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, charge FillCharge) *Subscription {
-	if queue < 1 {
-		queue = DefaultQueue
-	}
-	s := &Subscription{feeds: feeds, ch: make(chan []byte, queue), done: make(chan struct{}), charge: charge,
-		leave: h.release, drop: h.drop}
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		s.end(ErrHubClosed)
-		s.releaseOnce.Do(func() {})
-		return s
-	}
-	h.subs[s] = struct{}{}
-	added := false
-	for _, id := range feeds {
-		f := h.wants[id]
-		if f == nil {
-			f = h.want(id)
-			added = true
-		}
-		f.refs++
-		f.idleSince = time.Time{}
-	}
-	if added {
-		h.publishFeeds()
-	}
-	h.mx.subscribers.Add(1)
-	// Under h.mu, so that a release cannot interleave; the feed locks
-	// order the newest report (or a returning consumer's replay) before
-	// every newer frame.
-	var overflow bool
-	replayed := 0
-	for _, id := range feeds {
-		f := h.wants[id]
-		f.mu.Lock()
-		if mark := from[id]; mark > 0 {
-			frames := h.cont.resume(s, f, mark)
-			f.subs = append(f.subs, s)
-			if n, ok := s.deliver(id, frames); !ok {
-				overflow = true
-			} else {
-				replayed += n
-			}
-		} else {
-			f.subs = append(f.subs, s)
-			// While a gap is filled, the newest report is among the frames
-			// held, which every subscriber gets when it is filled.
-			if l := f.latest.Load(); l != nil && l.src.Valid() && f.filling == 0 {
-				if sent, o := s.send(l.frame); sent {
-					h.mx.delivered(1)
-				} else if o {
-					overflow = true
-				}
-			}
-		}
-		f.mu.Unlock()
-	}
-	h.mu.Unlock()
-	s.replayed = replayed
-	if from != nil {
-		h.mx.resumed()
-		h.mx.replayed(replayed)
-		h.mx.delivered(replayed)
-	}
-	if overflow {
-		h.mx.slowClose()
-		s.release()
-	}
-	if added {
-		h.up.kick()
-	}
-	return s
-}
-
-// ErrNoRoom is the error of Subscribe with SubscribeOptions.Within when
-// the upstream connection budget cannot carry the feeds asked for.
-var ErrNoRoom = errors.New("realtime: the upstream connection budget is full")
-
-// admits reports whether the budget has room for feeds (see
-// SubscribeOptions.Within).
-func (h *Hub) admits(feeds []feedid.ID) bool {
-	if h.peers.Sharing() {
-		return h.roomShared(feeds, h.peers.Union())
-	}
-	capacity := h.up.capacity.Load()
-	carried := h.up.carried.Load()
-	if capacity == 0 || carried == nil {
-		return true
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	fresh, all := 0, true
-	for _, id := range feeds {
-		if !(*carried)[string(id)] {
-			all = false
-		}
-		if h.wants[id] == nil {
-			fresh++
-		}
-	}
-	return all || int64(len(h.wants)+fresh) <= capacity
-}
-
-// roomShared reports whether the union u of a sharing hub's last tick has
-// room for feeds (see SubscribeOptions.Within); nil u or capacity 0: room. Another
-// replica's consumer admitted since that tick may take the last room: the
-// window is a tick wide.
-func (h *Hub) roomShared(feeds []feedid.ID, u *share.Union) bool {
-	if u == nil || u.Capacity == 0 {
-		return true
-	}
-	var own map[string]bool
-	if c := h.up.carried.Load(); c != nil {
-		own = *c
-	}
-	all := true
-	for _, id := range feeds {
-		if !u.Feeds[string(id)] && !own[string(id)] {
-			all = false
-			break
-		}
-	}
-	if all {
-		return true
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	size := len(u.Feeds)
-	for _, id := range feeds {
-		if _, in := u.Feeds[string(id)]; !in && h.wants[id] == nil {
-			size++
-		}
-	}
-	if size > u.Capacity {
-		return false
-	}
-	// This hub's wants the tick has not published yet (a consumer just
-	// admitted here) count too.
-	for id := range h.wants {
-		if _, in := u.Feeds[string(id)]; !in {
-			if size++; size > u.Capacity {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// want returns the new feed entry of id. Called with h.mu held; the caller
-// publishes.
-func (h *Hub) want(id feedid.ID) *feed {
-	f := h.wants[id]
-	if f == nil {
-		f = &feed{id: id}
-		h.wants[id] = f
-	}
-	return f
-}
-
-// publishFeeds makes the wanted set visible to the frame path. Called with
-// h.mu held.
-func (h *Hub) publishFeeds() {
-	m := make(map[feedid.ID]*feed, len(h.wants))
-	for id, f := range h.wants {
-		m[id] = f
-	}
-	h.feeds.Store(&m)
-}
-
-// release removes s from its feeds; the feeds nobody wants any more start
-// their grace.
-func (h *Hub) release(s *Subscription) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.subs[s]; !ok {
-		return // the hub closed
-	}
-	delete(h.subs, s)
-	h.mx.subscribers.Add(-1)
-	now := time.Now()
-	for _, id := range s.feeds {
-		h.unwant(s, id, now)
-	}
-}
-
-// drop stops feeds for s (Subscription.Drop).
-func (h *Hub) drop(s *Subscription, feeds []feedid.ID) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	drop := make(map[feedid.ID]bool, len(feeds))
-	for _, id := range feeds {
-		if slices.Contains(s.feeds, id) {
-			drop[id] = true
-		}
-	}
-	if len(drop) == 0 {
-		return len(s.feeds)
-	}
-	// The caller's slice is shared: build a new one.
-	kept := make([]feedid.ID, 0, len(s.feeds))
-	for _, id := range s.feeds {
-		if !drop[id] {
-			kept = append(kept, id)
-		}
-	}
-	old := map[feedid.ID]bool{}
-	if d := s.dropped.Load(); d != nil {
-		maps.Copy(old, *d)
-	}
-	maps.Copy(old, drop)
-	s.dropped.Store(&old)
-	if _, ok := h.subs[s]; ok {
-		now := time.Now()
-		for id := range drop {
-			h.unwant(s, id, now)
-		}
-	}
-	s.feeds = kept
-	return len(kept)
-}
-
-// unwant removes s from feed id's subscribers; a feed nobody wants any more
-// starts its grace at now. h.mu is held.
-func (h *Hub) unwant(s *Subscription, id feedid.ID, now time.Time) {
-	f := h.wants[id]
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	if i := slices.Index(f.subs, s); i >= 0 {
-		last := len(f.subs) - 1
-		f.subs[i] = f.subs[last]
-		f.subs[last] = nil
-		f.subs = f.subs[:last]
-	}
-	f.mu.Unlock()
-	if f.refs--; f.refs == 0 {
-		f.idleSince = now
-	}
-}
-
-// originShared marks the frames received from another replica in logs.
-const originShared = "shared"
-
-// deliverFrame hands one frame, delivered by src, to the subscribers of
-// its feed, if the feed's continuity takes it (see continuity.take).
-func (h *Hub) deliverFrame(origin string, src source, frame []byte) {
-	id, ts, ok := parseFrame(frame)
-	if !ok {
-		h.log.Warn("upstream frame without feedID or observationsTimestamp", zap.String("origin", origin), zap.Int("bytes", len(frame)))
-		return
-	}
-	if h.cont.future(ts, origin) {
-		return
-	}
-	f := (*h.feeds.Load())[feedid.ID(id)]
-	if f == nil {
-		return // no longer wanted
-	}
-	f.mu.Lock()
-	if !h.cont.take(f, ts, frame, src) {
-		f.mu.Unlock()
-		return
-	}
-	n, slow := f.fanOut([]histFrame{{ts, frame}})
-	f.mu.Unlock()
-	h.mx.fannedOut(n, slow)
-}
-
-// Latest returns the newest report frame the hub holds for feed (the
-// upstream's bytes: exactly the JSON {"report":{...}} that REST latest
-// answers) and its observationsTimestamp, only while the upstream
-// connection that delivered it has stayed up since (or was replaced
-// make-before-break by one that is still up); ok is false otherwise, and
-// when feed is not streamed. Lock-free; each answer with ok true is
-// counted (streamgate_ws_latest_served_total).
-func (h *Hub) Latest(feed feedid.ID) (frame []byte, observationsTimestamp int64, ok bool) {
-	return h.LatestSince(feed, math.MinInt64)
-}
-
-// LatestSince is Latest, but ok is false too when the newest report held
-// was observed before oldest (Unix seconds): while the connection is up but
-// silent (a stall not yet detected), a caller bounds how old a report it
-// answers.
-func (h *Hub) LatestSince(feed feedid.ID, oldest int64) (frame []byte, observationsTimestamp int64, ok bool) {
-	f := (*h.feeds.Load())[feed]
-	if f == nil {
-		return nil, 0, false
-	}
-	l := f.latest.Load()
-	if l == nil || !l.src.Valid() || l.ts < oldest {
-		return nil, 0, false
-	}
-	h.st.latestServed.Add(1)
-	h.mx.latestServed.Inc()
-	return l.frame, l.ts, true
-}
-
-// Want records REST demand for feed: a latest request the hub could not
-// answer. DemandThreshold calls within DemandWindow subscribe the feed; it
-// is dropped Grace after the last call once no subscription holds it.
-// Malformed feed IDs are ignored.
-func (h *Hub) Want(feed feedid.ID) {
-	if !validFeedID(feed) {
-		return
-	}
-	now := time.Now()
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	if f := h.wants[feed]; f != nil {
-		f.demandAt = now
-		h.mu.Unlock()
-		return
-	}
-	r := h.demand[feed]
-	if r == nil {
-		if len(h.demand) >= maxDemandTracked {
-			h.pruneDemand(now)
-		}
-		r = &demandRing{}
-		h.demand[feed] = r
-	}
-	r.t[r.i] = now
-	r.i = (r.i + 1) % DemandThreshold
-	oldest := r.t[r.i] // the DemandThreshold-th last call
-	if oldest.IsZero() || now.Sub(oldest) > DemandWindow {
-		h.mu.Unlock()
-		return
-	}
-	delete(h.demand, feed)
-	f := h.want(feed)
-	f.demandAt = now
-	f.idleSince = now
-	h.publishFeeds()
-	h.mu.Unlock()
-	h.up.kick()
-}
-
-// pruneDemand forgets the demand older than DemandWindow, or all of it when
-// none is. Called with h.mu held.
-func (h *Hub) pruneDemand(now time.Time) {
-	for id, r := range h.demand {
-		newest := r.t[(r.i+DemandThreshold-1)%DemandThreshold]
-		if now.Sub(newest) > DemandWindow {
-			delete(h.demand, id)
-		}
-	}
-	if len(h.demand) >= maxDemandTracked {
-		clear(h.demand)
-	}
-}
-
-// wanted drops the feeds past their grace (nobody subscribed, not pinned,
-// no REST demand within Grace) and returns those wanted: what the
-// upstream's reconcile carries.
-func (h *Hub) wanted(now time.Time) map[string]bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	dropped := false
-	for id, f := range h.wants {
-		if f.refs > 0 || f.pinned || now.Sub(f.idleSince) < h.cfg.Grace ||
-			(!f.demandAt.IsZero() && now.Sub(f.demandAt) < h.cfg.Grace) {
-			continue
-		}
-		delete(h.wants, id)
-		dropped = true
-	}
-	if dropped {
-		h.publishFeeds()
-	}
-	desired := make(map[string]bool, len(h.wants))
-	for id := range h.wants {
-		desired[string(id)] = true
-	}
-	return desired
-}
-
-// local returns the feeds wanted now (grace included): what a share tick
-// publishes.
-func (h *Hub) local() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	local := make([]string, 0, len(h.wants))
-	for id := range h.wants {
-		local = append(local, string(id))
-	}
-	return local
-}
-
-// kick asks the manager to reconcile.
-func (u *upstream) kick() {
-	select {
-	case u.kickCh <- struct{}{}:
-	default:
-	}
-}
-
-// backoff returns the wait before reconnect attempt n (0 first).
-func backoff(n int) time.Duration {
-	d := backoffMax
-	if n < 16 {
-		d = min(backoffMin<<n, backoffMax)
-	}
-	return d/2 + rand.N(d/2+1)
 }

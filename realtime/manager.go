@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -306,4 +307,21 @@ func (u *upstream) reconnected(reason string) {
 		u.st.reconnRefused.Add(1)
 	}
 	u.mx.m.reconnects.WithLabelValues(u.cfg.Network, reason).Inc()
+}
+
+// kick asks the manager to reconcile.
+func (u *upstream) kick() {
+	select {
+	case u.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// backoff returns the wait before reconnect attempt n (0 first).
+func backoff(n int) time.Duration {
+	d := backoffMax
+	if n < 16 {
+		d = min(backoffMin<<n, backoffMax)
+	}
+	return d/2 + rand.N(d/2+1)
 }

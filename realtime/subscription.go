@@ -28,7 +28,7 @@ const DefaultQueue = 64
 // the hub (leave, drop).
 type Subscription struct {
 	feeds []feedid.ID // guarded by the hub's mu
-	ch    chan []byte
+	ch    chan *Frame
 
 	// leave gives the subscription's feeds back (release, once); drop
 	// stops some of them (Drop). The hub's, given by subscribe.
@@ -43,7 +43,7 @@ type Subscription struct {
 	// replay (resume, backfill) is under way; a pump moves them into ch
 	// as the consumer reads. Live frames go behind it while it is not
 	// empty, so that the order holds; nil when empty.
-	backlog [][]byte
+	backlog []*Frame
 	pumping bool
 	pumpWG  sync.WaitGroup
 	done    chan struct{} // closed when the subscription ends (stops the pump)
@@ -69,10 +69,11 @@ type Subscription struct {
 	dropped atomic.Pointer[map[feedid.ID]bool]
 }
 
-// C returns the frames, one report each, the upstream's bytes unchanged.
-// The slices are shared with other subscribers: never modify them. C is
-// closed when the subscription ends; then Err says why.
-func (s *Subscription) C() <-chan []byte { return s.ch }
+// C returns the frames, one report each, as the hub read them at its
+// entry (Frame: the stream, the times and the upstream's bytes
+// unchanged). They are shared with other subscribers: never modify them.
+// C is closed when the subscription ends; then Err says why.
+func (s *Subscription) C() <-chan *Frame { return s.ch }
 
 // Replayed returns how many reports the subscription replayed at once
 // from the hub's history when it resumed (SubscribeOptions.From); those
@@ -112,7 +113,7 @@ const maxBacklog = 16384
 // full, in which case the subscription is closed with ErrSlowConsumer (the
 // caller releases it). While a replay's backlog drains, frame goes behind
 // it. Called with the feed's lock held.
-func (s *Subscription) send(frame []byte) (sent, overflow bool) {
+func (s *Subscription) send(frame *Frame) (sent, overflow bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -147,7 +148,7 @@ func (s *Subscription) send(frame []byte) (sent, overflow bool) {
 // closed with ErrSlowConsumer; the caller releases it). Called with the
 // locks of the frames' feeds held, or before the subscription is
 // registered with them.
-func (s *Subscription) replay(frames [][]byte) bool {
+func (s *Subscription) replay(frames []*Frame) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -236,15 +237,11 @@ func (s *Subscription) Drop(feeds ...feedid.ID) int { return s.drop(s, feeds) }
 
 // Keep reports whether frame, taken from C, is of a feed still
 // subscribed: false for the frames of a dropped feed (see Drop) queued
-// before it was dropped, and for a frame that is not a report. Lock-free;
-// before any Drop it always reports true.
-func (s *Subscription) Keep(frame []byte) bool {
+// before it was dropped. Lock-free; before any Drop it always reports
+// true.
+func (s *Subscription) Keep(frame *Frame) bool {
 	d := s.dropped.Load()
-	if d == nil {
-		return true
-	}
-	feed, _, ok := deliveredFrame(frame)
-	return ok && !(*d)[feedid.ID(feed)]
+	return d == nil || !(*d)[frame.Stream]
 }
 
 // holdFeed makes the frames of feed wait, starting with first, until
@@ -280,7 +277,7 @@ func (s *Subscription) deliver(feed feedid.ID, frames []histFrame) (int, bool) {
 		}
 		return 0, !overflow
 	}
-	b := make([][]byte, len(frames))
+	b := make([]*Frame, len(frames))
 	for i, x := range frames {
 		b[i] = x.frame
 	}
@@ -332,7 +329,7 @@ func (s *Subscription) unhold(feed feedid.ID, got []histFrame) bool {
 	if len(all) == 0 {
 		return true
 	}
-	b := make([][]byte, len(all))
+	b := make([]*Frame, len(all))
 	for i, x := range all {
 		b[i] = x.frame
 	}

@@ -212,8 +212,8 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 	ping := time.NewTicker(n.ws.pingInterval)
 	defer ping.Stop()
 	awaiting := false
-	frames := make([][]byte, 0, 8)
-	var raw [][]byte // the frames before decoding, for mark
+	frames := make([]*realtime.Frame, 0, 8)
+	var out [][]byte // what is written of frames: their bytes, or decoded
 	for {
 		select {
 		case f, ok := <-sub.C():
@@ -221,30 +221,29 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				return n.endStream(c, sub, readDone)
 			}
 			frames, ok = drain(append(frames[:0], f), sub.C())
-			frames = slices.DeleteFunc(frames, func(f []byte) bool { return !sub.Keep(f) })
+			frames = slices.DeleteFunc(frames, func(f *realtime.Frame) bool { return !sub.Keep(f) })
 			op := ws.OpBinary
-			written := frames
-			if decoded && mark != nil {
-				raw = append(raw[:0], frames...)
-				written = raw
+			out = out[:0]
+			for _, f := range frames {
+				out = append(out, f.Bytes)
 			}
 			if decoded {
 				op = ws.OpText
 				for i, f := range frames {
-					if d, err := don.DecodedBody(f, n.gate.Verification); err == nil {
-						frames[i] = d[:len(d)-1] // without the newline
+					if d, err := don.DecodedBody(f.Bytes, n.gate.Verification); err == nil {
+						out[i] = d[:len(d)-1] // without the newline
 					}
 				}
 			}
 			var err error
 			if len(frames) > 0 {
-				err = c.writeBatch(frames, op)
+				err = c.writeBatch(out, op)
 				if err == nil && mark != nil {
-					mark.written(written)
+					mark.written(frames)
 				}
 			}
 			clear(frames) // hold no frame while waiting
-			clear(raw)
+			clear(out)
 			if err != nil {
 				return "write"
 			}
@@ -283,8 +282,8 @@ var closedDone = func() <-chan error { ch := make(chan error); close(ch); return
 
 // drain appends to frames what else is queued in ch now, up to one batch.
 // ok is false when ch was found closed.
-func drain(frames [][]byte, ch <-chan []byte) ([][]byte, bool) {
-	size := len(frames[0])
+func drain(frames []*realtime.Frame, ch <-chan *realtime.Frame) ([]*realtime.Frame, bool) {
+	size := len(frames[0].Bytes)
 	for len(frames) < wsMaxBatch && size < wsMaxBatchBytes {
 		select {
 		case f, ok := <-ch:
@@ -292,7 +291,7 @@ func drain(frames [][]byte, ch <-chan []byte) ([][]byte, bool) {
 				return frames, false
 			}
 			frames = append(frames, f)
-			size += len(f)
+			size += len(f.Bytes)
 		default:
 			return frames, true
 		}

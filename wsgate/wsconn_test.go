@@ -7,6 +7,8 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"streamgate/realtime"
 )
 
 // The frame header written for each report is the one RFC 6455 readers
@@ -29,19 +31,20 @@ func TestAppendFrameHeader(t *testing.T) {
 // drain takes what is queued, up to one batch, and notices a closed
 // channel.
 func TestDrain(t *testing.T) {
-	ch := make(chan []byte, wsMaxBatch+10)
+	fr := func(s string) *realtime.Frame { return &realtime.Frame{Bytes: []byte(s)} }
+	ch := make(chan *realtime.Frame, wsMaxBatch+10)
 	for range wsMaxBatch + 5 {
-		ch <- []byte("r")
+		ch <- fr("r")
 	}
-	frames, ok := drain([][]byte{[]byte("first")}, ch)
+	frames, ok := drain([]*realtime.Frame{fr("first")}, ch)
 	assert.True(t, ok)
 	assert.Len(t, frames, wsMaxBatch, "one batch at most")
-	frames, ok = drain([][]byte{[]byte("first")}, ch)
+	frames, ok = drain([]*realtime.Frame{fr("first")}, ch)
 	assert.True(t, ok)
 	assert.Len(t, frames, 1+6, "the rest")
-	ch <- []byte("last")
+	ch <- fr("last")
 	close(ch)
-	frames, ok = drain([][]byte{[]byte("first")}, ch)
+	frames, ok = drain([]*realtime.Frame{fr("first")}, ch)
 	assert.False(t, ok, "closed")
 	assert.Len(t, frames, 2, "what was queued before the close is kept")
 }

@@ -2,21 +2,18 @@ package wsgate
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"streamgate/feedid"
-	"streamgate/realtime"
 )
 
 // Resume: a client whose connection the gateway ended or lost comes back
@@ -78,6 +75,9 @@ type resumeRecord struct {
 	At    int64            `json:"at"`   // Unix milliseconds
 	Conn  string           `json:"conn"` // the connection that wrote it
 	Marks map[string]int64 `json:"marks"`
+	// newest is the newest of Marks, when the record was made from a
+	// mark (resumeMark.newest); 0: read from Marks.
+	newest int64
 }
 
 // resumeStore keeps the clients' watermarks: in memory, and in Redis when
@@ -94,17 +94,21 @@ type resumeStore struct {
 	wmu    sync.Mutex
 	mu     sync.Mutex
 	mem    map[string]resumeRecord  // memory only
+	memExp resumeExpiries           // when each record of mem expires
 	index  *resumeIndex             // the records written, within their bounds
 	open   map[*resumeMark]struct{} // the connections streaming
-	stop   chan struct{}
-	done   chan struct{}
-	start  sync.Once // the flusher starts with the first connection
-	logged time.Time
+	unread map[*resumeMark]struct{} // those whose previous record is still to be read
+	// changed lists the marks written to since the last flush.
+	changed resumeChanged
+	stop    chan struct{}
+	done    chan struct{}
+	start   sync.Once // the flusher starts with the first connection
+	logged  time.Time
 }
 
 func newResumeStore(window time.Duration, perTeam, total int, rc redis.UniversalClient, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
 	s := &resumeStore{window: window, rc: rc, log: log, now: now, metrics: m, index: newResumeIndex(perTeam, total),
-		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{},
+		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{}, unread: map[*resumeMark]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	return s
 }
@@ -168,7 +172,7 @@ func (s *resumeStore) load(ctx context.Context, id string, feeds []feedid.ID) (m
 
 // watermarks returns marks as the hub takes them
 // (realtime.SubscribeOptions.From): a record's streams are the IDs of the
-// frames written (realtime.FrameTime), in canonical form.
+// frames written (realtime.Frame.Stream), in canonical form.
 func watermarks(marks map[string]int64) map[feedid.ID]int64 {
 	if marks == nil {
 		return nil
@@ -178,21 +182,6 @@ func watermarks(marks map[string]int64) map[feedid.ID]int64 {
 		from[feedid.ID(f)] = ts
 	}
 	return from
-}
-
-// newest returns the newest watermark of marks; 0 for none.
-func newest(marks map[string]int64) int64 {
-	var n int64
-	for _, ts := range marks {
-		n = max(n, ts)
-	}
-	return n
-}
-
-// ttl is how long a record of marks is worth keeping from now: until its
-// newest watermark is a window old; <= 0 when it already is.
-func (s *resumeStore) ttl(marks map[string]int64) time.Duration {
-	return time.Unix(newest(marks), 0).Add(s.window).Sub(s.now())
 }
 
 // reconnectedSince reports whether another connection than m's has written
@@ -239,6 +228,7 @@ func (s *resumeStore) forget(id string) {
 	s.metrics.resumeRecordsKept(s.index.len())
 	if s.rc == nil {
 		delete(s.mem, id)
+		s.memExp.remove(id)
 		s.mu.Unlock()
 		return
 	}
@@ -249,288 +239,6 @@ func (s *resumeStore) forget(id string) {
 		s.failed(err)
 	}
 }
-
-// resumeMark is one open connection's watermarks.
-type resumeMark struct {
-	id   string
-	team string
-	conn string // random: names the connection in its records
-	// closedByClient is set by the read loop when the client sent a close
-	// frame.
-	closedByClient atomic.Bool
-
-	mu    sync.Mutex
-	marks map[string]int64
-	dirty bool
-	// unread, while the client's previous record is still to be read (it
-	// could not be when the client connected), are the marks it was
-	// resumed from instead; since is when it connected, and missed
-	// counts the seconds the record shows it missed.
-	unread map[string]int64
-	since  time.Time
-	missed func(n int64)
-}
-
-// track registers a connection of team's, identity id, whose watermarks
-// start at from (nil: none). missed non-nil: the client's record could
-// not be read and from are the marks load gave instead; the record is
-// read again at every flush until Redis answers, and missed is given
-// the seconds it shows the client may have missed.
-func (s *resumeStore) track(team, id string, from map[string]int64, missed func(n int64)) *resumeMark {
-	s.start.Do(func() { go s.run() })
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{}}
-	for k, v := range from {
-		m.marks[k] = v
-	}
-	if missed != nil {
-		m.unread, m.since, m.missed = maps(from), s.now(), missed
-	}
-	s.mu.Lock()
-	s.open[m] = struct{}{}
-	s.index.opened(id)
-	s.mu.Unlock()
-	return m
-}
-
-// written records that frames were written to the client.
-func (m *resumeMark) written(frames [][]byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, f := range frames {
-		feed, ts, ok := realtime.FrameTime(f)
-		if !ok {
-			continue
-		}
-		if cur, have := m.marks[string(feed)]; !have || ts > cur {
-			m.marks[string(feed)] = ts
-			m.dirty = true
-		}
-	}
-}
-
-// end stops tracking m: its watermarks are written once more, or deleted
-// when the client closed the connection itself. drained: this replica's
-// shutdown closed it, and its record is outside the bounds (resumeIndex).
-func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.mu.Lock()
-	delete(s.open, m)
-	s.index.closed(m.id)
-	s.mu.Unlock()
-	s.settle([]*resumeMark{m})
-	if clientClosed {
-		s.forget(m.id)
-		return
-	}
-	m.mu.Lock()
-	rec := resumeRecord{At: time.Now().UnixMilli(), Conn: m.conn, Marks: maps(m.marks)}
-	m.mu.Unlock()
-	s.write(map[string]resumeRecord{m.id: rec}, map[string]string{m.id: m.team}, drained)
-}
-
-func maps(m map[string]int64) map[string]int64 {
-	out := make(map[string]int64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
-// run writes the watermarks that changed every resumeFlush, and drops
-// the memory records past the window.
-func (s *resumeStore) run() {
-	defer close(s.done)
-	t := time.NewTicker(resumeFlush)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		s.flush()
-	}
-}
-
-// flush writes the records of the connections whose watermarks changed.
-func (s *resumeStore) flush() {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
-	recs := map[string]resumeRecord{}
-	teams := map[string]string{}
-	var unread []*resumeMark
-	s.mu.Lock()
-	for m := range s.open {
-		m.mu.Lock()
-		if m.unread != nil {
-			unread = append(unread, m)
-		}
-		m.mu.Unlock()
-	}
-	s.mu.Unlock()
-	s.settle(unread)
-	s.mu.Lock()
-	for m := range s.open {
-		m.mu.Lock()
-		if m.dirty && m.unread == nil {
-			m.dirty = false
-			recs[m.id] = resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks)}
-			teams[m.id] = m.team
-		}
-		m.mu.Unlock()
-	}
-	if s.rc == nil {
-		for id, r := range s.mem {
-			if s.ttl(r.Marks) <= 0 {
-				delete(s.mem, id)
-			}
-		}
-	}
-	s.index.prune(s.now())
-	s.metrics.resumeRecordsKept(s.index.len())
-	s.mu.Unlock()
-	if len(recs) > 0 {
-		s.write(recs, teams, false)
-	}
-}
-
-// settle reads again the records of ms that could not be read when their
-// clients connected (in one pipeline) and counts, for each that Redis
-// now answers, the seconds its client may have missed: per stream, those
-// after the record's watermark up to the mark it was resumed from, for a
-// watermark that was within the window when it connected. A record Redis
-// says is not there (expired, or lost with the writes a failover did not
-// replicate) shows nothing. After a window the record has expired anyway:
-// its mark stops waiting for it.
-func (s *resumeStore) settle(ms []*resumeMark) {
-	var wait []*resumeMark
-	for _, m := range ms {
-		m.mu.Lock()
-		if m.unread != nil {
-			wait = append(wait, m)
-		}
-		m.mu.Unlock()
-	}
-	if len(wait) == 0 || s.rc == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
-	defer cancel()
-	cmds := make([]*redis.StringCmd, len(wait))
-	_, _ = s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, m := range wait {
-			cmds[i] = p.Get(ctx, resumeKey(m.id))
-		}
-		return nil
-	})
-	now := s.now()
-	for i, m := range wait {
-		b, err := cmds[i].Bytes()
-		rec, ok, err := s.decode(b, err)
-		m.mu.Lock()
-		if err != nil {
-			if now.Sub(m.since) >= s.window {
-				m.unread = nil
-			}
-			m.mu.Unlock()
-			continue
-		}
-		var n int64
-		oldest := m.since.Add(-s.window).Unix()
-		for f, mark := range rec.Marks {
-			if from, have := m.unread[f]; ok && have && mark >= oldest && mark < from {
-				n += from - mark
-			}
-		}
-		m.unread = nil
-		missed := m.missed
-		m.mu.Unlock()
-		if n > 0 {
-			missed(n)
-			s.log.Warn("stream client resumed without its record: seconds before its resume window may be missing",
-				zap.Int64("seconds_missed", n))
-		}
-	}
-}
-
-// write stores recs (teams names the team of each; drained: written by
-// connections this replica's shutdown closed): in memory, or in one Redis
-// pipeline, each expiring a window after its newest watermark; a record
-// whose newest watermark is a window old already is deleted instead, as
-// are the records dropped to stay within the bounds (resumeIndex),
-// counted, each only while it is still the one this replica wrote.
-func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]string, drained bool) {
-	now := s.now()
-	var drops []resumeDrop
-	s.mu.Lock()
-	for id, r := range recs {
-		if ttl := s.ttl(r.Marks); ttl >= time.Millisecond {
-			drops = append(drops, s.index.put(id, teams[id], r.Conn, now.Add(ttl), drained)...)
-		} else {
-			s.index.remove(id)
-		}
-	}
-	s.metrics.resumeRecordsKept(s.index.len())
-	for _, d := range drops {
-		s.metrics.resumeRecordDropped(d.reason)
-		delete(recs, d.id) // written in this batch, then dropped by a later one
-	}
-	if s.rc == nil {
-		for id, r := range recs {
-			if s.ttl(r.Marks) >= time.Millisecond {
-				s.mem[id] = r
-			} else {
-				delete(s.mem, id)
-			}
-		}
-		for _, d := range drops {
-			if s.mem[d.id].Conn == d.conn {
-				delete(s.mem, d.id)
-			}
-		}
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
-	defer cancel()
-	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, d := range drops {
-			resumeDropScript.Eval(ctx, p, []string{resumeKey(d.id)}, d.conn)
-		}
-		for id, r := range recs {
-			ttl := s.ttl(r.Marks)
-			if ttl < time.Millisecond {
-				p.Del(ctx, resumeKey(id))
-				continue
-			}
-			b, _ := json.Marshal(r)
-			p.Set(ctx, resumeKey(id), b, ttl)
-		}
-		return nil
-	})
-	if err != nil {
-		s.failed(err)
-	}
-}
-
-// resumeDropScript deletes a record (KEYS[1]) dropped to stay within the
-// bounds only while the connection ARGV[1] wrote it last: a client that
-// has since connected to another replica has its record rewritten there,
-// and deleting it would make the client start live.
-var resumeDropScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local ok, rec = pcall(cjson.decode, v)
-if ok and type(rec) == 'table' and rec.conn == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
 
 // failed logs a Redis failure at most once a minute; resume then starts
 // clients live.

@@ -1,6 +1,7 @@
 package wsgate
 
 import (
+	"container/heap"
 	"container/list"
 	"time"
 )
@@ -36,11 +37,11 @@ type resumeIndex struct {
 	teams map[string]*list.List
 	byID  map[string]*resumeEntry
 	open  map[string]int // identities with connections open here: how many
+	exp   resumeExpiries // when each record of byID expires
 }
 
 type resumeEntry struct {
 	id, team, conn string
-	expires        time.Time
 	inAll, inTeam  *list.Element // nil: not bounded (open here, or drained)
 }
 
@@ -87,7 +88,8 @@ func (x *resumeIndex) put(id, team, conn string, exp time.Time, drained bool) []
 		e = &resumeEntry{id: id, team: team}
 		x.byID[id] = e
 	}
-	e.conn, e.expires = conn, exp
+	e.conn = conn
+	x.exp.set(id, exp)
 	if drained || x.open[id] > 0 {
 		x.unlink(e)
 		return nil
@@ -138,17 +140,84 @@ func (x *resumeIndex) remove(id string) {
 		return
 	}
 	delete(x.byID, id)
+	x.exp.remove(id)
 	x.unlink(e)
 }
 
-// prune forgets the records expired at now (their Redis keys expired).
+// prune forgets the records expired at now (their Redis keys expired):
+// those due, not a walk of every record.
 func (x *resumeIndex) prune(now time.Time) {
-	for id, e := range x.byID {
-		if !now.Before(e.expires) {
-			x.remove(id)
-		}
-	}
+	x.exp.due(now, x.remove)
 }
 
 // len returns the records kept.
 func (x *resumeIndex) len() int { return len(x.byID) }
+
+// resumeExpiries orders record IDs by when they expire, so that the
+// records due are found without a walk of every record kept: set, remove
+// and each record due in O(log n). The zero value is empty.
+type resumeExpiries struct {
+	h  expiryHeap
+	at map[string]*expiry
+}
+
+type expiry struct {
+	id string
+	t  time.Time
+	i  int // index in the heap
+}
+
+// set makes id expire at t.
+func (e *resumeExpiries) set(id string, t time.Time) {
+	if x := e.at[id]; x != nil {
+		x.t = t
+		heap.Fix(&e.h, x.i)
+		return
+	}
+	if e.at == nil {
+		e.at = map[string]*expiry{}
+	}
+	x := &expiry{id: id, t: t}
+	e.at[id] = x
+	heap.Push(&e.h, x)
+}
+
+// remove forgets id's expiry, if any.
+func (e *resumeExpiries) remove(id string) {
+	if x := e.at[id]; x != nil {
+		delete(e.at, id)
+		heap.Remove(&e.h, x.i)
+	}
+}
+
+// due forgets each id expired at now and hands it to fn, soonest first.
+func (e *resumeExpiries) due(now time.Time, fn func(id string)) {
+	for len(e.h) > 0 && !now.Before(e.h[0].t) {
+		x := heap.Pop(&e.h).(*expiry)
+		delete(e.at, x.id)
+		fn(x.id)
+	}
+}
+
+// expiryHeap is a min-heap of expiries by time (container/heap).
+type expiryHeap []*expiry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].t.Before(h[j].t) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].i, h[j].i = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*expiry)
+	e.i = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	n := len(old)
+	e := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	return e
+}

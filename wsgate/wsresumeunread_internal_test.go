@@ -15,6 +15,7 @@ import (
 
 	"streamgate/feedid"
 	"streamgate/internal/testing/redistest"
+	"streamgate/realtime"
 	"streamgate/redisconn"
 )
 
@@ -58,7 +59,7 @@ func TestResumeUnreadRecordCountedOnceRead(t *testing.T) {
 	var missed, calls atomic.Int64
 	m := s.track("team", id, marks, func(n int64) { calls.Add(1); missed.Add(n) })
 	// The connection writes a report: its record is due to be written.
-	m.written([][]byte{[]byte(`{"report":{"feedID":"` + string(feeds[0]) + `","observationsTimestamp":` + strconv.FormatInt(now, 10) + `}}`)})
+	m.written([]*realtime.Frame{{Stream: feeds[0], ObservationsTimestamp: now}})
 
 	rs.Resume()
 	require.Eventually(t, func() bool {

@@ -57,6 +57,11 @@ func (r *refTimes) get(feed int, ts int64) (int64, bool) {
 	return v, ok
 }
 
+// wsDialTimeout bounds one client's dial: thousands of clients connecting
+// to a gateway already streaming to the first ones on a loaded machine
+// take longer than 10 s at the tail.
+const wsDialTimeout = time.Minute
+
 // dialWS opens a signed WebSocket to base (http://host:port) for feeds.
 func dialWS(ctx context.Context, base string, k key, st *stamps, keyIndex int, feeds []string) (*websocket.Conn, error) {
 	target := "/api/v1/ws?feedIDs=" + strings.Join(feeds, ",")
@@ -65,7 +70,7 @@ func dialWS(ctx context.Context, base string, k key, st *stamps, keyIndex int, f
 		return nil, err
 	}
 	auth.Sign(req, k.ID, k.Secret, time.UnixMilli(st.next(keyIndex, target, time.Now())))
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, wsDialTimeout)
 	defer cancel()
 	c, resp, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(base, "http")+target, &websocket.DialOptions{
 		HTTPHeader: req.Header, CompressionMode: websocket.CompressionDisabled,
@@ -136,7 +141,7 @@ func clientOnlyHeap(ctx context.Context, n int) (float64, float64, error) {
 	defer srv.Close()
 	h0, g0 := heap()
 	conns, err := connectAll(ctx, n, func(int) (*websocket.Conn, error) {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, wsDialTimeout)
 		defer cancel()
 		c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/", &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled})
 		return c, err

@@ -1,0 +1,150 @@
+package wsgate
+
+// One open connection's watermarks (resumeMark): what its writer records
+// per frame written, from the frame as the hub read it (realtime.Frame,
+// never the bytes again), and the list of the marks that changed since
+// the last flush (resumeChanged), which is all a flush looks at.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"streamgate/realtime"
+)
+
+// resumeMark is one open connection's watermarks.
+type resumeMark struct {
+	id   string
+	team string
+	conn string // random: names the connection in its records
+	// closedByClient is set by the read loop when the client sent a close
+	// frame.
+	closedByClient atomic.Bool
+	// changed is the store's list of the marks to flush: the mark joins
+	// it when it becomes dirty.
+	changed *resumeChanged
+
+	mu    sync.Mutex
+	marks map[string]int64
+	// newest is the newest of marks: the record's expiry counts from it.
+	newest int64
+	// dirty: marks changed since the last flush (the mark is then on
+	// changed's list, once).
+	dirty bool
+	// unread, while the client's previous record is still to be read (it
+	// could not be when the client connected), are the marks it was
+	// resumed from instead; since is when it connected, and missed
+	// counts the seconds the record shows it missed.
+	unread map[string]int64
+	since  time.Time
+	missed func(n int64)
+}
+
+// resumeChanged lists the marks whose watermarks changed since the last
+// flush, each once: a flush writes these, not every connection open.
+type resumeChanged struct {
+	mu    sync.Mutex
+	marks []*resumeMark
+}
+
+func (c *resumeChanged) add(m *resumeMark) {
+	c.mu.Lock()
+	c.marks = append(c.marks, m)
+	c.mu.Unlock()
+}
+
+// take returns the marks listed and empties the list.
+func (c *resumeChanged) take() []*resumeMark {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ms := c.marks
+	c.marks = nil
+	return ms
+}
+
+// track registers a connection of team's, identity id, whose watermarks
+// start at from (nil: none). missed non-nil: the client's record could
+// not be read and from are the marks load gave instead; the record is
+// read again at every flush until Redis answers, and missed is given
+// the seconds it shows the client may have missed.
+func (s *resumeStore) track(team, id string, from map[string]int64, missed func(n int64)) *resumeMark {
+	s.start.Do(func() { go s.run() })
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{},
+		changed: &s.changed}
+	for k, v := range from {
+		m.marks[k] = v
+		m.newest = max(m.newest, v)
+	}
+	if missed != nil {
+		m.unread, m.since, m.missed = maps(from), s.now(), missed
+	}
+	s.mu.Lock()
+	s.open[m] = struct{}{}
+	if missed != nil {
+		s.unread[m] = struct{}{}
+	}
+	s.index.opened(id)
+	s.mu.Unlock()
+	return m
+}
+
+// written records that frames were written to the client: per frame, a
+// look at its stream's watermark; the first change since the last flush
+// lists the mark for the next.
+func (m *resumeMark) written(frames []*realtime.Frame) {
+	m.mu.Lock()
+	listed := m.dirty
+	for _, f := range frames {
+		feed, ts := string(f.Stream), f.ObservationsTimestamp
+		if cur, have := m.marks[feed]; !have || ts > cur {
+			m.marks[feed] = ts
+			m.newest = max(m.newest, ts)
+			m.dirty = true
+		}
+	}
+	list := m.dirty && !listed
+	m.mu.Unlock()
+	if list {
+		m.changed.add(m)
+	}
+}
+
+// record returns m's record, written at (Unix milliseconds). m.mu is held.
+func (m *resumeMark) record(at int64) resumeRecord {
+	return resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks), newest: m.newest}
+}
+
+// end stops tracking m: its watermarks are written once more, or deleted
+// when the client closed the connection itself. drained: this replica's
+// shutdown closed it, and its record is outside the bounds (resumeIndex).
+func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	delete(s.open, m)
+	delete(s.unread, m)
+	s.index.closed(m.id)
+	s.mu.Unlock()
+	s.settle([]*resumeMark{m})
+	if clientClosed {
+		s.forget(m.id)
+		return
+	}
+	m.mu.Lock()
+	rec := m.record(time.Now().UnixMilli())
+	m.mu.Unlock()
+	s.write(map[string]resumeRecord{m.id: rec}, map[string]string{m.id: m.team}, drained)
+}
+
+func maps(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
