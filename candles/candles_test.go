@@ -151,7 +151,7 @@ func TestNumbersAndRows(t *testing.T) {
 		require.Equal(t, f, h.C[i])
 	}
 	var rows struct {
-		S       string            `json:"s"`
+		S       string           `json:"s"`
 		Candles [][6]json.Number `json:"candles"`
 	}
 	require.NoError(t, json.Unmarshal(candles.AppendRows(nil, &res, true), &rows))
@@ -383,7 +383,7 @@ func TestParseRequestRefuses(t *testing.T) {
 	v3, _ := feedid.Parse("0x00037da06d56d083fe599397a4769a042d63aa73dc4ef57709d31e9971a5b439")
 	v15, _ := feedid.Parse("0x000f7da06d56d083fe599397a4769a042d63aa73dc4ef57709d31e9971a5b439")
 	for _, c := range []struct {
-		stream feedid.ID
+		stream  feedid.ID
 		q, want string
 	}{
 		{v3, "from=1&to=2", "missing query parameter resolution"},
