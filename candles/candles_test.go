@@ -281,7 +281,7 @@ func TestRollupsFollowRetentionAndRebuild(t *testing.T) {
 	id := simStreams(t, sim, "V8")["V8"]
 	base := hourAgo() - 86400
 	var reports []archive.Report
-	for ts := int64(base); ts < int64(base)+2*86400; ts += 97 {
+	for ts := int64(base); ts < int64(base)+2*86400; ts += 293 {
 		reports = append(reports, simReport(t, sim, id, ts))
 	}
 	ctx := context.Background()
