@@ -132,7 +132,7 @@ func TestHistoryEndpoints(t *testing.T) {
 		c.Team(config.ResearchTeam).Rate = config.Rate{} // the daily quota alone
 	}})
 	btc := config.DemoRestrictedFeeds()[0] // the research team may read it
-	var other string // a stream the research team may not read
+	var other string                       // a stream the research team may not read
 	for _, s := range env.Sim.Streams(upstreamsim.Testnet) {
 		if !slices.Contains(config.DemoRestrictedFeeds(), feedid.ID(s.FeedID)) {
 			other = s.FeedID
