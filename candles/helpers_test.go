@@ -61,6 +61,10 @@ var shared struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if bench.store != nil {
+		bench.store.Close()
+		os.RemoveAll(bench.dir)
+	}
 	if shared.srv != nil {
 		shared.srv.Remove()
 	}
