@@ -54,11 +54,11 @@ func TestBarsAreTheReportsOHLC(t *testing.T) {
 	sim := newSim(t)
 	ids := simStreams(t, sim, "V3", "V5", "V8", "V11", "V13", "V14")
 	base := hourAgo()
-	const span = 3 * 3600
+	const span = 2 * 3600
 	rng := rand.New(rand.NewPCG(1, 2))
 	byStream := map[feedid.ID][]archive.Report{}
 	for _, id := range ids {
-		for ts := int64(base) + int64(rng.IntN(5)); ts < int64(base)+span; ts += 1 + int64(rng.IntN(40)) {
+		for ts := int64(base) + int64(rng.IntN(5)); ts < int64(base)+span; ts += 1 + int64(rng.IntN(60)) {
 			byStream[id] = append(byStream[id], simReport(t, sim, id, ts))
 		}
 	}
