@@ -195,47 +195,63 @@ func BenchmarkHistory(b *testing.B) {
 		{"30d-1h", "60", start, end},
 	}
 	ctx := context.Background()
-	for _, c := range cases {
-		rq := request(b, id, c.res, "", c.from, c.to)
-		want, err := candles.Query(ctx, store, network, rq, now)
-		require.NoError(b, err)
-		require.Empty(b, want.Missing)
-		rawSamples := 5
-		if c.res == "60" {
-			rawSamples = 1 // 2.6 million reports decoded: minutes
-		}
-		for _, way := range []struct {
-			name    string
-			samples int
-			run     func() (candles.Result, error)
-		}{
-			{"rollups", 500, func() (candles.Result, error) { return candles.Query(ctx, store, network, rq, now) }},
-			{"raw", rawSamples, func() (candles.Result, error) { return rawQuery(ctx, store, rq) }},
-		} {
-			b.Run(c.name+"/"+way.name, func(b *testing.B) {
-				got, err := way.run()
-				require.NoError(b, err)
-				require.Equal(b, len(want.Bars), len(got.Bars))
-				for i := range got.Bars {
-					w, g := want.Bars[i], got.Bars[i]
-					require.True(b, w.Time == g.Time && w.Open.Cmp(g.Open) == 0 && w.High.Cmp(g.High) == 0 &&
-						w.Low.Cmp(g.Low) == 0 && w.Close.Cmp(g.Close) == 0 && w.Reports == g.Reports, "bar %d", w.Time)
+	type way struct {
+		name    string
+		samples int
+		run     func() (candles.Result, error)
+	}
+	// Both rollup cases first, then the raw ones (minutes long).
+	var runs []struct {
+		name string
+		want candles.Result
+		way  way
+	}
+	for _, raw := range []bool{false, true} {
+		for _, c := range cases {
+			rq := request(b, id, c.res, "", c.from, c.to)
+			want, err := candles.Query(ctx, store, network, rq, now)
+			require.NoError(b, err)
+			require.Empty(b, want.Missing)
+			w := way{"rollups", 500, func() (candles.Result, error) { return candles.Query(ctx, store, network, rq, now) }}
+			if raw {
+				w = way{"raw", 3, func() (candles.Result, error) { return rawQuery(ctx, store, rq) }}
+				if c.res == "60" {
+					w.samples = 1 // 2.6 million reports decoded: minutes
 				}
-				lat := make([]time.Duration, 0, b.N*way.samples)
-				b.ResetTimer()
-				for range b.N * way.samples {
-					t0 := time.Now()
-					if _, err := way.run(); err != nil {
-						b.Fatal(err)
-					}
-					lat = append(lat, time.Since(t0))
-				}
-				b.StopTimer()
-				slices.Sort(lat)
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-				b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99-ms")
-				b.ReportMetric(float64(len(got.Bars)), "bars")
-			})
+			}
+			runs = append(runs, struct {
+				name string
+				want candles.Result
+				way  way
+			}{c.name + "/" + w.name, want, w})
 		}
+	}
+	for _, r := range runs {
+		want, way := r.want, r.way
+		b.Run(r.name, func(b *testing.B) {
+			got, err := way.run()
+			require.NoError(b, err)
+			require.Equal(b, len(want.Bars), len(got.Bars))
+			for i := range got.Bars {
+				w, g := want.Bars[i], got.Bars[i]
+				require.True(b, w.Time == g.Time && w.Open.Cmp(g.Open) == 0 && w.High.Cmp(g.High) == 0 &&
+					w.Low.Cmp(g.Low) == 0 && w.Close.Cmp(g.Close) == 0 && w.Reports == g.Reports, "bar %d", w.Time)
+			}
+			lat := make([]time.Duration, 0, b.N*way.samples)
+			b.ResetTimer()
+			for range b.N * way.samples {
+				t0 := time.Now()
+				if _, err := way.run(); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(len(got.Bars)), "bars")
+			b.ReportMetric(float64(len(lat)), "requests")
+		})
 	}
 }
