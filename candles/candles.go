@@ -74,7 +74,7 @@ func Query(ctx context.Context, src Source, network string, rq Request, now time
 		build(&res, rows, spans, first, last, size, nowS)
 	}
 	if len(res.Bars) == 0 {
-		before, ok, err := src.RollupBefore(ctx, network, rq.Stream, uint32(max(first, 0)))
+		before, ok, err := src.RollupBefore(ctx, network, rq.Stream, uint32(min(first, int64(^uint32(0)))))
 		if err != nil {
 			return res, err
 		}
