@@ -58,7 +58,7 @@ type Bar struct {
 // RollupReader reads rollups; both stores implement it.
 type RollupReader interface {
 	// Rollups returns the rollups of field (a scaled field of the
-	// stream's schema, don.ScaledFieldNames) of stream at level (one of
+	// stream's schema, ScaledFields) of stream at level (one of
 	// RollupLevels) whose bucket starts in [from, to], in ascending order.
 	Rollups(ctx context.Context, network string, stream feedid.ID, level uint32, field string, from, to uint32) ([]Bar, error)
 	// RollupBefore returns the start of the latest minute rollup of
@@ -84,11 +84,24 @@ var (
 // schema has not among its scaled fields.
 var ErrUnknownField = fmt.Errorf("archive: not a scaled field of the stream's schema")
 
+// ScaledFields returns the names of a schema's scaled fields (18
+// decimals: prices, rates, volumes of int192, fees, multipliers) in
+// schema order, the fields that rollups hold; nil for an unknown schema.
+func ScaledFields(s don.Schema) []string {
+	var out []string
+	for _, f := range don.SchemaFields(s) {
+		if f.Scaled {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
 // fieldIndex returns the index of field among the scaled fields of
 // stream's schema.
 func fieldIndex(sb [32]byte, field string) (int, error) {
 	s := don.SchemaOf(sb[:])
-	i := slices.Index(don.ScaledFieldNames(s), field)
+	i := slices.Index(ScaledFields(s), field)
 	if i < 0 {
 		return 0, fmt.Errorf("%w: %q of %s", ErrUnknownField, field, s)
 	}

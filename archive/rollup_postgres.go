@@ -75,7 +75,7 @@ func numeric(v *big.Int) *string {
 // add adds a's rows: one per scaled field of the stream's schema, or one
 // of undecodedField when no report of the bucket decoded.
 func (rr *rollupRows) add(k rollupKey, a *agg) {
-	names := don.ScaledFieldNames(don.SchemaOf(k.stream[:]))
+	names := ScaledFields(don.SchemaOf(k.stream[:]))
 	if a.n == 0 || len(names) != len(a.o) {
 		names = []string{undecodedField}
 	}

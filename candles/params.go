@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"streamgate/archive"
 	"streamgate/don"
 	"streamgate/feedid"
 )
@@ -59,7 +60,7 @@ func DefaultField(s don.Schema) string { return defaultFields[s] }
 
 // Fields returns the fields bars may be built of for a schema's streams:
 // its scaled fields (18 decimals), in schema order.
-func Fields(s don.Schema) []string { return don.ScaledFieldNames(s) }
+func Fields(s don.Schema) []string { return archive.ScaledFields(s) }
 
 // Request is a bars request, validated.
 type Request struct {

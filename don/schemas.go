@@ -134,23 +134,6 @@ func FieldNames(s Schema) []string {
 	return out
 }
 
-// ScaledFieldNames returns the names of a schema's scaled fields (18
-// decimals: prices, rates, volumes of int192, fees, multipliers) in
-// order, nil for an unknown schema.
-func ScaledFieldNames(s Schema) []string {
-	sc, ok := schemas[s]
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, fd := range sc.fields {
-		if fd.scaled {
-			out = append(out, fd.name)
-		}
-	}
-	return out
-}
-
 // MarketStatusName names the marketStatus value of a report of schema s,
 // as the documentation maps it:
 //
