@@ -118,6 +118,8 @@ func (p *Pebble) Write(_ context.Context, reports []Report) (WriteResult, error)
 	if err := checkAll(reports); err != nil {
 		return res, err
 	}
+	vals := rollupValues(reports) // decoded out of the lock
+	var stored []int
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b := p.db.NewBatch()
@@ -149,8 +151,13 @@ func (p *Pebble) Write(_ context.Context, reports []Report) (WriteResult, error)
 		_ = b.Set(key, val, nil)
 		added[r.Network]++
 		res.Written++
+		stored = append(stored, i)
 	}
 	if res.Written > 0 {
+		if err := p.putRollups(b, aggregate(reports, vals, stored)); err != nil {
+			p.metrics.failed("write", err)
+			return WriteResult{}, err
+		}
 		for n, k := range added {
 			if err := p.addCount(b, n, k); err != nil {
 				return WriteResult{}, err
@@ -410,6 +417,9 @@ func (p *Pebble) DeleteBefore(_ context.Context, cutoff uint32) (Deleted, error)
 		if err := p.addCount(b, n, -k); err != nil {
 			return Deleted{}, err
 		}
+	}
+	if err := p.deleteRollupsBefore(b, cutoff); err != nil {
+		return Deleted{}, err
 	}
 	it, err = p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{spaceCoverage}, UpperBound: []byte{spaceCoverage + 1}})
 	if err != nil {

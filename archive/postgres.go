@@ -234,15 +234,16 @@ func (p *Postgres) Write(ctx context.Context, reports []Report) (WriteResult, er
 		nets[i], streams[i], full[i] = r.Network, sb[:], r.FullReport
 		obs[i], valid[i] = int64(r.ObservationsTimestamp), int64(r.ValidFromTimestamp)
 	}
-	var tag pgconn.CommandTag
+	var written int64
+	vals := rollupValues(reports) // the rollups of the rows stored go in the same transaction
 	err := p.ensurePartitions(ctx, reports)
 	if err == nil {
-		tag, err = p.pool.Exec(ctx, insertReports, nets, streams, obs, valid, full)
+		written, err = p.insertWithRollups(ctx, reports, vals, nets, streams, obs, valid, full)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23514" { // no partition for a row: dropped by another replica's retention
 			p.forgetPartitions()
 			if err = p.ensurePartitions(ctx, reports); err == nil {
-				tag, err = p.pool.Exec(ctx, insertReports, nets, streams, obs, valid, full)
+				written, err = p.insertWithRollups(ctx, reports, vals, nets, streams, obs, valid, full)
 			}
 		}
 	}
@@ -251,7 +252,7 @@ func (p *Postgres) Write(ctx context.Context, reports []Report) (WriteResult, er
 		p.metrics.failed("write", err)
 		return WriteResult{}, fmt.Errorf("archive: postgres: write %d reports: %w", n, err)
 	}
-	res := WriteResult{Written: int(tag.RowsAffected())}
+	res := WriteResult{Written: int(written)}
 	res.Duplicates = n - res.Written
 	p.metrics.wrote(res)
 	return res, nil
@@ -481,6 +482,9 @@ func (p *Postgres) DeleteBefore(ctx context.Context, cutoff uint32) (Deleted, er
 			return err
 		}
 		d.Reports += tag.RowsAffected()
+		if err := deleteRollupsBefore(ctx, tx, cutoff); err != nil {
+			return err
+		}
 		tag, err = tx.Exec(ctx, "DELETE FROM archive_coverage WHERE to_ts < $1", int64(cutoff))
 		if err != nil {
 			return err

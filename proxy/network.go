@@ -52,6 +52,7 @@ type network struct {
 
 	gate    *don.Gate       // verifies reports where they enter; nil: none
 	streams *wsgate.Network // the WebSocket endpoint on the hub (Stream); nil: none
+	history historySource   // the bars endpoints' archive (history.go)
 	// quota is the gateway's daily quota counter: a resumed stream
 	// client's fill is charged to its team's (resumeCharge).
 	quota ratelimit.Quota

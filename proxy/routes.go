@@ -36,6 +36,8 @@ var routes = []route{
 	{path: "/api/v1/reports/bulk", name: "bulk", allow: "GET", owner: func(n *network) endpoint { return n.bulk }},
 	{path: "/api/v1/reports/page", name: "page", allow: "GET", owner: func(n *network) endpoint { return n.page }},
 	{path: "/api/v1/ws", name: "ws", allow: "GET", owner: func(n *network) endpoint { return wsEndpoint{n} }},
+	{path: "/api/v1/history", name: "history", allow: "GET", owner: func(n *network) endpoint { return historyEndpoint{n, false} }},
+	{path: "/api/v1/history/rows", name: "history_rows", allow: "GET", owner: func(n *network) endpoint { return historyEndpoint{n, true} }},
 }
 
 // passThroughRoute serves a path the operator listed for pass-through.
