@@ -37,6 +37,7 @@ import (
 	"streamgate/redisconn"
 	"streamgate/status"
 	"streamgate/tracing"
+	"streamgate/usage"
 	"streamgate/wsgate"
 )
 
@@ -80,6 +81,7 @@ type Server struct {
 	hubs     map[string]*realtime.Hub
 	gates    map[string]*don.Gate // report verification per network
 	status   *status.Sampler
+	usage    *usage.Ledger // the usage ledger (usage.go)
 	version  string
 	loadedAt atomic.Pointer[time.Time]     // when the configuration in force was loaded
 	reloaded atomic.Pointer[status.Reload] // the last reload's outcome
@@ -192,6 +194,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Logger: s.log, Registerer: s.reg}); err != nil {
 		return nil, err
 	}
+	s.usage = s.newUsage(opts.Now)
 	if s.streams, err = s.newStreams(cfg, opts.Now); err != nil {
 		return nil, err
 	}
@@ -206,6 +209,7 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 		Logger:      s.log,
 		AccessLog:   access,
 		Metrics:     metrics,
+		Usage:       s.usage,
 		Now:         opts.Now,
 		Embedded:    embedded,
 		Gates:       s.gates,
@@ -701,6 +705,7 @@ func (s *Server) release() {
 	for _, h := range s.hubs {
 		h.Close()
 	}
+	s.closeUsage() // before the limits' Redis closes
 	if s.store != nil {
 		s.store.Close()
 	}
@@ -749,7 +754,7 @@ func (s *Server) newStreams(cfg *config.Config, now func() time.Time) (*wsgate.G
 		Queue: rt.ClientQueue, PingInterval: rt.PingInterval, TeamConnections: rt.TeamConnections, Origins: rt.ClientOrigins,
 		ResumeWindow: rt.ResumeWindow, ResumeRecordsPerTeam: rt.ResumeRecordsPerTeam, ResumeRecords: rt.ResumeRecords,
 		ResumeRedis: s.resumeRedis(cfg), Conns: connsOf(s.limits),
-		Metrics: wsgate.NewMetrics(s.reg), Logger: s.log, Now: now,
+		Metrics: wsgate.NewMetrics(s.reg), Usage: s.usage, Logger: s.log, Now: now,
 	})
 }
 
