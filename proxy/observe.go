@@ -41,6 +41,7 @@ type reqState struct {
 	calls     *callCount // upstream calls this request caused; nil: none yet
 	reports   int        // reports its answer delivered (the usage ledger's)
 	usage     UsageRecorder
+	usageDone bool   // recorded in the ledger at its upgrade (upgraded)
 	authError string // reason, when authentication failed
 
 	route     *route          // matched by checkRequest
@@ -210,6 +211,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
+	owner  *reqState // the request, for the usage ledger's record at an upgrade
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -239,6 +241,7 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		if w.status == 0 {
 			w.status = http.StatusSwitchingProtocols
 		}
+		w.owner.upgraded()
 		return h.Hijack()
 	}
 	return nil, nil, errors.New("proxy: connection does not support hijacking")
@@ -254,7 +257,7 @@ func observe(network string, log *zap.Logger, m *Metrics, u UsageRecorder, tr tr
 		st := &reqState{start: time.Now(), network: network, method: r.Method, usage: u}
 		st.route, st.endpoint = routeOf(r)
 		st.id = requestID(r, &st.room.text)
-		st.sw.ResponseWriter = w
+		st.sw.ResponseWriter, st.sw.owner = w, st
 		st.tracer = tr // the server span starts once the request is authenticated
 		st.ctx = stateCtx{Context: r.Context(), st: st}
 		sw := &st.sw

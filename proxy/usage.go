@@ -1,6 +1,9 @@
 package proxy
 
-import "bytes"
+import (
+	"bytes"
+	"net/http"
+)
 
 // UsageRecorder is the usage ledger as the gateway feeds it
 // (usage.Ledger): each request once it is answered, and each upstream call
@@ -15,10 +18,22 @@ type UsageRecorder interface {
 }
 
 // recordUsage gives the ledger the request st describes, as observe ends
-// it.
+// it, unless it was recorded at its upgrade.
 func recordUsage(u UsageRecorder, st *reqState) {
-	if u != nil {
+	if u != nil && !st.usageDone {
 		u.Request(st.network, st.team, st.endpoint, st.status, st.reports, int64(st.sw.bytes))
+	}
+}
+
+// upgraded records a request whose connection is taken over (a WebSocket
+// upgrade) as it is: its handler returns only when the stream ends, maybe
+// after the drain has flushed the ledger for the last time, and the
+// request is counted on the day it was made. Its frames are counted as
+// they are written (wsgate.FrameCounter).
+func (st *reqState) upgraded() {
+	if st != nil && st.usage != nil && !st.usageDone {
+		st.usageDone = true
+		st.usage.Request(st.network, st.team, st.endpoint, http.StatusSwitchingProtocols, 0, 0)
 	}
 }
 
