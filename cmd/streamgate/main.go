@@ -9,6 +9,7 @@
 //	streamgate check [-config] FILE     validate a configuration, listing every problem
 //	streamgate keygen                   print a new key id and secret
 //	streamgate get [flags] PATH         make a signed request and pretty-print the answer
+//	streamgate usage -admin URL [flags] print the usage ledger per day, network and team
 package main
 
 import (
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keygen(stdout)
 	case "get":
 		return get(ctx, args, stdout, stderr)
+	case "usage":
+		return usageCmd(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -85,6 +88,9 @@ Usage:
   streamgate keygen                   print a new key id and secret for a team
   streamgate get [flags] PATH         send a signed GET and pretty-print the JSON answer
                                       (streamgate get -h for its flags)
+  streamgate usage -admin URL [-from DAY] [-to DAY] [-team NAME] [-format table|csv]
+                                      print the usage ledger (requests, reports, frames,
+                                      upstream calls, bytes per UTC day, network and team)
   streamgate help                     print this text (also: streamgate -h)
 `
 
