@@ -330,7 +330,7 @@ func TestUsageLedgerAcrossReplicasAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	ttl, err := rc.TTL(t.Context(), usage.DefaultPrefix+firstDay).Result()
+	ttl, err := rc.TTL(t.Context(), usage.DefaultPrefix+"{"+firstDay+"}").Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, usage.Retention-time.Hour)
 	assert.LessOrEqual(t, ttl, usage.Retention+24*time.Hour)

@@ -18,7 +18,8 @@ package usage
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
@@ -120,8 +121,10 @@ type cell struct {
 
 // store keeps the flushed figures.
 type store interface {
-	// add adds the tally of day to the store.
-	add(ctx context.Context, day time.Time, counts map[string]int64) error
+	// add adds a batch of day's counts to the store, once: a batch of
+	// replica's whose seq is not above the last it applied for day is
+	// not applied again.
+	add(ctx context.Context, replica string, day time.Time, seq int64, counts map[string]int64) error
 	// read returns the figures of each day in days (field → value).
 	read(ctx context.Context, days []time.Time) ([]map[string]int64, error)
 	// shared says whether every replica writes the same store.
@@ -150,7 +153,10 @@ type Ledger struct {
 	mu    sync.Mutex
 	tally map[cell]int64
 
-	flushMu  sync.Mutex // one flush at a time: a failed tally goes back in order
+	flushMu  sync.Mutex // one flush at a time; guards pending, seq
+	pending  []*batch   // batches not yet written, in order
+	seq      int64      // the last batch's sequence number
+	replica  string     // this ledger's name in the store's sequence records
 	logged   time.Time  // the last flush failure logged
 	stop     chan struct{}
 	done     chan struct{}
@@ -163,7 +169,7 @@ func NewMemory(cfg Config) *Ledger { return newLedger(newMemStore(), cfg) }
 
 func newLedger(st store, cfg Config) *Ledger {
 	l := &Ledger{st: st, now: cfg.Now, interval: cfg.FlushInterval, log: cfg.Logger,
-		tally: map[cell]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+		tally: map[cell]int64{}, stop: make(chan struct{}), done: make(chan struct{}), replica: newReplicaID()}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -275,16 +281,25 @@ func (l *Ledger) Close(ctx context.Context) error {
 	}
 	err := l.Flush(ctx)
 	if err != nil {
-		l.mu.Lock()
-		n := len(l.tally)
-		l.mu.Unlock()
-		l.log.Warn("usage ledger: figures not written at shutdown", zap.Int("fields", n), zap.Error(err))
+		l.log.Warn("usage ledger: figures not written at shutdown", zap.Int("fields", l.Pending()), zap.Error(err))
 	}
 	return err
 }
 
-// Flush moves the tally to the store. On failure the tally is kept and
-// added to the next flush's.
+// batch is one day's counts as one write to the store: its sequence
+// number makes the write idempotent (the store applies a replica's batch
+// of a day once, and only after the ones before it), so that a write
+// whose reply was lost is sent again as it was, never counted twice.
+type batch struct {
+	day    time.Time
+	seq    int64
+	counts map[string]int64 // "network|team|field" → count
+	sent   bool             // tried once: it may have been applied, so it is only sent again, never merged
+}
+
+// Flush moves the tally to the store. A batch that fails is kept and sent
+// again, as it was, before anything newer; the tally meanwhile gathers in
+// one unsent batch per day, so what waits for the store stays bounded.
 func (l *Ledger) Flush(ctx context.Context) error {
 	if l == nil {
 		return nil
@@ -293,42 +308,57 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	defer l.flushMu.Unlock()
 	l.mu.Lock()
 	tally := l.tally
-	if len(tally) == 0 {
-		l.mu.Unlock()
-		return nil
+	if len(tally) > 0 {
+		l.tally = make(map[cell]int64, len(tally))
 	}
-	l.tally = make(map[cell]int64, len(tally))
 	l.mu.Unlock()
 
-	byDay := map[string]map[string]int64{}
 	for c, n := range tally {
-		m := byDay[c.day]
-		if m == nil {
-			m = map[string]int64{}
-			byDay[c.day] = m
-		}
-		m[c.network+sep+c.team+sep+c.field] += n
+		day, _ := time.Parse(DayLayout, c.day)
+		b := l.unsent(day)
+		b.counts[c.network+sep+c.team+sep+c.field] += n
 	}
-	var errs []error
-	for day, counts := range byDay {
-		t, _ := time.Parse(DayLayout, day)
-		if err := l.st.add(ctx, t, counts); err != nil {
-			errs = append(errs, err)
-			l.putBack(day, counts)
+	for len(l.pending) > 0 {
+		b := l.pending[0]
+		b.sent = true
+		if err := l.st.add(ctx, l.replica, b.day, b.seq, b.counts); err != nil {
+			return err
 		}
+		l.pending = l.pending[1:]
 	}
-	return errors.Join(errs...)
+	l.pending = nil
+	return nil
 }
 
-// putBack returns a day's counts that could not be written to the tally.
-func (l *Ledger) putBack(day string, counts map[string]int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for f, n := range counts {
-		network, rest, _ := strings.Cut(f, sep)
-		team, field, _ := strings.Cut(rest, sep)
-		l.tally[cell{day, network, team, field}] += n
+// unsent returns the batch of day not sent yet, made (with the next
+// sequence number) when there is none.
+func (l *Ledger) unsent(day time.Time) *batch {
+	for _, b := range l.pending {
+		if !b.sent && b.day.Equal(day) {
+			return b
+		}
 	}
+	l.seq++
+	b := &batch{day: day, seq: l.seq, counts: map[string]int64{}}
+	l.pending = append(l.pending, b)
+	return b
+}
+
+// Pending returns how many fields wait for the store (a failed flush's).
+func (l *Ledger) Pending() int {
+	if l == nil {
+		return 0
+	}
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	n := 0
+	for _, b := range l.pending {
+		n += len(b.counts)
+	}
+	l.mu.Lock()
+	n += len(l.tally)
+	l.mu.Unlock()
+	return n
 }
 
 // Day returns today, the UTC date of the ledger's clock.
@@ -456,7 +486,7 @@ func newMemStore() *memStore { return &memStore{days: map[string]map[string]int6
 
 func (m *memStore) shared() bool { return false }
 
-func (m *memStore) add(_ context.Context, day time.Time, counts map[string]int64) error {
+func (m *memStore) add(_ context.Context, _ string, day time.Time, _ int64, counts map[string]int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := day.Format(DayLayout)
@@ -490,4 +520,12 @@ func (m *memStore) read(_ context.Context, days []time.Time) ([]map[string]int64
 		out[i] = c
 	}
 	return out, nil
+}
+
+// newReplicaID returns a random name for this ledger: its batches'
+// sequence numbers are kept under it.
+func newReplicaID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
