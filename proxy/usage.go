@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"net/http"
+	"time"
 )
 
 // UsageRecorder is the usage ledger as the gateway feeds it
@@ -12,7 +13,9 @@ type UsageRecorder interface {
 	// Request records an answered request of team's ("" for none) on
 	// network: its endpoint (the route's name), its status, the reports
 	// its answer delivered and the bytes of its body.
-	Request(network, team, endpoint string, status, reports int, bytes int64)
+	// at is the request's one reading of the network's clock (zero when
+	// it was not read: the recorder reads its own).
+	Request(at time.Time, network, team, endpoint string, status, reports int, bytes int64)
 	// UpstreamCall records one upstream call made for a request of team's.
 	UpstreamCall(network, team string)
 }
@@ -21,7 +24,7 @@ type UsageRecorder interface {
 // it, unless it was recorded at its upgrade.
 func recordUsage(u UsageRecorder, st *reqState) {
 	if u != nil && !st.usageDone {
-		u.Request(st.network, st.team, st.endpoint, st.status, st.reports, int64(st.sw.bytes))
+		u.Request(st.now, st.network, st.team, st.endpoint, st.status, st.reports, int64(st.sw.bytes))
 	}
 }
 
@@ -33,7 +36,7 @@ func recordUsage(u UsageRecorder, st *reqState) {
 func (st *reqState) upgraded() {
 	if st != nil && st.usage != nil && !st.usageDone {
 		st.usageDone = true
-		st.usage.Request(st.network, st.team, st.endpoint, http.StatusSwitchingProtocols, 0, 0)
+		st.usage.Request(st.now, st.network, st.team, st.endpoint, http.StatusSwitchingProtocols, 0, 0)
 	}
 }
 

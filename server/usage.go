@@ -149,3 +149,33 @@ func quoteParam(v string) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// usageReadTimeout bounds the status sampler's read of today's figures.
+const usageReadTimeout = time.Second
+
+// usageToday returns today's figures (UTC) per team, every network
+// summed, for the status page: the fleet's with Redis, this replica's
+// without; nil when the ledger cannot be read now. The status sampler
+// calls it once per sample (statusFacts), one read of one hash.
+func (s *Server) usageToday() map[string]usage.Row {
+	ctx, cancel := context.WithTimeout(context.Background(), usageReadTimeout)
+	defer cancel()
+	rows, err := s.usage.Today(ctx)
+	if err != nil {
+		return nil
+	}
+	out := map[string]usage.Row{}
+	for _, r := range rows {
+		t := out[r.Team]
+		t.Day, t.Team = r.Day, r.Team
+		t.Requests += r.Requests
+		t.Reports += r.Reports
+		t.Frames += r.Frames
+		t.UpstreamCalls += r.UpstreamCalls
+		t.RESTBytes += r.RESTBytes
+		t.StreamBytes += r.StreamBytes
+		t.Bytes += r.Bytes
+		out[r.Team] = t
+	}
+	return out
+}

@@ -114,9 +114,27 @@ type Row struct {
 	Bytes       int64 `json:"bytes"`
 }
 
-// cell is one counter of the tally: a day, a network, a team and a field.
+// cell is one counter of the tally: a day, a network, a team and a field
+// (for the requests, with their endpoint and class). Its parts are kept
+// apart, so that recording a request makes no string.
 type cell struct {
 	day, network, team, field string
+	endpoint, class           string // fieldRequests only
+}
+
+// name is the cell's field in the store: "network|team|field", or
+// "network|team|req|endpoint|class".
+func (c cell) name() string {
+	if c.field == fieldRequests {
+		return c.network + sep + c.team + sep + c.field + sep + c.endpoint + sep + c.class
+	}
+	return c.network + sep + c.team + sep + c.field
+}
+
+// dayText is a UTC day and its text, kept while the clock is in it.
+type dayText struct {
+	start, end int64 // Unix seconds, end excluded
+	text       string
 }
 
 // store keeps the flushed figures.
@@ -160,6 +178,7 @@ type Ledger struct {
 	logged   time.Time  // the last flush failure logged
 	stop     chan struct{}
 	done     chan struct{}
+	day      atomic.Pointer[dayText] // the day of the last record
 	stopOnce sync.Once
 	started  atomic.Bool
 }
@@ -189,22 +208,38 @@ func (l *Ledger) Shared() bool { return l != nil && l.st.shared() }
 // dayOf returns the UTC day of t.
 func dayOf(t time.Time) string { return t.UTC().Format(DayLayout) }
 
-// Request records one answered request of team's on network: its endpoint
+// dayAt returns the UTC day of t, its text made once a day.
+func (l *Ledger) dayAt(t time.Time) string {
+	u := t.Unix()
+	if d := l.day.Load(); d != nil && u >= d.start && u < d.end {
+		return d.text
+	}
+	utc := t.UTC()
+	start := time.Date(utc.Year(), utc.Month(), utc.Day(), 0, 0, 0, 0, time.UTC)
+	d := &dayText{start: start.Unix(), end: start.AddDate(0, 0, 1).Unix(), text: start.Format(DayLayout)}
+	l.day.Store(d)
+	return d.text
+}
+
+// Request records one answered request of team's on network, at at (the
+// request's reading of the ledger's clock; zero: read now): its endpoint
 // (the route's name), its status, the reports its answer delivered and
 // the bytes of its body.
-func (l *Ledger) Request(network, team, endpoint string, status, reports int, bytes int64) {
+func (l *Ledger) Request(at time.Time, network, team, endpoint string, status, reports int, bytes int64) {
 	if l == nil {
 		return
 	}
-	day := dayOf(l.now())
-	req := fieldRequests + sep + endpoint + sep + ClassOf(status)
+	if at.IsZero() {
+		at = l.now()
+	}
+	day := l.dayAt(at)
 	l.mu.Lock()
-	l.tally[cell{day, network, team, req}]++
+	l.tally[cell{day: day, network: network, team: team, field: fieldRequests, endpoint: endpoint, class: ClassOf(status)}]++
 	if reports > 0 {
-		l.tally[cell{day, network, team, fieldReports}] += int64(reports)
+		l.tally[cell{day: day, network: network, team: team, field: fieldReports}] += int64(reports)
 	}
 	if bytes > 0 {
-		l.tally[cell{day, network, team, fieldRESTBytes}] += bytes
+		l.tally[cell{day: day, network: network, team: team, field: fieldRESTBytes}] += bytes
 	}
 	l.mu.Unlock()
 }
@@ -215,9 +250,9 @@ func (l *Ledger) UpstreamCall(network, team string) {
 	if l == nil {
 		return
 	}
-	day := dayOf(l.now())
+	day := l.dayAt(l.now())
 	l.mu.Lock()
-	l.tally[cell{day, network, team, fieldCalls}]++
+	l.tally[cell{day: day, network: network, team: team, field: fieldCalls}]++
 	l.mu.Unlock()
 }
 
@@ -227,10 +262,10 @@ func (l *Ledger) Frames(network, team string, frames int, bytes int64) {
 	if l == nil || frames <= 0 {
 		return
 	}
-	day := dayOf(l.now())
+	day := l.dayAt(l.now())
 	l.mu.Lock()
-	l.tally[cell{day, network, team, fieldFrames}] += int64(frames)
-	l.tally[cell{day, network, team, fieldStreamBytes}] += bytes
+	l.tally[cell{day: day, network: network, team: team, field: fieldFrames}] += int64(frames)
+	l.tally[cell{day: day, network: network, team: team, field: fieldStreamBytes}] += bytes
 	l.mu.Unlock()
 }
 
@@ -316,7 +351,7 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	for c, n := range tally {
 		day, _ := time.Parse(DayLayout, c.day)
 		b := l.unsent(day)
-		b.counts[c.network+sep+c.team+sep+c.field] += n
+		b.counts[c.name()] += n
 	}
 	for len(l.pending) > 0 {
 		b := l.pending[0]

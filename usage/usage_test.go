@@ -29,14 +29,14 @@ func day(s string) time.Time {
 // traffic records a known day of two teams.
 func traffic(l *usage.Ledger) {
 	for range 3 {
-		l.Request("mainnet", "trading", "reports", 200, 1, 100)
+		l.Request(time.Time{}, "mainnet", "trading", "reports", 200, 1, 100)
 	}
-	l.Request("mainnet", "trading", "bulk", 206, 4, 1000)
-	l.Request("mainnet", "trading", "latest", 429, 0, 80)
+	l.Request(time.Time{}, "mainnet", "trading", "bulk", 206, 4, 1000)
+	l.Request(time.Time{}, "mainnet", "trading", "latest", 429, 0, 80)
 	l.UpstreamCall("mainnet", "trading")
-	l.Request("mainnet", "research", "ws", 101, 0, 0)
+	l.Request(time.Time{}, "mainnet", "research", "ws", 101, 0, 0)
 	l.Frames("mainnet", "research", 10, 4000)
-	l.Request("mainnet", "", "other", 404, 0, 50)
+	l.Request(time.Time{}, "mainnet", "", "other", 404, 0, 50)
 }
 
 func checkTraffic(t *testing.T, rows []usage.Row, times int64) {
@@ -83,7 +83,7 @@ func TestMemoryLedger(t *testing.T) {
 
 	// A year and more later, the old day is gone.
 	c.t = c.t.Add(usage.Retention + 48*time.Hour)
-	l.Request("mainnet", "trading", "reports", 200, 1, 1)
+	l.Request(time.Time{}, "mainnet", "trading", "reports", 200, 1, 1)
 	rows, err = l.Read(t.Context(), day("2026-03-01"), day("2026-03-01"), "")
 	require.NoError(t, err)
 	assert.Empty(t, rows)
