@@ -342,9 +342,9 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	l.mu.Lock()
-	tally := l.tally
-	if len(tally) > 0 {
-		l.tally = make(map[cell]int64, len(tally))
+	var tally map[cell]int64 // taken whole, so that it is read outside the lock
+	if len(l.tally) > 0 {
+		tally, l.tally = l.tally, make(map[cell]int64, len(l.tally))
 	}
 	l.mu.Unlock()
 
