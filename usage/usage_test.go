@@ -158,3 +158,40 @@ func TestClassAndDay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Date(2026, 2, 3, 0, 0, 0, 0, time.UTC), d)
 }
+
+// TestLedgerFlushesWhileRecording: the flusher runs (every millisecond)
+// while requests are recorded, often finding nothing to write; every
+// figure reaches the store once, and the race detector finds nothing.
+func TestLedgerFlushesWhileRecording(t *testing.T) {
+	l := usage.NewMemory(usage.Config{FlushInterval: time.Millisecond})
+	l.Start()
+	const writers, each = 4, 2000
+	done := make(chan struct{})
+	for range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				l.Request(time.Time{}, "mainnet", "trading", "latest", 200, 1, 10)
+				if i%100 == 0 {
+					l.UpstreamCall("mainnet", "trading")
+				}
+			}
+		}()
+	}
+	for range writers {
+		<-done
+	}
+	require.NoError(t, l.Close(t.Context()))
+	d := l.Day()
+	rows, err := l.Read(t.Context(), d.AddDate(0, 0, -1), d, "")
+	require.NoError(t, err)
+	var reqs, calls, bytes int64
+	for _, r := range rows {
+		reqs += r.Requests
+		calls += r.UpstreamCalls
+		bytes += r.RESTBytes
+	}
+	assert.EqualValues(t, writers*each, reqs)
+	assert.EqualValues(t, writers*each/100, calls)
+	assert.EqualValues(t, writers*each*10, bytes)
+}
