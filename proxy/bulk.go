@@ -107,6 +107,7 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 
 	st := stateOf(ctx)
 	st.cache = outcome
+	st.reports = delivered(found)
 	h := w.Header()
 	st.room.setHeader(h, "X-Cache", outcome)
 	b := strconv.AppendInt(st.room.text.room(), int64(hits), 10)

@@ -72,6 +72,9 @@ type Deps struct {
 	AccessLog *zap.Logger
 	// Metrics records metrics. If nil, nothing is recorded.
 	Metrics *Metrics
+	// Usage, if non-nil, is the usage ledger: every answered request and
+	// every upstream call made for one (usage.Ledger).
+	Usage UsageRecorder
 	// Now is the clock. If nil, time.Now. It must be Cache's Clock too: a
 	// latest hit is looked up at the request's one reading of it.
 	Now func() time.Time
@@ -171,7 +174,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	g.unknownHost = observe("unknown-host", accessLog, g.metrics, deps.Tracer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.unknownHost = observe("unknown-host", accessLog, g.metrics, deps.Usage, deps.Tracer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
 		writeError(w, apierror.New(http.StatusNotFound, "unknown host: no network is served under this name"))
 	}))
@@ -290,7 +293,7 @@ func (g *Gateway) newNetwork(name string, nc *config.Network, up Upstream, base 
 		passPaths[p] = true
 	}
 	n.rp = n.reverseProxy(base, transport)
-	n.handler = chain(name, accessLog, g.metrics, g.tracer,
+	n.handler = chain(name, accessLog, g.metrics, deps.Usage, g.tracer,
 		requestCheck{passPaths: passPaths},
 		authenticator{network: name, pol: &g.pol, metrics: g.metrics, now: g.now},
 		admission{network: name, limiter: g.limiter, quota: g.quota, admitter: g.admitter, pol: &g.pol, metrics: g.metrics, now: g.now},

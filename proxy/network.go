@@ -71,9 +71,9 @@ func (n *network) policy() *policy { return n.pol.Load() }
 // method, body), authenticator (signature, skew, replay record looked at,
 // network), admission (quotas), recorder (the signature, now that the
 // request is admitted), then the endpoint the route names.
-func chain(network string, accessLog *zap.Logger, m *Metrics, tr trace.Tracer, check requestCheck, authn authenticator,
+func chain(network string, accessLog *zap.Logger, m *Metrics, u UsageRecorder, tr trace.Tracer, check requestCheck, authn authenticator,
 	admit admission, rec recorder, endpoint http.Handler) http.Handler {
-	return observe(network, accessLog, m, tr, check.wrap(authn.wrap(admit.wrap(rec.wrap(endpoint)))))
+	return observe(network, accessLog, m, u, tr, check.wrap(authn.wrap(admit.wrap(rec.wrap(endpoint)))))
 }
 
 // serveRoute calls the endpoint that requestCheck matched.

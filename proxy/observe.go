@@ -39,7 +39,10 @@ type reqState struct {
 	keyID     string
 	cache     string     // X-Cache value, when a cache was consulted
 	calls     *callCount // upstream calls this request caused; nil: none yet
-	authError string     // reason, when authentication failed
+	reports   int        // reports its answer delivered (the usage ledger's)
+	usage     UsageRecorder
+	usageDone bool   // recorded in the ledger at its upgrade (upgraded)
+	authError string // reason, when authentication failed
 
 	route     *route          // matched by checkRequest
 	principal *auth.Principal // set by authenticate; nil for an unsigned request
@@ -66,11 +69,18 @@ type reqState struct {
 // only part of a request a fill keeps: a fill may still run, and count,
 // after its request ended. A nil *callCount counts nothing (the
 // refresher's calls, made for no request).
-type callCount struct{ n atomic.Int32 }
+type callCount struct {
+	n             atomic.Int32
+	usage         UsageRecorder // nil: no ledger
+	network, team string        // whom the ledger counts the calls to
+}
 
 func (c *callCount) add() {
 	if c != nil {
 		c.n.Add(1)
+		if c.usage != nil {
+			c.usage.UpstreamCall(c.network, c.team)
+		}
 	}
 }
 
@@ -85,7 +95,7 @@ func (c *callCount) load() int32 {
 // a miss, never on a hit).
 func (st *reqState) counter() *callCount {
 	if st.calls == nil {
-		st.calls = new(callCount)
+		st.calls = &callCount{usage: st.usage, network: st.network, team: st.team}
 	}
 	return st.calls
 }
@@ -201,6 +211,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
+	owner  *reqState // the request, for the usage ledger's record at an upgrade
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -230,6 +241,7 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		if w.status == 0 {
 			w.status = http.StatusSwitchingProtocols
 		}
+		w.owner.upgraded()
 		return h.Hijack()
 	}
 	return nil, nil, errors.New("proxy: connection does not support hijacking")
@@ -240,12 +252,12 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // observe is the outermost middleware of a network: it recovers from panics
 // (answering 500), gives the request an ID, and writes one access log line
 // and the request metrics when the request ends.
-func observe(network string, log *zap.Logger, m *Metrics, tr trace.Tracer, next http.Handler) http.Handler {
+func observe(network string, log *zap.Logger, m *Metrics, u UsageRecorder, tr trace.Tracer, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &reqState{start: time.Now(), network: network, method: r.Method}
+		st := &reqState{start: time.Now(), network: network, method: r.Method, usage: u}
 		st.route, st.endpoint = routeOf(r)
 		st.id = requestID(r, &st.room.text)
-		st.sw.ResponseWriter = w
+		st.sw.ResponseWriter, st.sw.owner = w, st
 		st.tracer = tr // the server span starts once the request is authenticated
 		st.ctx = stateCtx{Context: r.Context(), st: st}
 		sw := &st.sw
@@ -270,6 +282,7 @@ func observe(network string, log *zap.Logger, m *Metrics, tr trace.Tracer, next 
 			}
 			st.startServerSpan(r, false) // refused before authenticator let it through
 			m.request(network, st.endpoint, st.status, st.team, st.dur, traceIDOf(st.span))
+			recordUsage(u, st)
 			if st.span != nil {
 				endServerSpan(st)
 			}

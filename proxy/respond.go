@@ -38,6 +38,7 @@ func (a *answerer) answer(w http.ResponseWriter, r *http.Request, kind, key stri
 		now = a.now() // the clock after the fill
 	}
 	a.markCache(st, h, kind, outcome, e, now)
+	st.reports = reportsIn(kind, e.Status, e.Body)
 	switch {
 	case e.NoStore || e.Status != http.StatusOK && e.Expires.IsZero():
 		st.room.setHeader(h, "Cache-Control", "no-store")
@@ -133,6 +134,7 @@ func (a *answerer) answerStream(w http.ResponseWriter, r *http.Request, frame []
 	a.metrics.saved(a.network, "latest")
 	st := stateOf(r.Context())
 	st.cache = "STREAM"
+	st.reports = 1
 	h := w.Header()
 	st.room.setHeader(h, "X-Cache", "STREAM")
 	st.room.setInt(h, "Age", "", max(st.clock(a.now).Unix()-observed, 0))

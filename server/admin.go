@@ -76,6 +76,7 @@ func (s *Server) adminHandler() http.Handler {
 	st := status.Handler(s.status, s.cfg.Load().Server.AdminToken.Reveal())
 	mux.Handle("GET /{$}", st)
 	mux.Handle("GET /status.json", st)
+	mux.Handle("GET /usage.json", status.RequireToken(s.cfg.Load().Server.AdminToken.Reveal(), http.HandlerFunc(s.serveUsage)))
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return mux
 }

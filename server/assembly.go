@@ -23,6 +23,7 @@ import (
 	"streamgate/redisconn"
 	"streamgate/status"
 	"streamgate/tracing"
+	"streamgate/usage"
 	"streamgate/wsgate"
 )
 
@@ -44,6 +45,7 @@ type assembly struct {
 	gw       *proxy.Gateway
 	hubs     map[string]*realtime.Hub
 	status   *status.Sampler
+	usage    *usage.Ledger // the usage ledger (usage.go)
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -134,6 +136,7 @@ func (a *assembly) release() {
 	for _, h := range a.hubs {
 		h.Close()
 	}
+	a.closeUsage() // before the limits' Redis closes
 	if a.store != nil {
 		a.store.Close()
 	}

@@ -58,6 +58,7 @@ func (b *build) steps() []func() error {
 		b.ownLimits,
 		b.verification,
 		b.tracing,
+		b.usageLedger,
 		b.wsEndpoint,
 		b.gateway,
 		b.startHubs,
@@ -190,7 +191,7 @@ func (b *build) wsEndpoint() (err error) {
 		Queue: rt.ClientQueue, PingInterval: rt.PingInterval, TeamConnections: rt.TeamConnections, Origins: rt.ClientOrigins,
 		ResumeWindow: rt.ResumeWindow, ResumeRecordsPerTeam: rt.ResumeRecordsPerTeam, ResumeRecords: rt.ResumeRecords,
 		ResumeRedis: b.resumeRedis(), Conns: connsOf(b.limits),
-		Metrics: wsgate.NewMetrics(b.reg), Logger: b.log, Now: b.opts.Now,
+		Metrics: wsgate.NewMetrics(b.reg), Usage: b.usage, Logger: b.log, Now: b.opts.Now,
 	})
 	return err
 }
@@ -230,6 +231,7 @@ func (b *build) gateway() (err error) {
 		Logger:      b.log,
 		AccessLog:   access,
 		Metrics:     b.metrics,
+		Usage:       b.usage,
 		Now:         b.opts.Now,
 		Embedded:    b.embedded,
 		Gates:       b.gates,

@@ -63,6 +63,8 @@ type Config struct {
 	Conns Conns
 	// Metrics records the endpoint's metrics; nil: none.
 	Metrics *Metrics
+	// Usage, if non-nil, counts each team's frames for the usage ledger.
+	Usage FrameCounter
 	// Logger receives the drain's and the resume store's lines; nil:
 	// nothing is logged.
 	Logger *zap.Logger
@@ -148,6 +150,7 @@ type Network struct {
 	resume  *resumeStore
 	metrics *Metrics
 	rest    REST
+	usage   FrameCounter // nil: no ledger
 }
 
 // resumeCharge is what a resumed client's fill costs team (REST.Charge).
@@ -184,7 +187,7 @@ func (g *Gate) Network(name string, hub *realtime.Hub, rest REST) *Network {
 	c := g.cfg
 	return &Network{name: name, hub: hub, gate: c.Gates[name], rest: rest,
 		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),
-		conns: g.conns, resume: g.resume, metrics: g.metrics}
+		conns: g.conns, resume: g.resume, metrics: g.metrics, usage: c.Usage}
 }
 
 // Recheck checks every open client against the configuration a reload has

@@ -241,6 +241,9 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				if err == nil && mark != nil {
 					mark.written(frames)
 				}
+				if err == nil && n.usage != nil {
+					n.usage.Frames(wc.network, wc.team, len(frames), batchBytes(out))
+				}
 			}
 			clear(frames) // hold no frame while waiting
 			clear(out)

@@ -7,7 +7,7 @@ import (
 )
 
 // subcommands are every command run dispatches; the help must name each.
-var subcommands = []string{"serve", "check", "keygen", "get", "archive", "help"}
+var subcommands = []string{"serve", "check", "keygen", "get", "archive", "usage", "help"}
 
 // TestHelpListsEverySubcommand runs the binary with each way of asking for
 // help: every one prints the usage with every subcommand, on stdout, and

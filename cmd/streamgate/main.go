@@ -9,6 +9,7 @@
 //	streamgate check [-config] FILE     validate a configuration, listing every problem
 //	streamgate keygen                   print a new key id and secret
 //	streamgate get [flags] PATH         make a signed request and pretty-print the answer
+//	streamgate usage -admin URL [flags] print the usage ledger per day, network and team
 package main
 
 import (
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return get(ctx, args, stdout, stderr)
 	case "archive":
 		return archiveCmd(ctx, args, stdout, stderr)
+	case "usage":
+		return usageCmd(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -91,6 +94,9 @@ Usage:
                                       fill a stream's history into the archive, list the
                                       fills, export a span as JSON lines or CSV
                                       (streamgate archive -h for the flags)
+  streamgate usage -admin URL [-from DAY] [-to DAY] [-team NAME] [-format table|csv]
+                                      print the usage ledger (requests, reports, frames,
+                                      upstream calls, bytes per UTC day, network and team)
   streamgate help                     print this text (also: streamgate -h)
 `
 
