@@ -60,7 +60,7 @@ func (s *Server) adminHandler() http.Handler {
 		default:
 			// With fail_mode open the limits decide without Redis: the
 			// replica serves, degraded, and stays ready.
-			if d := s.redisDegraded(); len(d) > 0 {
+			if d := append(s.redisDegraded(), s.arch.degraded()...); len(d) > 0 {
 				_ = json.NewEncoder(w).Encode(map[string]string{"status": "degraded: " + strings.Join(d, "; ")})
 				return
 			}

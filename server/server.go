@@ -99,6 +99,7 @@ type Server struct {
 	certMetrics *certs.Metrics    // registered with the first TLS listener
 	errorLogs   []*errorLog       // the listeners' http.Server.ErrorLog
 	traces      *tracing.Provider // nil: tracing off
+	arch        *archiveRun       // nil: archive off
 }
 
 // served is a bound listener and the server that will serve it.
@@ -217,6 +218,10 @@ func New(cfg *config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.arch, err = s.startArchive(cfg, opts.Now); err != nil {
+		return nil, err
+	}
+	s.gw.UseArchive(s.arch.gatewayTier())
 	// The hubs are built after the gateway, each with the gateway's bulk
 	// path for its gaps and its budget for its origin discovery, and then
 	// handed to it: nothing is bound late.
@@ -701,6 +706,7 @@ func (s *Server) release() {
 	for _, h := range s.hubs {
 		h.Close()
 	}
+	s.arch.close()
 	if s.store != nil {
 		s.store.Close()
 	}
