@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/internal/testing/pgtest"
 	"streamgate/server/servertest"
 	"streamgate/upstreamsim"
 )
@@ -216,4 +218,159 @@ func TestArchiveNeverKeepsAForgery(t *testing.T) {
 			assert.Equal(t, int64(0), reportCalls(sim))
 		})
 	}
+}
+
+// postgresArchive configures a gateway's archive on srv's database.
+func postgresArchive(srv *pgtest.Server) func(*config.Archive) {
+	return func(a *config.Archive) {
+		a.Backend = config.ArchiveBackendPostgres
+		a.Postgres.URL = srv.URL()
+		a.Postgres.Password = pgtest.Password
+	}
+}
+
+// waitArchiveOpen waits until the gateway's PostgreSQL archive is open.
+func waitArchiveOpen(t *testing.T, env *servertest.Env) {
+	t.Helper()
+	require.Eventually(t, func() bool { return env.Server.ArchiveHealth() == "" }, 30*time.Second, 10*time.Millisecond,
+		"archive not open: %s", env.Server.ArchiveHealth())
+}
+
+// rows counts the archive's rows and its distinct (stream, second)s.
+func rows(t *testing.T, srv *pgtest.Server) (n, distinct int64) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(srv.URL())
+	require.NoError(t, err)
+	cfg.Password = pgtest.Password
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	require.NoError(t, c.QueryRow(ctx, "SELECT count(*), count(DISTINCT (network, stream, observations_ts)) FROM archive_reports").Scan(&n, &distinct))
+	return n, distinct
+}
+
+// TestArchivePostgresFleet: three gateways sharing one PostgreSQL archive
+// fetch the same reports, each from the upstream (they share no cache),
+// and the archive holds one row per (stream, second); all three stopped,
+// a new gateway answers the same requests from PostgreSQL, verifying each
+// report again: HIT, no upstream call, the upstream's bytes.
+func TestArchivePostgresFleet(t *testing.T) {
+	pg := pgtest.New(t)
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	var feeds []string
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
+		if s.Status == "live" && len(feeds) < 3 {
+			feeds = append(feeds, s.FeedID)
+		}
+	}
+	now := time.Now().Unix()
+	asked := []string{
+		fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feeds[0], now-30),
+		fmt.Sprintf("/api/v1/reports/bulk?feedIDs=%s,%s,%s&timestamp=%d", feeds[0], feeds[1], feeds[2], now-40),
+		fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=20", feeds[1], now-200),
+	}
+	want := map[string]string{}
+	var envs []*servertest.Env
+	for range 3 {
+		env := archiveEnv(t, sim, &targets{}, postgresArchive(pg))
+		waitArchiveOpen(t, env)
+		envs = append(envs, env)
+	}
+	for _, env := range envs {
+		for _, tg := range asked {
+			st, xc, body := get(t, env.Testnet, tg)
+			require.Equal(t, http.StatusOK, st, body)
+			require.Equal(t, "MISS", xc, "each replica asks the upstream (the archive is not read before the first writes land)")
+			if w, ok := want[tg]; ok {
+				require.Equal(t, w, body)
+			}
+			want[tg] = body
+		}
+	}
+	for _, env := range envs {
+		require.NoError(t, env.Server.FlushArchive(context.Background()))
+		_ = env.Server.Close() // at once: its error says only that idle connections were cut
+	}
+	n, distinct := rows(t, pg)
+	assert.Equal(t, int64(1+3+20), n, "one row per (stream, second)")
+	assert.Equal(t, n, distinct)
+
+	env := archiveEnv(t, sim, &targets{}, postgresArchive(pg))
+	waitArchiveOpen(t, env)
+	sim.ResetCounters()
+	for _, tg := range asked {
+		st, xc, body := get(t, env.Testnet, tg)
+		assert.Equal(t, http.StatusOK, st, tg)
+		assert.Equal(t, "HIT", xc, tg)
+		assert.Equal(t, want[tg], body, tg)
+	}
+	assert.Equal(t, int64(0), reportCalls(sim))
+	assert.Positive(t, servertest.MetricValue(t, env.Registry, "streamgate_reports_verified_total", map[string]string{"network": "testnet", "entry": "archive"}),
+		"each report read from PostgreSQL verified again")
+}
+
+// TestArchivePostgresDown: PostgreSQL stopped while a client polls reports
+// at timestamps: no request fails (each read gives up within read_timeout
+// and the upstream answers), /readyz stays 200 and says "degraded:
+// archive …", the writes that could not land are counted as dropped; once
+// PostgreSQL is back, reads answer, /readyz is ready, and what is fetched
+// is archived again.
+func TestArchivePostgresDown(t *testing.T) {
+	pg := pgtest.New(t)
+	env := archiveEnv(t, nil, &targets{}, func(a *config.Archive) {
+		postgresArchive(pg)(a)
+		a.ReadTimeout = 100 * time.Millisecond
+	})
+	waitArchiveOpen(t, env)
+	feed := env.FeedID(t, upstreamsim.Testnet, "ETH", "USD", "V3")
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + env.Server.Addr("admin") + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	ts := time.Now().Unix() - 250
+	poll := func() {
+		t.Helper()
+		st, _, body := get(t, env.Testnet, fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feed, ts))
+		require.Equal(t, http.StatusOK, st, body)
+		ts++
+	}
+	poll()
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+
+	pg.Stop()
+	require.Eventually(t, func() bool {
+		poll()
+		return strings.Contains(env.Server.ArchiveHealth(), "archive: reads fail")
+	}, 30*time.Second, 10*time.Millisecond)
+	st, body := readyz()
+	assert.Equal(t, http.StatusOK, st, "the replica serves: it stays ready")
+	assert.Contains(t, body, "degraded: archive: reads fail")
+	for range 5 {
+		poll()
+	}
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	assert.Positive(t, servertest.MetricValue(t, env.Registry, "streamgate_archive_dropped_total", map[string]string{"reason": "store_error"}),
+		"the writes that could not land are counted, each a hole")
+
+	pg.Restart()
+	require.Eventually(t, func() bool {
+		poll()
+		return env.Server.ArchiveHealth() == ""
+	}, 60*time.Second, 10*time.Millisecond)
+	st, body = readyz()
+	assert.Equal(t, http.StatusOK, st)
+	assert.Contains(t, body, `"ready"`)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	before, _ := rows(t, pg)
+	poll()
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	after, _ := rows(t, pg)
+	assert.Equal(t, before+1, after, "archived again")
 }
