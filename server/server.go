@@ -580,6 +580,7 @@ func (s *Server) statusFacts() status.Facts {
 	cfg := s.cfg.Load()
 	f := status.Facts{Version: s.version, LoadedAt: *s.loadedAt.Load(), LastReload: s.reloaded.Load(), MaxBytes: int64(cfg.Cache.MaxBytes)}
 	f.Redis = s.redisDegraded()
+	f.Archive = s.arch.degraded()
 	for _, name := range cfg.NetworkNames() {
 		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
 		if h := s.hubs[name]; h != nil {

@@ -419,7 +419,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		t.AdmittedToday = int64(today[name] - s.day.base[name])
 		snap.Teams = append(snap.Teams, *t)
 	}
-	snap.Health = s.health(snap, cur, minute, five, f.Redis)
+	snap.Health = s.health(snap, cur, minute, five, f.Redis, f.Archive)
 	return snap
 }
 
