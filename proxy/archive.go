@@ -52,6 +52,7 @@ type Archive struct {
 	// Logger receives the first failure of an episode of failed reads.
 	Logger *zap.Logger
 
+	unfaithful atomic.Bool // a record not kept for its form was logged
 	cur        atomic.Pointer[archiveBackend]
 	readFailed atomic.Pointer[string] // the last read's error kind, while reads fail
 	opening    atomic.Pointer[string] // why the store is not open yet; nil once open
@@ -291,8 +292,11 @@ func (t *archiveTier) fromRecord(rec *reportDoc, raw []byte) (archive.Report, bo
 	}
 	r, err := archive.FromRecord(t.network, *rec, raw)
 	if err != nil {
-		if t.log != nil {
-			t.log.Debug("archive: a report is not kept", zap.String("network", t.network), zap.Error(err))
+		// Logged once: if the upstream's form changed, nothing would be
+		// kept, and an operator must know.
+		if t.log != nil && t.a.unfaithful.CompareAndSwap(false, true) {
+			t.log.Warn("archive: a verified report is not kept: the archive could not serve it back byte for byte (logged once)",
+				zap.String("network", t.network), zap.Error(err))
 		}
 		return archive.Report{}, false
 	}
