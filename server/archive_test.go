@@ -303,7 +303,12 @@ func TestArchivePostgresFleet(t *testing.T) {
 	assert.Equal(t, n, distinct)
 	assert.Equal(t, float64(n), written, "each row written once by the fleet")
 
-	env := archiveEnv(t, sim, &targets{}, postgresArchive(pg))
+	// A read slower than read_timeout goes upstream by design; the first
+	// reads of a new pool connect, which a loaded machine may make slow.
+	env := archiveEnv(t, sim, &targets{}, func(a *config.Archive) {
+		postgresArchive(pg)(a)
+		a.ReadTimeout = 30 * time.Second
+	})
 	waitArchiveOpen(t, env)
 	sim.ResetCounters()
 	for _, tg := range asked {
