@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"streamgate/cache"
+	"streamgate/don"
 	"streamgate/upstreamsim"
 )
 
@@ -39,8 +40,8 @@ func simReports(b *testing.B, streams, seconds int) []Report {
 		for sec := range seconds {
 			rec, ok := sim.Report(upstreamsim.Testnet, id, start+int64(sec))
 			require.True(b, ok)
-			r, err := ParseRecord("testnet", fmt.Appendf(nil, `{"feedID":"%s","validFromTimestamp":%d,"observationsTimestamp":%d,"fullReport":"%s"}`,
-				rec.FeedID, rec.ValidFromTimestamp, rec.ObservationsTimestamp, rec.FullReport))
+			r, err := FromRecord("testnet", don.Record{FeedID: rec.FeedID, ValidFromTimestamp: rec.ValidFromTimestamp,
+				ObservationsTimestamp: rec.ObservationsTimestamp, FullReport: rec.FullReport}, nil)
 			require.NoError(b, err)
 			if i >= len(ids) { // more streams than the simulator has: another stream ID, same report
 				sb, _ := streamBytes(r.Stream)

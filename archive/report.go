@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"streamgate/don"
 	"streamgate/feedid"
 )
 
@@ -23,7 +24,7 @@ type Report struct {
 	FullReport            []byte
 }
 
-// ErrRecord is wrapped by ParseRecord's errors.
+// ErrRecord is wrapped by FromRecord's errors.
 var ErrRecord = errors.New("archive: not a report record")
 
 // streamBytes returns the 32 bytes of a canonical stream ID.
@@ -95,171 +96,44 @@ func (r *Report) JSON() []byte {
 	return r.AppendJSON(make([]byte, 0, 128+2*len(r.FullReport)))
 }
 
-// ParseRecord reads one report record of network, strictly: a JSON object
-// with the keys feedID, validFromTimestamp, observationsTimestamp and
-// fullReport, each once, in any order, and no other; feedID "0x" and 64
-// lower-case hex digits, fullReport "0x" and a non-empty even number of
-// lower-case hex digits, the times integers from 0 to 2^32-1 written
-// without sign, fraction, exponent or leading zero; JSON whitespace between
-// the tokens, none in the strings, no escapes. What it accepts AppendJSON
-// writes back in the upstream's form (the same bytes when the record was
-// in it).
-func ParseRecord(network string, b []byte) (Report, error) {
-	r := Report{Network: network}
+// FromRecord is the report of network that rec, a record read by the
+// don package (don.ReadRecord, ReadReport, ReadReports: the one reader of
+// a record) and verified there, stands for. raw, when not nil, is the
+// record as the upstream sent it: a record that AppendJSON would not
+// write back byte for byte (upper-case hex, other spacing or key order)
+// is refused, so that what the archive serves is always the upstream's
+// bytes. The times must be seconds from 0 to 2^32-1, feedID "0x" and 64
+// hex digits, fullReport "0x" and a non-empty even number of hex digits.
+func FromRecord(network string, rec don.Record, raw []byte) (Report, error) {
 	if !validNetwork(network) {
 		return Report{}, fmt.Errorf("%w: network %q is not a network name", ErrRecord, network)
 	}
-	p := parser{b: b}
-	if !p.byte('{') {
-		return Report{}, p.fail("an object")
+	if rec.ValidFromTimestamp < 0 || rec.ValidFromTimestamp > 1<<32-1 ||
+		rec.ObservationsTimestamp < 0 || rec.ObservationsTimestamp > 1<<32-1 {
+		return Report{}, fmt.Errorf("%w: a time beyond 0 to 4294967295", ErrRecord)
 	}
-	var seen [4]bool
-	for i := range 4 {
-		if i > 0 && !p.byte(',') {
-			return Report{}, p.fail("',' and the next key")
-		}
-		key, ok := p.str()
-		if !ok {
-			return Report{}, p.fail("a key")
-		}
-		if !p.byte(':') {
-			return Report{}, p.fail("':'")
-		}
-		var k int
-		switch string(key) {
-		case "feedID":
-			k = 0
-			v, ok := p.str()
-			if !ok || !lowerHex(v, 64) {
-				return Report{}, p.fail("feedID as 0x and 64 lower-case hex digits")
-			}
-			r.Stream = feedid.ID(v)
-		case "validFromTimestamp":
-			k = 1
-			n, ok := p.uint32()
-			if !ok {
-				return Report{}, p.fail("validFromTimestamp as an integer from 0 to 4294967295")
-			}
-			r.ValidFromTimestamp = n
-		case "observationsTimestamp":
-			k = 2
-			n, ok := p.uint32()
-			if !ok {
-				return Report{}, p.fail("observationsTimestamp as an integer from 0 to 4294967295")
-			}
-			r.ObservationsTimestamp = n
-		case "fullReport":
-			k = 3
-			v, ok := p.str()
-			if !ok || !lowerHex(v, -1) {
-				return Report{}, p.fail("fullReport as 0x and an even number of lower-case hex digits")
-			}
-			r.FullReport = make([]byte, (len(v)-2)/2)
-			_, _ = hex.Decode(r.FullReport, v[2:]) // checked by lowerHex
-		default:
-			return Report{}, fmt.Errorf("%w: unknown key %q at byte %d", ErrRecord, key, p.i)
-		}
-		if seen[k] {
-			return Report{}, fmt.Errorf("%w: key %q twice", ErrRecord, key)
-		}
-		seen[k] = true
+	stream := feedid.ID(feedid.Canon(rec.FeedID))
+	if _, err := streamBytes(stream); err != nil {
+		return Report{}, fmt.Errorf("%w: feedID is not 0x and 64 hex digits", ErrRecord)
 	}
-	if !p.byte('}') {
-		return Report{}, p.fail("'}' after the four keys")
+	full := rec.FullReport
+	if len(full) < 4 || full[0] != '0' || full[1] != 'x' || len(full)%2 != 0 {
+		return Report{}, fmt.Errorf("%w: fullReport is not 0x and a non-empty even number of hex digits", ErrRecord)
 	}
-	p.space()
-	if p.i != len(p.b) {
-		return Report{}, p.fail("the end of the record")
+	b, err := hex.DecodeString(full[2:])
+	if err != nil {
+		return Report{}, fmt.Errorf("%w: fullReport is not 0x and a non-empty even number of hex digits", ErrRecord)
+	}
+	r := Report{Network: network, Stream: stream, ValidFromTimestamp: uint32(rec.ValidFromTimestamp),
+		ObservationsTimestamp: uint32(rec.ObservationsTimestamp), FullReport: b}
+	if raw != nil && !bytes.Equal(r.AppendJSON(make([]byte, 0, len(raw))), raw) {
+		return Report{}, fmt.Errorf("%w: the record is not in the form the archive writes back (lower-case hex, no spaces, the upstream's key order)", ErrRecord)
 	}
 	return r, nil
 }
 
-// lowerHex reports whether v is "0x" and lower-case hex digits: n of them,
-// or (n < 0) a non-zero even number.
-func lowerHex(v []byte, n int) bool {
-	if len(v) < 2 || v[0] != '0' || v[1] != 'x' {
-		return false
-	}
-	d := v[2:]
-	if n >= 0 && len(d) != n || n < 0 && (len(d) == 0 || len(d)%2 != 0) {
-		return false
-	}
-	for _, c := range d {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// parser reads the tokens of one record.
-type parser struct {
-	b []byte
-	i int
-}
-
-func (p *parser) fail(want string) error {
-	return fmt.Errorf("%w: want %s at byte %d", ErrRecord, want, p.i)
-}
-
-func (p *parser) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-// byte reads c after optional whitespace.
-func (p *parser) byte(c byte) bool {
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// str reads a string without escapes or control characters.
-func (p *parser) str() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	j := bytes.IndexByte(p.b[p.i:], '"')
-	if j < 0 {
-		return nil, false
-	}
-	s := p.b[p.i : p.i+j]
-	for _, c := range s {
-		if c == '\\' || c < 0x20 {
-			return nil, false
-		}
-	}
-	p.i += j + 1
-	return s, true
-}
-
-// uint32 reads a JSON integer from 0 to 2^32-1 without leading zeros.
-func (p *parser) uint32() (uint32, bool) {
-	p.space()
-	start := p.i
-	var n uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		n = n*10 + uint64(p.b[p.i]-'0')
-		p.i++
-		if n > 1<<32-1 {
-			return 0, false
-		}
-	}
-	digits := p.i - start
-	if digits == 0 || digits > 1 && p.b[start] == '0' {
-		return 0, false
-	}
-	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
-		return 0, false
-	}
-	return uint32(n), true
+// Record is r's record as the don package reads it, for verification.
+func (r *Report) Record() don.Record {
+	return don.Record{FeedID: string(r.Stream), ValidFromTimestamp: int64(r.ValidFromTimestamp),
+		ObservationsTimestamp: int64(r.ObservationsTimestamp), FullReport: "0x" + hex.EncodeToString(r.FullReport)}
 }

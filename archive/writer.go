@@ -52,17 +52,26 @@ type Writer struct {
 
 	overflow atomic.Bool  // in an episode of a full queue
 	lost     atomic.Int64 // dropped in the current episode
-	failing  bool         // the goroutine's: in an episode of store errors
+	failing  atomic.Bool  // in an episode of store errors (set by the goroutine)
 
 	// Counts, for tests and the caller's status: reports stored, skipped
 	// as duplicates, dropped (every reason), and failed store calls.
 	written, duplicates, dropped, errs atomic.Int64
 }
 
+// item is what one Add or AddCovered queued: a report, or the reports of
+// one answer with the span of coverage they prove, applied only once all
+// of them are stored.
 type item struct {
-	r  Report
-	at time.Time
+	r     Report
+	more  []Report // AddCovered: the answer's other reports
+	cover bool     // AddCovered: span is stored once r and more are
+	span  Span
+	at    time.Time
 }
+
+// n is the reports it holds.
+func (it *item) n() int { return 1 + len(it.more) }
 
 // NewWriter starts a Writer in front of store; stop it with Close.
 func NewWriter(store Store, o WriterOptions) *Writer {
@@ -99,18 +108,43 @@ func NewWriter(store Store, o WriterOptions) *Writer {
 // Add queues r for writing and returns at once: false when r was dropped
 // (the queue is full, or the Writer closed), as OnDrop is told.
 func (w *Writer) Add(r Report) bool {
+	return w.enqueue(item{r: r})
+}
+
+// AddCovered queues the reports of one answer (reports, at least one) and
+// the span of network's stream that the answer proves complete: the span
+// is added to the stream's coverage once every one of them is stored (a
+// duplicate counts as stored), and never when any is dropped, so that
+// coverage never claims a report the store does not hold. It returns at
+// once: false when they were dropped, as OnDrop is told of each.
+func (w *Writer) AddCovered(reports []Report, network string, stream feedid.ID, span Span) bool {
+	if len(reports) == 0 || span.From > span.To {
+		return false
+	}
+	// The span's network and stream are those of its reports.
+	for i := range reports {
+		if reports[i].Network != network || reports[i].Stream != stream {
+			w.drop([]item{{r: reports[0], more: reports[1:]}}, DropInvalid)
+			return false
+		}
+	}
+	return w.enqueue(item{r: reports[0], more: reports[1:], cover: true, span: span})
+}
+
+func (w *Writer) enqueue(it item) bool {
 	w.closeMu.RLock()
 	defer w.closeMu.RUnlock()
 	if w.closed {
-		w.drop([]item{{r: r}}, DropClosed)
+		w.drop([]item{it}, DropClosed)
 		return false
 	}
-	if r.check() != nil { // no store takes it: it would fail its whole batch
-		w.drop([]item{{r: r}}, DropInvalid)
+	if it.r.check() != nil || checkAll(it.more) != nil { // no store takes it: it would fail its whole batch
+		w.drop([]item{it}, DropInvalid)
 		return false
 	}
+	it.at = time.Now()
 	select {
-	case w.queue <- item{r: r, at: time.Now()}:
+	case w.queue <- it:
 		if w.overflow.Load() && w.overflow.CompareAndSwap(true, false) {
 			w.log.Warn("archive: the write queue takes reports again",
 				zap.Int64("dropped", w.lost.Swap(0)))
@@ -118,21 +152,40 @@ func (w *Writer) Add(r Report) bool {
 		return true
 	default:
 	}
-	w.lost.Add(1)
+	w.lost.Add(int64(it.n()))
 	if w.overflow.CompareAndSwap(false, true) {
 		w.log.Warn("archive: the write queue is full; reports are dropped, each a hole in its stream's coverage, until it takes them again",
 			zap.Int("queue", w.o.Queue))
 	}
-	w.drop([]item{{r: r}}, DropQueueFull)
+	w.drop([]item{it}, DropQueueFull)
 	return false
 }
 
+// Health says what is wrong with the Writer now, "" when nothing is: its
+// queue overflowing, or its store failing writes.
+func (w *Writer) Health() string {
+	switch {
+	case w.overflow.Load():
+		return "the write queue is full: reports are dropped, each a hole in its stream's coverage"
+	case w.failing.Load():
+		return "the store fails writes: batches are retried, then dropped, each report a hole in its stream's coverage"
+	}
+	return ""
+}
+
 func (w *Writer) drop(items []item, reason string) {
-	w.dropped.Add(int64(len(items)))
-	w.o.Metrics.drop(reason, len(items))
+	n := 0
+	for i := range items {
+		n += items[i].n()
+	}
+	w.dropped.Add(int64(n))
+	w.o.Metrics.drop(reason, n)
 	if w.o.OnDrop != nil {
 		for _, it := range items {
 			w.o.OnDrop(it.r.Network, it.r.Stream, it.r.ObservationsTimestamp, reason)
+			for _, r := range it.more {
+				w.o.OnDrop(r.Network, r.Stream, r.ObservationsTimestamp, reason)
+			}
 		}
 	}
 }
@@ -192,7 +245,7 @@ func (w *Writer) run() {
 		select {
 		case it := <-w.queue:
 			batch = append(batch, it)
-			if len(batch) >= w.o.Batch {
+			if reportsIn(batch) >= w.o.Batch {
 				batch = w.write(batch)
 			}
 		case <-tick.C:
@@ -213,7 +266,7 @@ func (w *Writer) drain(batch []item) []item {
 		select {
 		case it := <-w.queue:
 			batch = append(batch, it)
-			if len(batch) >= w.o.Batch {
+			if reportsIn(batch) >= w.o.Batch {
 				batch = w.write(batch)
 			}
 		default:
@@ -228,9 +281,9 @@ func (w *Writer) write(batch []item) []item {
 	if len(batch) == 0 {
 		return batch
 	}
-	reports := make([]Report, len(batch))
+	reports := make([]Report, 0, reportsIn(batch))
 	for i := range batch {
-		reports[i] = batch[i].r
+		reports = append(append(reports, batch[i].r), batch[i].more...)
 	}
 	pause := w.o.Backoff
 	for try := 0; ; try++ {
@@ -247,15 +300,16 @@ func (w *Writer) write(batch []item) []item {
 					m.lag.Observe(now.Sub(batch[i].at).Seconds())
 				}
 			}
-			if w.failing {
-				w.failing = false
+			if w.failing.Load() {
+				w.failing.Store(false)
 				w.log.Info("archive: the store takes reports again")
 			}
+			w.cover(batch)
 			return batch[:0]
 		}
 		w.errs.Add(1) // the store counts it by kind in the metrics
-		if !w.failing {
-			w.failing = true
+		if !w.failing.Load() {
+			w.failing.Store(true)
 			w.log.Warn("archive: the store fails writes; a batch still failing after its retries is dropped, each report a hole in its stream's coverage",
 				zap.Error(err), zap.String("kind", ErrorKind(err)))
 		}
@@ -268,6 +322,35 @@ func (w *Writer) write(batch []item) []item {
 		case <-w.quit:
 		}
 		pause *= 2
+	}
+}
+
+// reportsIn counts the reports of batch.
+func reportsIn(batch []item) int {
+	n := 0
+	for i := range batch {
+		n += batch[i].n()
+	}
+	return n
+}
+
+// cover adds the spans of the items of batch, whose reports are stored. A
+// span that fails is not retried: the coverage is then smaller than it
+// could be, never larger than what is held.
+func (w *Writer) cover(batch []item) {
+	for i := range batch {
+		it := &batch[i]
+		if !it.cover {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.o.Timeout)
+		err := w.store.AddCoverage(ctx, it.r.Network, it.r.Stream, it.span)
+		cancel()
+		if err != nil {
+			w.errs.Add(1)
+			w.log.Warn("archive: a span of coverage was not stored; its seconds are asked of the upstream again",
+				zap.String("network", it.r.Network), zap.Stringer("span", it.span), zap.Error(err))
+		}
 	}
 }
 

@@ -2,8 +2,10 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,3 +212,63 @@ func TestWriterPostgresDown(t *testing.T) {
 }
 
 type dtoMetric struct{ Metric dto.Metric }
+
+// failing is a real store whose writes fail while fail is set.
+type failing struct {
+	Store
+	fail atomic.Bool
+}
+
+func (f *failing) Write(ctx context.Context, rs []Report) (WriteResult, error) {
+	if f.fail.Load() {
+		return WriteResult{}, errors.New("write refused by the test")
+	}
+	return f.Store.Write(ctx, rs)
+}
+
+// The span of an answer is added to its stream's coverage once every one
+// of its reports is stored, and never when they were dropped: coverage
+// never claims a report the store does not hold.
+func TestWriterAddCovered(t *testing.T) {
+	ctx := context.Background()
+	p := openPebble(t, t.TempDir(), nil)
+	defer p.Close()
+	f := &failing{Store: p}
+	var h holes
+	w := NewWriter(f, WriterOptions{Batch: 3, Interval: time.Hour, Retries: -1, OnDrop: h.onDrop})
+	defer w.Close(ctx)
+
+	page := func(from, to uint32) []Report {
+		var rs []Report
+		for ts := from; ts <= to; ts++ {
+			rs = append(rs, report(t, "testnet", 1, ts, 1))
+		}
+		return rs
+	}
+	require.True(t, w.AddCovered(page(100, 109), "testnet", stream(1), Span{From: 100, To: 109}))
+	require.NoError(t, w.Flush(ctx))
+	spans, err := p.Coverage(ctx, "testnet", stream(1), 0, 1000)
+	require.NoError(t, err)
+	assert.Equal(t, []Span{{100, 109}}, spans, "stored, then covered (ten reports in batches of three)")
+	assert.Equal(t, int64(10), w.Written())
+
+	f.fail.Store(true)
+	require.True(t, w.AddCovered(page(200, 204), "testnet", stream(1), Span{From: 200, To: 204}))
+	require.NoError(t, w.Flush(ctx))
+	spans, err = p.Coverage(ctx, "testnet", stream(1), 0, 1000)
+	require.NoError(t, err)
+	assert.Equal(t, []Span{{100, 109}}, spans, "dropped: not covered")
+	lost, why := h.snapshot()
+	assert.Len(t, lost, 5)
+	assert.Equal(t, map[string]int{DropStoreError: 5}, why)
+	assert.NotEmpty(t, w.Health())
+
+	f.fail.Store(false)
+	require.False(t, w.AddCovered(page(300, 301), "testnet", stream(2), Span{From: 300, To: 301}), "reports of another stream than the span's")
+	require.True(t, w.AddCovered(page(110, 112), "testnet", stream(1), Span{From: 110, To: 112}))
+	require.NoError(t, w.Flush(ctx))
+	spans, err = p.Coverage(ctx, "testnet", stream(1), 0, 1000)
+	require.NoError(t, err)
+	assert.Equal(t, []Span{{100, 112}}, spans, "merged with the span it touches")
+	assert.Empty(t, w.Health())
+}

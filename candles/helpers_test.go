@@ -154,7 +154,7 @@ func simReport(t testing.TB, sim *upstreamsim.Simulator, stream feedid.ID, ts in
 	t.Helper()
 	rec, ok := sim.Report(upstreamsim.Testnet, string(stream), ts)
 	require.True(t, ok)
-	r, err := archive.ParseRecord(network, fmt.Appendf(nil, `{"feedID":"%s","validFromTimestamp":%d,"observationsTimestamp":%d,"fullReport":"%s"}`,
+	r, err := archiveRecord(network, fmt.Appendf(nil, `{"feedID":"%s","validFromTimestamp":%d,"observationsTimestamp":%d,"fullReport":"%s"}`,
 		rec.FeedID, rec.ValidFromTimestamp, rec.ObservationsTimestamp, rec.FullReport))
 	require.NoError(t, err)
 	return r
@@ -295,4 +295,14 @@ func request(t testing.TB, stream feedid.ID, res, field string, from, to uint32)
 	rq, err := candles.ParseRequest(stream, q.Get)
 	require.NoError(t, err)
 	return rq
+}
+
+// archiveRecord is the archive's report of a record as the upstream sends
+// it, read by the one record reader (don.ReadRecord).
+func archiveRecord(network string, raw []byte) (archive.Report, error) {
+	rec, err := don.ReadRecord(raw)
+	if err != nil {
+		return archive.Report{}, err
+	}
+	return archive.FromRecord(network, rec, raw)
 }

@@ -32,6 +32,7 @@ type Config struct {
 	RateLimit RateLimit           `yaml:"ratelimit" json:"ratelimit"`
 	Realtime  Realtime            `yaml:"realtime" json:"realtime"`
 	Tracing   Tracing             `yaml:"tracing" json:"tracing"`
+	Archive   Archive             `yaml:"archive" json:"archive"`
 	Teams     []Team              `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config

@@ -136,6 +136,7 @@ func Default() *Config {
 		RateLimit: defaultRateLimit(),
 		Realtime:  defaultRealtime(),
 		Tracing:   defaultTracing(),
+		Archive:   defaultArchive(),
 		Teams: []Team{
 			{
 				Name:     DemoTeam,
@@ -257,6 +258,7 @@ func defaultsFor(c *Config) *Config {
 		RateLimit: defaultRateLimit(),
 		Realtime:  defaultRealtime(),
 		Tracing:   defaultTracing(),
+		Archive:   defaultArchive(),
 		Teams:     make([]Team, len(c.Teams)),
 	}
 	for name := range c.Networks {

@@ -66,6 +66,8 @@ func restartSettings(cfg *Config) map[string]string {
 		&rt.ShareLease, &rt.ClientOrigins, &rt.DrainDelay, &rt.ResumeWindow,
 		&rt.ResumeRecordsPerTeam, &rt.ResumeRecords, &rt.BackfillMax)
 	add(&cfg.Tracing)
+	add(&cfg.Archive.Backend, &cfg.Archive.Path, &cfg.Archive.Postgres.URL, &cfg.Archive.Postgres.Password,
+		&cfg.Archive.Retention, &cfg.Archive.ReadTimeout, &cfg.Archive.Queue)
 	for name, n := range cfg.Networks {
 		if n == nil { // only in a Config built in code
 			n = &Network{}

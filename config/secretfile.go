@@ -82,6 +82,7 @@ func (c *Config) readSecretFiles() {
 	if r := &c.Cache.Shared; r.PasswordFile != "" && r.Password == "" {
 		read(r.PasswordFile, &r.file, &r.Password)
 	}
+	c.Archive.Postgres.readFile(read)
 	for _, s := range []*RedisSentinel{c.RateLimit.Redis.Sentinel, c.Cache.Shared.Sentinel} {
 		if s != nil && s.SentinelPasswordFile != "" && s.SentinelPassword == "" {
 			read(s.SentinelPasswordFile, &s.file, &s.SentinelPassword)

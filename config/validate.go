@@ -91,6 +91,7 @@ var sections = []func(check, *Config) Problems{
 	validateRealtime,
 	validateTracing,
 	validateRateLimit,
+	validateArchive,
 	validateTeams,
 }
 

@@ -49,6 +49,26 @@ func (s *bulkSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 			negative++
 		}
 	}
+	if len(missing) > 0 {
+		// What memory did not hold, the archive may: one read.
+		if held := s.arch.reports(ctx, cred, missing, ts); len(held) > 0 {
+			now, rest := s.now(), missing[:0]
+			for i, f := range feeds {
+				if rep, ok := held[string(f)]; ok && found[i] == nil {
+					found[i] = rep
+					hits++
+					s.store.Set(cache.ReportKey(s.network, cred.scope, string(f), ts),
+						&cache.Entry{Status: http.StatusOK, Body: reportBody(rep), Stored: now})
+				}
+			}
+			for _, f := range missing {
+				if _, ok := held[f]; !ok {
+					rest = append(rest, f)
+				}
+			}
+			missing = rest
+		}
+	}
 	s.metrics.cacheResultN(s.network, "bulk", "hit", hits)
 	s.metrics.cacheResultN(s.network, "bulk", "negative", negative)
 	hits += negative
@@ -244,6 +264,9 @@ func (s *bulkSource) fillChunk(ctx context.Context, calls *callCount, target str
 	}
 	now := s.now()
 	negTTL := s.pol.Load().negativeTTL
+	for _, rep := range reports {
+		s.arch.keepRaw(cred, rep)
+	}
 	for _, f := range feeds {
 		key := cache.ReportKey(s.network, cred.scope, f, ts)
 		if rep, ok := reports[f]; ok {

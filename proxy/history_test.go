@@ -87,7 +87,7 @@ func historyArchive(t *testing.T, sim *upstreamsim.Simulator, stream string, bas
 	for ts := int64(base); ts < int64(base+span); ts += 5 {
 		rec, ok := sim.Report(upstreamsim.Testnet, stream, ts)
 		require.True(t, ok)
-		r, err := archive.ParseRecord("testnet", fmt.Appendf(nil, `{"feedID":"%s","validFromTimestamp":%d,"observationsTimestamp":%d,"fullReport":"%s"}`,
+		r, err := archiveRecord("testnet", fmt.Appendf(nil, `{"feedID":"%s","validFromTimestamp":%d,"observationsTimestamp":%d,"fullReport":"%s"}`,
 			rec.FeedID, rec.ValidFromTimestamp, rec.ObservationsTimestamp, rec.FullReport))
 		require.NoError(t, err)
 		reports = append(reports, r)
@@ -239,4 +239,14 @@ func max5(bars []udfBar, high bool) float64 {
 		}
 	}
 	return v
+}
+
+// archiveRecord is the archive's report of a record as the upstream sends
+// it, read by the one record reader (don.ReadRecord).
+func archiveRecord(network string, raw []byte) (archive.Report, error) {
+	rec, err := don.ReadRecord(raw)
+	if err != nil {
+		return archive.Report{}, err
+	}
+	return archive.FromRecord(network, rec, raw)
 }

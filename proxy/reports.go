@@ -32,6 +32,7 @@ type sourceDeps struct {
 	pol     *atomic.Pointer[policy]
 	metrics *Metrics
 	now     func() time.Time
+	arch    *archiveTier // nil: no archive (Gateway.UseArchive)
 }
 
 // reportSource answers GET /api/v1/reports: the report of one stream at a
@@ -51,23 +52,29 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	target := "/api/v1/reports?feedID=" + feed + "&timestamp=" + strconv.FormatInt(ts, 10)
 	calls := stateOf(r.Context()).counter()
+	var fromArchive atomic.Bool
 	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedReport(feed, ts),
-		Fill: func(ctx context.Context) (*cache.Entry, error) {
-			resp, err := s.up.fetch(ctx, calls, "reports", target, cred, http.StatusOK, http.StatusNotFound)
-			if err != nil {
-				return nil, err
-			}
-			now := s.now()
-			if resp.status == http.StatusNotFound {
-				return negative(now, resp, s.pol.Load().negativeTTL), nil
-			}
-			_, body, err := s.records.checkReport(resp.body, "reports", feed, ts, true)
-			if err != nil {
-				return nil, err
-			}
-			return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
-		}})
-	s.ans.answer(w, r, "report", key, outcome, e, err)
+		Fill: archiveFirst(&fromArchive, func(ctx context.Context) []byte { return s.arch.report(ctx, cred, feed, ts) },
+			func(record []byte) *cache.Entry {
+				return &cache.Entry{Status: http.StatusOK, Body: reportBody(record), Stored: s.now()}
+			},
+			func(ctx context.Context) (*cache.Entry, error) {
+				resp, err := s.up.fetch(ctx, calls, "reports", target, cred, http.StatusOK, http.StatusNotFound)
+				if err != nil {
+					return nil, err
+				}
+				now := s.now()
+				if resp.status == http.StatusNotFound {
+					return negative(now, resp, s.pol.Load().negativeTTL), nil
+				}
+				doc, body, err := s.records.checkReport(resp.body, "reports", feed, ts, true)
+				if err != nil {
+					return nil, err
+				}
+				s.arch.keep(cred, doc, reportPayload(body))
+				return &cache.Entry{Status: http.StatusOK, Body: body, Stored: now}, nil
+			})})
+	s.ans.answer(w, r, "report", key, archived(outcome, &fromArchive), e, err)
 }
 
 // latestSource answers GET /api/v1/reports/latest: from the stream when
@@ -175,6 +182,7 @@ type latestEntries struct {
 	records *checker
 	pol     *atomic.Pointer[policy]
 	now     func() time.Time
+	arch    *archiveTier // nil: no archive
 
 	keys children[string, string] // see key
 }
@@ -225,6 +233,7 @@ var latestKind cache.Kind[int64]
 func (l *latestEntries) entry(cred *credential, feed string, doc *reportDoc, body []byte) *cache.Entry {
 	pol := l.pol.Load()
 	now := l.now()
+	l.arch.keep(cred, doc, reportPayload(body))
 	l.store.Set(cache.ReportKey(l.network, cred.scope, feed, doc.ObservationsTimestamp),
 		&cache.Entry{Status: http.StatusOK, Body: body, Stored: now})
 	e := latestKind.With(&cache.Entry{Status: http.StatusOK, Body: body, Stored: now, Expires: now.Add(pol.latestTTL),
@@ -251,11 +260,16 @@ func (s *pageSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	}
 	key := cache.PageKey(s.network, cred.scope, feed, start, limit)
 	calls := stateOf(r.Context()).counter()
+	var fromArchive atomic.Bool
 	e, outcome, err := s.store.LoadFrom(fillContext(r.Context()), key, cache.Source{Check: s.records.storedPage(feed, start),
-		Fill: func(ctx context.Context) (*cache.Entry, error) {
-			return s.fill(ctx, calls, target, cred, feed, start, limit)
-		}})
-	s.ans.answer(w, r, "page", key, outcome, e, err)
+		Fill: archiveFirst(&fromArchive, func(ctx context.Context) []byte { return s.arch.page(ctx, cred, feed, start, limit) },
+			func(body []byte) *cache.Entry {
+				return &cache.Entry{Status: http.StatusOK, Body: body, Stored: s.now()}
+			},
+			func(ctx context.Context) (*cache.Entry, error) {
+				return s.fill(ctx, calls, target, cred, feed, start, limit)
+			})})
+	s.ans.answer(w, r, "page", key, archived(outcome, &fromArchive), e, err)
 }
 
 // fill fetches a page; the entry is kept only when the page is complete.
@@ -282,6 +296,7 @@ func (s *pageSource) fill(ctx context.Context, calls *callCount, target string, 
 	s.store.Wait() // visible before the answer goes out: the next ask is a hit
 	complete := (limit > 0 && len(reports) == limit) ||
 		(last >= 0 && time.Unix(last, 0).Add(pageSettle).Before(now))
+	s.arch.keepPage(cred, feed, start, recs, reports, complete)
 	switch {
 	case complete:
 		return &cache.Entry{Status: http.StatusOK, Body: resp.body, Stored: now}, nil

@@ -65,7 +65,7 @@ func (s *Server) adminHandler() http.Handler {
 		default:
 			// With fail_mode open the limits decide without Redis: the
 			// replica serves, degraded, and stays ready.
-			if d := s.redisDegraded(); len(d) > 0 {
+			if d := append(s.redisDegraded(), s.arch.degraded()...); len(d) > 0 {
 				_ = json.NewEncoder(w).Encode(map[string]string{"status": "degraded: " + strings.Join(d, "; ")})
 				return
 			}
@@ -77,6 +77,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.Handle("GET /{$}", st)
 	mux.Handle("GET /status.json", st)
 	mux.Handle("GET /usage.json", status.RequireToken(s.cfg.Load().Server.AdminToken.Reveal(), http.HandlerFunc(s.serveUsage)))
+	mux.Handle("/archive/", status.RequireToken(s.cfg.Load().Server.AdminToken.Reveal(), s.arch.adminHandler()))
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return mux
 }
@@ -117,6 +118,7 @@ func (s *Server) statusFacts() status.Facts {
 	cfg := s.cfg.Load()
 	f := status.Facts{Version: s.version, LoadedAt: *s.loadedAt.Load(), LastReload: s.reloaded.Load(), MaxBytes: int64(cfg.Cache.MaxBytes)}
 	f.Redis = s.redisDegraded()
+	f.Archive = s.arch.degraded()
 	for _, name := range cfg.NetworkNames() {
 		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
 		if h := s.hubs[name]; h != nil {

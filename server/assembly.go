@@ -46,6 +46,7 @@ type assembly struct {
 	hubs     map[string]*realtime.Hub
 	status   *status.Sampler
 	usage    *usage.Ledger // the usage ledger (usage.go)
+	arch     *archiveRun   // the archive (archive.go); nil: off
 
 	upstreams []*served // the embedded upstream's listeners
 	networks  []*served // the gateway's listeners
@@ -136,6 +137,7 @@ func (a *assembly) release() {
 	for _, h := range a.hubs {
 		h.Close()
 	}
+	a.arch.close() // after the hubs, which write to it; what is queued is written
 	a.closeUsage() // before the limits' Redis closes
 	if a.store != nil {
 		a.store.Close()

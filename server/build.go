@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"streamgate/archive"
 	"streamgate/cache"
+	"streamgate/candles"
 	"streamgate/config"
 	"streamgate/don"
 	"streamgate/proxy"
@@ -61,6 +63,7 @@ func (b *build) steps() []func() error {
 		b.usageLedger,
 		b.wsEndpoint,
 		b.gateway,
+		b.archiveStore,
 		b.startHubs,
 		b.readiness,
 		b.bindNetworks,
@@ -243,6 +246,26 @@ func (b *build) gateway() (err error) {
 	return err
 }
 
+// archiveStore opens the archive when the configuration has one and hands
+// it to the gateway, which reads it before the upstream and keeps in it
+// what it verified (proxy.Archive).
+func (b *build) archiveStore() (err error) {
+	if b.arch, err = b.startArchive(b.cfg, b.opts.Now); err != nil {
+		return err
+	}
+	if b.arch == nil {
+		return nil
+	}
+	b.gw.UseArchive(b.arch.gatewayTier())
+	b.arch.serveFills(b.gw.ArchivePages(), b.cfg.NetworkNames())
+	b.arch.whenOpen(func(store archive.Store, _ *archive.Writer) {
+		if src, ok := store.(candles.Source); ok {
+			b.gw.SetHistory(src) // the bars read the archive's rollups
+		}
+	})
+	return nil
+}
+
 // startHubs starts the real-time hub of every network that has an upstream
 // WebSocket (its ws_url, or the embedded upstream's) and gives it to the
 // gateway (Gateway.Stream). Each hub fetches its gaps' reports over the
@@ -285,6 +308,7 @@ func (b *build) startHubs() error {
 			Share: sharing, Check: b.gates[name].CheckFrame,
 			Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 			DiscoveryBudget: b.gw.DiscoveryBudget(name),
+			Frames:          b.archiveFrames(name),
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)
@@ -293,6 +317,15 @@ func (b *build) startHubs() error {
 		b.gw.Stream(name, hub)
 	}
 	return nil
+}
+
+// archiveFrames is where the hub of network name hands each new report:
+// the archive, when the gateway has one; else nowhere.
+func (b *build) archiveFrames(name string) func(realtime.Frame) {
+	if b.arch == nil {
+		return nil
+	}
+	return b.gw.ArchiveFrames(name)
 }
 
 // hubClock is the hubs' clock: now's time (Options.Now), with the wall

@@ -59,7 +59,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		snap.Networks = append(snap.Networks, s.network(w, n))
 	}
 	snap.Teams = s.teams(f.Teams, w.cur)
-	snap.Health = s.health(snap, w.cur, w.minute, w.five, f.Redis)
+	snap.Health = s.health(snap, w.cur, w.minute, w.five, f.Redis, f.Archive)
 	return snap
 }
 

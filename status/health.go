@@ -47,6 +47,7 @@ const (
 	ReasonBudgetAdapting  = "budget_adapting"   // an endpoint's budget in force is below the configured one
 	ReasonReplayFull      = "replay_full"       // the replay record was full: requests got 503
 	ReasonGapUnfilled     = "gap_unfilled"      // a stream's gap was not filled
+	ReasonArchive         = "archive_degraded"  // the archive is not open, its reads fail, or its writes are dropped
 )
 
 // Health is the page's headline: all well, or degraded with every reason.
@@ -77,7 +78,7 @@ const (
 // health computes the headline from the snapshot built so far and the
 // samples: cur the newest, minute and five the samples a minute and five
 // minutes back.
-func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample, redis []string) Health {
+func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample, redis, archive []string) Health {
 	var rs []Reason
 	add := func(code, network, format string, a ...any) {
 		rs = append(rs, Reason{Code: code, Network: network, Text: fmt.Sprintf(format, a...)})
@@ -143,6 +144,9 @@ func (s *Sampler) health(snap *Snapshot, cur, minute, five *sample, redis []stri
 	}
 	if v, ok := cur.value(shared.MetricUp, nil); ok && v == 0 {
 		add(ReasonSharedCache, "", "the shared cache tier (Redis) does not answer: each replica caches alone")
+	}
+	for _, text := range archive {
+		add(ReasonArchive, "", "%s", text)
 	}
 	if f := since(proxy.MetricReplayFull, nil, five); f > 0 {
 		add(ReasonReplayFull, "", "the replay record was full: %.0f requests got 503 in the last %s (auth.replay_max_entries)", f, recent)

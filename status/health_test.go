@@ -224,3 +224,25 @@ func TestHealthRedisCause(t *testing.T) {
 	s.Sample()
 	assert.Equal(t, StateWell, s.Snapshot().Health.State)
 }
+
+// The archive's own word (Facts.Archive) makes the headline.
+func TestHealthArchive(t *testing.T) {
+	f := newFixture()
+	var archive []string
+	s := New(Options{Gatherer: f.reg, Interval: 10 * time.Second, Now: func() time.Time { return f.now },
+		Facts: func() Facts { return Facts{Archive: archive} }})
+	s.Sample()
+	assert.Equal(t, StateWell, s.Snapshot().Health.State)
+
+	archive = []string{"archive: reads fail (unavailable); requests go to the upstream"}
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+	h := s.Snapshot().Health
+	assert.Equal(t, []string{ReasonArchive}, codes(h))
+	assert.Equal(t, "Degraded: "+archive[0], h.Summary())
+
+	archive = nil
+	f.now = f.now.Add(10 * time.Second)
+	s.Sample()
+	assert.Equal(t, StateWell, s.Snapshot().Health.State)
+}

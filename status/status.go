@@ -68,6 +68,9 @@ type Facts struct {
 	// and what follows ("Redis (ratelimit, sentinel) unavailable, …");
 	// empty while every client can.
 	Redis []string
+	// Archive says what is wrong with the archive now ("archive: reads
+	// fail (timeout); …"); empty while nothing is, or it is off.
+	Archive []string
 }
 
 // Reload is the outcome of the last reload.

@@ -5,6 +5,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"streamgate/catalog"
@@ -14,11 +16,28 @@ import (
 )
 
 // demoSetup returns the demo's configuration (config.Default: the embedded
-// upstream, demo keys, loopback) and the banner to print once its server
-// has started. Builds with the tag nosimulator have no demo (nodemo.go).
+// upstream, demo keys, loopback, and an archive in a Pebble directory of
+// its own, demoArchiveDir) and the banner to print once its server has
+// started. Builds with the tag nosimulator have no demo (nodemo.go).
 func demoSetup() (*config.Config, func(io.Writer, *server.Server), error) {
 	cfg := config.Default()
+	if dir, err := demoArchiveDir(); err == nil {
+		cfg.Archive.Backend, cfg.Archive.Path = config.ArchiveBackendPebble, dir
+	}
 	return cfg, func(w io.Writer, srv *server.Server) { printDemo(w, srv, cfg) }, nil
+}
+
+// demoArchiveDir is the demo's archive: streamgate/demo-archive in the
+// user's cache directory ($XDG_CACHE_HOME or ~/.cache on Linux), kept
+// across runs, so that what one run fetched the next serves from it (the
+// simulator's DON is the same in every run: its reports verify again).
+// Without a cache directory the demo runs without an archive.
+func demoArchiveDir() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, "streamgate", "demo-archive"), nil
 }
 
 // exampleFeed picks a live ETH/USD crypto stream of the simulator's mainnet
@@ -51,6 +70,12 @@ The upstream is the embedded simulator; nothing leaves this machine.
 Every report is verified against the simulator's DON (mode %s): its
 signatures, by %d of its %d signers (streams-sim prints that configuration).
 `, main, test, srv.Addr("admin"), srv.Gate("mainnet").Mode(), upstreamsim.DONF+1, upstreamsim.DONSigners)
+	if cfg.Archive.Backend != config.ArchiveBackendOff {
+		fmt.Fprintf(w, `Every verified report fetched is archived in %s: after a restart,
+reports at a timestamp, bulk and pages already fetched are served from there
+(X-Cache: HIT) with no upstream call.
+`, cfg.Archive.Path)
+	}
 	for _, t := range cfg.Teams {
 		fmt.Fprintf(w, "\nTeam %q (%s; %s):\n", t.Name, teamNetworks(t), teamFeeds(t))
 		for _, k := range t.Keys {

@@ -4,13 +4,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/server"
 	"streamgate/upstreamsim"
@@ -48,5 +53,52 @@ func TestDemoBannerPrintsEveryTeamsKey(t *testing.T) {
 	assert.Contains(t, banner, "go run ./cmd/streamgate get -decode -url http://")
 	for _, sc := range upstreamsim.Schemas {
 		assert.Regexp(t, `(?m)^  `+sc.String()+` +0x`+fmt.Sprintf("%04x", uint16(sc))+`[0-9a-f]{60}  \S+$`, banner, "a stream of %s", sc)
+	}
+}
+
+// TestDemoArchivesAcrossRestarts: the demo archives into a Pebble
+// directory of its own in the user's cache directory; a report fetched in
+// one run is served from there in the next, with no upstream call.
+func TestDemoArchivesAcrossRestarts(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	var target, first string
+	for run := range 2 {
+		cfg, _, err := demoSetup()
+		require.NoError(t, err)
+		require.Equal(t, config.ArchiveBackendPebble, cfg.Archive.Backend)
+		require.True(t, strings.HasSuffix(cfg.Archive.Path, "/streamgate/demo-archive"), cfg.Archive.Path)
+		cfg.Server.AdminListen = ""
+		for _, n := range cfg.Networks {
+			n.Listen = "127.0.0.1:0"
+		}
+		srv, err := server.New(cfg, server.Options{})
+		require.NoError(t, err)
+		srv.Start()
+		<-srv.Warmed()
+		if target == "" {
+			target = fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", exampleFeed(srv.Simulator()), time.Now().Unix()-30)
+		}
+		srv.Simulator().ResetCounters()
+		req, err := http.NewRequest(http.MethodGet, "http://"+srv.Addr("mainnet")+target, nil)
+		require.NoError(t, err)
+		auth.Sign(req, config.DemoKeyID, []byte(config.DemoKeySecret), time.Now())
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		calls := srv.Simulator().Counters().Sum(func(c upstreamsim.Count) bool { return c.Endpoint == upstreamsim.EndpointReport })
+		if run == 0 {
+			first = string(body)
+			assert.Equal(t, "MISS", resp.Header.Get("X-Cache"))
+			require.NoError(t, srv.FlushArchive(context.Background()))
+		} else {
+			assert.Equal(t, "HIT", resp.Header.Get("X-Cache"))
+			assert.Equal(t, int64(0), calls)
+			assert.Equal(t, first, string(body))
+		}
+		_ = srv.Close()
 	}
 }

@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"streamgate/archive"
+	"streamgate/cache"
+	"streamgate/don"
+	"streamgate/feedid"
+	"streamgate/realtime"
+)
+
+// What feeds the archive besides the REST answers: the stream's reports
+// (the hub hands each new one, realtime.Config.Frames) and an operator's
+// fills (archive.Filler, through the page path).
+
+// ArchiveFrames returns what the real-time hub of network name hands each
+// new report to (realtime.Config.Frames): the report kept in the archive
+// as a REST answer's is (verified under the rules in force, within the
+// retention, the upstream's bytes), queued, never waited on. nil for a
+// network the gateway does not serve. The hub's connections are the
+// organisation's, so are its reports.
+func (g *Gateway) ArchiveFrames(name string) func(realtime.Frame) {
+	n := g.networks[name]
+	if n == nil {
+		return nil
+	}
+	return func(f realtime.Frame) {
+		t := n.report.arch // set by UseArchive, before the hubs start
+		if t == nil {
+			return
+		}
+		rec, raw, err := don.ReadReport(f.Bytes)
+		if err != nil {
+			return
+		}
+		t.keep(n.org, &rec, raw)
+	}
+}
+
+// ArchivePages returns the page source of the archive's fills
+// (archive.Filler): the upstream's page of a stream through the same path
+// as a client's page request (the cache, the shared tier and the archive
+// first; the upstream's answer verified, kept in the caches and the
+// archive, its span recorded), each upstream call waiting first for a
+// token of the budget's fill share (upstream.waitFillShare), under the
+// organisation's credential. Its reports are those the answer holds.
+func (g *Gateway) ArchivePages() archive.PageSource {
+	return func(ctx context.Context, network string, stream feedid.ID, start uint32, limit int) ([]archive.Report, error) {
+		n := g.networks[network]
+		if n == nil {
+			return nil, fmt.Errorf("proxy: archive fill: no network %q", network)
+		}
+		s := n.page
+		feed, from := string(stream), int64(start)
+		target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(from, 10) + "&limit=" + strconv.Itoa(limit)
+		key := cache.PageKey(s.network, n.org.scope, feed, from, limit)
+		var fromArchive atomic.Bool
+		e, _, err := s.store.LoadFrom(ctx, key, cache.Source{Check: s.records.storedPage(feed, from),
+			Fill: archiveFirst(&fromArchive, func(ctx context.Context) []byte { return s.arch.page(ctx, n.org, feed, from, limit) },
+				func(body []byte) *cache.Entry {
+					return &cache.Entry{Status: http.StatusOK, Body: body, Stored: s.now()}
+				},
+				func(ctx context.Context) (*cache.Entry, error) {
+					if err := n.up.waitFillShare(ctx, n.org); err != nil {
+						return nil, err
+					}
+					return s.fill(ctx, nil, target, n.org, feed, from, limit)
+				})})
+		if err != nil {
+			return nil, err
+		}
+		if e.Status != http.StatusOK {
+			if e.Status == http.StatusNotFound {
+				return nil, nil // no report from start: an empty page
+			}
+			return nil, fmt.Errorf("proxy: archive fill: the upstream answered %d", e.Status)
+		}
+		recs, raws, err := parsePage(e.Body, feed, from)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]archive.Report, 0, len(recs))
+		for i := range recs {
+			// Mode report serves a report that failed; a fill keeps only
+			// what passed, and a page with one that did not proves no span.
+			if t := n.report.arch; t == nil || !t.passed(&recs[i]) {
+				return nil, fmt.Errorf("proxy: archive fill: the page from %d holds a report that did not pass verification (at %d)", start, recs[i].ObservationsTimestamp)
+			}
+			r, err := archive.FromRecord(network, recs[i], raws[i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+}
