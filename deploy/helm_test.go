@@ -593,7 +593,7 @@ func TestHelmChart(t *testing.T) {
 			cfg := r.checkConfig(t)
 			checkRelease(t, r, cfg)
 			if strings.Contains(r.renderedConfig(t), "archive") {
-				t.Error("the configuration has an archive block, which today's gateway refuses: it must be off unless enabled")
+				t.Error("the configuration has an archive block: the archive must be off unless enabled")
 			}
 			if r.notes == "" {
 				t.Error("NOTES.txt renders nothing")
@@ -935,9 +935,8 @@ func TestHelmRedisForms(t *testing.T) {
 	}
 }
 
-// TestHelmArchive renders the archive, off by default, in its two backends.
-// Today's gateway refuses an archive block (a gateway version with the
-// archive reads it), so the rendered block is checked as YAML here.
+// TestHelmArchive renders the archive, off by default, in its two backends,
+// each configuration passing streamgate check.
 func TestHelmArchive(t *testing.T) {
 	archiveOf := func(t *testing.T, r *release) map[string]any {
 		t.Helper()
@@ -953,6 +952,9 @@ func TestHelmArchive(t *testing.T) {
 		a := archiveOf(t, r)
 		if a["backend"] != "pebble" || a["path"] != "/var/lib/streamgate/archive" {
 			t.Errorf("archive block %v", a)
+		}
+		if cfg := r.checkConfig(t); cfg.Archive.Backend != config.ArchiveBackendPebble {
+			t.Errorf("the checked configuration's archive backend %q", cfg.Archive.Backend)
 		}
 		gw, ctr := r.gateway(t)
 		pvc := must(t, "PersistentVolumeClaim", r.pvcs, releaseName+"-archive")
@@ -983,9 +985,15 @@ func TestHelmArchive(t *testing.T) {
 				"passwordSecret": map[string]any{"name": "streamgate-postgres", "key": "password"}},
 		}}))
 		a := archiveOf(t, r)
-		file, _ := a["password_file"].(string)
-		if a["backend"] != "postgres" || a["url"] == "" || file == "" {
+		pg, _ := a["postgres"].(map[string]any)
+		file, _ := pg["password_file"].(string)
+		if a["backend"] != "postgres" || pg["url"] == "" || file == "" {
 			t.Fatalf("archive block %v", a)
+		}
+		cfg := r.checkConfig(t)
+		if cfg.Archive.Backend != config.ArchiveBackendPostgres || cfg.Archive.Postgres.Password.Reveal() == "" {
+			t.Errorf("the checked configuration's archive: backend %q, a password read from its file: %v",
+				cfg.Archive.Backend, cfg.Archive.Postgres.Password.Reveal() != "")
 		}
 		gw, ctr := r.gateway(t)
 		keys, ok := secretDirs(gw, ctr)[filepath.Dir(file)]

@@ -144,10 +144,11 @@ The configuration file: .Values.config with the keys the chart owns.
 {{- if not .Values.archive.postgres.url }}
 {{- fail "archive.postgres.url is required with backend postgres" }}
 {{- end }}
-{{- $_ := set $a "url" .Values.archive.postgres.url }}
+{{- $pg := dict "url" .Values.archive.postgres.url }}
 {{- if .Values.archive.postgres.passwordSecret.name }}
-{{- $_ := set $a "password_file" (printf "%s/%s" .Values.archive.postgres.mountPath .Values.archive.postgres.passwordSecret.key) }}
+{{- $_ := set $pg "password_file" (printf "%s/%s" .Values.archive.postgres.mountPath .Values.archive.postgres.passwordSecret.key) }}
 {{- end }}
+{{- $_ := set $a "postgres" $pg }}
 {{- else }}
 {{- fail (printf "archive.backend %q: pebble or postgres" .Values.archive.backend) }}
 {{- end }}
