@@ -119,6 +119,8 @@ func (s *Server) statusFacts() status.Facts {
 	f := status.Facts{Version: s.version, LoadedAt: *s.loadedAt.Load(), LastReload: s.reloaded.Load(), MaxBytes: int64(cfg.Cache.MaxBytes)}
 	f.Redis = s.redisDegraded()
 	f.Archive = s.arch.degraded()
+	f.ArchiveState = s.arch.state()
+	today := s.usageToday()
 	for _, name := range cfg.NetworkNames() {
 		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
 		if h := s.hubs[name]; h != nil {
@@ -134,6 +136,10 @@ func (s *Server) statusFacts() status.Facts {
 				ti.DailyUsed = &n
 			}
 			cancel()
+		}
+		if row, ok := today[t.Name]; ok || today != nil {
+			ti.Today = &status.UsageToday{Requests: row.Requests, Reports: row.Reports, Frames: row.Frames,
+				UpstreamCalls: row.UpstreamCalls, Bytes: row.Bytes}
 		}
 		f.Teams = append(f.Teams, ti)
 	}

@@ -16,6 +16,7 @@ import (
 	"streamgate/config"
 	"streamgate/internal/apierror"
 	"streamgate/proxy"
+	"streamgate/status"
 )
 
 // The archive (config archive): the server opens its store (Pebble at
@@ -87,6 +88,23 @@ func (a *archiveRun) serveFills(pages archive.PageSource, networks []string) {
 			f.Run(ctx)
 		}()
 	})
+}
+
+// state is the status page's view of the archive: its backend, whether it
+// is open, and the fills with their progress; nil when it is off.
+func (a *archiveRun) state() *status.ArchiveState {
+	if a == nil {
+		return nil
+	}
+	st := &status.ArchiveState{Backend: string(a.cfg.Backend), Open: a.current() != nil}
+	if h := a.admin.Load(); h != nil && h.Filler != nil {
+		for _, p := range h.Filler.Progress() {
+			st.Fills = append(st.Fills, status.ArchiveFill{ID: p.ID, Network: p.Network, FeedID: string(p.Stream),
+				From: p.From, To: p.To, State: p.State, Covered: p.Covered, Seconds: p.Seconds(),
+				Pages: p.Pages, Reports: p.Reports, Error: p.Error})
+		}
+	}
+	return st
 }
 
 // adminHandler serves the archive's operator endpoints; 503 while the

@@ -59,6 +59,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		snap.Networks = append(snap.Networks, s.network(w, n))
 	}
 	snap.Teams = s.teams(f.Teams, w.cur)
+	snap.Archive = archiveSection(f.ArchiveState, w.cur)
 	snap.Health = s.health(snap, w.cur, w.minute, w.five, f.Redis, f.Archive)
 	return snap
 }
@@ -278,7 +279,7 @@ func (s *Sampler) teams(configured []TeamInfo, cur *sample) []Team {
 	}
 	for _, ti := range configured {
 		t := team(ti.Name)
-		t.DailyQuota, t.DailyUsed = ti.DailyQuota, ti.DailyUsed
+		t.DailyQuota, t.DailyUsed, t.Today = ti.DailyQuota, ti.DailyUsed, ti.Today
 	}
 	for _, p := range cur.points {
 		switch p.name {
@@ -298,4 +299,27 @@ func (s *Sampler) teams(configured []TeamInfo, cur *sample) []Team {
 		out = append(out, *t)
 	}
 	return out
+}
+
+// The archive's gauges (archive.Metrics).
+const (
+	metricArchiveReports = "streamgate_archive_reports"
+	metricArchiveDisk    = "streamgate_archive_disk_bytes"
+	metricArchiveSpans   = "streamgate_archive_coverage_spans"
+)
+
+// archiveSection is the archive's state with what its gauges say; nil
+// when it is off.
+func archiveSection(st *ArchiveState, cur *sample) *Archive {
+	if st == nil {
+		return nil
+	}
+	a := &Archive{ArchiveState: *st}
+	if a.Fills == nil {
+		a.Fills = []ArchiveFill{}
+	}
+	a.Reports = int64(cur.sum(metricArchiveReports, nil, nil))
+	a.BytesOnDisk = int64(cur.sum(metricArchiveDisk, nil, nil))
+	a.Spans = int64(cur.sum(metricArchiveSpans, nil, nil))
+	return a
 }

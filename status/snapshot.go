@@ -22,6 +22,8 @@ type Snapshot struct {
 	Cache          Cache     `json:"cache"`
 	Networks       []Network `json:"networks"`
 	Teams          []Team    `json:"teams"`
+	// Archive is the archive's state; absent when it is off.
+	Archive *Archive `json:"archive,omitempty"`
 	// HitRatio is the cache hit ratio per sample interval, oldest first.
 	HitRatio []float64 `json:"hit_ratio_series"`
 	// FreeShare is Cache.Free.Share per sample interval, oldest first.
@@ -203,6 +205,9 @@ type Team struct {
 	// replica with the redis backend; absent when the team has no quota
 	// or it could not be read.
 	DailyUsed *int64 `json:"daily_used,omitempty"`
+	// Today is the usage ledger's row of the team today (UTC), every
+	// replica's with Redis; absent when it could not be read.
+	Today *UsageToday `json:"usage_today,omitempty"`
 }
 
 func isHit(result string) bool { return result == "hit" || result == "stale" || result == "negative" }
@@ -224,4 +229,13 @@ func class(code string) string {
 		return code[:1] + "xx"
 	}
 	return "other"
+}
+
+// Archive is the archive on the page: its backend, what it holds (its
+// gauges, measured every minute) and the operator's fills.
+type Archive struct {
+	ArchiveState
+	Reports     int64 `json:"reports"`
+	BytesOnDisk int64 `json:"bytes_on_disk"`
+	Spans       int64 `json:"coverage_spans"`
 }

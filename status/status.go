@@ -45,6 +45,42 @@ type TeamInfo struct {
 	// DailyUsed is the quota's own count today (in Redis: every
 	// replica's), when it could be read; nil: unknown.
 	DailyUsed *int64
+	// Today is the usage ledger's count of the team today (UTC): every
+	// replica's with Redis; nil when it could not be read.
+	Today *UsageToday
+}
+
+// UsageToday is a team's row of the usage ledger for today, over every
+// network.
+type UsageToday struct {
+	Requests      int64 `json:"requests"`
+	Reports       int64 `json:"reports"`
+	Frames        int64 `json:"frames"`
+	UpstreamCalls int64 `json:"upstream_calls"`
+	Bytes         int64 `json:"bytes"`
+}
+
+// ArchiveState is what the page shows of the archive besides its
+// metrics: its backend and the operator's fills.
+type ArchiveState struct {
+	Backend string        `json:"backend"`
+	Open    bool          `json:"open"`
+	Fills   []ArchiveFill `json:"fills"`
+}
+
+// ArchiveFill is one fill job and its progress.
+type ArchiveFill struct {
+	ID      string `json:"id"`
+	Network string `json:"network"`
+	FeedID  string `json:"feed_id"`
+	From    uint32 `json:"from"`
+	To      uint32 `json:"to"`
+	State   string `json:"state"`
+	Covered uint64 `json:"covered_seconds"`
+	Seconds uint64 `json:"seconds"`
+	Pages   int64  `json:"pages"`
+	Reports int64  `json:"reports"`
+	Error   string `json:"error,omitempty"`
 }
 
 // NetworkInfo is what the configuration says of a network.
@@ -71,6 +107,9 @@ type Facts struct {
 	// Archive says what is wrong with the archive now ("archive: reads
 	// fail (timeout); …"); empty while nothing is, or it is off.
 	Archive []string
+	// ArchiveState is the archive's backend and fills; nil when it is
+	// off.
+	ArchiveState *ArchiveState
 }
 
 // Reload is the outcome of the last reload.
@@ -194,6 +233,9 @@ type sample struct {
 
 // families are the metric families the sampler keeps.
 var families = map[string]bool{
+	metricArchiveReports:              true,
+	metricArchiveDisk:                 true,
+	metricArchiveSpans:                true,
 	proxy.MetricRequests:              true,
 	proxy.MetricCacheResults:          true,
 	cache.MetricBytes:                 true,
