@@ -21,7 +21,8 @@ var notRegistered = map[string]bool{status.MetricGapsUnfilled: true}
 
 // Every metric family the status page reads is registered by a running
 // gateway, under that name: one with everything that registers metrics on
-// (the limits and the shared cache tier in Redis, the real-time hubs).
+// (the limits and the shared cache tier in Redis, the real-time hubs, the
+// archive).
 // The registry's descriptors are read, so a metric counts before it has
 // a sample.
 func TestReadMetricsAreRegistered(t *testing.T) {
@@ -31,6 +32,7 @@ func TestReadMetricsAreRegistered(t *testing.T) {
 		c.RateLimit.Redis.URL = limits.URL()
 		c.Cache.Shared = config.SharedCache{Backend: config.SharedRedis, URL: cache.URL(),
 			TTL: time.Hour, MaxEntryBytes: config.MiB, Lease: 2 * time.Second}
+		c.Archive.Backend, c.Archive.Path = config.ArchiveBackendPebble, t.TempDir()
 	}})
 
 	fqName := regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
