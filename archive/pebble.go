@@ -44,6 +44,10 @@ type PebbleOptions struct {
 // Pebble is the Store in a local Pebble directory. Writes and coverage
 // changes are serialised in the process (which owns the directory), so a
 // duplicate's check and a span's merge see what the previous call left.
+// Its methods are above 20 because it is one store behind three
+// interfaces of the archive: Store (the reports and their coverage),
+// RollupReader (the candles' rollups, written with the reports) and
+// JobStore (the fills), each in its own file.
 type Pebble struct {
 	db      *pebble.DB
 	lock    *pebble.Lock

@@ -70,7 +70,8 @@ const (
 
 // Postgres is the Store in PostgreSQL, shared by the replicas: one reports
 // table partitioned by day of observations_ts, keyed by (network, stream,
-// observations_ts), and a coverage table.
+// observations_ts), and a coverage table. Like Pebble, it is one store
+// behind Store, RollupReader and JobStore, hence more than 20 methods.
 type Postgres struct {
 	pool    *pgxpool.Pool
 	metrics *Metrics

@@ -126,7 +126,7 @@ func (a *archiveRun) adminHandler() http.Handler {
 // startArchive opens cfg's archive, or returns nil when it is off. A
 // Pebble directory that cannot be opened (held by another process, not
 // writable) is an error: the server does not start.
-func (s *assembly) startArchive(cfg *config.Config, now func() time.Time) (*archiveRun, error) {
+func startArchive(s *assembly, cfg *config.Config, now func() time.Time) (*archiveRun, error) {
 	ac := cfg.Archive
 	if ac.Backend == config.ArchiveBackendOff {
 		return nil, nil

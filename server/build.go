@@ -250,7 +250,7 @@ func (b *build) gateway() (err error) {
 // it to the gateway, which reads it before the upstream and keeps in it
 // what it verified (proxy.Archive).
 func (b *build) archiveStore() (err error) {
-	if b.arch, err = b.startArchive(b.cfg, b.opts.Now); err != nil {
+	if b.arch, err = startArchive(b.assembly, b.cfg, b.opts.Now); err != nil {
 		return err
 	}
 	if b.arch == nil {
