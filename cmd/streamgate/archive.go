@@ -27,7 +27,8 @@ const archiveUsage = `usage: streamgate archive COMMAND [flags]
           decoded view) or CSV (its times and decoded fields)
 
 T is unix seconds or an RFC 3339 time; -to defaults to now. Every command
-calls the admin listener given by -admin (env STREAMGATE_ADMIN).
+calls the admin listener given by -admin (env STREAMGATE_ADMIN), with the
+admin token of env STREAMGATE_ADMIN_TOKEN when the listener asks for one.
 `
 
 // archiveCmd runs `streamgate archive …` against a gateway's admin
@@ -114,7 +115,7 @@ func spanQuery(network, feed, from, to string) string {
 // adminJSON sends a request and decodes its JSON answer into v; an error
 // answer is returned with its message.
 func adminJSON(ctx context.Context, c *http.Client, method, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	req, err := adminRequest(ctx, method, u)
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func waitFill(ctx context.Context, c *http.Client, base, id string, stdout io.Wr
 }
 
 func exportSpan(ctx context.Context, c *http.Client, u string, w, stderr io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := adminRequest(ctx, http.MethodGet, u)
 	if err != nil {
 		return err
 	}
@@ -211,4 +212,17 @@ func exportSpan(ctx context.Context, c *http.Client, u string, w, stderr io.Writ
 	}
 	fmt.Fprintf(stderr, "%s reports exported\n", resp.Trailer.Get("X-Archive-Reports"))
 	return nil
+}
+
+// adminRequest is a request to the admin listener, with its token
+// (STREAMGATE_ADMIN_TOKEN) when one is set, as streamgate usage sends it.
+func adminRequest(ctx context.Context, method, u string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bad -admin URL: %w", err)
+	}
+	if tok := os.Getenv("STREAMGATE_ADMIN_TOKEN"); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return req, nil
 }

@@ -19,7 +19,11 @@ import (
 
 	"streamgate/archive"
 	"streamgate/feedid"
+	"streamgate/status"
 )
+
+// archiveToken is the admin listener's token in the archive command's test.
+const archiveToken = "archive-test-token-0123456789"
 
 // archiveAdmin serves archive.Admin over a Pebble store whose fills read
 // a history of one real testnet report's bytes at every second.
@@ -52,7 +56,7 @@ func archiveAdmin(t *testing.T) (url string, stream feedid.ID, pages *atomic.Int
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	srv := httptest.NewServer(&archive.Admin{Store: store, Filler: f, Networks: []string{"testnet"}})
+	srv := httptest.NewServer(status.RequireToken(archiveToken, &archive.Admin{Store: store, Filler: f, Networks: []string{"testnet"}}))
 	t.Cleanup(srv.Close)
 	return srv.URL, stream, pages
 }
@@ -64,23 +68,27 @@ func archiveAdmin(t *testing.T) (url string, stream feedid.ID, pages *atomic.Int
 func TestArchiveCommands(t *testing.T) {
 	t.Parallel()
 	admin, stream, pages := archiveAdmin(t)
+	tokenEnv := []string{"STREAMGATE_ADMIN_TOKEN=" + archiveToken}
+	_, stderr, code := runTool(t, nil, "archive", "fills", "-admin", admin)
+	assert.Equal(t, 1, code, "without the admin token")
+	assert.Contains(t, stderr, "401")
 	to := time.Now().Add(-2 * time.Minute).Unix()
 	from := to - 249
 	span := []string{"-admin", admin, "-network", "testnet", "-feed", string(stream), "-from", strconv.FormatInt(from, 10), "-to", strconv.FormatInt(to, 10)}
 
-	stdout, stderr, code := runTool(t, nil, append([]string{"archive", "fill", "-wait"}, span...)...)
+	stdout, stderr, code := runTool(t, tokenEnv, append([]string{"archive", "fill", "-wait"}, span...)...)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "250 seconds")
 	assert.Contains(t, stdout, "done, 250 of 250 seconds covered, 3 pages")
 	assert.Equal(t, int64(3), pages.Load())
 
-	stdout, stderr, code = runTool(t, nil, "archive", "fills", "-admin", admin)
+	stdout, stderr, code = runTool(t, tokenEnv, "archive", "fills", "-admin", admin)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "STATE")
 	assert.Contains(t, stdout, "250/250")
 
 	out := filepath.Join(t.TempDir(), "span.csv")
-	_, stderr, code = runTool(t, nil, append([]string{"archive", "export", "-format", "csv", "-o", out}, span...)...)
+	_, stderr, code = runTool(t, tokenEnv, append([]string{"archive", "export", "-format", "csv", "-o", out}, span...)...)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stderr, "250 reports exported")
 	f, err := os.Open(out)
@@ -93,11 +101,11 @@ func TestArchiveCommands(t *testing.T) {
 	assert.Equal(t, strconv.FormatInt(from, 10), rows[1][2])
 	assert.Equal(t, strconv.FormatInt(to, 10), rows[250][2])
 
-	_, stderr, code = runTool(t, nil, "archive", "fill", "-admin", admin, "-network", "mainnet", "-feed", string(stream), "-from", "1")
+	_, stderr, code = runTool(t, tokenEnv, "archive", "fill", "-admin", admin, "-network", "mainnet", "-feed", string(stream), "-from", "1")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "400 Bad Request: parameter network must be one of testnet")
 
-	_, stderr, code = runTool(t, nil, "archive", "nope")
+	_, stderr, code = runTool(t, tokenEnv, "archive", "nope")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "unknown command")
 }
