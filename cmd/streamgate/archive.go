@@ -46,6 +46,9 @@ func archiveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", envOr("STREAMGATE_ADMIN", "http://127.0.0.1:9090"), "the gateway's admin listener (env STREAMGATE_ADMIN)")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout (export: per answer, which is streamed)")
+	caFile := fs.String("cacert", os.Getenv("STREAMGATE_CACERT"), "PEM CA certificates to trust for an https:// admin listener (env STREAMGATE_CACERT)")
+	certFile := fs.String("cert", os.Getenv("STREAMGATE_CERT"), "PEM client certificate, for an admin listener that asks for one (env STREAMGATE_CERT)")
+	keyFile := fs.String("certkey", os.Getenv("STREAMGATE_CERTKEY"), "the client certificate's PEM private key (env STREAMGATE_CERTKEY)")
 	var network, feed, from, to, format, out *string
 	var wait *bool
 	switch sub {
@@ -69,7 +72,11 @@ func archiveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageError{code: 2}
 	}
 	base := strings.TrimRight(*admin, "/")
-	client := &http.Client{Timeout: *timeout}
+	tlsClient, err := getClient(*caFile, *certFile, *keyFile)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: tlsClient.Transport, Timeout: *timeout}
 	switch sub {
 	case "fills":
 		return printFills(ctx, client, base, stdout)

@@ -71,12 +71,9 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	req, err := adminRequest(ctx, http.MethodGet, target)
 	if err != nil {
-		return fmt.Errorf("bad -admin URL: %w", err)
-	}
-	if tok := os.Getenv("STREAMGATE_ADMIN_TOKEN"); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+		return err
 	}
 	client, err := getClient(*caFile, *certFile, *keyFile)
 	if err != nil {
@@ -92,11 +89,7 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Message string }
-		if json.Unmarshal(body, &e) == nil && e.Message != "" {
-			return fmt.Errorf("%s: %s", resp.Status, e.Message)
-		}
-		return fmt.Errorf("%s", resp.Status)
+		return adminError(resp.StatusCode, body)
 	}
 	var ans struct {
 		From, To string
