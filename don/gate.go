@@ -23,6 +23,7 @@ const (
 	EntryUpstream = "upstream" // an upstream REST answer
 	EntryStream   = "stream"   // a WebSocket frame (the upstream's, or another replica's through Redis)
 	EntryShared   = "shared"   // an entry of the shared cache tier
+	EntryArchive  = "archive"  // a report read back from the archive
 )
 
 // Metrics are the counters of every Gate of a process.
@@ -36,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		verified: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_reports_verified_total",
-			Help: "Reports whose DON signatures were verified where they entered (upstream answer, stream frame, shared-tier entry).",
+			Help: "Reports whose DON signatures were verified where they entered (upstream answer, stream frame, shared-tier entry, report read from the archive).",
 		}, []string{"network", "entry"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "streamgate_report_verification_failures_total",

@@ -25,7 +25,7 @@ import (
 //
 // Only what passed verification under the rules in force enters it
 // (keep), and every report read from it is verified again as it enters
-// the cache (entryArchive), so that a stricter rule applies to what is
+// the cache (don.EntryArchive), so that a stricter rule applies to what is
 // read from then on, and whoever can write to a shared database cannot
 // have a report served that the DON did not sign. It serves and keeps
 // only the organisation's credential's answers: a team's own credential
@@ -36,9 +36,6 @@ import (
 // A store that is down or slow never holds a request: a read has
 // ReadTimeout and then the request goes on to the upstream; writes go
 // through the Writer's bounded queue.
-
-// entryArchive labels the verifications of reports read from the archive.
-const entryArchive = "archive"
 
 // Archive is the archive a Gateway serves from and keeps in
 // (Gateway.UseArchive). Its store and writer are set with Open, when the
@@ -180,7 +177,7 @@ func (t *archiveTier) verified(r *archive.Report) bool {
 	if t.gate == nil {
 		return true
 	}
-	_, ok := t.gate.Check(entryArchive, r.Record())
+	_, ok := t.gate.Check(don.EntryArchive, r.Record())
 	return ok
 }
 
