@@ -56,7 +56,7 @@ func TestQueryFilledOnBothStores(t *testing.T) {
 			var calls atomic.Int64
 			var fail atomic.Bool
 			fill := candles.Fill{Pages: simPages(t, func(ts int64) archive.Report { return all[ts-int64(base)] }, &calls, &fail),
-				MaxPages: 4, PageLimit: 100}
+				MaxPages: 4, PageLimit: 100, Wait: 10 * time.Minute} // the pages the bound, never the time
 			rq := request(t, id, "1", "", base, base+1199)
 
 			// Fail first: nothing filled, the hole's bars missing.
@@ -108,7 +108,8 @@ func TestQueryFilledSettles(t *testing.T) {
 	st := stores(t)[0]
 	var calls atomic.Int64
 	var fail atomic.Bool
-	fill := candles.Fill{Pages: simPages(t, func(ts int64) archive.Report { return simReport(t, sim, id, ts) }, &calls, &fail)}
+	fill := candles.Fill{Pages: simPages(t, func(ts int64) archive.Report { return simReport(t, sim, id, ts) }, &calls, &fail),
+		Wait: 10 * time.Minute}
 	ctx := context.Background()
 	res, done, err := candles.QueryFilled(ctx, st.s, network, request(t, id, "1", "", base, base+600), now, fill)
 	require.NoError(t, err)
