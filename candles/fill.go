@@ -109,17 +109,17 @@ func fill(ctx context.Context, src FillStore, network string, rq Request, now ti
 	if len(holes) == 0 {
 		return done
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.Wait)
+	wait, cancel := context.WithTimeout(ctx, f.Wait)
 	defer cancel()
 	for _, h := range holes {
 		for {
-			if done.Pages >= f.MaxPages || ctx.Err() != nil {
+			if done.Pages >= f.MaxPages || wait.Err() != nil {
 				done.Err = ErrFillBound
 				return done
 			}
-			next, err := fillPage(ctx, src, f.Pages, network, rq, h, f.PageLimit, &done)
+			next, err := fillPage(ctx, wait, src, f.Pages, network, rq, h, f.PageLimit, &done)
 			if err != nil {
-				if ctx.Err() != nil {
+				if wait.Err() != nil {
 					err = ErrFillBound
 				}
 				done.Err = err
@@ -140,8 +140,10 @@ func fill(ctx context.Context, src FillStore, network string, rq Request, now ti
 // hole.From up to the time it was asked (after hole.To, which is
 // archive.FillSettle before now), so it covers the whole hole. It returns
 // where the hole goes on (nil: it is covered).
-func fillPage(ctx context.Context, src FillStore, pages archive.PageSource, network string, rq Request, hole archive.Span, limit int, done *Filled) (*uint32, error) {
-	reports, err := pages(ctx, network, rq.Stream, hole.From, limit)
+// The page is awaited within wait (the fill's bound); a page fetched is
+// written within ctx (the request's), so that none is lost to the bound.
+func fillPage(ctx, wait context.Context, src FillStore, pages archive.PageSource, network string, rq Request, hole archive.Span, limit int, done *Filled) (*uint32, error) {
+	reports, err := pages(wait, network, rq.Stream, hole.From, limit)
 	if err != nil {
 		return nil, err
 	}

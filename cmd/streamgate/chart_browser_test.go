@@ -141,7 +141,7 @@ teams:
 			return false
 		}
 		for _, s := range snap.Archive.Streams {
-			if s.FeedID == feed && s.Network == "testnet" && s.Last >= uint32(to) {
+			if s.FeedID == feed && s.Network == "testnet" && s.Last >= uint32(to) && s.Covered >= 900 {
 				listed = s // a sample after the fill
 				return true
 			}
