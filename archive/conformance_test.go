@@ -271,6 +271,35 @@ func conformance(t *testing.T, open func(t *testing.T) Store) {
 		require.NoError(t, err)
 		assert.Equal(t, 1, res.Written)
 	})
+
+	t.Run("Streams", func(t *testing.T) {
+		s := open(t)
+		got, err := s.Streams(ctx, net)
+		require.NoError(t, err)
+		assert.Empty(t, got, "an empty store has no stream")
+		_, err = s.Write(ctx, []Report{report(t, net, 3, 2000, 1), report(t, net, 1, 1005, 1), report(t, net, 1, 1000, 1),
+			report(t, net, 1, 1003, 1), report(t, "mainnet", 4, 1000, 1)})
+		require.NoError(t, err)
+		require.NoError(t, s.AddCoverage(ctx, net, stream(1), Span{1000, 1009}))
+		require.NoError(t, s.AddCoverage(ctx, net, stream(1), Span{1020, 1029}))
+		require.NoError(t, s.AddCoverage(ctx, net, stream(2), Span{500, 599}))
+		require.NoError(t, s.AddCoverage(ctx, "mainnet", stream(5), Span{1, 1}))
+		got, err = s.Streams(ctx, net)
+		require.NoError(t, err)
+		assert.Equal(t, []StreamInfo{
+			{Stream: stream(1), Reports: true, First: 1000, Last: 1005, Spans: 2, Covered: 20},
+			{Stream: stream(2), Spans: 1, Covered: 100}, // coverage without a report
+			{Stream: stream(3), Reports: true, First: 2000, Last: 2000},
+		}, got, "every stream of the network, by ID, none of another network's")
+		got, err = s.Streams(ctx, "mainnet")
+		require.NoError(t, err)
+		assert.Equal(t, []StreamInfo{
+			{Stream: stream(4), Reports: true, First: 1000, Last: 1000},
+			{Stream: stream(5), Spans: 1, Covered: 1},
+		}, got)
+		_, err = s.Streams(ctx, "Not A Network")
+		require.Error(t, err)
+	})
 }
 
 // ID is feedid.ID, shorter in the tables above.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -522,4 +523,66 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 		l.log.Error(fmt.Sprintf(format, args...), zap.String("component", "archive.pebble"))
 	}
 	panic(fmt.Sprintf("archive: pebble: "+format, args...))
+}
+
+// Streams implements Store: the runs of network's reports and coverage,
+// each stream one seek past the last (its first and last report two
+// more), never a scan of its reports.
+func (p *Pebble) Streams(_ context.Context, network string) ([]StreamInfo, error) {
+	if !validNetwork(network) {
+		return nil, fmt.Errorf("archive: network %q is not a network name", network)
+	}
+	byStream := map[[32]byte]*StreamInfo{}
+	var order [][32]byte
+	info := func(sb [32]byte) *StreamInfo {
+		si := byStream[sb]
+		if si == nil {
+			si = &StreamInfo{Stream: streamID(sb[:])}
+			byStream[sb] = si
+			order = append(order, sb)
+		}
+		return si
+	}
+	for _, space := range []byte{spaceReports, spaceCoverage} {
+		lo := append(append([]byte{space}, network...), 0)
+		it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: append(append([]byte{space}, network...), 1)})
+		if err != nil {
+			p.metrics.failed("read", err)
+			return nil, fmt.Errorf("archive: pebble: %w", err)
+		}
+		for ok := it.First(); ok; {
+			k := it.Key()
+			if len(k) != len(lo)+32+4 {
+				ok = it.Next()
+				continue
+			}
+			var sb [32]byte
+			copy(sb[:], k[len(lo):])
+			prefix := runKey(nil, space, network, sb)
+			si := info(sb)
+			if space == spaceReports {
+				si.Reports, si.First = true, binary.BigEndian.Uint32(k[len(prefix):])
+				if it.SeekLT(runEnd(prefix)) {
+					si.Last = binary.BigEndian.Uint32(it.Key()[len(prefix):])
+				}
+				ok = it.SeekGE(runEnd(prefix))
+				continue
+			}
+			for ; ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+				k, v := it.Key(), it.Value()
+				si.Spans++
+				si.Covered += uint64(binary.BigEndian.Uint32(v)) - uint64(binary.BigEndian.Uint32(k[len(prefix):])) + 1
+			}
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			p.metrics.failed("read", err)
+			return nil, fmt.Errorf("archive: pebble: %w", err)
+		}
+	}
+	slices.SortFunc(order, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
+	out := make([]StreamInfo, 0, len(order))
+	for _, sb := range order {
+		out = append(out, *byStream[sb])
+	}
+	return out, nil
 }

@@ -531,3 +531,53 @@ func (p *Postgres) Close() error {
 	p.pool.Close()
 	return nil
 }
+
+// Streams implements Store: the streams of network's coverage and, one
+// index probe a stream (a loose scan of the reports' primary key), of its
+// reports; each stream's oldest and newest report and its coverage.
+func (p *Postgres) Streams(ctx context.Context, network string) ([]StreamInfo, error) {
+	if !validNetwork(network) {
+		return nil, fmt.Errorf("archive: network %q is not a network name", network)
+	}
+	rows, err := p.pool.Query(ctx, `WITH RECURSIVE r(stream) AS (
+	(SELECT stream FROM archive_reports WHERE network = $1 ORDER BY stream LIMIT 1)
+	UNION ALL
+	SELECT (SELECT a.stream FROM archive_reports a WHERE a.network = $1 AND a.stream > r.stream ORDER BY a.stream LIMIT 1)
+	FROM r WHERE r.stream IS NOT NULL
+), s(stream) AS (
+	SELECT stream FROM r WHERE stream IS NOT NULL
+	UNION
+	SELECT DISTINCT stream FROM archive_coverage WHERE network = $1
+)
+SELECT s.stream,
+	(SELECT min(observations_ts) FROM archive_reports a WHERE a.network = $1 AND a.stream = s.stream),
+	(SELECT max(observations_ts) FROM archive_reports a WHERE a.network = $1 AND a.stream = s.stream),
+	(SELECT count(*) FROM archive_coverage c WHERE c.network = $1 AND c.stream = s.stream),
+	(SELECT coalesce(sum(c.to_ts - c.from_ts + 1), 0)::bigint FROM archive_coverage c WHERE c.network = $1 AND c.stream = s.stream)
+FROM s ORDER BY s.stream`, network)
+	if err != nil {
+		p.metrics.failed("read", err)
+		return nil, fmt.Errorf("archive: postgres: %w", err)
+	}
+	var out []StreamInfo
+	for rows.Next() {
+		var sb []byte
+		var first, last *int64
+		var si StreamInfo
+		var covered int64
+		if err := rows.Scan(&sb, &first, &last, &si.Spans, &covered); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("archive: postgres: %w", err)
+		}
+		si.Stream, si.Covered = streamID(sb), uint64(covered)
+		if first != nil && last != nil {
+			si.Reports, si.First, si.Last = true, uint32(*first), uint32(*last)
+		}
+		out = append(out, si)
+	}
+	if err := rows.Err(); err != nil {
+		p.metrics.failed("read", err)
+		return nil, fmt.Errorf("archive: postgres: %w", err)
+	}
+	return out, nil
+}

@@ -43,6 +43,10 @@ type Store interface {
 	DeleteBefore(ctx context.Context, cutoff uint32) (Deleted, error)
 	// Stats counts what the store holds.
 	Stats(ctx context.Context) (Stats, error)
+	// Streams returns every stream of network the store holds a report
+	// or a coverage span of, in ascending order of the stream ID's bytes,
+	// each with its oldest and newest report and its coverage.
+	Streams(ctx context.Context, network string) ([]StreamInfo, error)
 	// Close releases the store; it must not be used afterwards.
 	Close() error
 }
@@ -64,6 +68,22 @@ type Stats struct {
 	Reports     int64 // reports stored
 	BytesOnDisk int64 // Pebble: the directory's files; PostgreSQL: the tables and their indexes
 	Spans       int64 // coverage spans
+}
+
+// StreamInfo is what a store holds of one stream of a network.
+type StreamInfo struct {
+	Stream feedid.ID `json:"feedID"`
+	// Reports is false when the stream has coverage but no report (a
+	// span in which the upstream has none); First and Last are then 0.
+	Reports bool `json:"reports"`
+	// First and Last are the observationsTimestamp of the oldest and
+	// newest report held.
+	First uint32 `json:"first"`
+	Last  uint32 `json:"last"`
+	// Spans and Covered are the coverage: its spans, and the seconds they
+	// hold.
+	Spans   int64  `json:"coverage_spans"`
+	Covered uint64 `json:"covered_seconds"`
 }
 
 // Span is a span of seconds [From, To], both inclusive.

@@ -10,6 +10,8 @@
 // a bar whose span is not covered is left out and its span named in the
 // answer's "missing". Bars are read from the rollup level that divides the
 // resolution (archive.RollupLevels), never from the reports themselves.
+// QueryFilled first fetches from the upstream, within a bound, the seconds
+// of a request's bars that the archive does not cover (fill.go).
 package candles
 
 import (

@@ -78,6 +78,9 @@ func (s *Server) adminHandler() http.Handler {
 	mux.Handle("GET /status.json", st)
 	mux.Handle("GET /usage.json", status.RequireToken(s.cfg.Load().Server.AdminToken.Reveal(), http.HandlerFunc(s.serveUsage)))
 	mux.Handle("/archive/", status.RequireToken(s.cfg.Load().Server.AdminToken.Reveal(), s.arch.adminHandler()))
+	chart := status.RequireToken(s.cfg.Load().Server.AdminToken.Reveal(), s.chartHandler()) // chart.go
+	mux.Handle("GET /chart", chart)
+	mux.Handle("GET /chart/", chart)
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return mux
 }
@@ -120,6 +123,7 @@ func (s *Server) statusFacts() status.Facts {
 	f.Redis = s.redisDegraded()
 	f.Archive = s.arch.degraded()
 	f.ArchiveState = s.arch.state()
+	f.ArchiveStreams = s.archiveStreams()
 	today := s.usageToday()
 	for _, name := range cfg.NetworkNames() {
 		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}

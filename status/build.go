@@ -59,7 +59,7 @@ func (s *Sampler) build(f Facts) *Snapshot {
 		snap.Networks = append(snap.Networks, s.network(w, n))
 	}
 	snap.Teams = s.teams(f.Teams, w.cur)
-	snap.Archive = archiveSection(f.ArchiveState, w.cur)
+	snap.Archive = archiveSection(f.ArchiveState, f.ArchiveStreams, w.cur)
 	snap.Health = s.health(snap, w.cur, w.minute, w.five, f.Redis, f.Archive)
 	return snap
 }
@@ -310,13 +310,17 @@ const (
 
 // archiveSection is the archive's state with what its gauges say; nil
 // when it is off.
-func archiveSection(st *ArchiveState, cur *sample) *Archive {
+func archiveSection(st *ArchiveState, streams []ArchiveStream, cur *sample) *Archive {
 	if st == nil {
 		return nil
 	}
 	a := &Archive{ArchiveState: *st}
 	if a.Fills == nil {
 		a.Fills = []ArchiveFill{}
+	}
+	a.Streams = streams
+	if a.Streams == nil {
+		a.Streams = []ArchiveStream{}
 	}
 	a.Reports = int64(cur.sum(metricArchiveReports, nil, nil))
 	a.BytesOnDisk = int64(cur.sum(metricArchiveDisk, nil, nil))

@@ -55,6 +55,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"refresh": func(s *Snapshot) int { return max(int(math.Round(s.SampleInterval)), 1) },
 	"ptr":     func(t time.Time) *time.Time { return &t },
 	"chart":   chart,
+	"unix":    func(s uint32) string { return time.Unix(int64(s), 0).UTC().Format("2006-01-02 15:04:05 UTC") },
 }).Parse(pageText))
 
 // Chart is one small time series on the page.

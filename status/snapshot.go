@@ -232,10 +232,13 @@ func class(code string) string {
 }
 
 // Archive is the archive on the page: its backend, what it holds (its
-// gauges, measured every minute) and the operator's fills.
+// gauges, measured every minute; its streams, every sample) and the
+// operator's fills.
 type Archive struct {
 	ArchiveState
 	Reports     int64 `json:"reports"`
 	BytesOnDisk int64 `json:"bytes_on_disk"`
 	Spans       int64 `json:"coverage_spans"`
+	// Streams are the streams it holds, each linked to its candle chart.
+	Streams []ArchiveStream `json:"streams"`
 }

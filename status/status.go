@@ -83,6 +83,25 @@ type ArchiveFill struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// ArchiveStream is one stream the archive holds (archive.Store.Streams),
+// with its catalog name when the gateway has the catalog at hand and the
+// link to its candle chart on the admin listener.
+type ArchiveStream struct {
+	Network string `json:"network"`
+	FeedID  string `json:"feed_id"`
+	Name    string `json:"name,omitempty"`
+	// Reports is false when the stream has coverage but no report; First
+	// and Last are the oldest and newest report's observationsTimestamp.
+	Reports bool   `json:"reports"`
+	First   uint32 `json:"first"`
+	Last    uint32 `json:"last"`
+	Spans   int64  `json:"coverage_spans"`
+	Covered uint64 `json:"covered_seconds"`
+	// Chart is the path of the stream's candle chart on the admin
+	// listener, relative to the status page.
+	Chart string `json:"chart"`
+}
+
 // NetworkInfo is what the configuration says of a network.
 type NetworkInfo struct {
 	Name      string
@@ -110,6 +129,9 @@ type Facts struct {
 	// ArchiveState is the archive's backend and fills; nil when it is
 	// off.
 	ArchiveState *ArchiveState
+	// ArchiveStreams are the streams the archive holds, by network and
+	// stream ID; nil while it is off or not open.
+	ArchiveStreams []ArchiveStream
 }
 
 // Reload is the outcome of the last reload.
