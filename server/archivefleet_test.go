@@ -28,16 +28,16 @@ import (
 	"streamgate/upstreamsim"
 )
 
-// recorder reads a WebSocket client's frames: per stream, the fullReport
+// fleetClient reads a WebSocket client's frames: per stream, the fullReport
 // of each second, and whether a second came twice.
-type recorder struct {
+type fleetClient struct {
 	mu      sync.Mutex
 	got     map[string]map[int64]string // feed → second → fullReport
 	repeats int
 	err     error
 }
 
-func (r *recorder) run(ctx context.Context, conn *websocket.Conn) {
+func (r *fleetClient) run(ctx context.Context, conn *websocket.Conn) {
 	for {
 		_, data, err := conn.Read(ctx)
 		if err != nil {
@@ -70,15 +70,15 @@ func (r *recorder) run(ctx context.Context, conn *websocket.Conn) {
 }
 
 // seconds returns how many seconds of feed r holds.
-func (r *recorder) seconds(feed string) int {
+func (r *fleetClient) seconds(feed string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.got[feed])
 }
 
-// upstreamBody is the upstream's own answer to target, asked with the
+// fleetUpstreamBody is the upstream's own answer to target, asked with the
 // organisation's key.
-func upstreamBody(t *testing.T, base, target string) string {
+func fleetUpstreamBody(t *testing.T, base, target string) string {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, base+target, nil)
 	require.NoError(t, err)
@@ -92,9 +92,9 @@ func upstreamBody(t *testing.T, base, target string) string {
 	return string(b)
 }
 
-// archivedRows returns the archive's rows of stream on testnet: second →
+// fleetRows returns the archive's rows of stream on testnet: second →
 // fullReport as 0x-hex.
-func archivedRows(t *testing.T, pg *pgtest.Server, feed string) map[int64]string {
+func fleetRows(t *testing.T, pg *pgtest.Server, feed string) map[int64]string {
 	t.Helper()
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(pg.URL())
@@ -120,9 +120,9 @@ func archivedRows(t *testing.T, pg *pgtest.Server, feed string) map[int64]string
 	return out
 }
 
-// coveredIn reports whether one coverage span of the archive holds
+// fleetCovered reports whether one coverage span of the archive holds
 // [from, to] of stream on testnet.
-func coveredIn(t *testing.T, pg *pgtest.Server, feed string, from, to int64) bool {
+func fleetCovered(t *testing.T, pg *pgtest.Server, feed string, from, to int64) bool {
 	t.Helper()
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(pg.URL())
@@ -198,7 +198,7 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	// A client on each replica streams the three streams.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	var recs []*recorder
+	var recs []*fleetClient
 	var conns []*websocket.Conn
 	var wg sync.WaitGroup
 	for _, env := range envs {
@@ -206,7 +206,7 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 		conn, _, err := servertest.Demo().DialWS(ctx, env.Testnet, target, "")
 		require.NoError(t, err)
 		conns = append(conns, conn)
-		r := &recorder{got: map[string]map[int64]string{}}
+		r := &fleetClient{got: map[string]map[int64]string{}}
 		recs = append(recs, r)
 		wg.Add(1)
 		go func() { defer wg.Done(); r.run(ctx, conn) }()
@@ -279,7 +279,7 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	total := 0
 	recorded := map[string][]int64{} // feed → the seconds the clients got, ascending
 	for _, feed := range feeds {
-		held := archivedRows(t, pg, feed)
+		held := fleetRows(t, pg, feed)
 		total += len(held)
 		secs := slices.Sorted(func(yield func(int64) bool) {
 			for ts := range got[feed] {
@@ -317,10 +317,14 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 			asked = append(asked, fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feed, ts))
 		}
 	}
-	common := recorded[feeds[0]][len(recorded[feeds[0]])/2]
-	for _, feed := range feeds[1:] {
-		require.Contains(t, recorded[feed], common, "every stream recorded the middle second of the first")
+	var both []int64 // the seconds every stream recorded
+	for _, ts := range recorded[feeds[0]] {
+		if slices.Contains(recorded[feeds[1]], ts) && slices.Contains(recorded[feeds[2]], ts) {
+			both = append(both, ts)
+		}
 	}
+	require.NotEmpty(t, both, "the streams were recorded at the same time")
+	common := both[len(both)/2]
 	asked = append(asked,
 		fmt.Sprintf("/api/v1/reports/bulk?feedIDs=%s&timestamp=%d", strings.Join(feeds, ","), common),
 		fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=50", feeds[1], pageStart+10),
@@ -344,7 +348,7 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	for _, tg := range asked {
 		// The gateway answers a report and a bulk in the form its caches
 		// keep, the upstream's records and a newline (proxy/records.go).
-		assert.Equal(t, upstreamBody(t, env.UpTestnet, tg), strings.TrimSuffix(bodies[tg], "\n"), "the upstream's bytes: %s", tg)
+		assert.Equal(t, fleetUpstreamBody(t, env.UpTestnet, tg), strings.TrimSuffix(bodies[tg], "\n"), "the upstream's bytes: %s", tg)
 	}
 	for _, feed := range feeds {
 		secs := recorded[feed]
@@ -359,7 +363,7 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	secs := recorded[feeds[2]]
 	tg := fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=%d", feeds[2], secs[0], len(secs))
 	sim.ResetCounters()
-	covered := coveredIn(t, pg, feeds[2], secs[0], secs[len(secs)-1])
+	covered := fleetCovered(t, pg, feeds[2], secs[0], secs[len(secs)-1])
 	st, xc, body := get(t, env.Testnet, tg)
 	require.Equal(t, http.StatusOK, st, body)
 	if covered {
@@ -369,5 +373,5 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 		assert.Equal(t, "MISS", xc, "outside the coverage a page goes upstream")
 		t.Logf("the streamed span %s [%d, %d] is not in the archive's coverage: its page went upstream", feeds[2], secs[0], secs[len(secs)-1])
 	}
-	assert.Equal(t, upstreamBody(t, env.UpTestnet, tg), strings.TrimSuffix(body, "\n"))
+	assert.Equal(t, fleetUpstreamBody(t, env.UpTestnet, tg), strings.TrimSuffix(body, "\n"))
 }
