@@ -344,7 +344,7 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	assert.GreaterOrEqual(t, servertest.MetricValue(t, env.Registry, "streamgate_archive_reads_total", map[string]string{"result": "hit"}), float64(served),
 		"every report read from PostgreSQL, in no cache")
 	assert.GreaterOrEqual(t, servertest.MetricValue(t, env.Registry, "streamgate_reports_verified_total", map[string]string{"network": "testnet", "entry": "archive"}),
-		float64(distinct), "each report read from PostgreSQL verified again")
+		float64(served), "each report read from PostgreSQL verified again")
 	for _, tg := range asked {
 		// The gateway answers a report and a bulk in the form its caches
 		// keep, the upstream's records and a newline (proxy/records.go).
