@@ -16,7 +16,7 @@ import (
 
 // Admin serves the archive's operator endpoints on the admin listener:
 //
-//	POST /archive/fill?network=N&feedID=ID&from=T&to=T   202 {"fill":{…}}: a fill job queued
+//	POST /archive/fill?network=N&feedID=ID&from=T&to=T   202 {"fill":{…}}: a fill job queued (at most MaxFillDays)
 //	GET  /archive/fills                                    200 {"fills":[…]}: every job and its progress
 //	GET  /archive/export?network=N&feedID=ID&from=T&to=T&format=jsonl|csv
 //
@@ -31,6 +31,16 @@ type Admin struct {
 	Retention time.Duration
 	Now       func() time.Time // nil: time.Now
 }
+
+// MaxFillDays bounds the span of one fill: [from, to] at most this many
+// days long (to − from ≤ MaxFillDays × 86,400 s), whatever the retention
+// (with retention 0 too, which keeps everything but would otherwise let a
+// fill from 1970 ask the upstream for half a century of pages). 31 days
+// cover the default retention (720h) in one fill: 26,784 pages of 100
+// reports a stream, about an hour and a half at the fill share of a
+// budget of 10 requests a second. A longer history is several fills,
+// which run one after the other.
+const MaxFillDays = 31
 
 // Admin endpoints' paths.
 const (
@@ -126,6 +136,10 @@ func (a *Admin) fill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, err := a.parseSpan(r)
+	if err == nil && uint64(s.to-s.from) > MaxFillDays*86400 {
+		err = fmt.Errorf("the span from %d to %d is %.1f days long; a fill spans at most %d days (to - from <= %d seconds): split it into several fills",
+			s.from, s.to, float64(s.to-s.from)/86400, MaxFillDays, MaxFillDays*86400)
+	}
 	if err != nil {
 		apierror.Write(w, http.StatusBadRequest, err.Error(), 0)
 		return

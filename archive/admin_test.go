@@ -106,3 +106,40 @@ func TestAdminRefuses(t *testing.T) {
 	assert.Empty(t, stored, "nothing refused was stored")
 	assert.Empty(t, up.calls())
 }
+
+// TestAdminFillSpanBounded: a fill longer than MaxFillDays is a 400 naming
+// the bound, with a retention longer than the bound and with retention 0
+// (which keeps everything); a fill of exactly MaxFillDays is queued.
+func TestAdminFillSpanBounded(t *testing.T) {
+	for _, retention := range []time.Duration{0, 90 * 24 * time.Hour} {
+		t.Run(retention.String(), func(t *testing.T) {
+			s := openTestPebble(t, t.TempDir())
+			defer s.Close()
+			up := &upstreamPages{t: t, network: "testnet", stream: stream(1)}
+			f := NewFiller(s, s, up.page, FillerOptions{Now: fillTime})
+			srv := adminServer(t, &Admin{Store: s, Filler: f, Networks: []string{"testnet"}, Retention: retention, Now: fillTime})
+			to := fillTime().Unix() - 3600
+			q := func(from int64) string {
+				return srv.URL + PathFill + "?network=testnet&feedID=" + string(stream(1)) + "&from=" + strconv.FormatInt(from, 10) + "&to=" + strconv.FormatInt(to, 10)
+			}
+			froms := []int64{to - MaxFillDays*86400 - 1, to - 60*86400}
+			if retention == 0 {
+				froms = append(froms, 1) // otherwise older than the retention, which says so
+			}
+			for _, from := range froms {
+				status, _, body := call(t, http.MethodPost, q(from))
+				assert.Equal(t, http.StatusBadRequest, status, body)
+				var e struct{ Error, Message string }
+				require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+				assert.Contains(t, e.Message, "a fill spans at most 31 days (to - from <= 2678400 seconds)", from)
+			}
+			stored, err := s.Fills(context.Background())
+			require.NoError(t, err)
+			assert.Empty(t, stored, "nothing refused was stored")
+
+			status, _, body := call(t, http.MethodPost, q(to-MaxFillDays*86400))
+			assert.Equal(t, http.StatusAccepted, status, body)
+			assert.Empty(t, up.calls(), "the runner is not started: no page asked")
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,7 +259,37 @@ func BenchmarkPostgresInsert3(b *testing.B) {
 // BenchmarkWriterPebble: reports through a Writer into Pebble as fast as
 // Add takes them (the queue sized to hold them all): the rate the store
 // sustains, and what one Add costs the caller.
-func BenchmarkWriterPebble(b *testing.B) {
+func BenchmarkWriterPebble(b *testing.B) { writerFast(b) }
+
+// BenchmarkWriterRollups: BenchmarkWriterPebble and BenchmarkWriterPaced
+// with the rollups (every stored report decoded for its scaled fields,
+// its minute, five minutes, hour and day merged in the same batch) and
+// without (rollupsOff: the reports alone), one after the other in the
+// same run.
+func BenchmarkWriterRollups(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		off  bool
+	}{{"rollups", false}, {"none", true}} {
+		b.Run("fast/"+c.name, func(b *testing.B) {
+			rollupsOff = c.off
+			defer func() { rollupsOff = false }()
+			writerFast(b)
+		})
+	}
+	for _, c := range []struct {
+		name string
+		off  bool
+	}{{"rollups", false}, {"none", true}} {
+		b.Run("paced/"+c.name, func(b *testing.B) {
+			rollupsOff = c.off
+			defer func() { rollupsOff = false }()
+			writerPaced(b)
+		})
+	}
+}
+
+func writerFast(b *testing.B) {
 	rs := benchSet(b)
 	p, err := OpenPebble(PebbleOptions{Dir: b.TempDir()})
 	require.NoError(b, err)
@@ -266,6 +297,7 @@ func BenchmarkWriterPebble(b *testing.B) {
 	w := NewWriter(p, WriterOptions{Queue: b.N})
 	ctx := context.Background()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	t0 := time.Now()
 	for i := range b.N {
 		r := rs[i%len(rs)]
@@ -277,17 +309,31 @@ func BenchmarkWriterPebble(b *testing.B) {
 	add := time.Since(t0)
 	require.NoError(b, w.Flush(ctx))
 	el := time.Since(t0)
+	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	require.NoError(b, w.Close(ctx))
 	b.ReportMetric(float64(b.N)/el.Seconds(), "reports/s")
 	b.ReportMetric(float64(add.Nanoseconds())/float64(b.N), "add-ns")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/report")
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkWriterPaced: 1,000 streams × 1 report a second through a Writer
 // into Pebble for 10 seconds of real time: the Add that waited longest,
-// drops, and the write lag (Add to commit) as its histogram has it: the
-// bucket that holds the 99th percentile. Run it with -benchtime=1x.
-func BenchmarkWriterPaced(b *testing.B) {
+// drops, the write lag (Add to commit) as its histogram has it (the
+// bucket that holds the 99th percentile), and the CPU the process spent
+// per second. Run it with -benchtime=1x.
+func BenchmarkWriterPaced(b *testing.B) { writerPaced(b) }
+
+func writerPaced(b *testing.B) {
 	rs := simReports(b, 1000, 1)
 	for range b.N {
 		m, err := NewMetrics(prometheus.NewRegistry())
@@ -297,6 +343,7 @@ func BenchmarkWriterPaced(b *testing.B) {
 		w := NewWriter(p, WriterOptions{Metrics: m})
 		var slowest time.Duration
 		tick := time.NewTicker(time.Second)
+		cpu0, t0 := cpuTime(), time.Now()
 		for sec := range 10 {
 			for i := range rs {
 				r := rs[i]
@@ -311,6 +358,7 @@ func BenchmarkWriterPaced(b *testing.B) {
 		}
 		tick.Stop()
 		require.NoError(b, w.Close(context.Background()))
+		cpu, el := cpuTime()-cpu0, time.Since(t0)
 		require.NoError(b, p.Close())
 		var pb dto.Metric
 		require.NoError(b, m.lag.Write(&pb))
@@ -325,5 +373,6 @@ func BenchmarkWriterPaced(b *testing.B) {
 		b.ReportMetric(float64(slowest.Microseconds()), "slowest-add-µs")
 		b.ReportMetric(float64(w.Dropped()), "dropped")
 		b.ReportMetric(float64(w.Written()), "written")
+		b.ReportMetric(float64(cpu.Milliseconds())/el.Seconds(), "cpu-ms/s")
 	}
 }

@@ -508,8 +508,10 @@ func (p *Postgres) DeleteBefore(ctx context.Context, cutoff uint32) (Deleted, er
 }
 
 // Stats implements Store: the count of reports is exact (a count of the
-// primary key), the bytes those of the tables, their partitions and
-// indexes.
+// primary key), the bytes those of every table the archive keeps (the
+// reports' partitions, the coverage, the rollups, the fill jobs and the
+// schema's versions) with their indexes and TOAST, as Pebble's are
+// every file of its directory.
 func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	err := p.pool.QueryRow(ctx, `SELECT
@@ -517,7 +519,8 @@ func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
 	(SELECT count(*) FROM archive_coverage),
 	(SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 	 WHERE c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'archive_reports'::regclass)
-	    OR c.oid = 'archive_coverage'::regclass)`).Scan(&s.Reports, &s.Spans, &s.BytesOnDisk)
+	    OR c.oid IN ('archive_coverage'::regclass, 'archive_rollups'::regclass,
+	                 'archive_fill_jobs'::regclass, 'schema_migrations'::regclass))`).Scan(&s.Reports, &s.Spans, &s.BytesOnDisk)
 	if err != nil {
 		p.metrics.failed("stats", err)
 		return Stats{}, fmt.Errorf("archive: postgres: %w", err)

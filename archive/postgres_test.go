@@ -173,3 +173,36 @@ func TestPostgresPassword(t *testing.T) {
 	assert.NotContains(t, err.Error(), wrong)
 	assert.Equal(t, "auth", ErrorKind(err), fmt.Sprint(err))
 }
+
+// Stats counts the bytes of every table the archive keeps in its
+// database, as Pebble's count every file of its directory: the reports'
+// partitions, the coverage, the rollups, the fill jobs and the schema's
+// versions. The test's database holds nothing else, so the catalog's sum
+// over all its tables is what Stats must say.
+func TestPostgresStatsCountEveryTable(t *testing.T) {
+	ctx := context.Background()
+	p := openPG(t, newPG(t).database(t), nil)
+	const day = 86400
+	base := uint32(20000 * day)
+	var batch []Report
+	for i := range 3 {
+		for s := uint32(0); s < 120; s++ {
+			batch = append(batch, report(t, "testnet", i, base+s, 1))
+		}
+	}
+	_, err := p.Write(ctx, batch)
+	require.NoError(t, err)
+	require.NoError(t, p.AddCoverage(ctx, "testnet", stream(0), Span{From: base, To: base + 119}))
+	require.NoError(t, p.SaveFill(ctx, FillProgress{FillJob: FillJob{ID: "a", Network: "testnet", Stream: stream(1), From: base, To: base + 119}, State: FillDone}))
+
+	var rollups, all int64
+	require.NoError(t, p.pool.QueryRow(ctx, "SELECT count(*) FROM archive_rollups").Scan(&rollups))
+	require.Positive(t, rollups, "the reports' rollups are written with them")
+	require.NoError(t, p.pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'`).Scan(&all))
+	st, err := p.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(batch)), st.Reports)
+	assert.Equal(t, int64(1), st.Spans)
+	assert.Equal(t, all, st.BytesOnDisk, "every table of the archive, the rollups' included")
+}
