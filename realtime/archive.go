@@ -49,6 +49,9 @@ const archiveReadTimeout = 10 * time.Second
 type archived struct {
 	frames  map[int64]*Frame
 	covered []ArchiveSpan // ascending, merged by the archive
+	// floor: the seconds before it that the archive does not hold are
+	// not fetched (beyond the job's bound, clip).
+	floor int64
 }
 
 // frame returns the archive's frame of second s, nil when it holds none.
@@ -71,6 +74,44 @@ func (a *archived) absent(s int64) bool {
 		}
 	}
 	return false
+}
+
+// skips reports whether second s is not fetched: the upstream has no
+// report there (absent), or it lies beyond the bound of what is fetched
+// and the archive does not hold it.
+func (a *archived) skips(s int64) bool {
+	if a == nil {
+		return false
+	}
+	return a.absent(s) || s < a.floor && a.frames[s] == nil
+}
+
+// clip bounds the seconds of [lo, hi] fetched from the upstream to the
+// newest bound of those the archive lacks, and returns how many are left
+// out; the archive's own frames are all taken.
+func (a *archived) clip(lo, hi, bound int64) int64 {
+	a.floor = lo
+	need := int64(0)
+	for s := hi; s >= lo; s-- {
+		if a.frames[s] != nil || a.absent(s) {
+			continue
+		}
+		if need == bound {
+			a.floor = s + 1
+			break
+		}
+		need++
+	}
+	if a.floor == lo {
+		return 0
+	}
+	left := int64(0)
+	for s := lo; s < a.floor; s++ {
+		if a.frames[s] == nil && !a.absent(s) {
+			left++
+		}
+	}
+	return left
 }
 
 // through returns the last second of the run of covered seconds right

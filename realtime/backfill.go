@@ -189,12 +189,17 @@ func (b *backfiller) round(jobs []*fillJob) {
 	got := make([][]histFrame, len(jobs))
 	var clipped int64
 	secSet := map[int64]bool{}
+	// The archive is read first: its seconds are not bounded, only those
+	// fetched from the upstream are.
+	b.readArchive(ctx, jobs)
 	for _, j := range jobs {
 		bound := b.max
 		if j.max > 0 {
 			bound = j.max
 		}
-		if bound <= 0 {
+		if j.arch != nil {
+			clipped += j.arch.clip(j.lo, j.hi, bound)
+		} else if bound <= 0 {
 			clipped += j.hi - j.lo + 1
 			j.lo = j.hi + 1
 		} else if j.hi-j.lo+1 > bound {
@@ -210,7 +215,6 @@ func (b *backfiller) round(jobs []*fillJob) {
 		secs = append(secs, s)
 	}
 	slices.Sort(secs)
-	b.readArchive(ctx, jobs)
 	stopped := make([]bool, len(jobs))
 	var filled, unfilled, refused, fromArch int64
 	var firstErr error
@@ -325,7 +329,7 @@ func (b *backfiller) wanted(ctx context.Context, jobs []*fillJob, stopped []bool
 	var feeds []feedid.ID
 	var charged map[*Subscription]bool
 	for i, j := range jobs {
-		if stopped[i] || s < j.lo || s > j.hi || j.arch.absent(s) {
+		if stopped[i] || s < j.lo || s > j.hi || j.arch.skips(s) {
 			continue
 		}
 		if !j.wanted() {
