@@ -350,7 +350,7 @@ func TestWSSinceRefused(t *testing.T) {
 		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
 		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", x.query, body)
 		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), x.query)
