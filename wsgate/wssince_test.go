@@ -362,3 +362,52 @@ func TestWSSinceRefused(t *testing.T) {
 	}
 	assert.Equal(t, before, calls(), "nothing went upstream for a refused since")
 }
+
+// TestWSSinceWithoutAnArchive: without an archive, a since within
+// realtime.since_max is served from the hub's history and REST fills:
+// every second from since once, in order, then live ones. The client's
+// resume record (its lost connection's, newer than since) does not win
+// over the since it asks for.
+func TestWSSinceWithoutAnArchive(t *testing.T) {
+	sim := fastSimulator(t)
+	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: noReplayCheck})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	btc := env.FeedID(t, upstreamsim.Mainnet, "BTC", "USD", "V3")
+	eth := env.FeedID(t, upstreamsim.Mainnet, "ETH", "USD", "V3")
+	feeds := []string{btc, eth}
+	target := "/api/v1/ws?feedIDs=" + btc + "," + eth
+
+	c, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, target, "")
+	require.NoError(t, err)
+	w := readAll(t, ctx, c)
+	awaitSeconds(t, w, feeds, 3)
+	c.CloseNow() // lost: its record would resume it after its last second
+	<-w.done
+	last := lastOf(t, w, feeds)
+	since := w.of(btc)[0] - 20 // before the hub carried the streams
+	for _, f := range feeds {
+		since = min(since, w.of(f)[0]-20)
+	}
+
+	c2, _, err := dialWS(ctx, servertest.Demo(), env.Mainnet, target+"&since="+strconv.FormatInt(since, 10), "")
+	require.NoError(t, err)
+	w2 := readAll(t, ctx, c2)
+	upTo := int64(0)
+	for _, f := range feeds {
+		upTo = max(upTo, last[f]+4)
+	}
+	require.Eventually(t, func() bool {
+		for _, f := range feeds {
+			ts := w2.of(f)
+			if len(ts) == 0 || ts[len(ts)-1] < upTo {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "every stream received up to second %d", upTo)
+	everySecondOnce(t, w2, map[string]int64{btc: since, eth: since}, upTo)
+	labels := map[string]string{"network": upstreamsim.Mainnet}
+	assert.Equal(t, 1.0, metricValue(t, env.Registry, "streamgate_ws_since_total", labels))
+	assert.Positive(t, metricValue(t, env.Registry, "streamgate_ws_backfilled_seconds_total", labels), "the seconds before the history fetched over REST")
+}
