@@ -89,6 +89,15 @@ func (c *Config) ArchivePath() string {
 	return p
 }
 
+// ServedRetention is the retention of what the archive serves:
+// archive.retention when the archive is on, 0 (no bound) when it is off.
+func (a Archive) ServedRetention() time.Duration {
+	if a.Backend == ArchiveBackendOff {
+		return 0
+	}
+	return a.Retention
+}
+
 // readFile reads archive.postgres.password_file, as
 // readSecretFiles reads every secret file.
 func (a *ArchivePostgres) readFile(read func(path string, st *fileState, dst *Secret)) {

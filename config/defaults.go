@@ -46,6 +46,11 @@ const (
 	DefaultResumeRecordsPerTeam = 200
 	DefaultResumeRecords        = 5000
 	DefaultBackfillMax          = 2 * time.Minute
+	// DefaultSinceMax is realtime.since_max's default: 15 minutes of a
+	// stream are 900 reports a client's replay holds in memory per stream
+	// (about 1 MB), and, without an archive, 900 bulk calls at the fills'
+	// share of the budget (a few minutes).
+	DefaultSinceMax = 15 * time.Minute
 
 	DefaultMaxSkew = 5 * time.Second
 	// DefaultReplayGrace is the default of auth.replay_grace.
@@ -224,6 +229,7 @@ func defaultRealtime() Realtime {
 		ResumeRecordsPerTeam: DefaultResumeRecordsPerTeam,
 		ResumeRecords:        DefaultResumeRecords,
 		BackfillMax:          DefaultBackfillMax,
+		SinceMax:             DefaultSinceMax,
 	}
 }
 

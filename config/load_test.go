@@ -137,7 +137,7 @@ func TestDefaults(t *testing.T) {
 		},
 		Realtime: Realtime{ClientQueue: 256, PingInterval: 15 * time.Second, TeamConnections: 100, Grace: 30 * time.Second, LatestFromStream: true,
 			Share: true, ShareLease: 3 * time.Second,
-			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, ResumeRecordsPerTeam: 200, ResumeRecords: 5000, BackfillMax: 2 * time.Minute},
+			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, ResumeRecordsPerTeam: 200, ResumeRecords: 5000, BackfillMax: 2 * time.Minute, SinceMax: 15 * time.Minute},
 		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 0.01},
 		Archive: Archive{Retention: 720 * time.Hour, ReadTimeout: 250 * time.Millisecond, Queue: 65536},
 	}

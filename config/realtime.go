@@ -65,4 +65,11 @@ type Realtime struct {
 	// crash): the newest BackfillMax of a longer gap are filled, the rest
 	// counted and logged. 0 disables backfill. Default 2m.
 	BackfillMax time.Duration `yaml:"backfill_max" json:"backfill_max"`
+	// SinceMax bounds how far back a client may ask for its streams with
+	// /api/v1/ws?since=: a since further back is 400. The replay is read
+	// from the archive where it holds the seconds, else fetched from the
+	// upstream at the fills' share of the budget, and held in memory for
+	// the client until it is in order. 0 refuses every since. Default
+	// 15m, at most 24h.
+	SinceMax time.Duration `yaml:"since_max" json:"since_max"`
 }

@@ -60,13 +60,15 @@ func TestContinuityKeys(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.Realtime.DrainDelay)
 	assert.Equal(t, 60*time.Second, cfg.Realtime.ResumeWindow)
 	assert.Equal(t, 2*time.Minute, cfg.Realtime.BackfillMax)
+	assert.Equal(t, 15*time.Minute, cfg.Realtime.SinceMax)
 
-	cfg, err = Parse(realtimeDoc("realtime: {client_origins: [], drain_delay: 0s, resume_window: 0s, backfill_max: 30s}\n"), fakeEnv(nil))
+	cfg, err = Parse(realtimeDoc("realtime: {client_origins: [], drain_delay: 0s, resume_window: 0s, backfill_max: 30s, since_max: 0s}\n"), fakeEnv(nil))
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Realtime.ClientOrigins, "an empty list advertises no origin")
 	assert.Zero(t, cfg.Realtime.DrainDelay)
 	assert.Zero(t, cfg.Realtime.ResumeWindow)
 	assert.Equal(t, 30*time.Second, cfg.Realtime.BackfillMax)
+	assert.Zero(t, cfg.Realtime.SinceMax, "0s refuses every since")
 
 	cfg, err = Parse(realtimeDoc("realtime: {client_origins: [a, b-2, c_3]}\n"), fakeEnv(nil))
 	require.NoError(t, err)
@@ -82,6 +84,8 @@ func TestContinuityKeys(t *testing.T) {
 		{"realtime: {drain_delay: 11m}\n", "realtime.drain_delay"},
 		{"realtime: {resume_window: 2h}\n", "realtime.resume_window"},
 		{"realtime: {backfill_max: -1s}\n", "realtime.backfill_max"},
+		{"realtime: {since_max: -1s}\n", "realtime.since_max"},
+		{"realtime: {since_max: 25h}\n", "realtime.since_max"},
 	} {
 		_, err := Parse(realtimeDoc(bad.doc), fakeEnv(nil))
 		require.Error(t, err, bad.doc)

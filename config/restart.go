@@ -64,7 +64,7 @@ func restartSettings(cfg *Config) map[string]string {
 	rt := &cfg.Realtime
 	add(&rt.ClientQueue, &rt.PingInterval, &rt.Grace, &rt.TeamConnections, &rt.Share,
 		&rt.ShareLease, &rt.ClientOrigins, &rt.DrainDelay, &rt.ResumeWindow,
-		&rt.ResumeRecordsPerTeam, &rt.ResumeRecords, &rt.BackfillMax)
+		&rt.ResumeRecordsPerTeam, &rt.ResumeRecords, &rt.BackfillMax, &rt.SinceMax)
 	add(&cfg.Tracing)
 	add(&cfg.Archive.Backend, &cfg.Archive.Path, &cfg.Archive.Postgres.URL, &cfg.Archive.Postgres.Password,
 		&cfg.Archive.Retention, &cfg.Archive.ReadTimeout, &cfg.Archive.Queue)

@@ -44,6 +44,7 @@ func validateRealtime(ck check, c *Config) Problems {
 		{&r.DrainDelay, 10 * time.Minute},
 		{&r.ResumeWindow, time.Hour},
 		{&r.BackfillMax, time.Hour},
+		{&r.SinceMax, 24 * time.Hour},
 	} {
 		if *x.d < 0 || *x.d > x.max {
 			v.add(x.d, "must be from 0s to %s", x.max)

@@ -67,6 +67,12 @@ type fillJob struct {
 	// gap is the feed a gap's fill is for (sub nil), for all its
 	// subscribers: the job stops when the feed has none left.
 	gap *feed
+	// max, when above zero, bounds the seconds fetched instead of
+	// Config.BackfillMax (a since's reach, SubscribeOptions.Since).
+	max int64
+	// arch, when not nil, is filled from the archive before the round
+	// fetches (readArchive): a resumed feed's first fill.
+	arch *archived
 }
 
 // wanted reports whether a subscription still waits for the job: its own
@@ -106,6 +112,9 @@ type backfiller struct {
 	c   *continuity
 	src BackfillSource
 	max int64 // seconds, from Config.BackfillMax
+	// arch reads the archive before a resume's seconds are fetched
+	// (Config.Archive); nil: none.
+	arch ArchiveSource
 
 	mu   sync.Mutex
 	jobs []*fillJob
@@ -180,13 +189,22 @@ func (b *backfiller) round(jobs []*fillJob) {
 	got := make([][]histFrame, len(jobs))
 	var clipped int64
 	secSet := map[int64]bool{}
+	// The archive is read first: its seconds are not bounded, only those
+	// fetched from the upstream are.
+	b.readArchive(ctx, jobs)
 	for _, j := range jobs {
-		if b.max <= 0 {
+		bound := b.max
+		if j.max > 0 {
+			bound = j.max
+		}
+		if j.arch != nil {
+			clipped += j.arch.clip(j.lo, j.hi, bound)
+		} else if bound <= 0 {
 			clipped += j.hi - j.lo + 1
 			j.lo = j.hi + 1
-		} else if j.hi-j.lo+1 > b.max {
-			clipped += j.hi - j.lo + 1 - b.max
-			j.lo = j.hi - b.max + 1
+		} else if j.hi-j.lo+1 > bound {
+			clipped += j.hi - j.lo + 1 - bound
+			j.lo = j.hi - bound + 1
 		}
 		for s := j.lo; s <= j.hi; s++ {
 			secSet[s] = true
@@ -198,14 +216,16 @@ func (b *backfiller) round(jobs []*fillJob) {
 	}
 	slices.Sort(secs)
 	stopped := make([]bool, len(jobs))
-	var filled, unfilled, refused int64
+	var filled, unfilled, refused, fromArch int64
 	var firstErr error
 	for _, s := range secs {
 		feeds := b.wanted(ctx, jobs, stopped, s, &refused, &firstErr)
 		if len(feeds) == 0 {
 			continue
 		}
-		frames, err := b.fetch(ctx, feeds, s, func(id feedid.ID) bool {
+		held, rest := fromArchive(jobs, stopped, s, feeds)
+		fromArch += int64(len(held))
+		frames, err := b.fetchSome(ctx, rest, held, s, func(id feedid.ID) bool {
 			for i, j := range jobs {
 				if !stopped[i] && j.feed == id && s >= j.lo && s <= j.hi && j.wanted() {
 					return true
@@ -231,7 +251,9 @@ func (b *backfiller) round(jobs []*fillJob) {
 		}
 	}
 	unfilled += clipped + refused
+	filled -= fromArch
 	c.mx.backfilled(filled)
+	c.mx.archiveReplayed(fromArch)
 	if unfilled > 0 {
 		fields := []zap.Field{zap.Int64("seconds_unfilled", unfilled), zap.Int64("seconds_filled", filled),
 			zap.Int64("beyond_backfill_max", clipped)}
@@ -307,7 +329,7 @@ func (b *backfiller) wanted(ctx context.Context, jobs []*fillJob, stopped []bool
 	var feeds []feedid.ID
 	var charged map[*Subscription]bool
 	for i, j := range jobs {
-		if stopped[i] || s < j.lo || s > j.hi {
+		if stopped[i] || s < j.lo || s > j.hi || j.arch.skips(s) {
 			continue
 		}
 		if !j.wanted() {

@@ -172,6 +172,10 @@ type Config struct {
 	// History is how long each feed keeps the frames it delivered, for
 	// a resumed Subscribe (SubscribeOptions.From); 0 keeps none.
 	History time.Duration
+	// Archive, if non-nil (and Backfill too), is read before the upstream
+	// for the seconds a resumed Subscribe needs that the history does not
+	// hold (see ArchiveSource); nil: they are fetched with Backfill.
+	Archive ArchiveSource
 }
 
 // Hub holds a network's upstream WebSocket connections and fans their
@@ -317,6 +321,9 @@ func newHub(cfg Config, join func(h *Hub) sharing) (*Hub, error) {
 	h.mx = newHubMetrics(cfg.Metrics, cfg.Network, &h.st)
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.cont = newContinuity(h.ctx, &h.cfg, h.log, &h.mx)
+	if h.cont.bf != nil {
+		h.cont.bf.arch = cfg.Archive
+	}
 	h.up = &upstream{cfg: &h.cfg, base: base, log: h.log, mx: &h.mx, st: &h.st,
 		ctx: h.ctx, wg: &h.wg, peers: alone{}, kickCh: make(chan struct{}, 1),
 		disc:   &origins{cfg: &h.cfg, httpURL: httpURL, log: h.log, ctx: h.ctx},

@@ -26,6 +26,8 @@ import (
 //	streamgate_ws_gaps_unfilled_total{network}                (stream, second) pairs of gaps that could not be filled (REST failed or had none, beyond BackfillMax)
 //	streamgate_ws_resumed_total{network}                      subscriptions that resumed from a watermark (SubscribeOptions.From)
 //	streamgate_ws_replayed_reports_total{network}             reports replayed to resumed subscriptions (history and fetched)
+//	streamgate_ws_replayed_archive_total{network}             (stream, second) pairs of those replays read from the archive (Config.Archive)
+//	streamgate_ws_since_total{network}                        resumed subscriptions that asked for their feeds from a point in time (SubscribeOptions.Since)
 //
 // With stream sharing (Config.Share), the streamgate_ws_share_ metrics of
 // package share, registered with them.
@@ -45,6 +47,8 @@ type Metrics struct {
 	unfilled     *prometheus.CounterVec
 	resumed      *prometheus.CounterVec
 	replayed     *prometheus.CounterVec
+	archived     *prometheus.CounterVec
+	since        *prometheus.CounterVec
 
 	share *share.Metrics
 }
@@ -94,12 +98,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Client subscriptions that resumed where a connection the gateway ended or lost left off, by network."}, []string{"network"}),
 		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_replayed_reports_total",
 			Help: "Reports replayed to resumed client subscriptions (from the history or fetched), by network."}, []string{"network"}),
+		archived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_replayed_archive_total",
+			Help: "(stream, second) pairs replayed to resumed client subscriptions that were read from the archive, not fetched from the upstream, by network."}, []string{"network"}),
+		since: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "streamgate_ws_since_total",
+			Help: "Client subscriptions that asked for their streams from a point in time (since), by network; each is also counted as resumed."}, []string{"network"}),
 		share: share.NewMetrics(reg),
 	}
 	if reg != nil {
 		reg.MustRegister(m.conns, m.feeds, m.uncarried, m.subscribers, m.framesIn, m.framesOut,
 			m.duplicates, m.slowCloses, m.reconnects, m.latestServed, m.future,
-			m.backfilled, m.unfilled, m.resumed, m.replayed)
+			m.backfilled, m.unfilled, m.resumed, m.replayed, m.archived, m.since)
 	}
 	return m
 }
@@ -191,6 +199,16 @@ func (x *hubMetrics) replayed(n int) {
 		x.st.replayed.Add(int64(n))
 		x.m.replayed.WithLabelValues(x.network).Add(float64(n))
 	}
+}
+
+func (x *hubMetrics) archiveReplayed(n int64) {
+	if n > 0 {
+		x.m.archived.WithLabelValues(x.network).Add(float64(n))
+	}
+}
+
+func (x *hubMetrics) since() {
+	x.m.since.WithLabelValues(x.network).Inc()
 }
 
 func (x *hubMetrics) slowClose() {

@@ -1,16 +1,19 @@
 package realtime
 
-// Resume: a consumer that comes back (SubscribeOptions.From) gets, per
-// feed, the frames after its watermark from the history, and what the
-// history does not reach is fetched (resumeFill), its live frames held
-// meanwhile, until they follow on without a gap.
+// Resume: a consumer that comes back (SubscribeOptions.From), or that
+// asks for its feeds from a point in time (SubscribeOptions.Since), gets,
+// per feed, the frames after its watermark from the history, and what the
+// history does not reach is read from the archive (Config.Archive) and
+// what that lacks fetched (resumeFill), its live frames held meanwhile,
+// until they follow on without a gap.
 
 import "time"
 
 // resume starts the replay of feed f for s after second from: the
-// frames of the history, and a fill of what it does not hold. f.mu is
-// held; s is not yet among f.subs. It returns the frames to queue now.
-func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
+// frames of the history, and a fill of what it does not hold, reaching
+// back reach seconds at most (0: Config.BackfillMax). f.mu is held; s is
+// not yet among f.subs. It returns the frames to queue now.
+func (c *continuity) resume(s *Subscription, f *feed, from, reach int64) []histFrame {
 	var out []histFrame
 	// lo..hi: the first seconds after from that the history lacks, before
 	// its first frame after from or between two of them (a gap whose fill
@@ -52,7 +55,7 @@ func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 			return out
 		}
 		s.holdFeed(f.id, out)
-		r := &resumeFill{c: c, s: s, f: f, from: from, waitUntil: c.clock.Now().Add(resumeLiveWait)}
+		r := &resumeFill{c: c, s: s, f: f, from: from, reach: reach, waitUntil: c.clock.Now().Add(resumeLiveWait)}
 		c.bf.add(r.job(from+1, max(from, c.clock.Now().Unix()-1)))
 		return nil
 	}
@@ -62,7 +65,7 @@ func (c *continuity) resume(s *Subscription, f *feed, from int64) []histFrame {
 	// The history's frames are newer than the fill: they wait with the
 	// live ones until it is done.
 	s.holdFeed(f.id, out)
-	r := &resumeFill{c: c, s: s, f: f, from: from}
+	r := &resumeFill{c: c, s: s, f: f, from: from, reach: reach}
 	c.bf.add(r.job(lo, hi))
 	return nil
 }
@@ -77,6 +80,13 @@ type resumeFill struct {
 	f     *feed
 	from  int64
 	tries int
+	// reach bounds the seconds of one fill instead of Config.BackfillMax
+	// (0: it).
+	reach int64
+	// arch is what the archive held of the first fill's seconds (nil
+	// without an archive): its coverage tells the seconds without a
+	// report from those still missing.
+	arch *archived
 	// waitUntil, for a feed new here, bounds the wait for its first live
 	// frame (zero: the feed was carried here already).
 	waitUntil time.Time
@@ -91,7 +101,14 @@ const resumeLiveWait = 10 * time.Second
 
 func (r *resumeFill) job(lo, hi int64) *fillJob {
 	r.tries++
-	return &fillJob{feed: r.f.id, lo: lo, hi: hi, done: r.done, sub: r.s}
+	j := &fillJob{feed: r.f.id, lo: lo, hi: hi, done: r.done, sub: r.s, max: r.reach}
+	if r.arch == nil && r.c.bf.arch != nil {
+		// The first fill reads the archive; the next ones are for what
+		// it lacked.
+		r.arch = &archived{}
+		j.arch = r.arch
+	}
+	return j
 }
 
 func (r *resumeFill) done(got []histFrame) {
@@ -99,17 +116,19 @@ func (r *resumeFill) done(got []histFrame) {
 	c.mx.replayed(len(got))
 	f.mu.Lock()
 	held := s.addHeld(f.id, got)
-	next := r.from // the last second that follows on from the watermark
+	// next: the last second that follows on from the watermark; a
+	// second the archive's coverage holds without a report follows on.
+	next := r.arch.through(r.from)
 	gap := int64(0)
 	for _, x := range held {
 		if x.ts <= next {
 			continue
 		}
 		if x.ts > next+1 {
-			gap = x.ts - 1
+			gap = r.arch.gapEnd(next+1, x.ts-1)
 			break
 		}
-		next = x.ts
+		next = r.arch.through(x.ts)
 	}
 	// A fill for a subscription that ended, or whose charge was refused,
 	// goes no further.

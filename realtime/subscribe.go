@@ -45,8 +45,15 @@ type SubscribeOptions struct {
 	// those of the last reconcile and tick.
 	Within bool
 	// Charge, if not nil, is asked before each second fetched for the
-	// consumer's replay (see FillCharge).
+	// consumer's replay, from the archive or the upstream (see
+	// FillCharge).
 	Charge FillCharge
+	// Since, above zero, is for a consumer that asked for its feeds from
+	// a point in time (the endpoint's since, its second - 1 in From for
+	// every feed): how far back its replay may reach, which bounds the
+	// seconds fetched for each feed instead of Config.BackfillMax. Such a
+	// subscription is counted apart (streamgate_ws_since_total).
+	Since time.Duration
 }
 
 // Subscribe registers a consumer of feeds (stream IDs as feedid.Parse
@@ -69,12 +76,13 @@ func (h *Hub) Subscribe(feeds []feedid.ID, o SubscribeOptions) (*Subscription, e
 	if len(from) == 0 {
 		from = nil
 	}
-	return h.subscribe(feeds, o.Queue, from, o.Charge), nil
+	return h.subscribe(feeds, o.Queue, from, o.Charge, int64(o.Since/time.Second)), nil
 }
 
 // subscribe registers s (see Subscribe); charge is the subscription's
-// FillCharge (nil: none).
-func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, charge FillCharge) *Subscription {
+// FillCharge (nil: none); reach, in seconds, bounds its fills (0:
+// Config.BackfillMax).
+func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, charge FillCharge, reach int64) *Subscription {
 	if queue < 1 {
 		queue = DefaultQueue
 	}
@@ -111,7 +119,7 @@ func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, 
 		f := h.wants[id]
 		f.mu.Lock()
 		if mark := from[id]; mark > 0 {
-			frames := h.cont.resume(s, f, mark)
+			frames := h.cont.resume(s, f, mark, reach)
 			f.subs = append(f.subs, s)
 			if n, ok := s.deliver(id, frames); !ok {
 				overflow = true
@@ -135,6 +143,9 @@ func (h *Hub) subscribe(feeds []feedid.ID, queue int, from map[feedid.ID]int64, 
 	h.mu.Unlock()
 	s.replayed = replayed
 	if from != nil {
+		if reach > 0 {
+			h.mx.since()
+		}
 		h.mx.resumed()
 		h.mx.replayed(replayed)
 		h.mx.delivered(replayed)

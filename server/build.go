@@ -195,6 +195,7 @@ func (b *build) wsEndpoint() (err error) {
 		ResumeWindow: rt.ResumeWindow, ResumeRecordsPerTeam: rt.ResumeRecordsPerTeam, ResumeRecords: rt.ResumeRecords,
 		ResumeRedis: b.resumeRedis(), Conns: connsOf(b.limits),
 		Metrics: wsgate.NewMetrics(b.reg), Usage: b.usage, Logger: b.log, Now: b.opts.Now,
+		SinceMax: rt.SinceMax, SinceRetention: b.cfg.Archive.ServedRetention(),
 	})
 	return err
 }
@@ -309,6 +310,7 @@ func (b *build) startHubs() error {
 			Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
 			DiscoveryBudget: b.gw.DiscoveryBudget(name),
 			Frames:          b.archiveFrames(name),
+			Archive:         b.gw.ArchiveRange(name), // nil without an archive
 		})
 		if err != nil {
 			return fmt.Errorf("network %s: real-time hub: %w", name, err)

@@ -14,7 +14,9 @@ package wsgate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,8 +70,14 @@ type Config struct {
 	// Logger receives the drain's and the resume store's lines; nil:
 	// nothing is logged.
 	Logger *zap.Logger
-	// Now is the clock of the resume windows; nil: time.Now.
+	// Now is the clock of the resume windows and of since; nil: time.Now.
 	Now func() time.Time
+	// SinceMax bounds how far back an upgrade's since may ask
+	// (realtime.since_max); 0 refuses every since.
+	SinceMax time.Duration
+	// SinceRetention is the archive's retention when the gateway keeps
+	// one (archive.retention): a since older is refused; 0: no bound.
+	SinceRetention time.Duration
 }
 
 // Gate is the WebSocket endpoint of every network of the gateway: the
@@ -84,6 +92,7 @@ type Gate struct {
 	resume  *resumeStore // nil: no resume
 	metrics *Metrics
 	log     *zap.Logger
+	now     func() time.Time
 }
 
 // New returns the Gate of cfg, or every problem of cfg.
@@ -104,17 +113,17 @@ func New(cfg Config) (*Gate, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg, conns: &teamConns{counter: cfg.Conns}, metrics: cfg.Metrics, log: cfg.Logger}
+	g := &Gate{cfg: cfg, conns: &teamConns{counter: cfg.Conns}, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now}
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
 	if g.conns.counter == nil {
 		g.conns.counter = &MemoryConns{}
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	if g.now == nil {
+		g.now = time.Now
 	}
+	now := g.now
 	if cfg.ResumeWindow > 0 { // its flusher starts with the first client
 		g.resume = newResumeStore(cfg.ResumeWindow, cfg.ResumeRecordsPerTeam, cfg.ResumeRecords,
 			cfg.ResumeRedis, g.log, now, g.metrics)
@@ -151,6 +160,7 @@ type Network struct {
 	metrics *Metrics
 	rest    REST
 	usage   FrameCounter // nil: no ledger
+	since   sinceBounds
 }
 
 // resumeCharge is what a resumed client's fill costs team (REST.Charge).
@@ -187,7 +197,8 @@ func (g *Gate) Network(name string, hub *realtime.Hub, rest REST) *Network {
 	c := g.cfg
 	return &Network{name: name, hub: hub, gate: c.Gates[name], rest: rest,
 		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),
-		conns: g.conns, resume: g.resume, metrics: g.metrics, usage: c.Usage}
+		conns: g.conns, resume: g.resume, metrics: g.metrics, usage: c.Usage,
+		since: sinceBounds{max: c.SinceMax, retention: c.SinceRetention, now: g.now}}
 }
 
 // Recheck checks every open client against the configuration a reload has
@@ -242,4 +253,84 @@ func writeError(w http.ResponseWriter, err error) {
 		ae = apierror.New(http.StatusInternalServerError, "internal error")
 	}
 	apierror.Write(w, ae.Status, ae.Msg, ae.RetryAfter)
+}
+
+// since: /api/v1/ws?feedIDs=…&since=UNIX_SECONDS, an extension of the
+// gateway's that the SDKs never send. The client gets every report of its
+// streams from since on, in order, each once, as the live stream sends
+// them, then live ones: the hub serves it as a resume from since - 1 for
+// every stream (realtime.SubscribeOptions.From), from its history, the
+// archive, and the upstream's fills for the rest, charged as a resume's
+// fill is. A since outranks the client's resume record: it is what the
+// client asked for; the record goes on from there for its next
+// connection.
+
+// sinceBounds are the bounds of an upgrade's since.
+type sinceBounds struct {
+	max       time.Duration // realtime.since_max; 0 refuses every since
+	retention time.Duration // archive.retention; 0: none
+	now       func() time.Time
+}
+
+// maxSinceReports bounds the reports one since may ask for, every stream
+// together: half the replay a subscription may hold (realtime.MaxReplay),
+// the other half for the live frames that arrive while it is read.
+const maxSinceReports = realtime.MaxReplay / 2
+
+// read returns the since of r (0 when it has none), or a 400 naming its
+// bounds: whole Unix seconds, not in the future, no further back than
+// realtime.since_max nor than the archive's retention.
+func (b sinceBounds) read(r *http.Request) (int64, error) {
+	vals, ok := r.URL.Query()["since"]
+	if !ok {
+		return 0, nil
+	}
+	now := b.now().Unix()
+	oldest := now - int64(b.max/time.Second)
+	bounds := func() string {
+		s := fmt.Sprintf("since must be whole Unix seconds from %d to %d (now; at most realtime.since_max, %s, back", oldest, now, b.max)
+		if b.retention > 0 {
+			s += fmt.Sprintf(", and within the archive's retention, %s", b.retention)
+		}
+		return s + ")"
+	}
+	if b.max <= 0 {
+		return 0, apierror.New(http.StatusBadRequest, "since is not enabled on this gateway (realtime.since_max is 0)")
+	}
+	if len(vals) != 1 {
+		return 0, apierror.New(http.StatusBadRequest, "since given more than once: "+bounds())
+	}
+	since, err := strconv.ParseInt(vals[0], 10, 64)
+	switch {
+	case err != nil || since <= 0:
+		return 0, apierror.New(http.StatusBadRequest, fmt.Sprintf("since %q is not a Unix time in seconds: %s", vals[0], bounds()))
+	case since > now:
+		return 0, apierror.New(http.StatusBadRequest, fmt.Sprintf("since %d is in the future: %s", since, bounds()))
+	case since < oldest:
+		return 0, apierror.New(http.StatusBadRequest, fmt.Sprintf("since %d is further back than realtime.since_max allows: %s", since, bounds()))
+	case b.retention > 0 && since < b.now().Add(-b.retention).Unix():
+		return 0, apierror.New(http.StatusBadRequest, fmt.Sprintf("since %d is older than the archive's retention (archive.retention, %s): %s", since, b.retention, bounds()))
+	}
+	return since, nil
+}
+
+// fits checks that a since of streams asks for at most maxSinceReports
+// reports (a 400 naming the bound when not).
+func (b sinceBounds) fits(since int64, streams int) error {
+	secs := b.now().Unix() - since + 1
+	if secs*int64(streams) <= maxSinceReports {
+		return nil
+	}
+	return apierror.New(http.StatusBadRequest, fmt.Sprintf(
+		"since %d asks for %d seconds of %d streams: at most %d reports at once (every stream together); ask for fewer streams or a later since",
+		since, secs, streams, maxSinceReports))
+}
+
+// sinceMarks returns the watermarks of a since: since - 1 for every stream.
+func sinceMarks(since int64, feeds []feedid.ID) map[string]int64 {
+	marks := make(map[string]int64, len(feeds))
+	for _, f := range feeds {
+		marks[string(f)] = since - 1
+	}
+	return marks
 }

@@ -256,9 +256,20 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		writeError(w, err)
 		return
 	}
+	since, err := n.since.read(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	feeds, ok := n.rest.ReadStreams(w, r, p)
 	if !ok {
 		return
+	}
+	if since > 0 {
+		if err := n.since.fits(since, len(feeds)); err != nil {
+			writeError(w, err)
+			return
+		}
 	}
 	if !wsupgrade.Requested(r) {
 		writeError(w, errNotUpgrade)
@@ -279,7 +290,14 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	var unread bool // the record could not be read: from is a window before now
 	if n.resume != nil {
 		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, feeds)
-		from, unread = n.resume.load(r.Context(), resumeAs, feeds)
+		if since == 0 {
+			from, unread = n.resume.load(r.Context(), resumeAs, feeds)
+		}
+	}
+	var reach time.Duration
+	if since > 0 {
+		// The client's since outranks its resume record (endpoint.go).
+		from, reach = sinceMarks(since, feeds), n.since.max
 	}
 	// Subscribed before the upgrade: a client whose streams the upstream
 	// budget cannot carry is told so (503), not left without frames.
@@ -287,7 +305,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if len(from) > 0 {
 		charge = n.resumeCharge(team)
 	}
-	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: watermarks(from), Within: true, Charge: charge})
+	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: watermarks(from), Within: true, Charge: charge, Since: reach})
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
