@@ -28,7 +28,7 @@ func TestResumeMarkRecordsStayAsTaken(t *testing.T) {
 		return &realtime.Frame{Stream: f, ObservationsTimestamp: ts}
 	}
 	m := s.track("t", resumeID("mainnet", "k", "", []feedid.ID{a, b, c}), map[string]int64{string(a): now - 3}, nil)
-	m.written([]*realtime.Frame{frame(a, now - 2), frame(b, now - 2)})
+	m.written([]*realtime.Frame{frame(a, now-2), frame(b, now-2)})
 	s.flush()
 	s.mu.Lock()
 	first := s.mem[m.id]
@@ -55,7 +55,7 @@ func TestResumeMarkRecordsStayAsTaken(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, map[string]int64{string(a): now, string(b): now - 2, string(c): now}, rec.Marks, "the next flush takes the new watermarks")
 
-	m.written([]*realtime.Frame{frame(a, now - 1), frame(c, now)})
+	m.written([]*realtime.Frame{frame(a, now-1), frame(c, now)})
 	assert.Empty(t, s.changed.take(), "older or equal seconds change nothing: nothing listed to write")
 }
 
