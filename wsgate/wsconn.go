@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -63,6 +64,9 @@ type wsConn struct {
 	// closing is set once the gateway sends its close frame: a close frame
 	// from the client afterwards is its reply, not its own close.
 	closing atomic.Bool
+	// ponged is set by the read loop for each pong; the writer takes it
+	// at each ping.
+	ponged atomic.Bool
 }
 
 // Write writes p whole under the write lock, bounded by wsWriteTimeout; the
@@ -129,10 +133,10 @@ func (c *wsConn) closeWith(code ws.StatusCode, reason string, readDone <-chan er
 
 // readLoop reads the client's frames until the connection ends: it answers
 // pings and close frames (through c, so never in the middle of a batch),
-// signals pongs on pong, and drops data frames, which clients do not send.
-// It returns the error that ended the connection (wsutil.ClosedError for
-// a close frame from the client).
-func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
+// marks pongs (c.ponged), and drops data frames, which clients do not
+// send. It returns the error that ended the connection
+// (wsutil.ClosedError for a close frame from the client).
+func (c *wsConn) readLoop(src io.Reader) error {
 	rd := &wsutil.Reader{Source: src, State: ws.StateServerSide, MaxFrameSize: wsReadLimit}
 	ctl := wsutil.ControlHandler{Src: rd, Dst: c, State: ws.StateServerSide, DisableSrcCiphering: true}
 	budget := rate.NewLimiter(wsFrameRate, wsFrameBurst)
@@ -142,7 +146,7 @@ func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
 			return errFrameFlood
 		}
 		if h.OpCode == ws.OpPong {
-			signal(pong)
+			c.ponged.Store(true)
 		}
 		return ctl.Handle(h)
 	}
@@ -156,7 +160,7 @@ func (c *wsConn) readLoop(src io.Reader, pong chan<- struct{}) error {
 		}
 		if h.OpCode.IsControl() {
 			if h.OpCode == ws.OpPong {
-				signal(pong)
+				c.ponged.Store(true)
 			}
 			if err := ctl.Handle(h); err != nil {
 				return err
@@ -174,6 +178,34 @@ func signal(ch chan<- struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// pingTimer sets due and signals ctl every interval, until stop: the
+// writer's ping, behind the same signal as the read loop's end.
+type pingTimer struct {
+	due, stopped atomic.Bool
+	t            *time.Timer
+}
+
+func newPingTimer(every time.Duration, ctl chan<- struct{}) *pingTimer {
+	p := &pingTimer{}
+	p.t = time.AfterFunc(math.MaxInt64, func() {
+		if p.stopped.Load() {
+			return
+		}
+		p.due.Store(true)
+		signal(ctl)
+		p.t.Reset(every)
+	})
+	p.t.Reset(every) // after p.t is set: the function reads it
+	return p
+}
+
+// stop stops the timer; a run already under way arms it once more, and
+// that run does nothing.
+func (p *pingTimer) stop() {
+	p.stopped.Store(true)
+	p.t.Stop()
 }
 
 // errShutdown ends a subscription's loop when its channel closes without
@@ -195,23 +227,32 @@ var errShutdown = errors.New("the gateway is shutting down")
 // wc.mark, if not nil, records the watermark of every stream written
 // (resume); a signal on wc.drain closes the client with 1001 (the gateway
 // shuts down, DrainStreams).
+//
+// The writer waits on four channels, not one per event: a waiter locks
+// and queues itself on every channel of its select each time it sleeps
+// and wakes, once per batch, which made the select the writer's largest
+// cost beside the write. The read loop's end and the ping timer share
+// ctl (each a flag behind the signal: readDone, pingTimer.due), and a
+// pong is a flag (wsConn.ponged); the drain and the revocation keep
+// their channels.
 func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
 	revoked, drainCh, mark := wc.revoked, wc.drain, wc.mark
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
-	pong := make(chan struct{}, 1)
+	ctl := make(chan struct{}, 1)
 	go func() {
-		err := c.readLoop(br, pong)
+		err := c.readLoop(br)
 		var closeFrame wsutil.ClosedError
 		if mark != nil && errors.As(err, &closeFrame) && !c.closing.Load() {
 			mark.closedByClient.Store(true)
 		}
 		readDone <- err
+		signal(ctl)
 	}()
 
-	ping := time.NewTicker(n.ws.pingInterval)
-	defer ping.Stop()
-	awaiting := false
+	ping := newPingTimer(n.ws.pingInterval, ctl)
+	defer ping.stop()
+	awaiting := false // a ping was sent: a pong must come before the next
 	frames := make([]*realtime.Frame, 0, 8)
 	var out [][]byte // what is written of frames: their bytes, or decoded
 	for {
@@ -253,8 +294,20 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			if !ok {
 				return n.endStream(c, sub, readDone)
 			}
-		case <-ping.C:
-			if awaiting {
+		case <-ctl:
+			select {
+			case err := <-readDone:
+				if errors.Is(err, errFrameFlood) {
+					c.closeWith(ws.StatusPolicyViolation, errFrameFlood.Error(), closedDone)
+					return "flood"
+				}
+				return "client"
+			default:
+			}
+			if !ping.due.Swap(false) {
+				continue
+			}
+			if ponged := c.ponged.Swap(false); awaiting && !ponged {
 				c.closeWith(ws.StatusPolicyViolation, "no pong within the ping interval", readDone)
 				return "ping"
 			}
@@ -262,20 +315,12 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			if c.writeControl(ws.OpPing, nil) != nil {
 				return "write"
 			}
-		case <-pong:
-			awaiting = false
 		case <-drainCh:
 			c.closeWith(ws.StatusGoingAway, reasonDrain, readDone)
 			return "drain"
 		case reason := <-revoked:
 			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
 			return "revoked"
-		case err := <-readDone:
-			if errors.Is(err, errFrameFlood) {
-				c.closeWith(ws.StatusPolicyViolation, errFrameFlood.Error(), closedDone)
-				return "flood"
-			}
-			return "client"
 		}
 	}
 }

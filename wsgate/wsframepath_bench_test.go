@@ -49,7 +49,14 @@ func BenchmarkResumeFlushSecond(b *testing.B) {
 	ts := time.Now().Unix()
 	marks := make([]*resumeMark, 5000)
 	for c := range marks {
-		marks[c] = s.track("t", fmt.Sprintf("client-%d", c), nil, nil)
+		// An identity as a client's: the network, a key ID and its 10
+		// streams (about 730 bytes: the maps keyed by it hash it whole).
+		feeds := make([]feedid.ID, 10)
+		for i := range feeds {
+			feeds[i], _ = benchRecord(c%80+i, 0)
+		}
+		id := resumeID("mainnet", fmt.Sprintf("00000000-0000-4000-8000-c%011x", c), "", feeds)
+		marks[c] = s.track("t", id, nil, nil)
 	}
 	streams := make([]*realtime.Frame, 90)
 	batch := make([]*realtime.Frame, 10)

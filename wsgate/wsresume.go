@@ -78,6 +78,24 @@ type resumeRecord struct {
 	// newest is the newest of Marks, when the record was made from a
 	// mark (resumeMark.newest); 0: read from Marks.
 	newest int64
+	// streams and ts are the watermarks of a record made from a mark
+	// (resumeMark.record), Marks nil until withMarks: the flush takes
+	// such records several times a second, and most are never read.
+	streams []string
+	ts      []int64
+}
+
+// withMarks returns r with Marks filled from streams and ts, for a
+// record made from a mark; one read or decoded already is r.
+func (r resumeRecord) withMarks() resumeRecord {
+	if r.Marks != nil || r.streams == nil {
+		return r
+	}
+	r.Marks = make(map[string]int64, len(r.streams))
+	for i, f := range r.streams {
+		r.Marks[f] = r.ts[i]
+	}
+	return r
 }
 
 // resumeStore keeps the clients' watermarks: in memory, and in Redis when
@@ -100,10 +118,12 @@ type resumeStore struct {
 	unread map[*resumeMark]struct{} // those whose previous record is still to be read
 	// changed lists the marks written to since the last flush.
 	changed resumeChanged
-	stop    chan struct{}
-	done    chan struct{}
-	start   sync.Once // the flusher starts with the first connection
-	logged  time.Time
+	// batch is the flush's list of records, kept between flushes (wmu).
+	batch  []resumeWrite
+	stop   chan struct{}
+	done   chan struct{}
+	start  sync.Once // the flusher starts with the first connection
+	logged time.Time
 }
 
 func newResumeStore(window time.Duration, perTeam, total int, rc redis.UniversalClient, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
@@ -199,7 +219,7 @@ func (s *resumeStore) record(ctx context.Context, id string) (rec resumeRecord, 
 		s.mu.Lock()
 		rec, ok = s.mem[id]
 		s.mu.Unlock()
-		return rec, ok, nil
+		return rec.withMarks(), ok, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, resumeIOTimeout)
 	defer cancel()

@@ -10,6 +10,7 @@ package wsgate
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,8 +67,7 @@ func (s *resumeStore) flush() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
-	recs := map[string]resumeRecord{}
-	teams := map[string]string{}
+	recs := s.batch[:0]
 	s.mu.Lock()
 	unread := make([]*resumeMark, 0, len(s.unread))
 	for m := range s.unread {
@@ -95,8 +95,7 @@ func (s *resumeStore) flush() {
 			again = append(again, m) // written once its old record is read
 		case m.dirty:
 			m.dirty = false
-			recs[m.id] = m.record(at)
-			teams[m.id] = m.team
+			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: m.record(at)})
 		}
 		m.mu.Unlock()
 	}
@@ -111,8 +110,10 @@ func (s *resumeStore) flush() {
 		s.changed.add(m)
 	}
 	if len(recs) > 0 {
-		s.write(recs, teams, false)
+		s.store(recs, false)
 	}
+	clear(recs) // hold no record until the next flush
+	s.batch = recs[:0]
 }
 
 // settle reads again the records of ms that could not be read when their
@@ -174,36 +175,56 @@ func (s *resumeStore) settle(ms []*resumeMark) {
 	}
 }
 
-// write stores recs (teams names the team of each; drained: written by
-// connections this replica's shutdown closed): in memory, or in one Redis
-// pipeline, each expiring a window after its newest watermark; a record
-// whose newest watermark is a window old already is deleted instead, as
-// are the records dropped to stay within the bounds (resumeIndex),
-// counted, each only while it is still the one this replica wrote.
+// resumeWrite is one record to write: id's, of team's.
+type resumeWrite struct {
+	id, team string
+	rec      resumeRecord
+}
+
+// write stores recs (teams names the team of each); see store.
 func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]string, drained bool) {
+	ws := make([]resumeWrite, 0, len(recs))
+	for id, r := range recs {
+		ws = append(ws, resumeWrite{id: id, team: teams[id], rec: r})
+	}
+	s.store(ws, drained)
+}
+
+// store writes recs, in order, a later one of an id over an earlier (drained: written by connections this
+// replica's shutdown closed): in memory, or in one Redis pipeline, each
+// expiring a window after its newest watermark; a record whose newest
+// watermark is a window old already is deleted instead, as are the
+// records dropped to stay within the bounds (resumeIndex), counted, each
+// only while it is still the one this replica wrote.
+func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 	now := s.now()
 	var drops []resumeDrop
 	s.mu.Lock()
-	for id, r := range recs {
-		if ttl := s.ttl(r); ttl >= time.Millisecond {
-			drops = append(drops, s.index.put(id, teams[id], r.Conn, now.Add(ttl), drained)...)
+	for _, w := range recs {
+		if ttl := s.ttl(w.rec); ttl >= time.Millisecond {
+			drops = append(drops, s.index.put(w.id, w.team, w.rec.Conn, now.Add(ttl), drained)...)
 		} else {
-			s.index.remove(id)
+			s.index.remove(w.id)
 		}
 	}
 	s.metrics.resumeRecordsKept(s.index.len())
-	for _, d := range drops {
-		s.metrics.resumeRecordDropped(d.reason)
-		delete(recs, d.id) // written in this batch, then dropped by a later one
+	if len(drops) > 0 {
+		// Written in this batch, then dropped by a later one: not written.
+		dropped := make(map[string]bool, len(drops))
+		for _, d := range drops {
+			s.metrics.resumeRecordDropped(d.reason)
+			dropped[d.id] = true
+		}
+		recs = slices.DeleteFunc(slices.Clone(recs), func(w resumeWrite) bool { return dropped[w.id] })
 	}
 	if s.rc == nil {
-		for id, r := range recs {
-			if s.ttl(r) >= time.Millisecond {
-				s.mem[id] = r
-				s.memExp.set(id, s.expires(r))
+		for _, w := range recs {
+			if s.ttl(w.rec) >= time.Millisecond {
+				s.mem[w.id] = w.rec
+				s.memExp.set(w.id, s.expires(w.rec))
 			} else {
-				delete(s.mem, id)
-				s.memExp.remove(id)
+				delete(s.mem, w.id)
+				s.memExp.remove(w.id)
 			}
 		}
 		for _, d := range drops {
@@ -222,14 +243,14 @@ func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]strin
 		for _, d := range drops {
 			resumeDropScript.Eval(ctx, p, []string{resumeKey(d.id)}, d.conn)
 		}
-		for id, r := range recs {
-			ttl := s.ttl(r)
+		for _, w := range recs {
+			ttl := s.ttl(w.rec)
 			if ttl < time.Millisecond {
-				p.Del(ctx, resumeKey(id))
+				p.Del(ctx, resumeKey(w.id))
 				continue
 			}
-			b, _ := json.Marshal(r)
-			p.Set(ctx, resumeKey(id), b, ttl)
+			b, _ := json.Marshal(w.rec.withMarks())
+			p.Set(ctx, resumeKey(w.id), b, ttl)
 		}
 		return nil
 	})

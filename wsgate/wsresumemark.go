@@ -4,10 +4,19 @@ package wsgate
 // per frame written, from the frame as the hub read it (realtime.Frame,
 // never the bytes again), and the list of the marks that changed since
 // the last flush (resumeChanged), which is all a flush looks at.
+//
+// The watermarks are two slices side by side, the streams (append-only,
+// shared with the records taken of them) and their timestamps, so that a
+// frame written is one look-up of its stream's place and a store, and a
+// record taken at a flush is one copy of the timestamps, not a map
+// rebuilt: a connection's streams are fixed, its timestamps change every
+// second, and the flush takes a record of each connection written to
+// several times a second.
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +36,14 @@ type resumeMark struct {
 	// it when it becomes dirty.
 	changed *resumeChanged
 
-	mu    sync.Mutex
-	marks map[string]int64
-	// newest is the newest of marks: the record's expiry counts from it.
+	mu sync.Mutex
+	// streams[i]'s watermark is ts[i]; at is each stream's place. streams
+	// only grows (a stream's first frame), and the records taken share
+	// it: never change an element.
+	streams []string
+	ts      []int64
+	at      map[string]int
+	// newest is the newest of ts: the record's expiry counts from it.
 	newest int64
 	// dirty: marks changed since the last flush (the mark is then on
 	// changed's list, once).
@@ -74,11 +88,10 @@ func (s *resumeStore) track(team, id string, from map[string]int64, missed func(
 	s.start.Do(func() { go s.run() })
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), marks: map[string]int64{},
-		changed: &s.changed}
+	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), at: make(map[string]int, len(from)),
+		streams: make([]string, 0, len(from)), ts: make([]int64, 0, len(from)), changed: &s.changed}
 	for k, v := range from {
-		m.marks[k] = v
-		m.newest = max(m.newest, v)
+		m.set(k, v)
 	}
 	if missed != nil {
 		m.unread, m.since, m.missed = maps(from), s.now(), missed
@@ -100,10 +113,7 @@ func (m *resumeMark) written(frames []*realtime.Frame) {
 	m.mu.Lock()
 	listed := m.dirty
 	for _, f := range frames {
-		feed, ts := string(f.Stream), f.ObservationsTimestamp
-		if cur, have := m.marks[feed]; !have || ts > cur {
-			m.marks[feed] = ts
-			m.newest = max(m.newest, ts)
+		if m.set(string(f.Stream), f.ObservationsTimestamp) {
 			m.dirty = true
 		}
 	}
@@ -114,9 +124,29 @@ func (m *resumeMark) written(frames []*realtime.Frame) {
 	}
 }
 
-// record returns m's record, written at (Unix milliseconds). m.mu is held.
+// set raises stream's watermark to ts and reports whether it rose (or is
+// the stream's first). m.mu is held, or m is not shared yet.
+func (m *resumeMark) set(stream string, ts int64) bool {
+	i, have := m.at[stream]
+	switch {
+	case !have:
+		m.at[stream] = len(m.streams)
+		m.streams = append(m.streams, stream)
+		m.ts = append(m.ts, ts)
+	case ts > m.ts[i]:
+		m.ts[i] = ts
+	default:
+		return false
+	}
+	m.newest = max(m.newest, ts)
+	return true
+}
+
+// record returns m's record, written at (Unix milliseconds): the streams
+// shared, the timestamps copied. m.mu is held.
 func (m *resumeMark) record(at int64) resumeRecord {
-	return resumeRecord{At: at, Conn: m.conn, Marks: maps(m.marks), newest: m.newest}
+	n := len(m.streams)
+	return resumeRecord{At: at, Conn: m.conn, streams: m.streams[:n:n], ts: slices.Clone(m.ts), newest: m.newest}
 }
 
 // end stops tracking m: its watermarks are written once more, or deleted
@@ -138,7 +168,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 	m.mu.Lock()
 	rec := m.record(time.Now().UnixMilli())
 	m.mu.Unlock()
-	s.write(map[string]resumeRecord{m.id: rec}, map[string]string{m.id: m.team}, drained)
+	s.store([]resumeWrite{{id: m.id, team: m.team, rec: rec}}, drained)
 }
 
 func maps(m map[string]int64) map[string]int64 {

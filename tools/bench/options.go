@@ -47,6 +47,10 @@ type options struct {
 	out          io.Writer
 	profileStart func() error
 	profileStop  func()
+	// bareProfileStart and bareProfileStop profile the ws scenario's bare
+	// fan-out server's window into cpuProfile+".bare".
+	bareProfileStart func() error
+	bareProfileStop  func()
 }
 
 // parseOptions reads the flags of args; the scenario writes to stdout,
@@ -78,7 +82,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.hitTLS, "tls", false, "hit: also measure a gateway serving https (TLS 1.3, HTTP/1.1 on kept-alive connections, a certificate made for the run)")
 	fs.BoolVar(&o.pin, "pin", true, "hit: pin the servers to CPU 0 and this client to CPU 1 with taskset, where there is taskset and two CPUs")
 	fs.StringVar(&o.logLevel, "log", "info", "access log level of the in-process gateway (JSON, discarded), or off")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the gateway's measured run to this file (hit: the gateway process, first round; else the whole process; ws: the bare fan-out server's run to this file with .bare)")
 	fs.StringVar(&o.control, "control", "", "load: control URL of a streams-sim behind the target, to count upstream calls")
 	fs.StringVar(&o.redis, "redis", "", "replicas: URL of a Redis to use (it is flushed); default: a redis-server from PATH on a free loopback port")
 	fs.StringVar(&redisMode, "redis-mode", redisSingle, "replicas: the Redis the replicas share: single (one redis-server), sentinel (a master, a replica and three sentinels), cluster (three masters with a replica each), a comma-separated list of them run one after the other, or all; given, the scenario also prints Redis round trips, commands and CPU per request and the p99 added to single mode's")
@@ -125,5 +129,9 @@ func parseOptions(args []string, stdout, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-c, -d, -streams and -bulk must be positive, -n not negative")
 	}
 	o.profileStart, o.profileStop = profiler(o.cpuProfile)
+	o.bareProfileStart, o.bareProfileStop = profiler("")
+	if o.cpuProfile != "" {
+		o.bareProfileStart, o.bareProfileStop = profiler(o.cpuProfile + ".bare")
+	}
 	return &o, nil
 }

@@ -104,6 +104,7 @@ type wsResult struct {
 	upPeak, accepted                                      int64
 	delivered, expected, duplicates, unknown, closedEarly int64
 	inWindow, noRef                                       int64
+	counts                                                procCounts // of the window (wscounts.go)
 	delay                                                 histogram
 	heapPerClient, goroutinesPerClient                    float64
 }
@@ -124,6 +125,13 @@ func (r *wsResult) print(o *options, name string, gateway bool, clientHeap, clie
 		fmtDur(r.delay.quantile(.5)), fmtDur(r.delay.quantile(.9)), fmtDur(r.delay.quantile(.99)), fmtDur(r.delay.max), r.noRef)
 	fmt.Fprintf(o.out, "  CPU per delivered frame %s (process CPU %v over %v, %d frames arrived in it; client, server and simulator together)\n",
 		fmtDur(time.Duration(float64(r.cpu)/float64(max(r.inWindow, 1)))), r.cpu.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.inWindow)
+	perFrame := func(n int64) float64 { return float64(n) / float64(max(r.inWindow, 1)) }
+	if r.counts.syscw >= 0 {
+		fmt.Fprintf(o.out, "  system calls in the window: %d writes (%.3f per frame), %d reads (%.3f per frame) (the whole process)\n",
+			r.counts.syscw, perFrame(r.counts.syscw), r.counts.syscr, perFrame(r.counts.syscr))
+	}
+	fmt.Fprintf(o.out, "  goroutine runs in the window: about %d (%.2f per frame; the scheduler samples one in %d) (the whole process)\n",
+		r.counts.runs, perFrame(r.counts.runs), schedSampling)
 	fmt.Fprintf(o.out, "  memory per client: heap in use %.1f KiB, goroutines %.2f (server and this client together: an upper bound of the server's; goal ≤ 64 KiB)\n",
 		r.heapPerClient/1024, r.goroutinesPerClient)
 	if gateway {
@@ -279,8 +287,9 @@ func waitUpstreamLayout(ctx context.Context, sim *upstreamsim.Simulator, feeds i
 	return nil
 }
 
-// measureWSWindow waits for r.t0, then measures this process's CPU (and
-// the gateway's profile) until the slowest stream has published r.t1;
+// measureWSWindow waits for r.t0, then measures this process's CPU, its
+// system calls and goroutine runs (and the profile: the gateway's in
+// -cpuprofile, the bare server's in the same name with .bare) until the slowest stream has published r.t1;
 // it returns when the window began, and stops up.
 func measureWSWindow(ctx context.Context, o *options, r *wsResult, up *upstreamPeak, maxLag int64, gateway bool) (time.Time, error) {
 	select {
@@ -289,24 +298,26 @@ func measureWSWindow(ctx context.Context, o *options, r *wsResult, up *upstreamP
 		up.stop()
 		return time.Time{}, ctx.Err()
 	}
-	if gateway {
-		if err := o.profileStart(); err != nil {
-			up.stop()
-			return time.Time{}, err
-		}
+	start, stop := o.profileStart, o.profileStop
+	if !gateway {
+		start, stop = o.bareProfileStart, o.bareProfileStop
 	}
-	cpu0, wall0 := processCPU(), time.Now()
+	if err := start(); err != nil {
+		up.stop()
+		return time.Time{}, err
+	}
+	cpu0, wall0, counts0 := processCPU(), time.Now(), readProcCounts()
 	up.measuring.Store(true)
 	end := time.Unix(r.t1+maxLag+1, int64(500*time.Millisecond))
 	select {
 	case <-time.After(time.Until(end)):
 	case <-ctx.Done():
-		o.profileStop()
+		stop()
 		up.stop()
 		return time.Time{}, ctx.Err()
 	}
-	r.cpu, r.wall = processCPU()-cpu0, time.Since(wall0)
-	o.profileStop()
+	r.cpu, r.wall, r.counts = processCPU()-cpu0, time.Since(wall0), readProcCounts().sub(counts0)
+	stop()
 	up.stop()
 	return wall0, nil
 }
