@@ -150,19 +150,18 @@ func (w *Writer) recordClaims(ctx context.Context) {
 	for _, p := range todo {
 		var failed []claimSpan
 		for i, sp := range p.spans {
-			if ctx.Err() != nil {
-				failed = append(failed, p.spans[i:]...)
-				break
+			// In order: a chain's first span is recorded after the spans
+			// before it, so that OnChain's hole is only what is missing.
+			err := ctx.Err()
+			if err == nil {
+				err = w.store.AddCoverage(ctx, p.key.network, p.key.stream, sp.Span)
 			}
-			err := w.store.AddCoverage(ctx, p.key.network, p.key.stream, sp.Span)
 			if err != nil {
 				w.errs.Add(1)
-				if len(failed) == 0 {
-					w.log.Debug("archive: the stream's span was not recorded; tried again", zap.String("network", p.key.network),
-						zap.Stringer("span", sp.Span), zap.Error(err))
-				}
-				failed = append(failed, sp)
-				continue
+				w.log.Debug("archive: the stream's span was not recorded; tried again", zap.String("network", p.key.network),
+					zap.Stringer("span", sp.Span), zap.Error(err))
+				failed = p.spans[i:]
+				break
 			}
 			if sp.first && w.o.OnChain != nil {
 				w.o.OnChain(p.key.network, p.key.stream, sp.From)
