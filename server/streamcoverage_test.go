@@ -1,0 +1,200 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"streamgate/auth"
+	"streamgate/config"
+	"streamgate/feedid"
+	"streamgate/realtime"
+	"streamgate/server/servertest"
+	"streamgate/upstreamsim"
+)
+
+// pinnedEnv starts a gateway on sim that carries the stream pinned and
+// archives per archive.
+func pinnedEnv(t *testing.T, sim *upstreamsim.Simulator, rec *targets, pinned feedid.ID, mutate func(*config.Config)) *servertest.Env {
+	t.Helper()
+	return servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Upstream: rec.wrap, Config: func(c *config.Config) {
+		c.Server.AdminListen = "127.0.0.1:0"
+		n := c.Networks[upstreamsim.Testnet]
+		n.Upstream.WSPinned = config.StreamIDs{pinned}
+		c.Networks[upstreamsim.Testnet] = n
+		mutate(c)
+	}})
+}
+
+// liveStream returns a live testnet stream of sim.
+func liveStream(t *testing.T, sim *upstreamsim.Simulator) feedid.ID {
+	t.Helper()
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
+		if s.Status == "live" {
+			id, err := feedid.Parse(s.FeedID)
+			require.NoError(t, err)
+			return id
+		}
+	}
+	t.Fatal("no live testnet stream")
+	return ""
+}
+
+// latestAtLeast waits until hub's newest report of feed is at least ts,
+// and returns its second.
+func latestAtLeast(t *testing.T, hub *realtime.Hub, feed feedid.ID, ts int64) int64 {
+	t.Helper()
+	var got int64
+	require.Eventually(t, func() bool {
+		_, got, _ = hub.Latest(feed)
+		return got >= ts && got > 0
+	}, 60*time.Second, 10*time.Millisecond, "the hub's newest report of %s reaches %d", feed, ts)
+	return got
+}
+
+// holeCount returns the gateway's hole counters of state.
+func holeCount(t *testing.T, env *servertest.Env, state string) (holes, seconds float64) {
+	t.Helper()
+	return servertest.MetricValue(t, env.Registry, "streamgate_archive_holes_total", map[string]string{"state": state}),
+		servertest.MetricValue(t, env.Registry, "streamgate_archive_hole_seconds_total", map[string]string{"state": state})
+}
+
+// waitHoleFilled waits until the gateway filled n holes, recording its
+// stream's claims meanwhile (FlushArchive) so that the holes are found.
+func waitHoleFilled(t *testing.T, env *servertest.Env, n float64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Server.FlushArchive(context.Background()))
+		failed, _ := holeCount(t, env, "failed")
+		require.Zero(t, failed, "a hole's fill failed")
+		filled, _ := holeCount(t, env, "filled")
+		return filled >= n
+	}, 90*time.Second, 50*time.Millisecond, "%v holes filled", n)
+}
+
+// pageFromArchive asks the gateway for the page of feed from start of limit
+// reports: it must be answered from the archive (HIT) with the upstream's
+// bytes and hold every second from start once, in order.
+func pageFromArchive(t *testing.T, env *servertest.Env, feed feedid.ID, start, limit int64) string {
+	t.Helper()
+	target := fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=%d", feed, start, limit)
+	st, xc, body := get(t, env.Testnet, target)
+	require.Equal(t, http.StatusOK, st, body)
+	assert.Equal(t, "HIT", xc, "answered from the archive: %s", target)
+	var page struct {
+		Reports []struct {
+			ObservationsTimestamp int64 `json:"observationsTimestamp"`
+		} `json:"reports"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &page))
+	require.Len(t, page.Reports, int(limit))
+	for i, r := range page.Reports {
+		require.Equal(t, start+int64(i), r.ObservationsTimestamp, "every second once, in order")
+	}
+	return body
+}
+
+// upstreamPage is the upstream's own answer to target.
+func upstreamPage(t *testing.T, env *servertest.Env, target string) string {
+	t.Helper()
+	up, err := http.NewRequest(http.MethodGet, env.UpTestnet+target, nil)
+	require.NoError(t, err)
+	auth.Sign(up, upstreamsim.OrgKeyID, []byte(upstreamsim.OrgKeySecret), time.Now())
+	resp, err := http.DefaultClient.Do(up)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	return string(b)
+}
+
+// TestArchiveStreamCoverageAfterARestart: the seconds a pinned stream
+// carried are covered (the hub vouches for each second after the one
+// before), so that after a restart on the same Pebble directory a page
+// inside them is answered from the archive, HIT, with no upstream call and
+// the upstream's bytes; the seconds the gateway was stopped are a hole,
+// found when the stream is carried again and filled from the upstream's
+// pages, so that a page over both runs and the stop between is answered
+// from the archive too, every second once.
+func TestArchiveStreamCoverageAfterARestart(t *testing.T) {
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	feed := liveStream(t, sim)
+	dir := t.TempDir()
+	rec := &targets{}
+	pebble := func(c *config.Config) { c.Archive.Backend, c.Archive.Path = config.ArchiveBackendPebble, dir }
+
+	env := pinnedEnv(t, sim, rec, feed, pebble)
+	hub := env.Server.Hub(upstreamsim.Testnet)
+	first := latestAtLeast(t, hub, feed, 0)
+	latestAtLeast(t, hub, feed, first+10)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	_, stopped, _ := hub.Latest(feed)
+	_ = env.Server.Close() // at once: its error says only that idle connections were cut
+	filled, _ := holeCount(t, env, "filled")
+	require.Zero(t, filled, "no hole on the first run: the stream was never recorded before")
+	// The gateway stays stopped a few seconds: a hole the restarted one
+	// finds.
+	require.Eventually(t, func() bool { return time.Now().Unix() >= stopped+4 }, 10*time.Second, 10*time.Millisecond)
+
+	env = pinnedEnv(t, sim, rec, feed, pebble)
+	hub = env.Server.Hub(upstreamsim.Testnet)
+	waitHoleFilled(t, env, 1)
+	found, foundSecs := holeCount(t, env, "found")
+	assert.Equal(t, float64(1), found)
+	assert.GreaterOrEqual(t, foundSecs, float64(3), "the seconds the gateway was stopped")
+	last := latestAtLeast(t, hub, feed, stopped+6)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	sim.ResetCounters()
+	rec.take()
+
+	inner := fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=5", feed, first+2)
+	innerBody := pageFromArchive(t, env, feed, first+2, 5)
+	whole := fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=%d", feed, first, last-first+1)
+	wholeBody := pageFromArchive(t, env, feed, first, last-first+1)
+	assert.Equal(t, int64(0), reportCalls(sim), "no upstream call: %v", rec.take())
+	assert.Equal(t, upstreamPage(t, env, inner), innerBody, "the upstream's bytes")
+	assert.Equal(t, upstreamPage(t, env, whole), wholeBody, "the upstream's bytes")
+}
+
+// TestArchiveStreamGapUnfilledIsAHole: seconds of a gap the hub counted
+// unfilled (backfill_max 0: none fetched) are never inside the stream's
+// coverage: they are the one hole found, of exactly those seconds, filled
+// from the upstream's pages; afterwards a page over the gap is answered
+// from the archive, every second once.
+func TestArchiveStreamGapUnfilledIsAHole(t *testing.T) {
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	feed := liveStream(t, sim)
+	rec := &targets{}
+	env := pinnedEnv(t, sim, rec, feed, func(c *config.Config) {
+		c.Archive.Backend, c.Archive.Path = config.ArchiveBackendPebble, t.TempDir()
+		c.Realtime.BackfillMax = 0
+	})
+	hub := env.Server.Hub(upstreamsim.Testnet)
+	first := latestAtLeast(t, hub, feed, 0)
+	before := latestAtLeast(t, hub, feed, first+3)
+	sim.Outage(3 * time.Second)
+	require.Eventually(t, func() bool { return hub.Stats().Unfilled > 0 }, 60*time.Second, 10*time.Millisecond, "the gap counted unfilled")
+	waitHoleFilled(t, env, 1)
+	unfilled := hub.Stats().Unfilled
+	found, foundSecs := holeCount(t, env, "found")
+	assert.Equal(t, float64(1), found, "one hole")
+	assert.Equal(t, float64(unfilled), foundSecs, "the hole is the seconds counted unfilled, no more, no less")
+	last := latestAtLeast(t, hub, feed, before+int64(unfilled)+3)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	sim.ResetCounters()
+	rec.take()
+	pageFromArchive(t, env, feed, first, last-first+1)
+	assert.Equal(t, int64(0), reportCalls(sim), "no upstream call: %v", rec.take())
+}
