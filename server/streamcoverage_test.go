@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"streamgate/auth"
 	"streamgate/config"
 	"streamgate/feedid"
+	"streamgate/internal/testing/pgtest"
 	"streamgate/realtime"
 	"streamgate/server/servertest"
 	"streamgate/upstreamsim"
@@ -193,6 +195,139 @@ func TestArchiveStreamGapUnfilledIsAHole(t *testing.T) {
 	assert.Equal(t, float64(unfilled), foundSecs, "the hole is the seconds counted unfilled, no more, no less")
 	last := latestAtLeast(t, hub, feed, before+int64(unfilled)+3)
 	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	sim.ResetCounters()
+	rec.take()
+	pageFromArchive(t, env, feed, first, last-first+1)
+	assert.Equal(t, int64(0), reportCalls(sim), "no upstream call: %v", rec.take())
+}
+
+// TestArchiveStreamHoleFilledAfterPostgresOutage: PostgreSQL stopped for
+// ten seconds while a WebSocket client streams and a REST client polls
+// reports at timestamps: neither sees an error (the stream does not wait
+// on the archive; reads fall through to the upstream), every second
+// reaches the stream client once; the reports the Writer could not store
+// are counted, and once PostgreSQL is back the hole they left in the
+// stream's coverage is found and filled from the upstream's pages: a page
+// over the whole span, before, during and after the outage, is answered
+// from the archive with no upstream call, every second once.
+func TestArchiveStreamHoleFilledAfterPostgresOutage(t *testing.T) {
+	pg := pgtest.New(t) // its own server: the test stops it
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	feed := liveStream(t, sim)
+	rec := &targets{}
+	env := pinnedEnv(t, sim, rec, feed, func(c *config.Config) {
+		postgresArchive(pg)(&c.Archive)
+		c.Archive.ReadTimeout = 100 * time.Millisecond
+	})
+	waitArchiveOpen(t, env)
+	hub := env.Server.Hub(upstreamsim.Testnet)
+
+	// A stream client and a REST client, until stop.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	var streamed []int64
+	var streamErr error
+	conn, resp, err := servertest.Demo().DialWS(ctx, env.Testnet, "/api/v1/ws?feedIDs="+string(feed), "")
+	require.NoError(t, err)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	defer conn.CloseNow()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			_, data, err := conn.Read(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					streamErr = err
+				}
+				return
+			}
+			var f servertest.Frame
+			if err := json.Unmarshal(data, &f); err != nil {
+				streamErr = err
+				return
+			}
+			streamed = append(streamed, f.Report.ObservationsTimestamp)
+		}
+	}()
+	var polls int
+	var pollErrs []string
+	go func() {
+		defer wg.Done()
+		// A report at a timestamp every 20 ms, each a second not asked
+		// before (a miss of the memory cache: the archive's read first).
+		ts := time.Now().Unix() - 3600
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil && ts < time.Now().Unix()-30 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			req, err := servertest.Demo().Request(ctx, env.Testnet, fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feed, ts))
+			if err != nil {
+				pollErrs = append(pollErrs, err.Error())
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				if ctx.Err() == nil {
+					pollErrs = append(pollErrs, err.Error())
+				}
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				pollErrs = append(pollErrs, resp.Status)
+			}
+			polls++
+			ts++
+		}
+	}()
+
+	first := latestAtLeast(t, hub, feed, 0)
+	latestAtLeast(t, hub, feed, first+3)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+
+	pg.Stop()
+	down := time.Now()
+	require.Eventually(t, func() bool {
+		return servertest.MetricValue(t, env.Registry, "streamgate_archive_dropped_total", map[string]string{"reason": "store_error"}) > 0
+	}, 60*time.Second, 10*time.Millisecond, "the reports the store could not take are dropped")
+	require.Eventually(t, func() bool { return time.Since(down) >= 10*time.Second }, 30*time.Second, 10*time.Millisecond)
+	pg.Restart()
+
+	waitArchiveOpen(t, env)
+	waitHoleFilled(t, env, 1)
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Server.FlushArchive(context.Background()))
+		found, _ := holeCount(t, env, "found")
+		filled, _ := holeCount(t, env, "filled")
+		return filled == found
+	}, 60*time.Second, 50*time.Millisecond, "every hole found is filled")
+	_, foundSecs := holeCount(t, env, "found")
+	assert.GreaterOrEqual(t, foundSecs, float64(5), "the seconds whose reports were dropped")
+	last := latestAtLeast(t, hub, feed, 0)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	stop()
+	conn.CloseNow()
+	wg.Wait()
+
+	assert.NoError(t, streamErr, "the stream client")
+	assert.Empty(t, pollErrs, "the REST client")
+	assert.Positive(t, polls)
+	require.NotEmpty(t, streamed)
+	for i := 1; i < len(streamed); i++ {
+		require.Equal(t, streamed[i-1]+1, streamed[i], "every second streamed once, in order")
+	}
+
 	sim.ResetCounters()
 	rec.take()
 	pageFromArchive(t, env, feed, first, last-first+1)
