@@ -156,7 +156,9 @@ func (f *Filler) Submit(ctx context.Context, network string, stream feedid.ID, f
 		return FillProgress{}, err
 	}
 	f.mu.Lock()
-	f.progress[p.ID] = &p
+	if _, ok := f.progress[p.ID]; !ok { // the runner may have taken it from the store already
+		f.progress[p.ID] = &p
+	}
 	f.mu.Unlock()
 	f.poke()
 	return p, nil
@@ -191,7 +193,9 @@ func (f *Filler) SubmitHole(ctx context.Context, network string, stream feedid.I
 		return false, err
 	}
 	f.mu.Lock()
-	f.progress[p.ID] = &p
+	if _, ok := f.progress[p.ID]; !ok { // the runner may have taken it from the store already
+		f.progress[p.ID] = &p
+	}
 	f.mu.Unlock()
 	f.poke()
 	return true, nil
@@ -273,7 +277,7 @@ func (f *Filler) runJob(ctx context.Context, p FillProgress) bool {
 	defer release()
 	p.State = FillRunning
 	f.update(ctx, &p)
-	failures := 0
+	failures, unsettled := 0, 0
 	for ctx.Err() == nil {
 		hole, covered, err := f.firstHole(ctx, p.FillJob)
 		if err == nil {
@@ -299,12 +303,13 @@ func (f *Filler) runJob(ctx context.Context, p FillProgress) bool {
 		}
 		if errors.Is(err, errUnsettled) {
 			// Not a failure: the upstream's page of these seconds may
-			// not be whole yet. Asked again once it settled.
+			// not be whole yet. Asked again, Backoff doubling up to
+			// FillSettle apart, until it is whole or settled.
 			f.update(ctx, &p)
-			wait := time.Unix(int64(p.To), 0).Add(FillSettle).Sub(f.o.Now())
-			if !ctxsleep.Sleep(ctx, max(wait, f.o.Backoff)) {
+			if !ctxsleep.Sleep(ctx, min(f.o.Backoff<<min(unsettled, 10), FillSettle)) {
 				break
 			}
+			unsettled++
 			continue
 		}
 		failures++
