@@ -113,9 +113,7 @@ func (w *Writer) recordLoop() {
 		case <-w.quit:
 			return
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), w.o.Timeout)
-			w.recordClaims(ctx)
-			cancel()
+			w.recordClaims(context.Background())
 		}
 	}
 }
@@ -126,9 +124,13 @@ type pendingClaim struct {
 	spans []claimSpan
 }
 
-// recordClaims records every stream's claims: the open span too (the
-// chain goes on from its tail, and the next span, touching it, is merged
-// by the store). What the store refuses is put back, oldest first.
+// recordClaims records every stream's claims, each call within Timeout:
+// the open span too (the chain goes on from its tail, and the next span,
+// touching it, is merged by the store). A stream's spans are recorded in
+// order, so that a chain's first span is recorded after those before it
+// and OnChain's hole is only what is missing. At the first failure the
+// round stops (the store is down or slow: the next round tries again);
+// what was not recorded is put back, oldest first.
 func (w *Writer) recordClaims(ctx context.Context) {
 	w.coverMu.Lock()
 	defer w.coverMu.Unlock()
@@ -147,39 +149,43 @@ func (w *Writer) recordClaims(ctx context.Context) {
 		c.closed = nil
 	}
 	w.claimMu.Unlock()
+	var failed error
 	for _, p := range todo {
-		var failed []claimSpan
-		for i, sp := range p.spans {
-			// In order: a chain's first span is recorded after the spans
-			// before it, so that OnChain's hole is only what is missing.
-			err := ctx.Err()
-			if err == nil {
-				err = w.store.AddCoverage(ctx, p.key.network, p.key.stream, sp.Span)
-			}
-			if err != nil {
+		left := p.spans
+		for failed == nil && len(left) > 0 {
+			sp := left[0]
+			cctx, cancel := context.WithTimeout(ctx, w.o.Timeout)
+			failed = w.store.AddCoverage(cctx, p.key.network, p.key.stream, sp.Span)
+			cancel()
+			if failed != nil {
 				w.errs.Add(1)
-				w.log.Debug("archive: the stream's span was not recorded; tried again", zap.String("network", p.key.network),
-					zap.Stringer("span", sp.Span), zap.Error(err))
-				failed = p.spans[i:]
+				w.log.Debug("archive: the stream's spans were not recorded; tried again", zap.String("network", p.key.network),
+					zap.Stringer("span", sp.Span), zap.Error(failed))
 				break
 			}
+			left = left[1:]
 			if sp.first && w.o.OnChain != nil {
 				w.o.OnChain(p.key.network, p.key.stream, sp.From)
 			}
 		}
-		if len(failed) == 0 {
-			continue
+		if len(left) > 0 {
+			w.putBack(p.key, left, now)
 		}
-		w.claimMu.Lock()
-		c := w.claims[p.key]
-		if c == nil {
-			c = &chain{fresh: true, seen: now}
-			w.claims[p.key] = c
-		}
-		c.closed = append(failed, c.closed...)
-		if n := len(c.closed) - maxClaimsKept; n > 0 {
-			c.closed = append(c.closed[:0], c.closed[n:]...)
-		}
-		w.claimMu.Unlock()
+	}
+}
+
+// putBack returns spans not recorded to the stream's chain, before those
+// claimed since.
+func (w *Writer) putBack(k chainKey, spans []claimSpan, now time.Time) {
+	w.claimMu.Lock()
+	defer w.claimMu.Unlock()
+	c := w.claims[k]
+	if c == nil {
+		c = &chain{fresh: true, seen: now}
+		w.claims[k] = c
+	}
+	c.closed = append(append([]claimSpan(nil), spans...), c.closed...)
+	if n := len(c.closed) - maxClaimsKept; n > 0 {
+		c.closed = append(c.closed[:0], c.closed[n:]...)
 	}
 }
