@@ -105,10 +105,9 @@ func TestHoleFillerFindsTheHoleBeforeANewChain(t *testing.T) {
 // proves nothing yet (the upstream may still publish one): the job waits,
 // not failed, asking again, until a page proves the hole.
 func TestFillHoleWaitsForAShortPageToSettle(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	p := openPebble(t, t.TempDir(), nil)
 	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
 	var clock atomic.Int64
 	clock.Store(1_800_000_000)
 	now := func() time.Time { return time.Unix(clock.Load(), 0) }
@@ -133,7 +132,12 @@ func TestFillHoleWaitsForAShortPageToSettle(t *testing.T) {
 		done = append(done, fp)
 		mu.Unlock()
 	}})
-	go f.Run(ctx)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		f.Run(ctx)
+	}()
+	defer func() { cancel(); <-ran }() // before the store closes
 	state := func(id string) FillProgress {
 		for _, fp := range f.Progress() {
 			if fp.ID == id {
