@@ -187,7 +187,9 @@ func TestFillHoleWaitsForAShortPageToSettle(t *testing.T) {
 	covered, err = Covered(ctx, p, "testnet", stream(1), end-9, end)
 	require.NoError(t, err)
 	assert.True(t, covered)
-	mu.Lock()
-	assert.Len(t, done, 2, "OnDone told of both")
-	mu.Unlock()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == 2
+	}, 10*time.Second, time.Millisecond, "OnDone told of both (after their state is saved)")
 }
