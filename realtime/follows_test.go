@@ -36,8 +36,9 @@ func (l *followsLog) of(feed feedid.ID) [][2]int64 {
 }
 
 // checkFollows asserts what every handed frame's Follows may be: the
-// second handed just before it when it is the next second, else 0; and
-// that the first is 0. It returns the seconds whose Follows is 0.
+// second handed just before it when it is the next second, else 0; that
+// the first is 0, and any other 0 comes after a jump (seconds not
+// handed). It returns the seconds whose Follows is 0.
 func checkFollows(t *testing.T, feed feedid.ID, got [][2]int64) []int64 {
 	t.Helper()
 	require.NotEmpty(t, got)
@@ -45,6 +46,9 @@ func checkFollows(t *testing.T, feed feedid.ID, got [][2]int64) []int64 {
 	for i, x := range got {
 		if x[1] == 0 {
 			breaks = append(breaks, x[0])
+			if i > 0 {
+				assert.Less(t, got[i-1][0], x[0]-1, "%s at %d follows nothing only after a jump", feed, x[0])
+			}
 			continue
 		}
 		require.Positive(t, i, "%s: the first frame handed follows nothing", feed)
@@ -52,6 +56,17 @@ func checkFollows(t *testing.T, feed feedid.ID, got [][2]int64) []int64 {
 		assert.Equal(t, x[0]-1, x[1], "%s at %d follows the second before it", feed, x[0])
 	}
 	return breaks
+}
+
+// jumpOver reports whether got has a jump (a frame after seconds not
+// handed) over second ts.
+func jumpOver(got [][2]int64, ts int64) bool {
+	for i := 1; i < len(got); i++ {
+		if got[i-1][0] < ts && ts < got[i][0] {
+			return true
+		}
+	}
+	return false
 }
 
 // TestFramesFollowAFilledGap: the frames handed to Config.Frames follow
@@ -107,7 +122,9 @@ func TestFramesDoNotFollowAcrossUnfilledSeconds(t *testing.T) {
 		awaitMore(t, []*collector{a}, feeds[0], a.count(feeds[0])+3)
 		for _, f := range feeds {
 			breaks := checkFollows(t, f, sink.of(f))
-			assert.Len(t, breaks, 2, "%s: the first frame and the first after the clipped part follow nothing: %v", f, breaks)
+			// A loaded machine may stall the connection more than once:
+			// each jump is a break.
+			assert.GreaterOrEqual(t, len(breaks), 2, "%s: the first frame and the first after the clipped part follow nothing: %v", f, breaks)
 		}
 	})
 	t.Run("answered without the stream", func(t *testing.T) {
@@ -140,9 +157,11 @@ func TestFramesDoNotFollowAcrossUnfilledSeconds(t *testing.T) {
 		e.sim.Outage(0)
 		require.Eventually(t, func() bool { return h.Stats().Unfilled > 0 }, wait, 10*time.Millisecond)
 		awaitMore(t, []*collector{a}, feeds[0], a.count(feeds[0])+3)
-		breaks := checkFollows(t, feeds[0], sink.of(feeds[0]))
-		assert.Len(t, breaks, 2, "%s: the first frame and the first after the seconds answered without it: %v", feeds[0], breaks)
-		got := sink.of(feeds[1])
-		assert.Equal(t, []int64{got[0][0]}, checkFollows(t, feeds[1], got), "%s: its gap was filled whole", feeds[1])
+		got := sink.of(feeds[0])
+		checkFollows(t, feeds[0], got)
+		assert.True(t, jumpOver(got, omitFrom.Load()), "%s: never bridged over the seconds answered without it", feeds[0])
+		got = sink.of(feeds[1])
+		checkFollows(t, feeds[1], got)
+		assert.False(t, jumpOver(got, omitFrom.Load()), "%s: its gap was filled whole", feeds[1])
 	})
 }
