@@ -31,6 +31,9 @@ type FillJob struct {
 	From    uint32    `json:"from"`
 	To      uint32    `json:"to"`
 	Created time.Time `json:"created"`
+	// Hole marks a job the archive started itself for a hole in a
+	// stream's coverage (HoleFiller), not an operator's.
+	Hole bool `json:"hole,omitempty"`
 }
 
 // The states of a fill.
@@ -80,6 +83,9 @@ type FillerOptions struct {
 	Backoff   time.Duration // first wait after a failure, doubled each time; 0: 1 s
 	Logger    *zap.Logger   // nil: none
 	Now       func() time.Time
+	// OnDone, if set, is told each job this process ends (done or
+	// failed), from the runner's goroutine.
+	OnDone func(FillProgress)
 }
 
 // Filler runs fill jobs one at a time, in the order they came.
@@ -150,10 +156,49 @@ func (f *Filler) Submit(ctx context.Context, network string, stream feedid.ID, f
 		return FillProgress{}, err
 	}
 	f.mu.Lock()
-	f.progress[p.ID] = &p
+	if _, ok := f.progress[p.ID]; !ok { // the runner may have taken it from the store already
+		f.progress[p.ID] = &p
+	}
 	f.mu.Unlock()
 	f.poke()
 	return p, nil
+}
+
+// SubmitHole stores a job for the hole [from, to] of stream's coverage,
+// unless this process knows it already, and wakes the runner; the job's
+// ID is the hole's (network, stream, from), so that the replicas sharing
+// a store that find the same hole save one job, which one of them runs
+// (JobStore.ClaimFill) and the others find covered. Unlike Submit, to is
+// not cut to FillSettle before the present: a hole ends where the
+// stream's next span begins, and its pages are asked no longer than the
+// hole (fetch), so a full one proves it at once. It reports whether it
+// stored a new job.
+func (f *Filler) SubmitHole(ctx context.Context, network string, stream feedid.ID, from, to uint32) (bool, error) {
+	if !validNetwork(network) || !feedid.Canonical(string(stream)) || from > to {
+		return false, fmt.Errorf("%w: not a hole of a stream: %s %s [%d, %d]", ErrFillSpan, network, stream, from, to)
+	}
+	id := fmt.Sprintf("hole-%s-%s-%d", network, stream, from)
+	f.mu.Lock()
+	_, known := f.progress[id]
+	f.mu.Unlock()
+	if known {
+		return false, nil
+	}
+	now := f.o.Now()
+	p := FillProgress{
+		FillJob: FillJob{ID: id, Network: network, Stream: stream, From: from, To: to, Created: now.UTC(), Hole: true},
+		State:   FillQueued, Updated: now.UTC(),
+	}
+	if err := f.jobs.SaveFill(ctx, p); err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	if _, ok := f.progress[p.ID]; !ok { // the runner may have taken it from the store already
+		f.progress[p.ID] = &p
+	}
+	f.mu.Unlock()
+	f.poke()
+	return true, nil
 }
 
 func (f *Filler) poke() {
@@ -232,7 +277,7 @@ func (f *Filler) runJob(ctx context.Context, p FillProgress) bool {
 	defer release()
 	p.State = FillRunning
 	f.update(ctx, &p)
-	failures := 0
+	failures, unsettled := 0, 0
 	for ctx.Err() == nil {
 		hole, covered, err := f.firstHole(ctx, p.FillJob)
 		if err == nil {
@@ -241,7 +286,9 @@ func (f *Filler) runJob(ctx context.Context, p FillProgress) bool {
 				p.State, p.Error = FillDone, ""
 				f.update(ctx, &p)
 				f.log.Info("archive: fill done", zap.String("network", p.Network), zap.String("feedID", string(p.Stream)),
-					zap.Uint32("from", p.From), zap.Uint32("to", p.To), zap.Int64("pages", p.Pages), zap.Int64("reports", p.Reports))
+					zap.Uint32("from", p.From), zap.Uint32("to", p.To), zap.Int64("pages", p.Pages), zap.Int64("reports", p.Reports),
+					zap.Bool("hole", p.Hole))
+				f.done(p)
 				return true
 			}
 			err = f.fetch(ctx, &p, *hole)
@@ -254,12 +301,25 @@ func (f *Filler) runJob(ctx context.Context, p FillProgress) bool {
 		if ctx.Err() != nil {
 			break
 		}
+		if errors.Is(err, errUnsettled) {
+			// Not a failure: the upstream's page of these seconds may
+			// not be whole yet. Asked again, Backoff doubling up to
+			// FillSettle apart, until it is whole or settled.
+			f.update(ctx, &p)
+			if !ctxsleep.Sleep(ctx, min(f.o.Backoff<<min(unsettled, 10), FillSettle)) {
+				break
+			}
+			unsettled++
+			continue
+		}
 		failures++
 		p.Error = err.Error()
 		if failures >= f.o.Retries {
 			p.State = FillFailed
 			f.update(ctx, &p)
-			f.log.Warn("archive: fill failed", zap.String("network", p.Network), zap.String("feedID", string(p.Stream)), zap.Error(err))
+			f.log.Warn("archive: fill failed", zap.String("network", p.Network), zap.String("feedID", string(p.Stream)),
+				zap.Bool("hole", p.Hole), zap.Error(err))
+			f.done(p)
 			return true
 		}
 		f.update(ctx, &p)
@@ -270,13 +330,31 @@ func (f *Filler) runJob(ctx context.Context, p FillProgress) bool {
 	return true // stopped: unfinished in the store, for the next Run
 }
 
-// fetch asks for the page at hole.From and records what it proves: a full
-// page covers [hole.From, its last report]; a page shorter than asked
-// holds every report from hole.From up to the time it was asked, so it
-// covers the whole hole (the job's To is FillSettle before the time it was
-// submitted, so before the time it was asked).
+// errUnsettled is fetch's for a short page of seconds too recent for it
+// to prove them.
+var errUnsettled = errors.New("archive: fill: the page of these seconds is not settled yet")
+
+// done tells OnDone that this process ended p.
+func (f *Filler) done(p FillProgress) {
+	if f.o.OnDone != nil {
+		f.o.OnDone(p)
+	}
+}
+
+// fetch asks for the page at hole.From, of at most the hole's length, and
+// records what it proves: a full page covers [hole.From, its last
+// report]; a page shorter than asked holds every report from hole.From
+// up to the time it was asked, so it covers the whole hole once the hole
+// ended FillSettle before that time (an operator's job always has: Submit
+// cuts its To there; a hole's job may not yet: errUnsettled, and it is
+// asked again once it has).
 func (f *Filler) fetch(ctx context.Context, p *FillProgress, hole Span) error {
-	reports, err := f.page(ctx, p.Network, p.Stream, hole.From, f.o.PageLimit)
+	limit := f.o.PageLimit
+	if n := uint64(hole.To) - uint64(hole.From) + 1; n < uint64(limit) {
+		limit = int(n)
+	}
+	asked := f.o.Now()
+	reports, err := f.page(ctx, p.Network, p.Stream, hole.From, limit)
 	if err != nil {
 		return err
 	}
@@ -298,9 +376,12 @@ func (f *Filler) fetch(ctx context.Context, p *FillProgress, hole Span) error {
 		}
 	}
 	span := Span{From: hole.From, To: hole.To}
-	if len(reports) >= f.o.PageLimit {
+	switch {
+	case len(reports) >= limit:
 		span.To = last
-	} else if last > span.To {
+	case int64(hole.To) > asked.Add(-FillSettle).Unix():
+		return errUnsettled
+	case last > span.To:
 		span.To = last
 	}
 	return f.store.AddCoverage(ctx, p.Network, p.Stream, span)

@@ -28,7 +28,18 @@ type WriterOptions struct {
 	// record a hole in the stream's coverage. It is called from Add (queue
 	// full, closed, invalid) or from the Writer's goroutine (store error), and must
 	// not block.
-	OnDrop  func(network string, stream feedid.ID, ts uint32, reason string)
+	OnDrop func(network string, stream feedid.ID, ts uint32, reason string)
+	// CoverEvery is how often the spans the stream's reports prove
+	// (AddFollowing) are recorded in the coverage, each stream's in one
+	// call; default 5 s. Flush and Close record them too.
+	CoverEvery time.Duration
+	// OnChain, if set, is told the first second of each new chain of a
+	// stream's reports (the first span AddFollowing proves after the
+	// Writer started or after a break: a report it did not store, one the
+	// hub could not vouch for) once that span is recorded: the seconds
+	// before it, back to the stream's previous span, are a hole. It is
+	// called from the goroutine that records the spans, and must not block.
+	OnChain func(network string, stream feedid.ID, from uint32)
 	Metrics *Metrics
 	Logger  *zap.Logger // nil: none
 }
@@ -42,10 +53,11 @@ type Writer struct {
 	o     WriterOptions
 	log   *zap.Logger
 
-	queue   chan item
-	flushes chan chan struct{}
-	quit    chan struct{}
-	done    chan struct{}
+	queue    chan item
+	flushes  chan chan struct{}
+	quit     chan struct{}
+	done     chan struct{}
+	recorded chan struct{} // closed when recordLoop returns
 
 	closeMu sync.RWMutex // Add holds it read, Close write: nothing is queued after the quit
 	closed  bool
@@ -57,6 +69,12 @@ type Writer struct {
 	// Counts, for tests and the caller's status: reports stored, skipped
 	// as duplicates, dropped (every reason), and failed store calls.
 	written, duplicates, dropped, errs atomic.Int64
+
+	// The stream's claims (AddFollowing): per stream, what the reports
+	// stored so far prove, until recorded (see chains.go).
+	claimMu sync.Mutex
+	claims  map[chainKey]*chain
+	coverMu sync.Mutex // one recording of the claims at a time
 }
 
 // item is what one Add or AddCovered queued: a report, or the reports of
@@ -67,7 +85,11 @@ type item struct {
 	more  []Report // AddCovered: the answer's other reports
 	cover bool     // AddCovered: span is stored once r and more are
 	span  Span
-	at    time.Time
+	// AddFollowing: r is a stream's, following the report at follows (0:
+	// none) when the hub handed it.
+	stream  bool
+	follows uint32
+	at      time.Time
 }
 
 // n is the reports it holds.
@@ -95,13 +117,17 @@ func NewWriter(store Store, o WriterOptions) *Writer {
 	if o.Backoff <= 0 {
 		o.Backoff = 100 * time.Millisecond
 	}
+	if o.CoverEvery <= 0 {
+		o.CoverEvery = 5 * time.Second
+	}
 	w := &Writer{store: store, o: o, log: o.Logger,
 		queue: make(chan item, o.Queue), flushes: make(chan chan struct{}),
-		quit: make(chan struct{}), done: make(chan struct{})}
+		quit: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{}), claims: map[chainKey]*chain{}}
 	if w.log == nil {
 		w.log = zap.NewNop()
 	}
 	go w.run()
+	go w.recordLoop()
 	return w
 }
 
@@ -109,6 +135,18 @@ func NewWriter(store Store, o WriterOptions) *Writer {
 // (the queue is full, or the Writer closed), as OnDrop is told.
 func (w *Writer) Add(r Report) bool {
 	return w.enqueue(item{r: r})
+}
+
+// AddFollowing queues r, a report the real-time hub handed, with the
+// second of the stream's report it follows (realtime.Frame.Follows: the
+// hub's continuity vouches that nothing lies between them; 0 when it
+// does not). Once this Writer stored both, the one after the other, the
+// span [follows, r's second] is claimed: recorded in the stream's
+// coverage within CoverEvery (Flush and Close record it at once). A report
+// it drops breaks the chain, so that no claim spans a report the store
+// lacks. It returns at once, as Add.
+func (w *Writer) AddFollowing(r Report, follows uint32) bool {
+	return w.enqueue(item{r: r, stream: true, follows: follows})
 }
 
 // AddCovered queues the reports of one answer (reports, at least one) and
@@ -191,7 +229,7 @@ func (w *Writer) drop(items []item, reason string) {
 }
 
 // Flush returns once every report added before it was written (or
-// dropped), or when ctx ends.
+// dropped) and the spans they prove recorded, or when ctx ends.
 func (w *Writer) Flush(ctx context.Context) error {
 	ack := make(chan struct{})
 	select {
@@ -203,16 +241,17 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	select {
 	case <-ack:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	w.recordClaims(ctx)
+	return nil
 }
 
 // Close stops the Writer once it has written what is queued (a failing
-// store's batches dropped after their first retry), and waits for that
-// until ctx ends; later Adds are dropped (DropClosed). It does not close
-// the store.
+// store's batches dropped after their first retry) and recorded the spans
+// the stream's reports prove, and waits for that until ctx ends; later
+// Adds are dropped (DropClosed). It does not close the store.
 func (w *Writer) Close(ctx context.Context) error {
 	w.closeMu.Lock()
 	if !w.closed {
@@ -220,12 +259,15 @@ func (w *Writer) Close(ctx context.Context) error {
 		close(w.quit)
 	}
 	w.closeMu.Unlock()
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, ch := range []chan struct{}{w.done, w.recorded} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	w.recordClaims(ctx)
+	return nil
 }
 
 // Written, Duplicates, Dropped and Errors count the reports stored, those
@@ -305,6 +347,7 @@ func (w *Writer) write(batch []item) []item {
 				w.log.Info("archive: the store takes reports again")
 			}
 			w.cover(batch)
+			w.chain(batch)
 			return batch[:0]
 		}
 		w.errs.Add(1) // the store counts it by kind in the metrics

@@ -21,9 +21,13 @@ import (
 // ArchiveFrames returns what the real-time hub of network name hands each
 // new report to (realtime.Config.Frames): the report kept in the archive
 // as a REST answer's is (verified under the rules in force, within the
-// retention, the upstream's bytes), queued, never waited on. nil for a
-// network the gateway does not serve. The hub's connections are the
-// organisation's, so are its reports.
+// retention, the upstream's bytes), queued, never waited on, with the
+// second the hub vouches it follows (Frame.Follows), so that the Writer
+// records the span the two prove once it stored both
+// (archive.Writer.AddFollowing). A report not kept (refused, out of the
+// retention) never reaches the Writer, so the next one's claim breaks
+// there. nil for a network the gateway does not serve. The hub's
+// connections are the organisation's, so are its reports.
 func (g *Gateway) ArchiveFrames(name string) func(realtime.Frame) {
 	n := g.networks[name]
 	if n == nil {
@@ -31,14 +35,23 @@ func (g *Gateway) ArchiveFrames(name string) func(realtime.Frame) {
 	}
 	return func(f realtime.Frame) {
 		t := n.report.arch // set by UseArchive, before the hubs start
-		if t == nil {
+		b := t.backend(n.org)
+		if b == nil {
 			return
 		}
 		rec, raw, err := don.ReadReport(f.Bytes)
 		if err != nil {
 			return
 		}
-		t.keep(n.org, &rec, raw)
+		r, ok := t.fromRecord(&rec, raw)
+		if !ok {
+			return
+		}
+		var follows uint32
+		if f.Follows > 0 && f.Follows < int64(r.ObservationsTimestamp) {
+			follows = uint32(f.Follows)
+		}
+		b.writer.AddFollowing(r, follows)
 	}
 }
 

@@ -74,6 +74,7 @@ type ledger struct {
 	filling   int         // gap fills under way
 	pending   []histFrame // frames that arrived while filling, held
 	fetched   []histFrame // frames the fills under way brought
+	handed    int64       // the second last handed to Config.Frames; 0 when what follows does not follow it (start, Recheck)
 }
 
 func newContinuity(ctx context.Context, cfg *Config, log *zap.Logger, mx *hubMetrics) *continuity {
@@ -127,7 +128,7 @@ func (c *continuity) take(f *feed, frame *Frame, src source) bool {
 		return false // delivered when the gap is filled
 	}
 	c.record(f, frame)
-	c.newFrames([]histFrame{{ts, frame}})
+	c.newFrames(f, []histFrame{{ts, frame}})
 	return true
 }
 
@@ -191,21 +192,32 @@ func (c *continuity) gapFilled(f *feed, got []histFrame) {
 	for _, x := range all {
 		c.record(f, x.frame)
 	}
-	c.newFrames(all)
+	c.newFrames(f, all)
 	n, slow := f.fanOut(all)
 	f.mu.Unlock()
 	c.mx.fannedOut(n, slow)
 }
 
 // newFrames hands frames, each a (stream, second) this hub delivers for
-// the first time (live, or a gap's fill), to Config.Frames, in order.
-// f.mu is held.
-func (c *continuity) newFrames(frames []histFrame) {
+// the first time (live, or a gap's fill), to Config.Frames, in order,
+// each with Follows set when it is the second after the one handed before
+// it: then this hub delivered both and nothing can lie between them. A
+// jump is never bridged, even over seconds a gap's fill asked for and got
+// none: REST's 206 says "not yet available", not "never", and its answer
+// may come from a cache of a moment when the second was recent. Such a
+// second stays out of the stream's claims, for the archive to fill from
+// a page, which proves it. f.mu is held.
+func (c *continuity) newFrames(f *feed, frames []histFrame) {
 	if c.sink == nil {
 		return
 	}
 	for _, x := range frames {
-		c.sink(*x.frame)
+		fr := *x.frame
+		if f.handed > 0 && x.ts == f.handed+1 {
+			fr.Follows = f.handed
+		}
+		f.handed = x.ts
+		c.sink(fr)
 	}
 }
 
@@ -256,6 +268,7 @@ func (c *continuity) recheck(feeds map[feedid.ID]*feed, admit func(frame []byte)
 		if l := f.latest.Load(); l != nil && !admit(l.frame.Bytes) {
 			f.latest.Store(nil)
 			dropped++
+			f.handed = 0 // the genuine report of that second follows nothing certain
 			f.watermark = 0
 			if n := len(f.hist); n > 0 {
 				f.watermark = f.hist[n-1].ts

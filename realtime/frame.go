@@ -32,6 +32,16 @@ type Frame struct {
 	ValidFromTimestamp    int64
 	// Bytes is the frame as the upstream sent it.
 	Bytes []byte
+	// Follows is set only in the copy handed to Config.Frames: the
+	// observationsTimestamp of the stream's report handed just before this
+	// one when this one is the next second (ObservationsTimestamp-1), so
+	// that the hub's continuity guarantees that nothing was missed
+	// between; 0 when it does not (the first frame after the stream is
+	// carried, or after a jump: a gap's seconds counted unfilled, cut by
+	// BackfillMax or answered "none", which REST's 206 does not make
+	// certain; after Recheck dropped the stream's newest report). The
+	// frames kept by the hub (history, newest) always have 0.
+	Follows int64
 }
 
 // readFrame reads the stream and the times of one report frame,

@@ -151,9 +151,12 @@ type Config struct {
 	// Check. The replays of a resume (seconds below the watermark, for one
 	// consumer) are not handed again. The one exception: after Recheck
 	// drops a feed's newest report, the genuine report of that second may
-	// be handed once more. It is called with the stream's lock held, on
-	// the frame path: it must not block (the archive's Writer.Add queues
-	// and returns). Frame.Bytes is shared: never modify it.
+	// be handed once more. Frame.Follows says whether the frame is the
+	// second after the one handed before it (then the archive may record
+	// that it holds every report between them), 0 when continuity cannot
+	// vouch for that. It is called with the stream's lock held, on the
+	// frame path: it must not block (the archive's Writer.Add queues and
+	// returns). Frame.Bytes is shared: never modify it.
 	Frames func(Frame)
 
 	// Backfill, if non-nil, is where the hub fetches the seconds a feed's

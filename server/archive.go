@@ -14,6 +14,7 @@ import (
 
 	"streamgate/archive"
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/internal/apierror"
 	"streamgate/proxy"
 	"streamgate/status"
@@ -50,6 +51,17 @@ type archiveRun struct {
 	admin     atomic.Pointer[archive.Admin] // the operator endpoints, once open
 	fillsStop context.CancelFunc            // nil: no fills running
 	fillsDone chan struct{}
+
+	holeMetrics *archive.HoleMetrics
+	holes       atomic.Pointer[archive.HoleFiller] // the holes before the stream's new chains, filled; once open
+}
+
+// chainStarted is the Writer's OnChain: the hole before the stream's new
+// chain of claims is looked for once the fills run.
+func (a *archiveRun) chainStarted(network string, stream feedid.ID, from uint32) {
+	if h := a.holes.Load(); h != nil {
+		h.ChainStarted(network, stream, from)
+	}
 }
 
 // whenOpen calls f with the store and its writer once the store is open:
@@ -68,24 +80,35 @@ func (a *archiveRun) whenOpen(f func(archive.Store, *archive.Writer)) {
 
 // serveFills runs the operator's fills (archive.Filler, one job at a
 // time, fetching through pages: the gateway's page path within the fill
-// share) once the store is open, and serves the archive's operator
-// endpoints (archive.Admin) for networks.
+// share) and the fills of the holes before the stream's new chains
+// (archive.HoleFiller) once the store is open, and serves the archive's
+// operator endpoints (archive.Admin) for networks.
 func (a *archiveRun) serveFills(pages archive.PageSource, networks []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.fillsStop, a.fillsDone = cancel, make(chan struct{})
 	a.whenOpen(func(store archive.Store, _ *archive.Writer) {
 		var f *archive.Filler
+		var h *archive.HoleFiller
 		if jobs, ok := store.(archive.JobStore); ok {
-			f = archive.NewFiller(store, jobs, pages, archive.FillerOptions{Logger: a.log, Now: a.now})
+			f = archive.NewFiller(store, jobs, pages, archive.FillerOptions{Logger: a.log, Now: a.now,
+				OnDone: func(p archive.FillProgress) { h.JobDone(p) }})
+			h = archive.NewHoleFiller(store, f, a.cfg.Retention, a.now, a.log, a.holeMetrics)
 		}
 		a.admin.Store(&archive.Admin{Store: store, Filler: f, Networks: networks, Retention: a.cfg.Retention, Now: a.now})
 		if f == nil {
 			close(a.fillsDone)
 			return
 		}
+		a.holes.Store(h)
 		go func() {
 			defer close(a.fillsDone)
+			holesDone := make(chan struct{})
+			go func() {
+				defer close(holesDone)
+				h.Run(ctx)
+			}()
 			f.Run(ctx)
+			<-holesDone
 		}()
 	})
 }
@@ -138,10 +161,14 @@ func startArchive(s *assembly, cfg *config.Config, now func() time.Time) (*archi
 	if err != nil {
 		return nil, err
 	}
+	hm, err := archive.NewHoleMetrics(s.reg)
+	if err != nil {
+		return nil, err
+	}
 	log := s.log.Named("archive")
 	a := &archiveRun{
 		tier:    &proxy.Archive{Retention: ac.Retention, ReadTimeout: ac.ReadTimeout, Logger: log},
-		metrics: m, log: log, now: now, cfg: ac, done: make(chan struct{}),
+		metrics: m, log: log, now: now, cfg: ac, done: make(chan struct{}), holeMetrics: hm,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop = cancel
@@ -168,7 +195,8 @@ func startArchive(s *assembly, cfg *config.Config, now func() time.Time) (*archi
 // opened puts a Writer in front of the open store and hands both to the
 // gateway.
 func (a *archiveRun) opened(store archive.Store) {
-	w := archive.NewWriter(store, archive.WriterOptions{Queue: a.cfg.Queue, Metrics: a.metrics, Logger: a.log})
+	w := archive.NewWriter(store, archive.WriterOptions{Queue: a.cfg.Queue, Metrics: a.metrics, Logger: a.log,
+		OnChain: a.chainStarted})
 	a.mu.Lock()
 	a.store, a.writer = store, w
 	hooks := a.onOpen
