@@ -146,12 +146,15 @@ func (e historyEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.P
 	if e.rows {
 		name = "history_rows"
 	}
-	if err := n.reads.entitled(r.Context(), p, n.reads.credentialFor(p.Team.Name), feed); err != nil {
+	cred := n.reads.credentialFor(p.Team.Name)
+	if err := n.reads.entitled(r.Context(), p, cred, feed); err != nil {
 		refuseEntitlement(w, r, err)
 		return
 	}
 	n.reads.audit(r, p, name, feed)
-	res, _, err := n.history.query(r.Context(), n.name, rq, now)
+	// The bars of the team's stream partition: with sharing: credential,
+	// a team on a credential of its own reads what was fetched under it.
+	res, _, err := n.history.query(r.Context(), n.label(cred.part), rq, now)
 	if errors.Is(err, ErrNoHistory) {
 		writeError(w, errNoArchive)
 		return
