@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sort"
@@ -16,8 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"streamgate/archive"
 	"streamgate/auth"
 	"streamgate/config"
+	"streamgate/feedid"
 	"streamgate/internal/testing/redistest"
 	"streamgate/server/servertest"
 	"streamgate/upstreamsim"
@@ -250,11 +253,8 @@ func testSharing(t *testing.T, mode config.Sharing, replicas int) {
 	env := envs[0]
 	var feeds []string
 	for _, s := range env.Sim.Streams(upstreamsim.Mainnet) {
-		if !slices.Contains(env.Sim.Hidden(upstreamsim.Mainnet), s.FeedID) {
+		if s.Status == "live" && !slices.Contains(env.Sim.Hidden(upstreamsim.Mainnet), s.FeedID) && len(feeds) < 4 {
 			feeds = append(feeds, s.FeedID)
-		}
-		if len(feeds) == 4 {
-			break
 		}
 	}
 	require.Len(t, feeds, 4)
@@ -348,4 +348,105 @@ func testSharing(t *testing.T, mode config.Sharing, replicas int) {
 func sorted(s ...string) []string {
 	sort.Strings(s)
 	return s
+}
+
+// TestSharingCredentialArchivePartitions: with sharing: credential and a
+// Pebble archive, what a team on its own credential streamed is kept in
+// its credential's partition of the archive (mainnet@partition) and what
+// the demo team streamed in the network's, neither in the other; after a
+// restart on the same directory each team's report at a second it
+// streamed is answered from its own partition (HIT, no upstream call),
+// and the same report asked by the other team goes to the upstream under
+// that team's credential.
+func TestSharingCredentialArchivePartitions(t *testing.T) {
+	sim, err := upstreamsim.New(func() upstreamsim.Config {
+		c := upstreamsim.Default()
+		c.RateLimit = 0
+		c.Keys = append(c.Keys, upstreamsim.Key{ID: alphaUpKey, Secret: alphaUpSecret, Streams: []string{"*"}, Hidden: []string{"*"}})
+		return c
+	}())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	dir := t.TempDir()
+	log := newUpstreamLog()
+	start := func() *servertest.Env {
+		return servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Upstream: log.wrap, Config: func(c *config.Config) {
+			sharingTeams(c, config.SharingCredential)
+			c.Teams = slices.DeleteFunc(c.Teams, func(t config.Team) bool { return t.Name == "beta" })
+			c.Archive.Backend, c.Archive.Path = config.ArchiveBackendPebble, dir
+		}})
+	}
+	env := start()
+	var feeds []string
+	for _, s := range sim.Streams(upstreamsim.Mainnet) {
+		if s.Status == "live" && !slices.Contains(sim.Hidden(upstreamsim.Mainnet), s.FeedID) && len(feeds) < 2 {
+			feeds = append(feeds, s.FeedID)
+		}
+	}
+	require.Len(t, feeds, 2)
+	demoFeed, alphaFeed := feeds[0], feeds[1]
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	dial := func(c *servertest.Client, feed string) (*streamCounter, *websocket.Conn) {
+		conn, resp, err := c.DialWS(ctx, env.Mainnet, "/api/v1/ws?feedIDs="+feed, "")
+		if err != nil && resp != nil {
+			body, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%s: %v: %s", c.Key, err, body)
+		}
+		require.NoError(t, err)
+		return countStream(t, ctx, conn), conn
+	}
+	demo, dc := dial(servertest.Demo(), demoFeed)
+	alpha, ac := dial(alphaClient, alphaFeed)
+	for _, c := range []struct {
+		sc   *streamCounter
+		feed string
+	}{{demo, demoFeed}, {alpha, alphaFeed}} {
+		require.True(t, c.sc.await(ctx, func() bool { return c.sc.count(c.feed) >= 3 }), "three seconds streamed")
+	}
+	dc.CloseNow()
+	ac.CloseNow()
+	demoTS, alphaTS := demo.newest(demoFeed)-1, alpha.newest(alphaFeed)-1
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	_ = env.Server.Close() // at once: its error says only that idle connections were cut
+
+	store, err := archive.OpenPebble(archive.PebbleOptions{Dir: dir})
+	require.NoError(t, err)
+	alphaLabel := config.PartitionLabel("mainnet", config.PartitionName(alphaUpKey))
+	held := func(network, feed string, ts int64) bool {
+		_, ok, err := store.Get(context.Background(), network, feedid.ID(feed), uint32(ts))
+		require.NoError(t, err)
+		return ok
+	}
+	assert.True(t, held("mainnet", demoFeed, demoTS), "the demo team's stream, in the network's partition")
+	assert.False(t, held(alphaLabel, demoFeed, demoTS), "and not in alpha's")
+	assert.True(t, held(alphaLabel, alphaFeed, alphaTS), "alpha's stream, in its credential's partition %s", alphaLabel)
+	assert.False(t, held("mainnet", alphaFeed, alphaTS), "and not in the network's")
+	require.NoError(t, store.Close())
+
+	env = start()
+	reportAt := func(feed string, ts int64) string {
+		return fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feed, ts)
+	}
+	for _, c := range []struct {
+		client *servertest.Client
+		key    string
+		target string
+		cache  string
+	}{
+		{alphaClient, alphaUpKey, reportAt(alphaFeed, alphaTS), "HIT"},
+		{servertest.Demo(), upstreamsim.OrgKeyID, reportAt(demoFeed, demoTS), "HIT"},
+		{servertest.Demo(), upstreamsim.OrgKeyID, reportAt(alphaFeed, alphaTS), "MISS"},
+		{alphaClient, alphaUpKey, reportAt(demoFeed, demoTS), "MISS"},
+	} {
+		before := log.restCalls(c.key, c.target)
+		resp, body := c.client.Get(t, env.Mainnet, c.target)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		assert.Equal(t, c.cache, resp.Header.Get("X-Cache"), "%s by %s", c.target, c.client.Key)
+		want := 0
+		if c.cache == "MISS" {
+			want = 1
+		}
+		assert.Equal(t, want, log.restCalls(c.key, c.target)-before, "upstream calls under the team's own credential for %s", c.target)
+	}
 }
