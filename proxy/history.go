@@ -9,6 +9,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/candles"
+	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/internal/apierror"
 )
@@ -62,12 +63,15 @@ var ErrNoNetwork = errors.New("proxy: no such network")
 // does, for the organisation (no team's entitlement is checked: the admin
 // listener's chart): the bars the archive holds, after the fill of those
 // it does not cover (within the same bounds), and what the fill did.
+// network may be a stream partition's label (network@partition, sharing:
+// credential): its bars, filled under its credential.
 func (g *Gateway) History(ctx context.Context, network string, rq candles.Request, now time.Time) (candles.Result, candles.Filled, error) {
-	n := g.networks[network]
-	if n == nil {
+	name, part := config.SplitPartitionLabel(network)
+	n := g.networks[name]
+	if n == nil || n.partitionCred(part) == nil {
 		return candles.Result{}, candles.Filled{}, ErrNoNetwork
 	}
-	return n.history.query(ctx, n.name, rq, now)
+	return n.history.query(ctx, n.label(part), rq, now)
 }
 
 // query builds rq's bars from the source, filled when it is a store.
