@@ -313,6 +313,13 @@ func (b *build) startHubs() error {
 				key, secret = p.Credentials.APIKey, []byte(p.Credentials.Secret().Reveal())
 			}
 			label := p.Label(name)
+			// ws_pinned is the network's: a team's own credential may not
+			// be entitled to those streams upstream (an upgrade asking one
+			// is refused whole), and its teams want what they ask for.
+			pinned := up.WSPinned
+			if p.Name != "" {
+				pinned = nil
+			}
 			var backfill realtime.BackfillSource
 			if f := b.gw.Backfill(name, p.Name); f != nil {
 				backfill = realtime.BackfillFunc(f)
@@ -320,7 +327,7 @@ func (b *build) startHubs() error {
 			hub, err := realtime.New(realtime.Config{
 				Network: label, URL: wsURL, APIKey: key, Secret: secret,
 				MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
-				Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
+				Grace: cfg.Realtime.Grace, Pinned: pinned,
 				Logger: b.log.Named("realtime"), Metrics: metrics, Clock: hubClock(b.opts.Now), // the hub adds the network
 				Share: sharing, Check: b.gates[name].CheckFrame,
 				Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
