@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"streamgate/don"
 	"streamgate/feedid"
@@ -60,9 +61,18 @@ func (r *Report) check() error {
 	return nil
 }
 
-// validNetwork is the configuration's grammar of a network's name:
-// 1 to 63 of a-z, 0-9 and '-'.
+// validNetwork is the configuration's grammar of a network's name (1 to
+// 63 of a-z, 0-9 and '-'), or of a stream partition's label: a network's
+// name, '@' and the partition's name in the same grammar
+// (config.PartitionLabel; sharing: credential).
 func validNetwork(n string) bool {
+	if name, part, ok := strings.Cut(n, "@"); ok {
+		return validNetworkName(name) && validNetworkName(part)
+	}
+	return validNetworkName(n)
+}
+
+func validNetworkName(n string) bool {
 	if len(n) == 0 || len(n) > 63 {
 		return false
 	}

@@ -33,7 +33,15 @@ type Config struct {
 	Realtime  Realtime            `yaml:"realtime" json:"realtime"`
 	Tracing   Tracing             `yaml:"tracing" json:"tracing"`
 	Archive   Archive             `yaml:"archive" json:"archive"`
-	Teams     []Team              `yaml:"teams" json:"teams"`
+	// Sharing is organisation (today's sharing: a team without a
+	// credential of its own uses its network's, and the stream is shared
+	// under the network's credential) or credential (the stream too is
+	// partitioned by upstream credential: what is streamed under one
+	// credential reaches only the teams that use it; see Partitions).
+	// Default "organisation". A change needs a restart, and so, with
+	// credential, does a change of the teams' upstream credentials.
+	Sharing Sharing `yaml:"sharing" json:"sharing"`
+	Teams   []Team  `yaml:"teams" json:"teams"`
 
 	// src describes where the configuration came from; nil for a Config
 	// built in code.

@@ -46,6 +46,9 @@ const (
 	DefaultResumeRecordsPerTeam = 200
 	DefaultResumeRecords        = 5000
 	DefaultBackfillMax          = 2 * time.Minute
+	// DefaultSharing is sharing's default: the organisation's credential
+	// shared by its teams, the stream shared under it.
+	DefaultSharing = SharingOrganisation
 	// DefaultSinceMax is realtime.since_max's default: 15 minutes of a
 	// stream are 900 reports a client's replay holds in memory per stream
 	// (about 1 MB), and, without an archive, 900 bulk calls at the fills'
@@ -142,6 +145,7 @@ func Default() *Config {
 		Realtime:  defaultRealtime(),
 		Tracing:   defaultTracing(),
 		Archive:   defaultArchive(),
+		Sharing:   DefaultSharing,
 		Teams: []Team{
 			{
 				Name:     DemoTeam,
@@ -265,6 +269,7 @@ func defaultsFor(c *Config) *Config {
 		Realtime:  defaultRealtime(),
 		Tracing:   defaultTracing(),
 		Archive:   defaultArchive(),
+		Sharing:   DefaultSharing,
 		Teams:     make([]Team, len(c.Teams)),
 	}
 	for name := range c.Networks {

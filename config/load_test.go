@@ -140,6 +140,7 @@ func TestDefaults(t *testing.T) {
 			ClientOrigins: []string{"001", "002"}, DrainDelay: 5 * time.Second, ResumeWindow: 60 * time.Second, ResumeRecordsPerTeam: 200, ResumeRecords: 5000, BackfillMax: 2 * time.Minute, SinceMax: 15 * time.Minute},
 		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 0.01},
 		Archive: Archive{Retention: 720 * time.Hour, ReadTimeout: 250 * time.Millisecond, Queue: 65536},
+		Sharing: "organisation",
 	}
 	want.src = cfg.src
 	assert.Equal(t, want, cfg)

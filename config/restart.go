@@ -68,6 +68,18 @@ func restartSettings(cfg *Config) map[string]string {
 	add(&cfg.Tracing)
 	add(&cfg.Archive.Backend, &cfg.Archive.Path, &cfg.Archive.Postgres.URL, &cfg.Archive.Postgres.Password,
 		&cfg.Archive.Retention, &cfg.Archive.ReadTimeout, &cfg.Archive.Queue)
+	add(&cfg.Sharing)
+	if cfg.Sharing == SharingCredential {
+		// The partitions are the hubs, started once: their credentials
+		// are fixed at start.
+		for _, name := range cfg.NetworkNames() {
+			for _, p := range cfg.Partitions(name) {
+				if p.Name != "" {
+					m["teams[].upstream."+name+" (sharing: credential) "+p.Name] = digest(p.Credentials.Secret())
+				}
+			}
+		}
+	}
 	for name, n := range cfg.Networks {
 		if n == nil { // only in a Config built in code
 			n = &Network{}

@@ -93,6 +93,7 @@ var sections = []func(check, *Config) Problems{
 	validateRateLimit,
 	validateArchive,
 	validateTeams,
+	validateSharing,
 }
 
 // sortByLine orders problems by line, those without a line first, keeping

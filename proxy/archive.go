@@ -10,6 +10,7 @@ import (
 
 	"streamgate/archive"
 	"streamgate/cache"
+	"streamgate/config"
 	"streamgate/don"
 	"streamgate/feedid"
 )
@@ -28,10 +29,14 @@ import (
 // the cache (don.EntryArchive), so that a stricter rule applies to what is
 // read from then on, and whoever can write to a shared database cannot
 // have a report served that the DON did not sign. It serves and keeps
-// only the organisation's credential's answers: a team's own credential
-// may be entitled upstream to streams the organisation's is not, and the
-// reverse. Reports observed before the retention's cutoff are neither
-// served nor kept.
+// the organisation's credential's answers under the network's name, and,
+// with sharing: credential, each stream partition's under its label
+// (network@partition, config.PartitionLabel): a team's own credential may
+// be entitled upstream to streams the organisation's is not, and the
+// reverse, and what was fetched under one credential is served only to
+// the teams that use it. With sharing: organisation a team's own
+// credential's answers are neither served from it nor kept. Reports
+// observed before the retention's cutoff are neither served nor kept.
 //
 // A store that is down or slow never holds a request: a read has
 // ReadTimeout and then the request goes on to the upstream; writes go
@@ -148,13 +153,19 @@ type archiveTier struct {
 	log     *zap.Logger
 }
 
-// backend returns the store and writer for cred, nil when the archive is
-// off, not open, or not for cred.
-func (t *archiveTier) backend(cred *credential) *archiveBackend {
-	if t == nil || cred != t.org {
-		return nil
+// backend returns the store and writer for cred and the network name its
+// reports are kept under there (the network's, or its stream partition's
+// label); nil when the archive is off, not open, or not for cred.
+func (t *archiveTier) backend(cred *credential) (*archiveBackend, string) {
+	switch {
+	case t == nil || cred == nil:
+		return nil, ""
+	case cred == t.org:
+		return t.a.cur.Load(), t.network
+	case cred.part != "":
+		return t.a.cur.Load(), config.PartitionLabel(t.network, cred.part)
 	}
-	return t.a.cur.Load()
+	return nil, ""
 }
 
 // cutoff is the oldest observationsTimestamp served and kept.
@@ -189,12 +200,12 @@ func (t *archiveTier) readContext(ctx context.Context) (context.Context, context
 // report returns the record of feed at ts from the archive, nil when it
 // holds none (or cannot be read in time, or the report does not verify).
 func (t *archiveTier) report(ctx context.Context, cred *credential, feed string, ts int64) []byte {
-	b := t.backend(cred)
+	b, network := t.backend(cred)
 	if b == nil || !t.inRange(ts) {
 		return nil
 	}
 	ctx, cancel := t.readContext(ctx)
-	r, ok, err := b.store.Get(ctx, t.network, feedid.ID(feed), uint32(ts))
+	r, ok, err := b.store.Get(ctx, network, feedid.ID(feed), uint32(ts))
 	cancel()
 	t.a.read(err)
 	if err != nil || !ok || !t.verified(&r) {
@@ -206,7 +217,7 @@ func (t *archiveTier) report(ctx context.Context, cred *credential, feed string,
 // reports returns the records of feeds at ts that the archive holds, by
 // stream, in one read; nil when none.
 func (t *archiveTier) reports(ctx context.Context, cred *credential, feeds []string, ts int64) map[string][]byte {
-	b := t.backend(cred)
+	b, network := t.backend(cred)
 	if b == nil || len(feeds) == 0 || !t.inRange(ts) {
 		return nil
 	}
@@ -215,7 +226,7 @@ func (t *archiveTier) reports(ctx context.Context, cred *credential, feeds []str
 		ids[i] = feedid.ID(f)
 	}
 	ctx, cancel := t.readContext(ctx)
-	rs, err := b.store.At(ctx, t.network, ids, uint32(ts))
+	rs, err := b.store.At(ctx, network, ids, uint32(ts))
 	cancel()
 	t.a.read(err)
 	if err != nil || len(rs) == 0 {
@@ -237,16 +248,16 @@ func (t *archiveTier) reports(ctx context.Context, cred *credential, feeds []str
 // stream's coverage (then the upstream has no report there that the
 // archive does not hold: its page is these reports). Else nil.
 func (t *archiveTier) page(ctx context.Context, cred *credential, feed string, start int64, limit int) []byte {
-	b := t.backend(cred)
+	b, network := t.backend(cred)
 	if b == nil || limit <= 0 || !t.inRange(start) {
 		return nil
 	}
 	ctx, cancel := t.readContext(ctx)
 	defer cancel()
-	rs, err := b.store.Page(ctx, t.network, feedid.ID(feed), uint32(start), limit)
+	rs, err := b.store.Page(ctx, network, feedid.ID(feed), uint32(start), limit)
 	if err == nil && len(rs) == limit {
 		var covered bool
-		covered, err = archive.Covered(ctx, b.store, t.network, feedid.ID(feed), uint32(start), rs[limit-1].ObservationsTimestamp)
+		covered, err = archive.Covered(ctx, b.store, network, feedid.ID(feed), uint32(start), rs[limit-1].ObservationsTimestamp)
 		if !covered {
 			rs = nil
 		}
@@ -280,14 +291,15 @@ func (t *archiveTier) passed(rec *reportDoc) bool {
 	return v.Mode == don.ModeOff || v.Result.OK()
 }
 
-// fromRecord is the archive's report of rec, whose bytes the upstream sent
-// as raw, when it may be kept: verified, within the retention, and one the
-// archive writes back byte for byte.
-func (t *archiveTier) fromRecord(rec *reportDoc, raw []byte) (archive.Report, bool) {
+// fromRecord is the archive's report of rec under network (the tier's, or
+// a partition's label), whose bytes the upstream sent as raw, when it may
+// be kept: verified, within the retention, and one the archive writes back
+// byte for byte.
+func (t *archiveTier) fromRecord(network string, rec *reportDoc, raw []byte) (archive.Report, bool) {
 	if rec.ObservationsTimestamp < t.cutoff() || !t.passed(rec) {
 		return archive.Report{}, false
 	}
-	r, err := archive.FromRecord(t.network, *rec, raw)
+	r, err := archive.FromRecord(network, *rec, raw)
 	if err != nil {
 		// Logged once: if the upstream's form changed, nothing would be
 		// kept, and an operator must know.
@@ -303,11 +315,11 @@ func (t *archiveTier) fromRecord(rec *reportDoc, raw []byte) (archive.Report, bo
 // keep queues a report an answer brought for the archive (the record
 // verified, raw its bytes as sent); it never waits.
 func (t *archiveTier) keep(cred *credential, rec *reportDoc, raw []byte) {
-	b := t.backend(cred)
+	b, network := t.backend(cred)
 	if b == nil {
 		return
 	}
-	if r, ok := t.fromRecord(rec, raw); ok {
+	if r, ok := t.fromRecord(network, rec, raw); ok {
 		b.writer.Add(r)
 	}
 }
@@ -315,7 +327,7 @@ func (t *archiveTier) keep(cred *credential, rec *reportDoc, raw []byte) {
 // keepRaw is keep for a record whose parse the caller did not keep (a
 // bulk answer's, split by stream).
 func (t *archiveTier) keepRaw(cred *credential, raw []byte) {
-	if t.backend(cred) == nil {
+	if b, _ := t.backend(cred); b == nil {
 		return
 	}
 	rec, err := don.ReadRecord(raw)
@@ -333,7 +345,7 @@ func (t *archiveTier) keepRaw(cred *credential, raw []byte) {
 // page with a report the archive does not keep proves no span: its
 // reports are kept one by one.
 func (t *archiveTier) keepPage(cred *credential, feed string, start int64, recs []reportDoc, raws [][]byte, complete bool) {
-	b := t.backend(cred)
+	b, network := t.backend(cred)
 	if b == nil || len(recs) == 0 {
 		return
 	}
@@ -344,7 +356,7 @@ func (t *archiveTier) keepPage(cred *credential, feed string, start int64, recs 
 		if recs[i].ObservationsTimestamp < from {
 			continue
 		}
-		r, ok := t.fromRecord(&recs[i], raws[i])
+		r, ok := t.fromRecord(network, &recs[i], raws[i])
 		if !ok {
 			whole = false
 			continue
@@ -361,7 +373,7 @@ func (t *archiveTier) keepPage(cred *credential, feed string, start int64, recs 
 		}
 		return
 	}
-	b.writer.AddCovered(rs, t.network, feedid.ID(feed), archive.Span{From: uint32(from), To: uint32(last)})
+	b.writer.AddCovered(rs, network, feedid.ID(feed), archive.Span{From: uint32(from), To: uint32(last)})
 }
 
 // archiveFirst is the fill of a key the archive may hold: the archive's

@@ -9,6 +9,7 @@ import (
 
 	"streamgate/archive"
 	"streamgate/cache"
+	"streamgate/config"
 	"streamgate/don"
 	"streamgate/feedid"
 	"streamgate/realtime"
@@ -18,24 +19,30 @@ import (
 // (the hub hands each new one, realtime.Config.Frames) and an operator's
 // fills (archive.Filler, through the page path).
 
-// ArchiveFrames returns what the real-time hub of network name hands each
-// new report to (realtime.Config.Frames): the report kept in the archive
+// ArchiveFrames returns what the real-time hub of stream partition part of
+// network name ("" the network's own) hands each new report to (realtime.Config.Frames): the report kept in the archive
 // as a REST answer's is (verified under the rules in force, within the
 // retention, the upstream's bytes), queued, never waited on, with the
 // second the hub vouches it follows (Frame.Follows), so that the Writer
 // records the span the two prove once it stored both
 // (archive.Writer.AddFollowing). A report not kept (refused, out of the
 // retention) never reaches the Writer, so the next one's claim breaks
-// there. nil for a network the gateway does not serve. The hub's
-// connections are the organisation's, so are its reports.
-func (g *Gateway) ArchiveFrames(name string) func(realtime.Frame) {
+// there. nil for a network the gateway does not serve or a partition it
+// does not have. The hub's connections are its partition's credential's
+// (the organisation's for ""), and so its reports are kept under its
+// label (archiveTier.backend).
+func (g *Gateway) ArchiveFrames(name, part string) func(realtime.Frame) {
 	n := g.networks[name]
 	if n == nil {
 		return nil
 	}
+	cred := n.partitionCred(part)
+	if cred == nil {
+		return nil
+	}
 	return func(f realtime.Frame) {
 		t := n.report.arch // set by UseArchive, before the hubs start
-		b := t.backend(n.org)
+		b, network := t.backend(cred)
 		if b == nil {
 			return
 		}
@@ -43,7 +50,7 @@ func (g *Gateway) ArchiveFrames(name string) func(realtime.Frame) {
 		if err != nil {
 			return
 		}
-		r, ok := t.fromRecord(&rec, raw)
+		r, ok := t.fromRecord(network, &rec, raw)
 		if !ok {
 			return
 		}
@@ -61,28 +68,35 @@ func (g *Gateway) ArchiveFrames(name string) func(realtime.Frame) {
 // first; the upstream's answer verified, kept in the caches and the
 // archive, its span recorded), each upstream call waiting first for a
 // token of the budget's fill share (upstream.waitFillShare), under the
-// organisation's credential. Its reports are those the answer holds.
+// credential of the network's partition network names (a network, or a
+// stream partition's label, network@partition: its credential's). Its
+// reports are those the answer holds.
 func (g *Gateway) ArchivePages() archive.PageSource {
 	return func(ctx context.Context, network string, stream feedid.ID, start uint32, limit int) ([]archive.Report, error) {
-		n := g.networks[network]
+		name, part := config.SplitPartitionLabel(network)
+		n := g.networks[name]
 		if n == nil {
 			return nil, fmt.Errorf("proxy: archive fill: no network %q", network)
+		}
+		cred := n.partitionCred(part)
+		if cred == nil {
+			return nil, fmt.Errorf("proxy: archive fill: network %s has no stream partition %q", name, part)
 		}
 		s := n.page
 		feed, from := string(stream), int64(start)
 		target := "/api/v1/reports/page?feedID=" + feed + "&startTimestamp=" + strconv.FormatInt(from, 10) + "&limit=" + strconv.Itoa(limit)
-		key := cache.PageKey(s.network, n.org.scope, feed, from, limit)
+		key := cache.PageKey(s.network, cred.scope, feed, from, limit)
 		var fromArchive atomic.Bool
 		e, _, err := s.store.LoadFrom(ctx, key, cache.Source{Check: s.records.storedPage(feed, from),
-			Fill: archiveFirst(&fromArchive, func(ctx context.Context) []byte { return s.arch.page(ctx, n.org, feed, from, limit) },
+			Fill: archiveFirst(&fromArchive, func(ctx context.Context) []byte { return s.arch.page(ctx, cred, feed, from, limit) },
 				func(body []byte) *cache.Entry {
 					return &cache.Entry{Status: http.StatusOK, Body: body, Stored: s.now()}
 				},
 				func(ctx context.Context) (*cache.Entry, error) {
-					if err := n.up.waitFillShare(ctx, n.org); err != nil {
+					if err := n.up.waitFillShare(ctx, cred); err != nil {
 						return nil, err
 					}
-					return s.fill(ctx, nil, target, n.org, feed, from, limit)
+					return s.fill(ctx, nil, target, cred, feed, from, limit)
 				})})
 		if err != nil {
 			return nil, err

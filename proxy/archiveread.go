@@ -18,19 +18,25 @@ import (
 // archiveReadPage is how many reports one read of a range takes.
 const archiveReadPage = 1000
 
-// ArchiveRange returns what the real-time hub of network name reads the
-// archive with before it fetches a resume's seconds from the upstream
-// (realtime.Config.Archive); nil when the gateway keeps no archive
-// (UseArchive, called before the hubs start) or does not serve name. The
-// archive holds the organisation's reports, as the hub's connections are.
-func (g *Gateway) ArchiveRange(name string) realtime.ArchiveSource {
+// ArchiveRange returns what the real-time hub of stream partition part of
+// network name ("" the network's own) reads the archive with before it
+// fetches a resume's seconds from the upstream (realtime.Config.Archive);
+// nil when the gateway keeps no archive (UseArchive, called before the
+// hubs start) or does not serve name or part. It reads the partition's
+// reports, those fetched under the credential its connections are opened
+// with.
+func (g *Gateway) ArchiveRange(name, part string) realtime.ArchiveSource {
 	n := g.networks[name]
 	if n == nil || n.report.arch == nil {
 		return nil
 	}
+	cred := n.partitionCred(part)
+	if cred == nil {
+		return nil
+	}
 	t := n.report.arch
 	return func(ctx context.Context, feed feedid.ID, lo, hi int64) ([][]byte, []realtime.ArchiveSpan, error) {
-		return t.frames(ctx, feed, lo, hi)
+		return t.frames(ctx, cred, feed, lo, hi)
 	}
 }
 
@@ -41,14 +47,14 @@ func (g *Gateway) ArchiveRange(name string) realtime.ArchiveSource {
 // coverage, so that it is fetched (and judged) like any missing second.
 // Each read is bounded by ReadTimeout; an error returns what was read
 // before it.
-func (t *archiveTier) frames(ctx context.Context, feed feedid.ID, lo, hi int64) ([][]byte, []realtime.ArchiveSpan, error) {
-	b := t.backend(t.org)
+func (t *archiveTier) frames(ctx context.Context, cred *credential, feed feedid.ID, lo, hi int64) ([][]byte, []realtime.ArchiveSpan, error) {
+	b, network := t.backend(cred)
 	lo, hi = max(lo, t.cutoff(), 0), min(hi, math.MaxUint32)
 	if b == nil || lo > hi {
 		return nil, nil, nil
 	}
 	rctx, cancel := t.readContext(ctx)
-	spans, err := b.store.Coverage(rctx, t.network, feed, uint32(lo), uint32(hi))
+	spans, err := b.store.Coverage(rctx, network, feed, uint32(lo), uint32(hi))
 	cancel()
 	t.a.read(err)
 	if err != nil {
@@ -59,7 +65,7 @@ func (t *archiveTier) frames(ctx context.Context, feed feedid.ID, lo, hi int64) 
 	read := lo - 1      // the last second read
 	for read < hi {
 		rctx, cancel := t.readContext(ctx)
-		rs, err := b.store.Page(rctx, t.network, feed, uint32(read+1), archiveReadPage)
+		rs, err := b.store.Page(rctx, network, feed, uint32(read+1), archiveReadPage)
 		cancel()
 		t.a.read(err)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -326,19 +327,28 @@ func (g *Gateway) Close() {
 	}
 }
 
-// Stream gives network name its real-time hub: the network answers
-// /api/v1/ws from it (its endpoint, Deps.Streams's on the hub) and latest
-// from its stream too; a network without one answers /api/v1/ws with 503
-// and latest from REST only. The gateway
-// is built first, each hub then with what it takes from the gateway
-// (Backfill, DiscoveryBudget), and handed over here, before the gateway
-// serves a request (Handler): not safe for concurrent use with requests.
-// Unknown networks are ignored.
-func (g *Gateway) Stream(name string, hub *realtime.Hub) {
-	if n := g.networks[name]; n != nil {
-		n.latest.hub = hub
-		n.streams = g.streams.Network(name, hub, n)
+// Stream gives network name the real-time hub of its stream partition
+// part ("" the network's own; partition.go): the network answers
+// /api/v1/ws from it (its endpoint, Deps.Streams's on the hubs) and latest
+// from its stream too, each to the teams of the partition; a network
+// without one answers /api/v1/ws with 503 and latest from REST only, and
+// so does a partition without one to its teams. The gateway is built
+// first, each hub then with what it takes from the gateway (Backfill,
+// DiscoveryBudget), and handed over here, before the gateway serves a
+// request (Handler): not safe for concurrent use with requests. Unknown
+// networks are ignored.
+func (g *Gateway) Stream(name, part string, hub *realtime.Hub) {
+	n := g.networks[name]
+	if n == nil {
+		return
 	}
+	hubs := maps.Clone(n.latest.hubs)
+	if hubs == nil {
+		hubs = map[string]*realtime.Hub{}
+	}
+	hubs[part] = hub
+	n.latest.hubs = hubs
+	n.streams = g.streams.Network(name, hubs, n)
 }
 
 // Handler returns the handler of one network, or nil.

@@ -9,6 +9,7 @@ import (
 
 	"streamgate/auth"
 	"streamgate/candles"
+	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/internal/apierror"
 )
@@ -62,12 +63,15 @@ var ErrNoNetwork = errors.New("proxy: no such network")
 // does, for the organisation (no team's entitlement is checked: the admin
 // listener's chart): the bars the archive holds, after the fill of those
 // it does not cover (within the same bounds), and what the fill did.
+// network may be a stream partition's label (network@partition, sharing:
+// credential): its bars, filled under its credential.
 func (g *Gateway) History(ctx context.Context, network string, rq candles.Request, now time.Time) (candles.Result, candles.Filled, error) {
-	n := g.networks[network]
-	if n == nil {
+	name, part := config.SplitPartitionLabel(network)
+	n := g.networks[name]
+	if n == nil || n.partitionCred(part) == nil {
 		return candles.Result{}, candles.Filled{}, ErrNoNetwork
 	}
-	return n.history.query(ctx, n.name, rq, now)
+	return n.history.query(ctx, n.label(part), rq, now)
 }
 
 // query builds rq's bars from the source, filled when it is a store.
@@ -146,12 +150,15 @@ func (e historyEndpoint) serve(w http.ResponseWriter, r *http.Request, p *auth.P
 	if e.rows {
 		name = "history_rows"
 	}
-	if err := n.reads.entitled(r.Context(), p, n.reads.credentialFor(p.Team.Name), feed); err != nil {
+	cred := n.reads.credentialFor(p.Team.Name)
+	if err := n.reads.entitled(r.Context(), p, cred, feed); err != nil {
 		refuseEntitlement(w, r, err)
 		return
 	}
 	n.reads.audit(r, p, name, feed)
-	res, _, err := n.history.query(r.Context(), n.name, rq, now)
+	// The bars of the team's stream partition: with sharing: credential,
+	// a team on a credential of its own reads what was fetched under it.
+	res, _, err := n.history.query(r.Context(), n.label(cred.part), rq, now)
 	if errors.Is(err, ErrNoHistory) {
 		writeError(w, errNoArchive)
 		return

@@ -114,7 +114,8 @@ func (g *Gateway) buildPolicy(cfg *config.Config) (*policy, error) {
 		}
 		for net, c := range t.Upstream {
 			if c != nil && c.APIKey != "" {
-				tp.creds[net] = &credential{scope: t.Name, key: c.APIKey, secret: []byte(c.Secret().Reveal())}
+				tp.creds[net] = &credential{scope: t.Name, key: c.APIKey, secret: []byte(c.Secret().Reveal()),
+					part: cfg.TeamPartition(&t, net)}
 			}
 		}
 		teams = append(teams, at)

@@ -78,7 +78,7 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 }
 
 // latestSource answers GET /api/v1/reports/latest: from the stream when
-// the network's hub carries the feed; else from the cache, fresh for
+// the hub of the credential's stream partition carries the feed; else from the cache, fresh for
 // latest_ttl and then stale for latest_max_stale while the refresher
 // (freshness.go) refreshes it within the budget. A request with nothing
 // held waits at most latest_max_wait. The report fetched is also stored as
@@ -86,8 +86,8 @@ func (s *reportSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 type latestSource struct {
 	sourceDeps
 	org     *credential
-	hub     *realtime.Hub // nil: no stream for this network
-	fresh   *refresher    // schedules the organisation's refreshes
+	hubs    map[string]*realtime.Hub // by stream partition; none: no stream for this network
+	fresh   *refresher               // schedules the organisation's refreshes
 	entries *latestEntries
 }
 
@@ -99,17 +99,19 @@ func (s *latestSource) serve(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	feed, cred := string(rq.feed), rq.cred // the cache's and the upstream's key
 	pol := s.pol.Load()
 	now := stateOf(r.Context()).clock(s.now) // the request's one reading (the Store's clock too)
-	if s.hub != nil && pol.latestFromStream && cred == s.org {
+	// The stream of the request's credential's partition: the
+	// organisation's, or with sharing: credential a team's own.
+	if hub := s.hubs[cred.part]; hub != nil && pol.latestFromStream && (cred == s.org || cred.part != "") {
 		// No older than a report REST would answer stale: observed a
 		// second before its fetch, fresh for latest_ttl, stale for
 		// latest_max_stale. Older, the stream has gone silent: REST.
 		oldest := now.Add(-time.Second - pol.latestTTL - pol.latestMaxStale).Unix()
-		if frame, obs, ok := s.hub.LatestSince(rq.feed, oldest); ok {
+		if frame, obs, ok := hub.LatestSince(rq.feed, oldest); ok {
 			s.metrics.latestAge(s.network, now.Unix()-obs)
 			s.ans.answerStream(w, r, frame, obs)
 			return
 		}
-		s.hub.Want(rq.feed) // polled often, it gets streamed
+		hub.Want(rq.feed) // polled often, it gets streamed
 	}
 	key := s.entries.key(cred, feed)
 	e, state := s.store.GetAt(key, now)

@@ -50,6 +50,10 @@ type credential struct {
 	scope  string // "" for the organisation, else the team name; part of cache keys
 	key    string
 	secret []byte
+	// part is the stream partition the credential's teams are served from
+	// (config.Config.TeamPartition): "" for the network's, which is every
+	// credential's but with sharing: credential.
+	part string
 
 	// refused is set when the upstream last answered a call signed with
 	// this credential with 401 or 403 on an endpoint where that can only

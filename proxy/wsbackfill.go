@@ -18,15 +18,20 @@ import (
 // (the cache and the shared tier first, so that replicas filling the same
 // gap share the calls, then the upstream within its budget, the DON's
 // signatures verified), each record wrapped as a stream frame,
-// {"report":<record>}, the upstream's bytes unchanged. nil for a network
-// the gateway does not serve.
-func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
+// {"report":<record>}, the upstream's bytes unchanged, signed with the
+// credential of the hub's stream partition part ("" the organisation's).
+// nil for a network the gateway does not serve or a partition it does not
+// have.
+func (g *Gateway) Backfill(name, part string) func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 	n := g.networks[name]
-	if n == nil {
+	if n == nil || n.partitionCred(part) == nil {
 		return nil
 	}
+	fill := func(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
+		return n.backfill(ctx, n.partitionCred(part), feeds, ts)
+	}
 	if g.tracer == nil {
-		return n.backfill
+		return fill
 	}
 	// A backfill runs for the hub, outside any request: its span is the
 	// root of a trace of its own, sampled by ratio like a request, with
@@ -37,33 +42,37 @@ func (g *Gateway) Backfill(name string) func(ctx context.Context, feeds []feedid
 			attribute.String("streamgate.network", name), attribute.Int("streamgate.streams", len(feeds)),
 			attribute.Int64("streamgate.second", ts)))
 		defer func() { endSpan(span, err) }()
-		return n.backfill(ctx, feeds, ts)
+		return fill(ctx, feeds, ts)
 	}
 }
 
 // DiscoveryBudget returns what the real-time hub of network name waits on
 // before each origin discovery (realtime.Config.DiscoveryBudget): a token
 // of the network's upstream budget under the key "root" (HEAD /), shared
-// by the replicas with the Redis budget. nil for a network the gateway
-// does not serve.
-func (g *Gateway) DiscoveryBudget(name string) func(ctx context.Context) error {
+// by the replicas with the Redis budget, under the credential of stream
+// partition part (each credential has its own budget). nil for a network
+// the gateway does not serve or a partition it does not have.
+func (g *Gateway) DiscoveryBudget(name, part string) func(ctx context.Context) error {
 	n := g.networks[name]
-	if n == nil {
+	if n == nil || n.partitionCred(part) == nil {
 		return nil
 	}
 	return func(ctx context.Context) error {
-		return n.up.budget.Wait(ctx, budgetKey("root", n.org), n.up.limit)
+		return n.up.budget.Wait(ctx, budgetKey("root", n.partitionCred(part)), n.up.limit)
 	}
 }
 
 // errBackfillEmpty is returned for a backfill without feeds.
 var errBackfillEmpty = errors.New("backfill: no streams")
 
-func (n *network) backfill(ctx context.Context, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
+func (n *network) backfill(ctx context.Context, cred *credential, feeds []feedid.ID, ts int64) (map[feedid.ID][]byte, error) {
 	if len(feeds) == 0 {
 		return nil, errBackfillEmpty
 	}
-	records, _, err := n.bulk.fetch(ctx, n.org, feedid.Strings(feeds), ts, true)
+	if cred == nil {
+		return nil, errors.New("proxy: backfill: the stream partition has no credential now")
+	}
+	records, _, err := n.bulk.fetch(ctx, cred, feedid.Strings(feeds), ts, true)
 	if err != nil {
 		return nil, err
 	}

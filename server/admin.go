@@ -126,11 +126,18 @@ func (s *Server) statusFacts() status.Facts {
 	f.ArchiveStreams = s.archiveStreams()
 	today := s.usageToday()
 	for _, name := range cfg.NetworkNames() {
-		n := status.NetworkInfo{Name: name, BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
-		if h := s.hubs[name]; h != nil {
-			n.Hub = h.Stats
+		// A network, then each of its other stream partitions (sharing:
+		// credential), by label: its hub's figures are its own.
+		for i, p := range cfg.Partitions(name) {
+			n := status.NetworkInfo{Name: p.Label(name), BudgetRPS: cfg.Networks[name].Upstream.Budget.RPS}
+			h := s.hubs[n.Name]
+			if h != nil {
+				n.Hub = h.Stats
+			}
+			if i == 0 || h != nil {
+				f.Networks = append(f.Networks, n)
+			}
 		}
-		f.Networks = append(f.Networks, n)
 	}
 	for _, t := range cfg.Teams {
 		ti := status.TeamInfo{Name: t.Name, DailyQuota: t.DailyQuota}

@@ -258,7 +258,9 @@ func (b *build) archiveStore() (err error) {
 		return nil
 	}
 	b.gw.UseArchive(b.arch.gatewayTier())
-	b.arch.serveFills(b.gw.ArchivePages(), b.cfg.NetworkNames())
+	// Every stream partition's label is a network of the archive (with
+	// sharing: credential, network@partition besides each network).
+	b.arch.serveFills(b.gw.ArchivePages(), b.cfg.PartitionLabels())
 	b.arch.whenOpen(func(store archive.Store, _ *archive.Writer) {
 		if src, ok := store.(candles.Source); ok {
 			b.gw.SetHistory(src) // the bars read the archive's rollups
@@ -275,15 +277,23 @@ func (b *build) archiveStore() (err error) {
 // the gateway is built first, and nothing is bound late. With
 // realtime.share and the limits' Redis, the hubs share their connections
 // with the other replicas through it.
+//
+// A network has one hub per stream partition (config.Partitions): with
+// sharing: organisation one, under the network's credential; with
+// sharing: credential one more per distinct team credential, whose
+// connections, within its own ws_max_connections, are opened under that
+// credential and serve only its teams. A partition's hub is named by its
+// label (network@partition) wherever a network's name is: its metrics,
+// its logs, its share keys in Redis, its archive partition.
 func (b *build) startHubs() error {
 	cfg := b.cfg
 	b.hubs = map[string]*realtime.Hub{}
 	var metrics *realtime.Metrics
 	for _, name := range cfg.NetworkNames() {
 		up := cfg.Networks[name].Upstream
-		wsURL, key, secret := up.WSURL, up.APIKey, []byte(up.Secret().Reveal())
+		wsURL, orgKey, orgSecret := up.WSURL, up.APIKey, []byte(up.Secret().Reveal())
 		if e, ok := b.embedded[name]; ok {
-			wsURL, key, secret = "ws"+strings.TrimPrefix(e.URL, "http"), e.APIKey, e.Secret
+			wsURL, orgKey, orgSecret = "ws"+strings.TrimPrefix(e.URL, "http"), e.APIKey, e.Secret
 		}
 		if wsURL == "" {
 			continue
@@ -297,37 +307,51 @@ func (b *build) startHubs() error {
 			rc := b.limits.Redis()
 			sharing = &share.Config{Client: rc, Lease: cfg.Realtime.ShareLease}
 		}
-		var backfill realtime.BackfillSource
-		if f := b.gw.Backfill(name); f != nil {
-			backfill = realtime.BackfillFunc(f)
+		for _, p := range cfg.Partitions(name) {
+			key, secret := orgKey, orgSecret
+			if p.Name != "" {
+				key, secret = p.Credentials.APIKey, []byte(p.Credentials.Secret().Reveal())
+			}
+			label := p.Label(name)
+			// ws_pinned is the network's: a team's own credential may not
+			// be entitled to those streams upstream (an upgrade asking one
+			// is refused whole), and its teams want what they ask for.
+			pinned := up.WSPinned
+			if p.Name != "" {
+				pinned = nil
+			}
+			var backfill realtime.BackfillSource
+			if f := b.gw.Backfill(name, p.Name); f != nil {
+				backfill = realtime.BackfillFunc(f)
+			}
+			hub, err := realtime.New(realtime.Config{
+				Network: label, URL: wsURL, APIKey: key, Secret: secret,
+				MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
+				Grace: cfg.Realtime.Grace, Pinned: pinned,
+				Logger: b.log.Named("realtime"), Metrics: metrics, Clock: hubClock(b.opts.Now), // the hub adds the network
+				Share: sharing, Check: b.gates[name].CheckFrame,
+				Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
+				DiscoveryBudget: b.gw.DiscoveryBudget(name, p.Name),
+				Frames:          b.archiveFrames(name, p.Name),
+				Archive:         b.gw.ArchiveRange(name, p.Name), // nil without an archive
+			})
+			if err != nil {
+				return fmt.Errorf("network %s: real-time hub: %w", label, err)
+			}
+			b.hubs[label] = hub
+			b.gw.Stream(name, p.Name, hub)
 		}
-		hub, err := realtime.New(realtime.Config{
-			Network: name, URL: wsURL, APIKey: key, Secret: secret,
-			MaxConnections: up.WSMaxConnections, FeedsPerConnection: up.WSFeedsPerConnection,
-			Grace: cfg.Realtime.Grace, Pinned: up.WSPinned,
-			Logger: b.log.Named("realtime"), Metrics: metrics, Clock: hubClock(b.opts.Now), // the hub adds the network
-			Share: sharing, Check: b.gates[name].CheckFrame,
-			Backfill: backfill, BackfillMax: cfg.Realtime.BackfillMax, History: cfg.Realtime.ResumeWindow,
-			DiscoveryBudget: b.gw.DiscoveryBudget(name),
-			Frames:          b.archiveFrames(name),
-			Archive:         b.gw.ArchiveRange(name), // nil without an archive
-		})
-		if err != nil {
-			return fmt.Errorf("network %s: real-time hub: %w", name, err)
-		}
-		b.hubs[name] = hub
-		b.gw.Stream(name, hub)
 	}
 	return nil
 }
 
-// archiveFrames is where the hub of network name hands each new report:
-// the archive, when the gateway has one; else nowhere.
-func (b *build) archiveFrames(name string) func(realtime.Frame) {
+// archiveFrames is where the hub of partition part of network name hands
+// each new report: the archive, when the gateway has one; else nowhere.
+func (b *build) archiveFrames(name, part string) func(realtime.Frame) {
 	if b.arch == nil {
 		return nil
 	}
-	return b.gw.ArchiveFrames(name)
+	return b.gw.ArchiveFrames(name, part)
 }
 
 // hubClock is the hubs' clock: now's time (Options.Now), with the wall

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"streamgate/candles"
+	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/internal/apierror"
 	"streamgate/proxy"
@@ -80,7 +81,7 @@ func (s *Server) chartHandler() http.Handler {
 // upstream pages its fill fetched.
 func (s *Server) serveChartHistory(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	names := s.cfg.Load().NetworkNames()
+	names := s.cfg.Load().PartitionLabels() // networks, and stream partitions (sharing: credential)
 	network := q.Get("network")
 	if !slices.Contains(names, network) {
 		apierror.Write(w, http.StatusBadRequest, fmt.Sprintf("invalid network %q: one of %s is expected", network, strings.Join(names, ", ")), 0)
@@ -131,14 +132,17 @@ func (s *Server) archiveStreams() []status.ArchiveStream {
 	ctx, cancel := context.WithTimeout(context.Background(), chartStreamsTimeout)
 	defer cancel()
 	out := []status.ArchiveStream{}
-	for _, network := range s.cfg.Load().NetworkNames() {
+	// Every network, and with sharing: credential each stream partition's
+	// label (network@partition): the names the archive keeps under.
+	for _, network := range s.cfg.Load().PartitionLabels() {
 		list, err := store.Streams(ctx, network)
 		if err != nil {
 			continue
 		}
 		var names map[feedid.ID]string
 		if len(list) > 0 {
-			names = s.gw.StreamNames(network)
+			name, _ := config.SplitPartitionLabel(network)
+			names = s.gw.StreamNames(name)
 		}
 		for _, si := range list {
 			link := url.Values{"network": {network}, "feedID": {string(si.Stream)}}

@@ -58,8 +58,10 @@ func (s *Server) recheckAdmitted(networks []string) {
 	s.store.Clear()
 	for _, name := range networks {
 		frames := 0
-		if h := s.hubs[name]; h != nil {
-			frames = h.Recheck(s.gates[name].AdmitsFrame)
+		for _, p := range s.cfg.Load().Partitions(name) {
+			if h := s.hubs[p.Label(name)]; h != nil {
+				frames += h.Recheck(s.gates[name].AdmitsFrame)
+			}
 		}
 		s.log.Info("report verification made stricter: the memory cache was emptied and the stream's held reports checked again",
 			zap.String("network", name), zap.Int("stream_frames_dropped", frames))

@@ -144,6 +144,10 @@ type REST interface {
 	Keys() *auth.KeyStore
 	// Charge returns what a resumed client's fill costs team.
 	Charge(team string) realtime.FillCharge
+	// Partition returns the stream partition p's team is served from: ""
+	// for the network's own (every team with sharing: organisation), else
+	// that of the team's own upstream credential (sharing: credential).
+	Partition(p *auth.Principal) string
 }
 
 // Network is the endpoint of one network: ServeWS and ServeRoot, called
@@ -152,7 +156,7 @@ type REST interface {
 // concurrent use.
 type Network struct {
 	name    string
-	hub     *realtime.Hub // nil: no stream for this network
+	hubs    map[string]*realtime.Hub // by stream partition (REST.Partition); none: no stream for this network
 	gate    *don.Gate
 	ws      wsSettings
 	conns   *teamConns
@@ -187,15 +191,18 @@ func (n *Network) ServeRoot(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	n.serveRoot(w, r, p)
 }
 
-// Network returns the endpoint of network name on its real-time hub (nil:
-// the network does not stream, its upgrades are refused with 503), whose
-// upgrades rest checks; nil for a nil Gate.
-func (g *Gate) Network(name string, hub *realtime.Hub, rest REST) *Network {
+// Network returns the endpoint of network name on the real-time hubs of
+// its stream partitions, by partition name ("" the network's own; with
+// sharing: credential one per upstream credential): a client is served by
+// its team's partition's hub (REST.Partition), and refused with 503 when
+// that has none (none at all: the network does not stream). rest checks
+// its upgrades. nil for a nil Gate.
+func (g *Gate) Network(name string, hubs map[string]*realtime.Hub, rest REST) *Network {
 	if g == nil {
 		return nil
 	}
 	c := g.cfg
-	return &Network{name: name, hub: hub, gate: c.Gates[name], rest: rest,
+	return &Network{name: name, hubs: hubs, gate: c.Gates[name], rest: rest,
 		ws:    newWSSettings(c.Queue, c.PingInterval, c.TeamConnections, c.Origins),
 		conns: g.conns, resume: g.resume, metrics: g.metrics, usage: c.Usage,
 		since: sinceBounds{max: c.SinceMax, retention: c.SinceRetention, now: g.now}}

@@ -11,6 +11,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"streamgate/auth"
+	"streamgate/config"
 	"streamgate/feedid"
 	"streamgate/internal/apierror"
 	"streamgate/internal/wsupgrade"
@@ -247,7 +248,7 @@ var (
 // The streams and their entitlement are the network's REST's to check
 // (REST.ReadStreams).
 func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
-	if n.hub == nil {
+	if len(n.hubs) == 0 {
 		writeError(w, errNoStream)
 		return
 	}
@@ -263,6 +264,15 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	}
 	feeds, ok := n.rest.ReadStreams(w, r, p)
 	if !ok {
+		return
+	}
+	// The hub of the team's stream partition: the network's, or with
+	// sharing: credential its own credential's. Its resume records are
+	// the partition's too (label).
+	part := n.rest.Partition(p)
+	hub, label := n.hubs[part], config.PartitionLabel(n.name, part)
+	if hub == nil {
+		writeError(w, errNoStream)
 		return
 	}
 	if since > 0 {
@@ -289,7 +299,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	var from map[string]int64
 	var unread bool // the record could not be read: from is a window before now
 	if n.resume != nil {
-		resumeAs = resumeID(n.name, r.Header.Get(auth.HeaderAuthorization), origin, feeds)
+		resumeAs = resumeID(label, r.Header.Get(auth.HeaderAuthorization), origin, feeds)
 		if since == 0 {
 			from, unread = n.resume.load(r.Context(), resumeAs, feeds)
 		}
@@ -305,7 +315,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if len(from) > 0 {
 		charge = n.resumeCharge(team)
 	}
-	sub, err := n.hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: watermarks(from), Within: true, Charge: charge, Since: reach})
+	sub, err := hub.Subscribe(feeds, realtime.SubscribeOptions{Queue: n.ws.queue, From: watermarks(from), Within: true, Charge: charge, Since: reach})
 	if err != nil {
 		n.metrics.wsRefused(n.name, "upstream_budget")
 		writeError(w, errWSBudget)
@@ -332,7 +342,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		var missed func(int64)
 		if unread {
 			n.metrics.resumeUnread(n.name)
-			missed = n.hub.Unfilled
+			missed = hub.Unfilled
 		}
 		wc.mark = n.resume.track(team, resumeAs, from, missed)
 	}
@@ -363,7 +373,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // upgrade. Nothing goes upstream.
 func (n *Network) serveRoot(w http.ResponseWriter, r *http.Request, _ *auth.Principal) {
 	w.Header().Set("Cache-Control", "no-store")
-	if n.hub != nil && n.ws.originsHV != "" {
+	if len(n.hubs) > 0 && n.ws.originsHV != "" {
 		if _, err := n.ws.clientOrigin(r); err != nil {
 			writeError(w, err)
 			return

@@ -63,6 +63,9 @@ func check(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "networks.%s: reports verified, mode %s, against %d DON configurations\n", name, mode, len(n.Verify.AllDONs()))
 		}
 	}
+	for _, line := range cfg.SharingSummary() {
+		fmt.Fprintln(stdout, line)
+	}
 	return nil
 }
 
