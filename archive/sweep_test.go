@@ -44,7 +44,9 @@ func TestHoleSweepFillsHolesBetweenOlderSpans(t *testing.T) {
 		now := fillTime()
 		n := uint32(now.Unix())
 		max := uint32(HoleMax / time.Second)
-		span := func(i int, from, to uint32) { require.NoError(t, s.AddCoverage(ctx, "testnet", stream(i), Span{from, to})) }
+		span := func(i int, from, to uint32) {
+			require.NoError(t, s.AddCoverage(ctx, "testnet", stream(i), Span{from, to}))
+		}
 		// Stream 1: three spans, two holes between them, all older than
 		// any chain this process will start.
 		span(1, n-3000, n-2001)
@@ -191,4 +193,3 @@ func TestHoleSweepDeletesOldHoleJobs(t *testing.T) {
 		assert.Equal(t, want, ids())
 	})
 }
-
