@@ -102,6 +102,10 @@ type Filler struct {
 	mu       sync.Mutex
 	progress map[string]*FillProgress
 	wake     chan struct{}
+	// saveMu orders a job's saves (the runner's progress, a hole's job
+	// stored again), each in the store and in progress together: the
+	// last state saved is the one both hold.
+	saveMu sync.Mutex
 }
 
 // NewFiller returns a Filler over store, keeping its jobs in jobs and
@@ -184,6 +188,8 @@ func (f *Filler) SubmitHole(ctx context.Context, network string, stream feedid.I
 		return false, fmt.Errorf("%w: not a hole of a stream: %s %s [%d, %d]", ErrFillSpan, network, stream, from, to)
 	}
 	id := fmt.Sprintf("hole-%s-%s-%d", network, stream, from)
+	f.saveMu.Lock()
+	defer f.saveMu.Unlock()
 	if f.holePending(network, stream, from, to) {
 		return false, nil
 	}
@@ -478,6 +484,8 @@ func Holes(spans []Span, from, to uint32) []Span {
 // this record, is what the job resumes from) and in the process's view.
 func (f *Filler) update(ctx context.Context, p *FillProgress) {
 	p.Updated = f.o.Now().UTC()
+	f.saveMu.Lock()
+	defer f.saveMu.Unlock()
 	f.mu.Lock()
 	cp := *p
 	f.progress[p.ID] = &cp
