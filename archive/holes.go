@@ -132,7 +132,7 @@ func NewHoleMetrics(reg prometheus.Registerer) (*HoleMetrics, error) {
 	return m, nil
 }
 
-// swept counts a sweep that looked at streams (failed: it could not list
+// sweep counts a sweep and the streams it looked at (failed: it could not list
 // them, or read one's coverage), and the hole jobs it deleted.
 func (m *HoleMetrics) sweep(streams int, failed bool, pruned int) {
 	if m == nil {
