@@ -17,8 +17,10 @@ import (
 // extends the claim [follows, its second]; one that does not (the hub
 // vouched for nothing, or the report it follows was dropped or never
 // kept) starts a new chain. The claims are recorded in the store every
-// CoverEvery, one AddCoverage per stream, so that a stream costs the store
-// one coverage write every few seconds, not one per report. A claim the
+// CoverEvery, so that a stream costs the store one coverage write every
+// few seconds, not one per report: on Pebble (a CoverageBatcher) every
+// stream's spans of a round in one synced batch, on PostgreSQL one
+// AddCoverage (a transaction under the stream's lock) per span. A claim the
 // store refuses is kept and tried again at the next recording (at most
 // maxClaimsKept per stream): coverage lags, never leads, what is stored.
 
@@ -130,7 +132,8 @@ type pendingClaim struct {
 // order, so that a chain's first span is recorded after those before it
 // and OnChain's hole is only what is missing. At the first failure the
 // round stops (the store is down or slow: the next round tries again);
-// what was not recorded is put back, oldest first.
+// what was not recorded is put back, oldest first. A CoverageBatcher
+// records the round in one call (recordBatch).
 func (w *Writer) recordClaims(ctx context.Context) {
 	w.coverMu.Lock()
 	defer w.coverMu.Unlock()
@@ -149,6 +152,10 @@ func (w *Writer) recordClaims(ctx context.Context) {
 		c.closed = nil
 	}
 	w.claimMu.Unlock()
+	if b, ok := w.store.(CoverageBatcher); ok {
+		w.recordBatch(ctx, b, todo, now)
+		return
+	}
 	var failed error
 	for _, p := range todo {
 		left := p.spans
@@ -170,6 +177,42 @@ func (w *Writer) recordClaims(ctx context.Context) {
 		}
 		if len(left) > 0 {
 			w.putBack(p.key, left, now)
+		}
+	}
+}
+
+// recordBatch records every span of todo in one AddCoverages, within
+// Timeout: one synced write a round, not one per stream. It fails whole:
+// every span is put back, for the next round.
+func (w *Writer) recordBatch(ctx context.Context, b CoverageBatcher, todo []pendingClaim, now time.Time) {
+	var all []StreamSpan
+	for _, p := range todo {
+		for _, sp := range p.spans {
+			all = append(all, StreamSpan{Network: p.key.network, Stream: p.key.stream, Span: sp.Span})
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.o.Timeout)
+	err := b.AddCoverages(cctx, all)
+	cancel()
+	if err != nil {
+		w.errs.Add(1)
+		w.log.Debug("archive: the streams' spans were not recorded; tried again", zap.Int("spans", len(all)), zap.Error(err))
+		for _, p := range todo {
+			w.putBack(p.key, p.spans, now)
+		}
+		return
+	}
+	if w.o.OnChain == nil {
+		return
+	}
+	for _, p := range todo {
+		for _, sp := range p.spans {
+			if sp.first {
+				w.o.OnChain(p.key.network, p.key.stream, sp.From)
+			}
 		}
 	}
 }

@@ -70,6 +70,9 @@ type JobStore interface {
 	SaveFill(ctx context.Context, p FillProgress) error
 	// Fills returns every job stored, oldest first.
 	Fills(ctx context.Context) ([]FillProgress, error)
+	// DeleteFill deletes the job id if it ended (done or failed): one
+	// stored again meanwhile, queued, is kept; none stored is no error.
+	DeleteFill(ctx context.Context, id string) error
 	// ClaimFill reserves the job for this process: ok is false while
 	// another process (a replica sharing the database) runs it. release
 	// ends the claim.
@@ -99,6 +102,10 @@ type Filler struct {
 	mu       sync.Mutex
 	progress map[string]*FillProgress
 	wake     chan struct{}
+	// saveMu orders a job's saves (the runner's progress, a hole's job
+	// stored again), each in the store and in progress together: the
+	// last state saved is the one both hold.
+	saveMu sync.Mutex
 }
 
 // NewFiller returns a Filler over store, keeping its jobs in jobs and
@@ -165,23 +172,25 @@ func (f *Filler) Submit(ctx context.Context, network string, stream feedid.ID, f
 }
 
 // SubmitHole stores a job for the hole [from, to] of stream's coverage,
-// unless this process knows it already, and wakes the runner; the job's
+// unless this process knows a hole job of the stream queued or running
+// over any of its seconds, and wakes the runner; the job's
 // ID is the hole's (network, stream, from), so that the replicas sharing
 // a store that find the same hole save one job, which one of them runs
 // (JobStore.ClaimFill) and the others find covered. Unlike Submit, to is
 // not cut to FillSettle before the present: a hole ends where the
 // stream's next span begins, and its pages are asked no longer than the
 // hole (fetch), so a full one proves it at once. It reports whether it
-// stored a new job.
+// stored a new job. A job of the same ID that ended (failed: the
+// upstream refused it; or done, and the hole is back) is stored again,
+// queued: the hole is still there, and a failure is not forever.
 func (f *Filler) SubmitHole(ctx context.Context, network string, stream feedid.ID, from, to uint32) (bool, error) {
 	if !validNetwork(network) || !feedid.Canonical(string(stream)) || from > to {
 		return false, fmt.Errorf("%w: not a hole of a stream: %s %s [%d, %d]", ErrFillSpan, network, stream, from, to)
 	}
 	id := fmt.Sprintf("hole-%s-%s-%d", network, stream, from)
-	f.mu.Lock()
-	_, known := f.progress[id]
-	f.mu.Unlock()
-	if known {
+	f.saveMu.Lock()
+	defer f.saveMu.Unlock()
+	if f.holePending(network, stream, from, to) {
 		return false, nil
 	}
 	now := f.o.Now()
@@ -193,12 +202,59 @@ func (f *Filler) SubmitHole(ctx context.Context, network string, stream feedid.I
 		return false, err
 	}
 	f.mu.Lock()
-	if _, ok := f.progress[p.ID]; !ok { // the runner may have taken it from the store already
+	if cur, ok := f.progress[p.ID]; !ok || cur.State == FillDone || cur.State == FillFailed { // the runner may have taken it from the store already
 		f.progress[p.ID] = &p
 	}
 	f.mu.Unlock()
 	f.poke()
 	return true, nil
+}
+
+// holePending reports whether a hole job of stream this process knows,
+// queued or running, overlaps [from, to]: the same hole, or the same
+// seen with another bound (HoleMax's start moves with the clock).
+func (f *Filler) holePending(network string, stream feedid.ID, from, to uint32) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.progress {
+		if p.Hole && p.Network == network && p.Stream == stream && p.From <= to && p.To >= from &&
+			p.State != FillDone && p.State != FillFailed {
+			return true
+		}
+	}
+	return false
+}
+
+// PruneHoles deletes the hole jobs (FillJob.Hole) that ended (done or
+// failed) before before, from the job store and from this process's
+// view, and returns how many it deleted from the store. An operator's
+// jobs are kept: they are few, and their record is what they asked.
+func (f *Filler) PruneHoles(ctx context.Context, before time.Time) (int, error) {
+	old := func(p *FillProgress) bool {
+		return p.Hole && (p.State == FillDone || p.State == FillFailed) && p.Updated.Before(before)
+	}
+	stored, err := f.jobs.Fills(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range stored {
+		if !old(&stored[i]) {
+			continue
+		}
+		if err := f.jobs.DeleteFill(ctx, stored[i].ID); err != nil {
+			return n, err
+		}
+		n++
+	}
+	f.mu.Lock()
+	for id, p := range f.progress {
+		if old(p) {
+			delete(f.progress, id)
+		}
+	}
+	f.mu.Unlock()
+	return n, nil
 }
 
 func (f *Filler) poke() {
@@ -428,6 +484,8 @@ func Holes(spans []Span, from, to uint32) []Span {
 // this record, is what the job resumes from) and in the process's view.
 func (f *Filler) update(ctx context.Context, p *FillProgress) {
 	p.Updated = f.o.Now().UTC()
+	f.saveMu.Lock()
+	defer f.saveMu.Unlock()
 	f.mu.Lock()
 	cp := *p
 	f.progress[p.ID] = &cp

@@ -3,6 +3,7 @@ package archive
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -24,8 +25,33 @@ func (p *Pebble) SaveFill(_ context.Context, fp FillProgress) error {
 	if err != nil {
 		return err
 	}
+	p.jobsMu.Lock()
+	defer p.jobsMu.Unlock()
 	if err := p.db.Set(fillKey(fp.ID), b, pebble.Sync); err != nil {
 		return fmt.Errorf("archive: fill job %s: %w", fp.ID, err)
+	}
+	return nil
+}
+
+// DeleteFill deletes the job id if it ended (JobStore).
+func (p *Pebble) DeleteFill(_ context.Context, id string) error {
+	p.jobsMu.Lock()
+	defer p.jobsMu.Unlock()
+	v, closer, err := p.db.Get(fillKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("archive: fill job %s: %w", id, err)
+	}
+	var fp FillProgress
+	err = json.Unmarshal(v, &fp)
+	_ = closer.Close()
+	if err == nil && fp.State != FillDone && fp.State != FillFailed {
+		return nil // stored again meanwhile
+	}
+	if err := p.db.Delete(fillKey(id), pebble.Sync); err != nil {
+		return fmt.Errorf("archive: fill job %s: %w", id, err)
 	}
 	return nil
 }

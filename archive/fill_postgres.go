@@ -45,6 +45,16 @@ func (p *Postgres) Fills(ctx context.Context) ([]FillProgress, error) {
 	return out, rows.Err()
 }
 
+// DeleteFill deletes the job id if it ended (JobStore): a replica that
+// stored it again meanwhile, queued, keeps it.
+func (p *Postgres) DeleteFill(ctx context.Context, id string) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM archive_fill_jobs WHERE id = $1 AND job->>'state' IN ($2, $3)`,
+		id, FillDone, FillFailed); err != nil {
+		return fmt.Errorf("archive: fill job %s: %w", id, err)
+	}
+	return nil
+}
+
 // ClaimFill takes the job's advisory lock on a connection of its own, held
 // until release: the replicas sharing the database run a job once at a
 // time (JobStore). A replica that dies loses its connection and so the

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,21 @@ import (
 // Filler (SubmitHole: pages within the budget's fill share, resumable,
 // one job per hole for the replicas sharing a store). A stream never
 // recorded before has no hole: it is carried for the first time.
+//
+// That look happens once, when the new chain starts: a hole whose fill
+// failed (the upstream refused it past the retries), was left (the
+// process stopped, the queue of chain starts overflowed) or appeared
+// between older spans later (a span recorded afterwards by another
+// replica, an operator's fill) would stay. So the HoleFiller also sweeps
+// the coverage, at start and every HoleSweepEvery: for each stream whose
+// coverage reaches into the last HoleMax (StreamLister: the streams
+// carried lately, by any replica sharing the store), the seconds between
+// two of its spans within HoleMax and the retention are handed to the
+// Filler like the others (the same job IDs, so replicas sharing
+// PostgreSQL run each once). A sweep reads at most holeSweepStreams
+// streams' coverage and submits at most holeSweepHoles holes; the next
+// one goes on after the last stream looked at. Each sweep also deletes
+// the hole jobs that ended more than HoleJobKeep ago.
 
 // HoleMax bounds how far back a hole is filled: its newest HoleMax, and
 // never before the retention's cutoff; the older seconds are left (and
@@ -30,6 +46,23 @@ import (
 // an operator's fill to ask for (POST /archive/fill), for the streams
 // that need it.
 const HoleMax = 6 * time.Hour
+
+// HoleSweepEvery is how often the HoleFiller sweeps the coverage for
+// holes (and once as it starts).
+const HoleSweepEvery = 5 * time.Minute
+
+// HoleJobKeep is how long a hole job that ended (done or failed) is kept,
+// in the job store and on the status page, before a sweep deletes it.
+const HoleJobKeep = 24 * time.Hour
+
+// holeSweepStreams and holeSweepHoles bound one sweep's work: the streams
+// whose coverage it reads (one Coverage each, two for a stream whose
+// first span in the window starts after the window), and the holes it
+// submits.
+const (
+	holeSweepStreams = 2000
+	holeSweepHoles   = 100
+)
 
 // holeQueue bounds the chain starts waiting to be looked at; beyond it
 // they are dropped (counted as found and left whole: their seconds stay
@@ -48,9 +81,15 @@ const (
 //
 //	streamgate_archive_holes_total{state}        holes found, filled, failed
 //	streamgate_archive_hole_seconds_total{state} their seconds: found (to fill), filled, left
+//	streamgate_archive_hole_sweeps_total{result} sweeps of the coverage: ok, failed
+//	streamgate_archive_hole_sweep_streams        streams the last sweep looked at
+//	streamgate_archive_hole_jobs_deleted_total   hole jobs deleted HoleJobKeep after they ended
 type HoleMetrics struct {
 	holes   *prometheus.CounterVec
 	seconds *prometheus.CounterVec
+	sweeps  *prometheus.CounterVec
+	swept   prometheus.Gauge
+	pruned  prometheus.Counter
 }
 
 // NewHoleMetrics registers the hole filler's metrics on reg.
@@ -64,8 +103,20 @@ func NewHoleMetrics(reg prometheus.Registerer) (*HoleMetrics, error) {
 			Name: "streamgate_archive_hole_seconds_total",
 			Help: "Seconds of coverage holes, by state: found (to fill), filled, left (beyond the bound or the retention, or of a fill that failed).",
 		}, []string{"state"}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_archive_hole_sweeps_total",
+			Help: "Sweeps of the carried streams' coverage for holes between their spans, by result: ok, failed (the store did not answer).",
+		}, []string{"result"}),
+		swept: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "streamgate_archive_hole_sweep_streams",
+			Help: "Streams whose coverage the last sweep for holes looked at.",
+		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "streamgate_archive_hole_jobs_deleted_total",
+			Help: "Hole fill jobs deleted from the job store a while after they ended.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.holes, m.seconds} {
+	for _, c := range []prometheus.Collector{m.holes, m.seconds, m.sweeps, m.swept, m.pruned} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -76,7 +127,24 @@ func NewHoleMetrics(reg prometheus.Registerer) (*HoleMetrics, error) {
 	for _, s := range []string{HoleFound, HoleFilled, HoleLeft} {
 		m.seconds.WithLabelValues(s)
 	}
+	m.sweeps.WithLabelValues("ok")
+	m.sweeps.WithLabelValues("failed")
 	return m, nil
+}
+
+// sweep counts a sweep and the streams it looked at (failed: it could not list
+// them, or read one's coverage), and the hole jobs it deleted.
+func (m *HoleMetrics) sweep(streams int, failed bool, pruned int) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if failed {
+		result = "failed"
+	}
+	m.sweeps.WithLabelValues(result).Inc()
+	m.swept.Set(float64(streams))
+	m.pruned.Add(float64(pruned))
 }
 
 func (m *HoleMetrics) add(state string, holes int, seconds uint64) {
@@ -104,6 +172,9 @@ type HoleFiller struct {
 
 	starts     chan chainStart
 	overflowed atomic.Bool // logged once
+
+	sweepEvery time.Duration // HoleSweepEvery; shorter in tests
+	cursor     StreamRef     // the last stream the last sweep looked at; Run's goroutine only
 }
 
 type chainStart struct {
@@ -123,7 +194,7 @@ func NewHoleFiller(store Store, filler *Filler, retention time.Duration, now fun
 		log = zap.NewNop()
 	}
 	return &HoleFiller{store: store, filler: filler, retention: retention, now: now, log: log, m: m,
-		starts: make(chan chainStart, holeQueue)}
+		starts: make(chan chainStart, holeQueue), sweepEvery: HoleSweepEvery}
 }
 
 // ChainStarted is Writer.OnChain: the stream's claims start again at from.
@@ -153,12 +224,18 @@ func (h *HoleFiller) JobDone(p FillProgress) {
 	}
 }
 
-// Run looks at each chain start until ctx ends.
+// Run looks at each chain start, and sweeps the coverage as it starts and
+// every HoleSweepEvery, until ctx ends.
 func (h *HoleFiller) Run(ctx context.Context) {
+	h.sweep(ctx)
+	tick := time.NewTicker(h.sweepEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			h.sweep(ctx)
 		case s := <-h.starts:
 			if err := h.find(ctx, s); err != nil && ctx.Err() == nil {
 				h.log.Warn("archive: the coverage before a stream's new span could not be read; a hole there is not filled",
@@ -166,6 +243,150 @@ func (h *HoleFiller) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// window returns the seconds a hole is filled in, as of now: at most
+// HoleMax back from end, never before the retention's cutoff; ok is false
+// when none is.
+func (h *HoleFiller) window(end uint32) (lo uint32, ok bool) {
+	if back := int64(HoleMax / time.Second); int64(end) >= back {
+		lo = end + 1 - uint32(back)
+	}
+	if h.retention > 0 {
+		if c := h.now().Add(-h.retention).Unix(); c > int64(lo) {
+			if c > int64(end) {
+				return 0, false
+			}
+			lo = uint32(c)
+		}
+	}
+	return lo, true
+}
+
+// sweep looks for the holes between the spans of the streams whose
+// coverage reaches into the window, at most holeSweepStreams of them
+// after the cursor, and submits at most holeSweepHoles; then deletes the
+// hole jobs that ended HoleJobKeep ago. It logs once when it found any.
+func (h *HoleFiller) sweep(ctx context.Context) {
+	lister, ok := h.store.(StreamLister)
+	if !ok || ctx.Err() != nil {
+		return
+	}
+	stop := ctx
+	ctx, cancel := context.WithTimeout(ctx, HoleSweepEvery/2)
+	defer cancel()
+	now := h.now()
+	end := uint32(min(max(now.Unix(), 0), 1<<32-1))
+	lo, ok := h.window(end)
+	if !ok {
+		return
+	}
+	refs, err := lister.CoveredStreams(ctx, lo)
+	if err != nil {
+		if stop.Err() == nil {
+			h.log.Warn("archive: the streams' coverage could not be listed; the sweep for holes is tried again later", zap.Error(err))
+		}
+		h.m.sweep(0, true, 0)
+		return
+	}
+	// Go on after the stream the last sweep looked at last.
+	start := sort.Search(len(refs), func(i int) bool { return refAfter(refs[i], h.cursor) })
+	order := append(refs[start:len(refs):len(refs)], refs[:start]...)
+	looked, holes, left := 0, 0, uint64(0)
+	var seconds uint64
+	var failed error
+	for _, ref := range order {
+		if looked == holeSweepStreams || holes == holeSweepHoles || ctx.Err() != nil {
+			break
+		}
+		looked++
+		h.cursor = ref
+		found, err := h.streamHoles(ctx, ref, lo, end)
+		if err != nil {
+			failed = err
+			break
+		}
+		for _, g := range found {
+			if holes == holeSweepHoles {
+				break
+			}
+			added, err := h.filler.SubmitHole(ctx, ref.Network, ref.Stream, g.From, g.To)
+			if err != nil {
+				failed = err
+				break
+			}
+			if !added {
+				continue
+			}
+			holes++
+			n := uint64(g.To) - uint64(g.From) + 1
+			seconds += n
+			h.m.add(HoleFound, 1, n)
+			h.m.add(HoleLeft, 0, g.left)
+			left += g.left
+		}
+		if failed != nil {
+			break
+		}
+	}
+	pruned, err := h.filler.PruneHoles(ctx, now.Add(-HoleJobKeep))
+	if err != nil && failed == nil {
+		failed = err
+	}
+	h.m.sweep(looked, failed != nil, pruned)
+	if failed != nil && stop.Err() == nil {
+		h.log.Warn("archive: the sweep for holes in the carried streams' coverage stopped; tried again later",
+			zap.Int("streams_looked_at", looked), zap.Error(failed))
+	}
+	if holes > 0 {
+		h.log.Info("archive: holes between the carried streams' spans; they are filled from the upstream",
+			zap.Int("holes", holes), zap.Uint64("seconds", seconds), zap.Uint64("seconds_left", left),
+			zap.Int("streams_looked_at", looked), zap.Int("streams", len(refs)), zap.Duration("bound", HoleMax))
+	}
+}
+
+// refAfter reports whether a comes after b in CoveredStreams' order.
+func refAfter(a, b StreamRef) bool {
+	if a.Network != b.Network {
+		return a.Network > b.Network
+	}
+	return a.Stream > b.Stream // canonical IDs: the order of their bytes
+}
+
+// sweptHole is a hole a sweep found, and the seconds before it left
+// (beyond the window).
+type sweptHole struct {
+	Span
+	left uint64
+}
+
+// streamHoles returns the holes of ref's coverage within [lo, end]: the
+// seconds between two of its spans, and those between lo and its first
+// span in the window when an older span exists (the seconds before lo
+// are left). The seconds after its last span are not a hole: the stream
+// goes on there, or stopped.
+func (h *HoleFiller) streamHoles(ctx context.Context, ref StreamRef, lo, end uint32) ([]sweptHole, error) {
+	spans, err := h.store.Coverage(ctx, ref.Network, ref.Stream, lo, end)
+	if err != nil || len(spans) == 0 {
+		return nil, err
+	}
+	var out []sweptHole
+	if first := spans[0]; first.From > lo && lo > 0 {
+		older, err := h.store.Coverage(ctx, ref.Network, ref.Stream, 0, lo-1)
+		if err != nil {
+			return nil, err
+		}
+		if n := len(older); n > 0 {
+			out = append(out, sweptHole{Span{lo, first.From - 1}, uint64(lo) - uint64(older[n-1].To) - 1})
+		}
+	}
+	for i := 1; i < len(spans); i++ {
+		from, to := max(spans[i-1].To+1, lo), spans[i].From-1
+		if from <= to {
+			out = append(out, sweptHole{Span: Span{from, to}})
+		}
+	}
+	return out, nil
 }
 
 // find looks for the hole before s.from: the seconds after the newest span

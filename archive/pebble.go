@@ -55,7 +55,8 @@ type Pebble struct {
 	dir     string
 	metrics *Metrics
 
-	mu sync.Mutex // writes, coverage changes, retention
+	mu     sync.Mutex // writes, coverage changes, retention
+	jobsMu sync.Mutex // a fill job's save and its deletion
 }
 
 var _ Store = (*Pebble)(nil)
@@ -299,34 +300,79 @@ func (p *Pebble) At(_ context.Context, network string, streams []feedid.ID, ts u
 }
 
 // AddCoverage implements Store.
-func (p *Pebble) AddCoverage(_ context.Context, network string, stream feedid.ID, span Span) error {
-	sb, err := checkQuery(network, stream)
-	if err != nil {
-		return err
+func (p *Pebble) AddCoverage(ctx context.Context, network string, stream feedid.ID, span Span) error {
+	return p.AddCoverages(ctx, []StreamSpan{{Network: network, Stream: stream, Span: span}})
+}
+
+// AddCoverages implements CoverageBatcher: every span merged in one
+// indexed batch (a later span of a stream merges with an earlier one of
+// the same call, read through the batch), committed with one sync.
+func (p *Pebble) AddCoverages(_ context.Context, spans []StreamSpan) error {
+	prefixes := make([][]byte, len(spans))
+	for i, s := range spans {
+		sb, err := checkQuery(s.Network, s.Stream)
+		if err != nil {
+			return err
+		}
+		if s.Span.From > s.Span.To {
+			return ErrBadSpan
+		}
+		prefixes[i] = runKey(nil, spaceCoverage, s.Network, sb)
 	}
-	if span.From > span.To {
-		return ErrBadSpan
+	if len(spans) == 0 {
+		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	prefix := runKey(nil, spaceCoverage, network, sb)
-	old, err := p.spans(prefix, span.From, span.To, true)
-	if err != nil {
-		return err
-	}
-	b := p.db.NewBatch()
+	b := p.db.NewIndexedBatch()
 	defer b.Close()
-	merged := span
-	for _, o := range old {
-		merged.From, merged.To = min(merged.From, o.From), max(merged.To, o.To)
-		_ = b.Delete(tsKey(prefix, o.From), nil)
+	for i, s := range spans {
+		prefix := prefixes[i]
+		old, err := p.spansIn(b, prefix, s.Span.From, s.Span.To, true)
+		if err != nil {
+			return err
+		}
+		merged := s.Span
+		for _, o := range old {
+			merged.From, merged.To = min(merged.From, o.From), max(merged.To, o.To)
+			_ = b.Delete(tsKey(prefix, o.From), nil)
+		}
+		_ = b.Set(tsKey(prefix, merged.From), binary.BigEndian.AppendUint32(nil, merged.To), nil)
 	}
-	_ = b.Set(tsKey(prefix, merged.From), binary.BigEndian.AppendUint32(nil, merged.To), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		p.metrics.failed("coverage", err)
 		return fmt.Errorf("archive: pebble: %w", err)
 	}
 	return nil
+}
+
+// CoveredStreams implements StreamLister: one pass over the coverage's
+// keys (a span each, not a report).
+func (p *Pebble) CoveredStreams(_ context.Context, since uint32) ([]StreamRef, error) {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{spaceCoverage}, UpperBound: []byte{spaceCoverage + 1}})
+	if err != nil {
+		p.metrics.failed("coverage", err)
+		return nil, fmt.Errorf("archive: pebble: %w", err)
+	}
+	var out []StreamRef
+	var last []byte // the run prefix of the last stream listed
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 1+1+32+4 || k[len(k)-37] != 0 || binary.BigEndian.Uint32(it.Value()) < since {
+			continue
+		}
+		prefix := k[:len(k)-4]
+		if last != nil && bytes.Equal(prefix, last) {
+			continue
+		}
+		last = append(last[:0], prefix...)
+		out = append(out, StreamRef{Network: string(k[1 : len(k)-37]), Stream: streamID(k[len(k)-36 : len(k)-4])})
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		p.metrics.failed("coverage", err)
+		return nil, fmt.Errorf("archive: pebble: %w", err)
+	}
+	return out, nil
 }
 
 // Coverage implements Store.
@@ -338,12 +384,13 @@ func (p *Pebble) Coverage(_ context.Context, network string, stream feedid.ID, f
 	if from > to {
 		return nil, ErrBadSpan
 	}
-	return p.spans(runKey(nil, spaceCoverage, network, sb), from, to, false)
+	return p.spansIn(p.db, runKey(nil, spaceCoverage, network, sb), from, to, false)
 }
 
-// spans returns the spans of the run prefix that intersect [from, to]
-// (adjacent: that intersect or touch it).
-func (p *Pebble) spans(prefix []byte, from, to uint32, adjacent bool) ([]Span, error) {
+// spansIn returns the spans of the run prefix in r (the store, or a batch
+// not committed yet) that intersect [from, to] (adjacent: that intersect
+// or touch it).
+func (p *Pebble) spansIn(r pebble.Reader, prefix []byte, from, to uint32, adjacent bool) ([]Span, error) {
 	want := Span{from, to}
 	meets := func(s Span) bool {
 		if adjacent {
@@ -351,7 +398,7 @@ func (p *Pebble) spans(prefix []byte, from, to uint32, adjacent bool) ([]Span, e
 		}
 		return s.From <= to && s.To >= from
 	}
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: runEnd(prefix)})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: runEnd(prefix)})
 	if err != nil {
 		p.metrics.failed("coverage", err)
 		return nil, fmt.Errorf("archive: pebble: %w", err)

@@ -427,6 +427,32 @@ WHERE network = $1 AND stream = $2 AND to_ts >= $3 AND from_ts <= $4 ORDER BY fr
 	return out, nil
 }
 
+// CoveredStreams implements StreamLister: the coverage table holds a row
+// a span, not a report.
+func (p *Postgres) CoveredStreams(ctx context.Context, since uint32) ([]StreamRef, error) {
+	rows, err := p.pool.Query(ctx, `SELECT DISTINCT network COLLATE "C", stream FROM archive_coverage
+WHERE to_ts >= $1 ORDER BY 1, 2`, int64(since))
+	if err != nil {
+		p.metrics.failed("coverage", err)
+		return nil, fmt.Errorf("archive: postgres: %w", err)
+	}
+	var out []StreamRef
+	for rows.Next() {
+		var network string
+		var sb []byte
+		if err := rows.Scan(&network, &sb); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("archive: postgres: %w", err)
+		}
+		out = append(out, StreamRef{Network: network, Stream: streamID(sb)})
+	}
+	if err := rows.Err(); err != nil {
+		p.metrics.failed("coverage", err)
+		return nil, fmt.Errorf("archive: postgres: %w", err)
+	}
+	return out, nil
+}
+
 // partitions returns the days of the reports table's partitions, as the
 // catalog has them.
 func (p *Postgres) partitions(ctx context.Context, q interface {

@@ -139,3 +139,34 @@ func checkQuery(network string, stream feedid.ID) ([32]byte, error) {
 	}
 	return streamBytes(stream)
 }
+
+// StreamSpan is a span of one stream's coverage, for AddCoverages.
+type StreamSpan struct {
+	Network string
+	Stream  feedid.ID
+	Span    Span
+}
+
+// CoverageBatcher is a store that records many spans at once, cheaper
+// than an AddCoverage each (Pebble: one synced write). The Writer's
+// recording of the stream's claims uses it where the store has it.
+type CoverageBatcher interface {
+	// AddCoverages is AddCoverage for each span, in order, as one write:
+	// every span is recorded, or (an error) none.
+	AddCoverages(ctx context.Context, spans []StreamSpan) error
+}
+
+// StreamRef names a stream of a network.
+type StreamRef struct {
+	Network string
+	Stream  feedid.ID
+}
+
+// StreamLister is a store that lists the streams whose coverage reaches
+// a second, of every network: what the HoleFiller's sweep looks at.
+type StreamLister interface {
+	// CoveredStreams returns every (network, stream) with a coverage
+	// span ending at since or after, ordered by network, then by the
+	// stream ID's bytes.
+	CoveredStreams(ctx context.Context, since uint32) ([]StreamRef, error)
+}

@@ -225,7 +225,12 @@ func TestArchiveStreamHoleFilledAfterPostgresOutage(t *testing.T) {
 	rec := &targets{}
 	env := pinnedEnv(t, sim, rec, feed, func(c *config.Config) {
 		postgresArchive(pg)(&c.Archive)
-		c.Archive.ReadTimeout = 100 * time.Millisecond
+		// A read that outlasts the bound goes upstream, by design: on a
+		// loaded machine a read of PostgreSQL outlasts 100 ms, and the
+		// page asked at the end went upstream (MISS). The outage does
+		// not need a short bound: the stopped server refuses
+		// connections at once, so no request waits on it.
+		c.Archive.ReadTimeout = 30 * time.Second
 	})
 	waitArchiveOpen(t, env)
 	hub := env.Server.Hub(upstreamsim.Testnet)
@@ -298,9 +303,19 @@ func TestArchiveStreamHoleFilledAfterPostgresOutage(t *testing.T) {
 		}
 	}()
 
-	first := latestAtLeast(t, hub, feed, 0)
-	latestAtLeast(t, hub, feed, first+3)
-	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	// The stream's coverage starts at the first report the archive got
+	// from it: not the hub's newest when the test looks, which may have
+	// come before the archive opened (PostgreSQL opens in the background)
+	// and is then no second of the archive's, nor a hole (the stream was
+	// carried for the first time).
+	latestAtLeast(t, hub, feed, latestAtLeast(t, hub, feed, 0)+3)
+	var first int64
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Server.FlushArchive(context.Background()))
+		var ok bool
+		first, ok = coverageStart(t, pg, feed)
+		return ok
+	}, 60*time.Second, 10*time.Millisecond, "a span of the stream recorded before the outage")
 
 	pg.Stop()
 	down := time.Now()
@@ -351,6 +366,27 @@ func TestArchiveStreamHoleFilledAfterPostgresOutage(t *testing.T) {
 		ts, _ := strconv.ParseInt(u.Query().Get("timestamp"), 10, 64)
 		assert.True(t, u.Path == "/api/v1/reports" && ts < first, "no upstream call for the page: %s", target)
 	}
+}
+
+// coverageStart returns the first second of feed's coverage in srv's
+// archive, and whether it has any.
+func coverageStart(t *testing.T, srv *pgtest.Server, feed feedid.ID) (int64, bool) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(srv.URL())
+	require.NoError(t, err)
+	cfg.Password = pgtest.Password
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	sb, err := hex.DecodeString(strings.TrimPrefix(string(feed), "0x"))
+	require.NoError(t, err)
+	var from *int64
+	require.NoError(t, c.QueryRow(ctx, `SELECT min(from_ts) FROM archive_coverage WHERE network = 'testnet' AND stream = $1`, sb).Scan(&from))
+	if from == nil {
+		return 0, false
+	}
+	return *from, true
 }
 
 // spanCovers reports whether one span of feed's coverage in srv's archive
