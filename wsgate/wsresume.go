@@ -109,11 +109,11 @@ type resumeStore struct {
 
 	// wmu orders the writes: a flush's snapshot is written before a
 	// connection's end writes or deletes its record.
-	wmu    sync.Mutex
-	mu     sync.Mutex
-	mem    map[string]resumeRecord  // memory only
-	memExp resumeExpiries           // when each record of mem expires
-	index  *resumeIndex             // the records written, within their bounds
+	wmu sync.Mutex
+	mu  sync.Mutex
+	// index holds the records written, within their bounds, and, in a
+	// store without Redis, the records themselves.
+	index  *resumeIndex
 	open   map[*resumeMark]struct{} // the connections streaming
 	unread map[*resumeMark]struct{} // those whose previous record is still to be read
 	// changed lists the marks written to since the last flush.
@@ -128,7 +128,7 @@ type resumeStore struct {
 
 func newResumeStore(window time.Duration, perTeam, total int, rc redis.UniversalClient, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
 	s := &resumeStore{window: window, rc: rc, log: log, now: now, metrics: m, index: newResumeIndex(perTeam, total),
-		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{}, unread: map[*resumeMark]struct{}{},
+		open: map[*resumeMark]struct{}{}, unread: map[*resumeMark]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	return s
 }
@@ -217,7 +217,7 @@ func (s *resumeStore) reconnectedSince(ctx context.Context, m *resumeMark, t tim
 func (s *resumeStore) record(ctx context.Context, id string) (rec resumeRecord, ok bool, err error) {
 	if s.rc == nil {
 		s.mu.Lock()
-		rec, ok = s.mem[id]
+		rec, ok = s.index.record(id)
 		s.mu.Unlock()
 		return rec.withMarks(), ok, nil
 	}
@@ -246,13 +246,10 @@ func (s *resumeStore) forget(id string) {
 	s.mu.Lock()
 	s.index.remove(id)
 	s.metrics.resumeRecordsKept(s.index.len())
+	s.mu.Unlock()
 	if s.rc == nil {
-		delete(s.mem, id)
-		s.memExp.remove(id)
-		s.mu.Unlock()
 		return
 	}
-	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
 	defer cancel()
 	if err := s.rc.Del(ctx, resumeKey(id)).Err(); err != nil {

@@ -95,15 +95,11 @@ func (s *resumeStore) flush() {
 			again = append(again, m) // written once its old record is read
 		case m.dirty:
 			m.dirty = false
-			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: m.record(at)})
+			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: m.record(at), entry: m.entry})
 		}
 		m.mu.Unlock()
 	}
-	now := s.now()
-	if s.rc == nil {
-		s.memExp.due(now, func(id string) { delete(s.mem, id) })
-	}
-	s.index.prune(now)
+	s.index.prune(s.now())
 	s.metrics.resumeRecordsKept(s.index.len())
 	s.mu.Unlock()
 	for _, m := range again {
@@ -175,10 +171,14 @@ func (s *resumeStore) settle(ms []*resumeMark) {
 	}
 }
 
-// resumeWrite is one record to write: id's, of team's.
+// resumeWrite is one record to write: id's, of team's. entry, if not
+// nil, is id's (resumeMark.entry: the flush's records, of connections
+// open); key is id's Redis key, filled by store.
 type resumeWrite struct {
 	id, team string
 	rec      resumeRecord
+	entry    *resumeEntry
+	key      string
 }
 
 // write stores recs (teams names the team of each); see store.
@@ -190,21 +190,42 @@ func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]strin
 	s.store(ws, drained)
 }
 
-// store writes recs, in order, a later one of an id over an earlier (drained: written by connections this
-// replica's shutdown closed): in memory, or in one Redis pipeline, each
+// store writes recs, in order, a later one of an id over an earlier
+// (drained: written by connections this replica's shutdown closed): in
+// memory (on the identity's index entry), or in one Redis pipeline, each
 // expiring a window after its newest watermark; a record whose newest
 // watermark is a window old already is deleted instead, as are the
 // records dropped to stay within the bounds (resumeIndex), counted, each
-// only while it is still the one this replica wrote.
+// only while it is still the one this replica wrote. A record of a
+// connection open (resumeWrite.entry) is filed under its entry as it is,
+// without a look-up of its identity.
 func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 	now := s.now()
 	var drops []resumeDrop
 	s.mu.Lock()
-	for _, w := range recs {
-		if ttl := s.ttl(w.rec); ttl >= time.Millisecond {
-			drops = append(drops, s.index.put(w.id, w.team, w.rec.Conn, now.Add(ttl), drained)...)
-		} else {
-			s.index.remove(w.id)
+	for i := range recs {
+		w := &recs[i]
+		e := w.entry
+		if e == nil {
+			e = s.index.byID[w.id]
+		}
+		exp := s.expires(w.rec)
+		if exp.Sub(now) < time.Millisecond {
+			if e != nil {
+				s.index.forget(e)
+			}
+			w.key = resumeKey(w.id)
+			continue
+		}
+		if e == nil {
+			e = s.index.entry(w.id)
+		}
+		drops = append(drops, s.index.putEntry(e, w.team, w.rec.Conn, exp, drained)...)
+		if s.rc == nil {
+			e.rec = w.rec
+		} else if w.key = e.key; w.key == "" {
+			e.key = resumeKey(e.id)
+			w.key = e.key
 		}
 	}
 	s.metrics.resumeRecordsKept(s.index.len())
@@ -217,26 +238,10 @@ func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 		}
 		recs = slices.DeleteFunc(slices.Clone(recs), func(w resumeWrite) bool { return dropped[w.id] })
 	}
+	s.mu.Unlock()
 	if s.rc == nil {
-		for _, w := range recs {
-			if s.ttl(w.rec) >= time.Millisecond {
-				s.mem[w.id] = w.rec
-				s.memExp.set(w.id, s.expires(w.rec))
-			} else {
-				delete(s.mem, w.id)
-				s.memExp.remove(w.id)
-			}
-		}
-		for _, d := range drops {
-			if s.mem[d.id].Conn == d.conn {
-				delete(s.mem, d.id)
-				s.memExp.remove(d.id)
-			}
-		}
-		s.mu.Unlock()
 		return
 	}
-	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
 	defer cancel()
 	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -246,11 +251,11 @@ func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 		for _, w := range recs {
 			ttl := s.ttl(w.rec)
 			if ttl < time.Millisecond {
-				p.Del(ctx, resumeKey(w.id))
+				p.Del(ctx, w.key)
 				continue
 			}
 			b, _ := json.Marshal(w.rec.withMarks())
-			p.Set(ctx, resumeKey(w.id), b, ttl)
+			p.Set(ctx, w.key, b, ttl)
 		}
 		return nil
 	})

@@ -36,8 +36,9 @@ func TestResumeIndexBounds(t *testing.T) {
 func TestResumeIndexLeavesOpenAndDrained(t *testing.T) {
 	x := newResumeIndex(2, 3)
 	exp := time.Unix(1000, 0).Add(time.Minute)
+	open := map[string]*resumeEntry{}
 	for _, id := range []string{"o1", "o2", "o3", "o4"} {
-		x.opened(id)
+		open[id] = x.opened(id)
 		assert.Empty(t, x.put(id, "a", "c-"+id, exp, false), "%s is open: not dropped, nothing dropped for it", id)
 	}
 	assert.Equal(t, 4, x.len())
@@ -46,18 +47,18 @@ func TestResumeIndexLeavesOpenAndDrained(t *testing.T) {
 	assert.Empty(t, x.put("gone1", "a", "c-gone1", exp, false))
 	// The drain closes o1..o4: their records stay outside the bounds.
 	for _, id := range []string{"o1", "o2", "o3", "o4"} {
-		x.closed(id)
+		x.closed(open[id])
 		assert.Empty(t, x.put(id, "a", "c-"+id, exp, true), "%s was drained", id)
 	}
 	assert.Empty(t, x.put("gone2", "a", "c-gone2", exp, false))
 	assert.Equal(t, []resumeDrop{{"gone1", "c-gone1", "team"}}, x.put("gone3", "a", "c-gone3", exp, false),
 		"the team's bound counts the records of clients that left on their own")
 	// An identity open twice stays unbounded until both ended.
-	x.opened("p")
-	x.opened("p")
-	x.closed("p")
+	p := x.opened("p")
+	assert.Same(t, p, x.opened("p"), "one entry per identity")
+	x.closed(p)
 	assert.Empty(t, x.put("p", "a", "c-p", exp, false))
-	x.closed("p")
+	x.closed(p)
 	assert.Equal(t, []resumeDrop{{"gone2", "c-gone2", "team"}}, x.put("p", "a", "c-p", exp, false),
 		"p left: bounded again, and the oldest of the team goes")
 	// Opened again: out of the bounded lists at once.

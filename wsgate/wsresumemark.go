@@ -29,6 +29,9 @@ type resumeMark struct {
 	id   string
 	team string
 	conn string // random: names the connection in its records
+	// entry is the identity's index entry (resumeIndex.opened), the
+	// store's until the connection ends: read under its lock.
+	entry *resumeEntry
 	// closedByClient is set by the read loop when the client sent a close
 	// frame.
 	closedByClient atomic.Bool
@@ -101,7 +104,7 @@ func (s *resumeStore) track(team, id string, from map[string]int64, missed func(
 	if missed != nil {
 		s.unread[m] = struct{}{}
 	}
-	s.index.opened(id)
+	m.entry = s.index.opened(id)
 	s.mu.Unlock()
 	return m
 }
@@ -158,7 +161,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 	s.mu.Lock()
 	delete(s.open, m)
 	delete(s.unread, m)
-	s.index.closed(m.id)
+	s.index.closed(m.entry)
 	s.mu.Unlock()
 	s.settle([]*resumeMark{m})
 	if clientClosed {

@@ -31,7 +31,7 @@ func TestResumeMarkRecordsStayAsTaken(t *testing.T) {
 	m.written([]*realtime.Frame{frame(a, now-2), frame(b, now-2)})
 	s.flush()
 	s.mu.Lock()
-	first := s.mem[m.id]
+	first, _ := s.index.record(m.id)
 	s.mu.Unlock()
 
 	// The writer goes on while the record taken is read.
