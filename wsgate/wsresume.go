@@ -118,8 +118,10 @@ type resumeStore struct {
 	unread map[*resumeMark]struct{} // those whose previous record is still to be read
 	// changed lists the marks written to since the last flush.
 	changed resumeChanged
-	// batch is the flush's list of records, kept between flushes (wmu).
+	// batch is the flush's list of records, and ts their timestamps,
+	// kept between flushes (wmu).
 	batch  []resumeWrite
+	ts     []int64
 	stop   chan struct{}
 	done   chan struct{}
 	start  sync.Once // the flusher starts with the first connection
@@ -219,7 +221,7 @@ func (s *resumeStore) record(ctx context.Context, id string) (rec resumeRecord, 
 		s.mu.Lock()
 		rec, ok = s.index.record(id)
 		s.mu.Unlock()
-		return rec.withMarks(), ok, nil
+		return rec, ok, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, resumeIOTimeout)
 	defer cancel()

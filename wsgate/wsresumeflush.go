@@ -67,7 +67,7 @@ func (s *resumeStore) flush() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
-	recs := s.batch[:0]
+	recs, ts := s.batch[:0], s.ts[:0]
 	s.mu.Lock()
 	unread := make([]*resumeMark, 0, len(s.unread))
 	for m := range s.unread {
@@ -95,7 +95,9 @@ func (s *resumeStore) flush() {
 			again = append(again, m) // written once its old record is read
 		case m.dirty:
 			m.dirty = false
-			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: m.record(at), entry: m.entry})
+			var rec resumeRecord
+			rec, ts = m.record(at, ts)
+			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: rec, entry: m.entry})
 		}
 		m.mu.Unlock()
 	}
@@ -105,11 +107,12 @@ func (s *resumeStore) flush() {
 	for _, m := range again {
 		s.changed.add(m)
 	}
+	s.changed.done(changed)
 	if len(recs) > 0 {
 		s.store(recs, false)
 	}
 	clear(recs) // hold no record until the next flush
-	s.batch = recs[:0]
+	s.batch, s.ts = recs[:0], ts[:0]
 }
 
 // settle reads again the records of ms that could not be read when their
@@ -222,7 +225,11 @@ func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 		}
 		drops = append(drops, s.index.putEntry(e, w.team, w.rec.Conn, exp, drained)...)
 		if s.rc == nil {
+			// The entry's record holds a copy of its own: w.rec's
+			// timestamps are the flush's buffer, reused by the next.
+			own := e.rec.ts[:0]
 			e.rec = w.rec
+			e.rec.ts = append(own, w.rec.ts...)
 		} else if w.key = e.key; w.key == "" {
 			e.key = resumeKey(e.id)
 			w.key = e.key

@@ -210,12 +210,17 @@ func (x *resumeIndex) prune(now time.Time) {
 // len returns the records kept.
 func (x *resumeIndex) len() int { return x.kept }
 
-// record returns id's record kept in memory (a store without Redis).
+// record returns id's record kept in memory (a store without Redis),
+// with its marks of its own: the entry's timestamps are rewritten in
+// place by the next record stored.
 func (x *resumeIndex) record(id string) (resumeRecord, bool) {
-	if e := x.byID[id]; e != nil && e.kept {
-		return e.rec, true
+	e := x.byID[id]
+	if e == nil || !e.kept {
+		return resumeRecord{}, false
 	}
-	return resumeRecord{}, false
+	rec := e.rec.withMarks()
+	rec.streams, rec.ts = nil, nil
+	return rec, true
 }
 
 // resumeExpiryHeap orders the entries with a record kept by when they

@@ -65,3 +65,69 @@ func TestResumeIndexLeavesOpenAndDrained(t *testing.T) {
 	x.opened("p")
 	assert.Empty(t, x.put("gone4", "a", "c-gone4", exp, false), "gone3 and gone4 fit: p is open")
 }
+
+// TestResumeIndexEntryHandles: a connection's entry (its handle) lives
+// while the identity has a connection open here or a record kept, and is
+// the same for every connection of the identity; a record forgotten while
+// a connection is open leaves the handle valid, the next put keeping it
+// again.
+func TestResumeIndexEntryHandles(t *testing.T) {
+	x := newResumeIndex(2, 3)
+	t0 := time.Unix(1000, 0)
+	exp := t0.Add(time.Minute)
+	a := x.opened("a")
+	assert.Equal(t, 0, x.len(), "open, nothing written: no record")
+	x.closed(a)
+	assert.Empty(t, x.byID, "neither open nor kept: forgotten")
+
+	a = x.opened("a")
+	assert.Empty(t, x.putEntry(a, "t", "c1", exp, false))
+	x.remove("a") // deleted (the client closed another connection of it)
+	assert.Equal(t, 0, x.len())
+	assert.Same(t, a, x.byID["a"], "still open: the handle stays the identity's entry")
+	assert.Empty(t, x.putEntry(a, "t", "c1", exp, false))
+	assert.Equal(t, 1, x.len())
+	x.prune(exp)
+	assert.Equal(t, 0, x.len(), "expired while open")
+	assert.Same(t, a, x.byID["a"])
+	x.closed(a)
+	assert.Empty(t, x.byID)
+}
+
+// TestResumeIndexExpiryMoves: a record written again with a later expiry
+// expires then, not at its first (its place in the heap is moved when it
+// comes up), and one written with an earlier expiry expires at the
+// earlier, whichever order the expiries were set in.
+func TestResumeIndexExpiryMoves(t *testing.T) {
+	x := newResumeIndex(10, 10)
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	x.put("later", "t", "c", at(10), false)
+	x.put("earlier", "t", "c", at(30), false)
+	x.put("steady", "t", "c", at(20), false)
+	for s := 20; s <= 60; s += 10 {
+		x.put("later", "t", "c", at(s), false) // rewritten, expiring later each time
+	}
+	x.put("earlier", "t", "c", at(15), false)
+	kept := func() []string {
+		var ids []string
+		for id, e := range x.byID {
+			if e.kept {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	x.prune(at(14))
+	assert.ElementsMatch(t, []string{"later", "earlier", "steady"}, kept())
+	x.prune(at(15))
+	assert.ElementsMatch(t, []string{"later", "steady"}, kept(), "moved earlier: expires at the earlier")
+	x.prune(at(20))
+	assert.ElementsMatch(t, []string{"later"}, kept())
+	x.prune(at(59))
+	assert.ElementsMatch(t, []string{"later"}, kept(), "moved later: kept until its last expiry")
+	x.prune(at(60))
+	assert.Empty(t, kept())
+	assert.Empty(t, x.exp)
+	assert.Equal(t, 0, x.len())
+}
