@@ -114,7 +114,6 @@ type resumeStore struct {
 	// index holds the records written, within their bounds, and, in a
 	// store without Redis, the records themselves.
 	index  *resumeIndex
-	open   map[*resumeMark]struct{} // the connections streaming
 	unread map[*resumeMark]struct{} // those whose previous record is still to be read
 	// changed lists the marks written to since the last flush.
 	changed resumeChanged
@@ -130,8 +129,8 @@ type resumeStore struct {
 
 func newResumeStore(window time.Duration, perTeam, total int, rc redis.UniversalClient, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
 	s := &resumeStore{window: window, rc: rc, log: log, now: now, metrics: m, index: newResumeIndex(perTeam, total),
-		open: map[*resumeMark]struct{}{}, unread: map[*resumeMark]struct{}{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		unread: map[*resumeMark]struct{}{},
+		stop:   make(chan struct{}), done: make(chan struct{})}
 	return s
 }
 

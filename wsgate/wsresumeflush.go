@@ -86,7 +86,7 @@ func (s *resumeStore) flush() {
 		m.mu.Unlock()
 	}
 	for _, m := range changed {
-		if _, open := s.open[m]; !open {
+		if !m.open {
 			continue // ended: its end wrote its record
 		}
 		m.mu.Lock()

@@ -31,6 +31,9 @@ type resumeMark struct {
 	// entry is the identity's index entry (resumeIndex.opened), the
 	// store's until the connection ends: read under its lock.
 	entry *resumeEntry
+	// open: the connection is streaming, from track to end (the store's
+	// lock).
+	open bool
 	// closedByClient is set by the read loop when the client sent a close
 	// frame.
 	closedByClient atomic.Bool
@@ -113,7 +116,7 @@ func (s *resumeStore) track(team, id string, from map[string]int64, missed func(
 		m.unread, m.since, m.missed = maps(from), s.now(), missed
 	}
 	s.mu.Lock()
-	s.open[m] = struct{}{}
+	m.open = true
 	if missed != nil {
 		s.unread[m] = struct{}{}
 	}
@@ -219,7 +222,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
-	delete(s.open, m)
+	m.open = false
 	delete(s.unread, m)
 	s.index.closed(m.entry)
 	s.mu.Unlock()
