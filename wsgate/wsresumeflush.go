@@ -3,9 +3,12 @@ package wsgate
 // The resume records' upkeep: the flush every resumeFlush of the marks
 // that changed since the last (resumeChanged's list, not every connection
 // open), the records that could not be read when their clients connected
-// read again (settle), and the writes: in memory, with an expiry each
-// (resumeExpiries, not a walk of every record kept), or in one Redis
-// pipeline with a TTL each.
+// read again (settle), and the writes: in memory, on the identity's
+// index entry with an expiry each (resumeExpiryHeap, not a walk of every
+// record kept), or in one Redis pipeline with a TTL each. A connection's
+// record goes through the entry it got when tracked (resumeMark.entry),
+// its timestamps through buffers kept between flushes: a flush hashes no
+// identity and allocates nothing per connection.
 
 import (
 	"context"
