@@ -42,15 +42,11 @@ type resumeMark struct {
 	changed *resumeChanged
 
 	mu sync.Mutex
-	// streams[i]'s watermark is ts[i]. streams only grows (a stream's
-	// first frame), and the records taken share it: never change an
-	// element. A stream's place is found by a scan of tags (tags[i]:
-	// streamTag of streams[i]), a string compared only where its tag
-	// matches: no hashing of the stream's 66-byte ID per frame; at, made
-	// once a connection has more than resumeScanStreams, by a map.
+	// streams[i]'s watermark is ts[i]; at is each stream's place. streams
+	// only grows (a stream's first frame), and the records taken share
+	// it: never change an element.
 	streams []string
 	ts      []int64
-	tags    []uint64
 	at      map[string]int
 	// newest is the newest of ts: the record's expiry counts from it.
 	newest int64
@@ -107,8 +103,8 @@ func (s *resumeStore) track(team, id string, from map[string]int64, missed func(
 	s.start.Do(func() { go s.run() })
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), streams: make([]string, 0, len(from)),
-		ts: make([]int64, 0, len(from)), tags: make([]uint64, 0, len(from)), changed: &s.changed}
+	m := &resumeMark{id: id, team: team, conn: hex.EncodeToString(rnd[:]), at: make(map[string]int, len(from)),
+		streams: make([]string, 0, len(from)), ts: make([]int64, 0, len(from)), changed: &s.changed}
 	for k, v := range from {
 		m.set(k, v)
 	}
@@ -146,10 +142,12 @@ func (m *resumeMark) written(frames []*realtime.Frame) {
 // set raises stream's watermark to ts and reports whether it rose (or is
 // the stream's first). m.mu is held, or m is not shared yet.
 func (m *resumeMark) set(stream string, ts int64) bool {
-	i, have := m.place(stream)
+	i, have := m.at[stream]
 	switch {
 	case !have:
-		m.add(stream, ts)
+		m.at[stream] = len(m.streams)
+		m.streams = append(m.streams, stream)
+		m.ts = append(m.ts, ts)
 	case ts > m.ts[i]:
 		m.ts[i] = ts
 	default:
@@ -157,52 +155,6 @@ func (m *resumeMark) set(stream string, ts int64) bool {
 	}
 	m.newest = max(m.newest, ts)
 	return true
-}
-
-// resumeScanStreams is the most streams a connection's marks find by a
-// scan of their tags; beyond, by a map.
-const resumeScanStreams = 16
-
-// place returns stream's index in m.streams; have false if it has none.
-func (m *resumeMark) place(stream string) (i int, have bool) {
-	if m.at != nil {
-		i, have = m.at[stream]
-		return i, have
-	}
-	tag := streamTag(stream)
-	for i, t := range m.tags {
-		if t == tag && m.streams[i] == stream {
-			return i, true
-		}
-	}
-	return 0, false
-}
-
-// add appends stream, new to m, at ts.
-func (m *resumeMark) add(stream string, ts int64) {
-	m.streams = append(m.streams, stream)
-	m.ts = append(m.ts, ts)
-	m.tags = append(m.tags, streamTag(stream))
-	switch {
-	case m.at != nil:
-		m.at[stream] = len(m.streams) - 1
-	case len(m.streams) > resumeScanStreams:
-		m.at = make(map[string]int, 2*len(m.streams))
-		for i, f := range m.streams {
-			m.at[f] = i
-		}
-	}
-}
-
-// streamTag is the last 8 bytes of a stream's ID (of a feed ID, the part
-// that differs most between streams), as a number; an ID's tag shorter
-// than 8 bytes is its bytes.
-func streamTag(stream string) uint64 {
-	var t uint64
-	for i := max(len(stream)-8, 0); i < len(stream); i++ {
-		t = t<<8 | uint64(stream[i])
-	}
-	return t
 }
 
 // record returns m's record, written at (Unix milliseconds): the streams

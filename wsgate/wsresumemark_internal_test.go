@@ -92,37 +92,3 @@ func TestResumeFlushAllocations(t *testing.T) {
 	t.Logf("%.0f allocations for a second of %d connections", allocs, len(marks))
 	assert.LessOrEqual(t, allocs, float64(len(marks)/20), "no allocation per connection written to")
 }
-
-// TestResumeMarkFindsEveryStream: a stream's watermark is its own,
-// whether its place is found by a scan of the tags (streams whose IDs end
-// alike share a tag) or, past resumeScanStreams, by the map.
-func TestResumeMarkFindsEveryStream(t *testing.T) {
-	for _, n := range []int{3, resumeScanStreams, resumeScanStreams + 1, 40} {
-		s := newResumeStore(time.Minute, 10, 100, nil, zap.NewNop(), time.Now, nil)
-		s.start.Do(func() {}) // no flusher of its own: the test flushes
-		now := time.Now().Unix()
-		var streams []feedid.ID
-		for i := range n {
-			// Pairs differ only before their last 8 bytes: the same tag.
-			streams = append(streams, feedid.ID(fmt.Sprintf("0x%064x", (i/2)+(i%2)<<40)))
-		}
-		m := s.track("t", fmt.Sprintf("id-%d", n), nil, nil)
-		want := map[string]int64{}
-		for round := range int64(3) {
-			var frames []*realtime.Frame
-			for i, f := range streams {
-				ts := now - 50 + round*10 + int64(i)
-				frames = append(frames, &realtime.Frame{Stream: f, ObservationsTimestamp: ts})
-				frames = append(frames, &realtime.Frame{Stream: f, ObservationsTimestamp: ts - 5}) // older: no change
-				want[string(f)] = ts
-			}
-			m.written(frames)
-		}
-		s.flush()
-		rec, ok, err := s.record(t.Context(), m.id)
-		require.NoError(t, err)
-		require.True(t, ok)
-		assert.Equal(t, want, rec.Marks, "%d streams", n)
-		assert.Len(t, m.streams, n, "each stream once")
-	}
-}
