@@ -46,6 +46,13 @@ const (
 	// than answered without end.
 	wsFrameRate  = 10 // a second
 	wsFrameBurst = 50
+	// wsDeadlineRefresh: a connection's write deadline is set again only
+	// once it is this much nearer than wsWriteTimeout, not at every
+	// write (setting it moves a runtime timer; a client is written to
+	// once or twice a second). So every write ends within wsWriteTimeout
+	// of its start, as before, and has at least wsWriteTimeout minus this
+	// (7 s) to complete.
+	wsDeadlineRefresh = 3 * time.Second
 )
 
 // errFrameFlood ends the read loop of a client over wsFrameRate.
@@ -67,15 +74,27 @@ type wsConn struct {
 	// ponged is set by the read loop for each pong; the writer takes it
 	// at each ping.
 	ponged atomic.Bool
+	// deadline is the write deadline set last (mu); timeout, if not 0,
+	// stands for wsWriteTimeout (tests).
+	deadline time.Time
+	timeout  time.Duration
 }
 
-// Write writes p whole under the write lock, bounded by wsWriteTimeout; the
-// read loop's control replies go through it.
+// Write writes p whole under the write lock, bounded by wsWriteTimeout (a
+// write ends within it of its start, and has at least wsWriteTimeout -
+// wsDeadlineRefresh); the read loop's control replies go through it.
 func (c *wsConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout)); err != nil {
-		return 0, err
+	timeout, refresh := wsWriteTimeout, wsDeadlineRefresh
+	if c.timeout > 0 {
+		timeout, refresh = c.timeout, c.timeout*wsDeadlineRefresh/wsWriteTimeout
+	}
+	if now := time.Now(); c.deadline.Sub(now) < timeout-refresh {
+		c.deadline = now.Add(timeout)
+		if err := c.conn.SetWriteDeadline(c.deadline); err != nil {
+			return 0, err
+		}
 	}
 	return c.conn.Write(p)
 }

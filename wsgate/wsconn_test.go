@@ -2,7 +2,11 @@ package wsgate
 
 import (
 	"bytes"
+	"errors"
+	"net"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/gobwas/ws"
 	"github.com/stretchr/testify/assert"
@@ -47,4 +51,69 @@ func TestDrain(t *testing.T) {
 	frames, ok = drain([]*realtime.Frame{fr("first")}, ch)
 	assert.False(t, ok, "closed")
 	assert.Len(t, frames, 2, "what was queued before the close is kept")
+}
+
+// TestWriteDeadlineEndsAStuckWrite: the write deadline, set again only
+// when it has come wsDeadlineRefresh nearer, still ends a write to a
+// client that stopped reading (a real socket over loopback, filled until
+// a write blocks) with a timeout, within the write timeout of that
+// write's start: the deadline in force is never later than that.
+func TestWriteDeadlineEndsAStuckWrite(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		p, err := ln.Accept()
+		if err == nil {
+			accepted <- p // never read
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	peer := <-accepted
+	defer peer.Close()
+
+	c := &wsConn{conn: conn, timeout: 500 * time.Millisecond}
+	frame := bytes.Repeat([]byte{'x'}, 64<<10)
+	batch := [][]byte{frame, frame, frame, frame}
+	type result struct {
+		err       error
+		start     time.Time
+		writes    int
+		deadline  time.Time
+		deadlines int
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		var last time.Time
+		for r.writes = 1; r.writes < 100000; r.writes++ {
+			r.start = time.Now()
+			r.err = c.writeBatch(batch, ws.OpBinary)
+			c.mu.Lock()
+			r.deadline = c.deadline
+			c.mu.Unlock()
+			if !r.deadline.Equal(last) {
+				r.deadlines++
+				last = r.deadline
+			}
+			if r.err != nil {
+				break
+			}
+		}
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a write to a client that reads nothing never ended")
+	}
+	t.Logf("%d writes, %d deadlines set", r.writes, r.deadlines)
+	require.Error(t, r.err, "the socket filled up: a write blocked")
+	assert.True(t, errors.Is(r.err, os.ErrDeadlineExceeded), "ended by the write deadline: %v", r.err)
+	assert.False(t, r.deadline.After(r.start.Add(c.timeout)), "the deadline in force is within the write timeout of the stuck write's start")
+	assert.Less(t, r.deadlines, r.writes, "not set again at every write")
 }

@@ -109,17 +109,18 @@ type resumeStore struct {
 
 	// wmu orders the writes: a flush's snapshot is written before a
 	// connection's end writes or deletes its record.
-	wmu    sync.Mutex
-	mu     sync.Mutex
-	mem    map[string]resumeRecord  // memory only
-	memExp resumeExpiries           // when each record of mem expires
-	index  *resumeIndex             // the records written, within their bounds
-	open   map[*resumeMark]struct{} // the connections streaming
+	wmu sync.Mutex
+	mu  sync.Mutex
+	// index holds the records written, within their bounds, and, in a
+	// store without Redis, the records themselves.
+	index  *resumeIndex
 	unread map[*resumeMark]struct{} // those whose previous record is still to be read
 	// changed lists the marks written to since the last flush.
 	changed resumeChanged
-	// batch is the flush's list of records, kept between flushes (wmu).
+	// batch is the flush's list of records, and ts their timestamps,
+	// kept between flushes (wmu).
 	batch  []resumeWrite
+	ts     []int64
 	stop   chan struct{}
 	done   chan struct{}
 	start  sync.Once // the flusher starts with the first connection
@@ -128,8 +129,8 @@ type resumeStore struct {
 
 func newResumeStore(window time.Duration, perTeam, total int, rc redis.UniversalClient, log *zap.Logger, now func() time.Time, m *Metrics) *resumeStore {
 	s := &resumeStore{window: window, rc: rc, log: log, now: now, metrics: m, index: newResumeIndex(perTeam, total),
-		mem: map[string]resumeRecord{}, open: map[*resumeMark]struct{}{}, unread: map[*resumeMark]struct{}{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		unread: map[*resumeMark]struct{}{},
+		stop:   make(chan struct{}), done: make(chan struct{})}
 	return s
 }
 
@@ -217,9 +218,9 @@ func (s *resumeStore) reconnectedSince(ctx context.Context, m *resumeMark, t tim
 func (s *resumeStore) record(ctx context.Context, id string) (rec resumeRecord, ok bool, err error) {
 	if s.rc == nil {
 		s.mu.Lock()
-		rec, ok = s.mem[id]
+		rec, ok = s.index.record(id)
 		s.mu.Unlock()
-		return rec.withMarks(), ok, nil
+		return rec, ok, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, resumeIOTimeout)
 	defer cancel()
@@ -246,13 +247,10 @@ func (s *resumeStore) forget(id string) {
 	s.mu.Lock()
 	s.index.remove(id)
 	s.metrics.resumeRecordsKept(s.index.len())
+	s.mu.Unlock()
 	if s.rc == nil {
-		delete(s.mem, id)
-		s.memExp.remove(id)
-		s.mu.Unlock()
 		return
 	}
-	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
 	defer cancel()
 	if err := s.rc.Del(ctx, resumeKey(id)).Err(); err != nil {

@@ -3,9 +3,12 @@ package wsgate
 // The resume records' upkeep: the flush every resumeFlush of the marks
 // that changed since the last (resumeChanged's list, not every connection
 // open), the records that could not be read when their clients connected
-// read again (settle), and the writes: in memory, with an expiry each
-// (resumeExpiries, not a walk of every record kept), or in one Redis
-// pipeline with a TTL each.
+// read again (settle), and the writes: in memory, on the identity's
+// index entry with an expiry each (resumeExpiryHeap, not a walk of every
+// record kept), or in one Redis pipeline with a TTL each. A connection's
+// record goes through the entry it got when tracked (resumeMark.entry),
+// its timestamps through buffers kept between flushes: a flush hashes no
+// identity and allocates nothing per connection.
 
 import (
 	"context"
@@ -67,7 +70,7 @@ func (s *resumeStore) flush() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	at := time.Now().UnixMilli() // the drain compares it with its own wall clock
-	recs := s.batch[:0]
+	recs, ts := s.batch[:0], s.ts[:0]
 	s.mu.Lock()
 	unread := make([]*resumeMark, 0, len(s.unread))
 	for m := range s.unread {
@@ -86,7 +89,7 @@ func (s *resumeStore) flush() {
 		m.mu.Unlock()
 	}
 	for _, m := range changed {
-		if _, open := s.open[m]; !open {
+		if !m.open {
 			continue // ended: its end wrote its record
 		}
 		m.mu.Lock()
@@ -95,25 +98,24 @@ func (s *resumeStore) flush() {
 			again = append(again, m) // written once its old record is read
 		case m.dirty:
 			m.dirty = false
-			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: m.record(at)})
+			var rec resumeRecord
+			rec, ts = m.record(at, ts)
+			recs = append(recs, resumeWrite{id: m.id, team: m.team, rec: rec, entry: m.entry})
 		}
 		m.mu.Unlock()
 	}
-	now := s.now()
-	if s.rc == nil {
-		s.memExp.due(now, func(id string) { delete(s.mem, id) })
-	}
-	s.index.prune(now)
+	s.index.prune(s.now())
 	s.metrics.resumeRecordsKept(s.index.len())
 	s.mu.Unlock()
 	for _, m := range again {
 		s.changed.add(m)
 	}
+	s.changed.done(changed)
 	if len(recs) > 0 {
 		s.store(recs, false)
 	}
 	clear(recs) // hold no record until the next flush
-	s.batch = recs[:0]
+	s.batch, s.ts = recs[:0], ts[:0]
 }
 
 // settle reads again the records of ms that could not be read when their
@@ -175,10 +177,14 @@ func (s *resumeStore) settle(ms []*resumeMark) {
 	}
 }
 
-// resumeWrite is one record to write: id's, of team's.
+// resumeWrite is one record to write: id's, of team's. entry, if not
+// nil, is id's (resumeMark.entry: the flush's records, of connections
+// open); key is id's Redis key, filled by store.
 type resumeWrite struct {
 	id, team string
 	rec      resumeRecord
+	entry    *resumeEntry
+	key      string
 }
 
 // write stores recs (teams names the team of each); see store.
@@ -190,21 +196,46 @@ func (s *resumeStore) write(recs map[string]resumeRecord, teams map[string]strin
 	s.store(ws, drained)
 }
 
-// store writes recs, in order, a later one of an id over an earlier (drained: written by connections this
-// replica's shutdown closed): in memory, or in one Redis pipeline, each
+// store writes recs, in order, a later one of an id over an earlier
+// (drained: written by connections this replica's shutdown closed): in
+// memory (on the identity's index entry), or in one Redis pipeline, each
 // expiring a window after its newest watermark; a record whose newest
 // watermark is a window old already is deleted instead, as are the
 // records dropped to stay within the bounds (resumeIndex), counted, each
-// only while it is still the one this replica wrote.
+// only while it is still the one this replica wrote. A record of a
+// connection open (resumeWrite.entry) is filed under its entry as it is,
+// without a look-up of its identity.
 func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 	now := s.now()
 	var drops []resumeDrop
 	s.mu.Lock()
-	for _, w := range recs {
-		if ttl := s.ttl(w.rec); ttl >= time.Millisecond {
-			drops = append(drops, s.index.put(w.id, w.team, w.rec.Conn, now.Add(ttl), drained)...)
-		} else {
-			s.index.remove(w.id)
+	for i := range recs {
+		w := &recs[i]
+		e := w.entry
+		if e == nil {
+			e = s.index.byID[w.id]
+		}
+		exp := s.expires(w.rec)
+		if exp.Sub(now) < time.Millisecond {
+			if e != nil {
+				s.index.forget(e)
+			}
+			w.key = resumeKey(w.id)
+			continue
+		}
+		if e == nil {
+			e = s.index.entry(w.id)
+		}
+		drops = append(drops, s.index.putEntry(e, w.team, w.rec.Conn, exp, drained)...)
+		if s.rc == nil {
+			// The entry's record holds a copy of its own: w.rec's
+			// timestamps are the flush's buffer, reused by the next.
+			own := e.rec.ts[:0]
+			e.rec = w.rec
+			e.rec.ts = append(own, w.rec.ts...)
+		} else if w.key = e.key; w.key == "" {
+			e.key = resumeKey(e.id)
+			w.key = e.key
 		}
 	}
 	s.metrics.resumeRecordsKept(s.index.len())
@@ -217,26 +248,10 @@ func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 		}
 		recs = slices.DeleteFunc(slices.Clone(recs), func(w resumeWrite) bool { return dropped[w.id] })
 	}
+	s.mu.Unlock()
 	if s.rc == nil {
-		for _, w := range recs {
-			if s.ttl(w.rec) >= time.Millisecond {
-				s.mem[w.id] = w.rec
-				s.memExp.set(w.id, s.expires(w.rec))
-			} else {
-				delete(s.mem, w.id)
-				s.memExp.remove(w.id)
-			}
-		}
-		for _, d := range drops {
-			if s.mem[d.id].Conn == d.conn {
-				delete(s.mem, d.id)
-				s.memExp.remove(d.id)
-			}
-		}
-		s.mu.Unlock()
 		return
 	}
-	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), resumeIOTimeout)
 	defer cancel()
 	_, err := s.rc.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -246,11 +261,11 @@ func (s *resumeStore) store(recs []resumeWrite, drained bool) {
 		for _, w := range recs {
 			ttl := s.ttl(w.rec)
 			if ttl < time.Millisecond {
-				p.Del(ctx, resumeKey(w.id))
+				p.Del(ctx, w.key)
 				continue
 			}
 			b, _ := json.Marshal(w.rec.withMarks())
-			p.Set(ctx, resumeKey(w.id), b, ttl)
+			p.Set(ctx, w.key, b, ttl)
 		}
 		return nil
 	})

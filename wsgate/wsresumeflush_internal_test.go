@@ -74,10 +74,12 @@ func TestResumeMemoryRecordsExpire(t *testing.T) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		var ids []string
-		for id := range s.mem {
-			ids = append(ids, id)
+		for id, e := range s.index.byID {
+			if e.kept {
+				ids = append(ids, id)
+			}
 		}
-		assert.Equal(t, len(s.mem), s.index.len(), "the index counts what is kept")
+		assert.Equal(t, len(ids), s.index.len(), "the index counts what is kept")
 		return ids
 	}
 	s.flush()
@@ -92,4 +94,31 @@ func TestResumeMemoryRecordsExpire(t *testing.T) {
 	clock.Store(start.Add(70 * time.Second).UnixNano())
 	s.flush()
 	assert.Empty(t, kept())
+}
+
+// TestResumeMemoryDropForgetsTheRecord: in a store without Redis, a
+// record dropped to stay within the team's bound is gone, whichever
+// connection wrote it last: here an identity's record, written by an
+// earlier connection, is rewritten by a later one in the same batch that
+// then drops it (two more of the team after it). A client of that
+// identity starts live, and the records kept are those the index counts.
+func TestResumeMemoryDropForgetsTheRecord(t *testing.T) {
+	s := newResumeStore(time.Minute, 2, 100, nil, zap.NewNop(), time.Now, nil)
+	defer s.close()
+	now := time.Now().Unix()
+	rec := func(conn string) resumeRecord {
+		return resumeRecord{At: time.Now().UnixMilli(), Conn: conn, Marks: map[string]int64{"0x01": now}}
+	}
+	s.store([]resumeWrite{{id: "x", team: "t", rec: rec("first")}, {id: "a", team: "t", rec: rec("a")}}, false)
+	s.store([]resumeWrite{
+		{id: "x", team: "t", rec: rec("second")},
+		{id: "b", team: "t", rec: rec("b")}, // drops a
+		{id: "c", team: "t", rec: rec("c")}, // drops x
+	}, false)
+	for id, want := range map[string]bool{"x": false, "a": false, "b": true, "c": true} {
+		_, ok, err := s.record(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, want, ok, "record of %s kept", id)
+	}
+	assert.Equal(t, 2, s.index.len())
 }

@@ -16,7 +16,6 @@ package wsgate
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +28,12 @@ type resumeMark struct {
 	id   string
 	team string
 	conn string // random: names the connection in its records
+	// entry is the identity's index entry (resumeIndex.opened), the
+	// store's until the connection ends: read under its lock.
+	entry *resumeEntry
+	// open: the connection is streaming, from track to end (the store's
+	// lock).
+	open bool
 	// closedByClient is set by the read loop when the client sent a close
 	// frame.
 	closedByClient atomic.Bool
@@ -62,6 +67,7 @@ type resumeMark struct {
 type resumeChanged struct {
 	mu    sync.Mutex
 	marks []*resumeMark
+	spare []*resumeMark // the list taken before, given back (done)
 }
 
 func (c *resumeChanged) add(m *resumeMark) {
@@ -75,8 +81,17 @@ func (c *resumeChanged) take() []*resumeMark {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ms := c.marks
-	c.marks = nil
+	c.marks, c.spare = c.spare, nil
 	return ms
+}
+
+// done gives back a list take returned, emptied, to list the marks in
+// after the next take: the list is not grown anew at every flush.
+func (c *resumeChanged) done(ms []*resumeMark) {
+	clear(ms)
+	c.mu.Lock()
+	c.spare = ms[:0]
+	c.mu.Unlock()
 }
 
 // track registers a connection of team's, identity id, whose watermarks
@@ -97,11 +112,11 @@ func (s *resumeStore) track(team, id string, from map[string]int64, missed func(
 		m.unread, m.since, m.missed = maps(from), s.now(), missed
 	}
 	s.mu.Lock()
-	s.open[m] = struct{}{}
+	m.open = true
 	if missed != nil {
 		s.unread[m] = struct{}{}
 	}
-	s.index.opened(id)
+	m.entry = s.index.opened(id)
 	s.mu.Unlock()
 	return m
 }
@@ -143,10 +158,13 @@ func (m *resumeMark) set(stream string, ts int64) bool {
 }
 
 // record returns m's record, written at (Unix milliseconds): the streams
-// shared, the timestamps copied. m.mu is held.
-func (m *resumeMark) record(at int64) resumeRecord {
-	n := len(m.streams)
-	return resumeRecord{At: at, Conn: m.conn, streams: m.streams[:n:n], ts: slices.Clone(m.ts), newest: m.newest}
+// shared, the timestamps copied at the end of buf (the flush's, reused
+// between flushes; nil: a slice of their own), and buf with them. m.mu
+// is held.
+func (m *resumeMark) record(at int64, buf []int64) (resumeRecord, []int64) {
+	n, off := len(m.streams), len(buf)
+	buf = append(buf, m.ts...)
+	return resumeRecord{At: at, Conn: m.conn, streams: m.streams[:n:n], ts: buf[off : off+n : off+n], newest: m.newest}, buf
 }
 
 // end stops tracking m: its watermarks are written once more, or deleted
@@ -156,9 +174,9 @@ func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
-	delete(s.open, m)
+	m.open = false
 	delete(s.unread, m)
-	s.index.closed(m.id)
+	s.index.closed(m.entry)
 	s.mu.Unlock()
 	s.settle([]*resumeMark{m})
 	if clientClosed {
@@ -166,7 +184,7 @@ func (s *resumeStore) end(m *resumeMark, clientClosed, drained bool) {
 		return
 	}
 	m.mu.Lock()
-	rec := m.record(time.Now().UnixMilli())
+	rec, _ := m.record(time.Now().UnixMilli(), nil)
 	m.mu.Unlock()
 	s.store([]resumeWrite{{id: m.id, team: m.team, rec: rec}}, drained)
 }

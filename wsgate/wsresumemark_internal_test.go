@@ -31,7 +31,7 @@ func TestResumeMarkRecordsStayAsTaken(t *testing.T) {
 	m.written([]*realtime.Frame{frame(a, now-2), frame(b, now-2)})
 	s.flush()
 	s.mu.Lock()
-	first := s.mem[m.id]
+	first, _ := s.index.record(m.id)
 	s.mu.Unlock()
 
 	// The writer goes on while the record taken is read.
@@ -60,9 +60,11 @@ func TestResumeMarkRecordsStayAsTaken(t *testing.T) {
 }
 
 // TestResumeFlushAllocations: a flush's cost per connection written to
-// is one copy of its timestamps, not its watermarks rebuilt: 200
-// connections of 10 streams each written one second and flushed, in at
-// most 2 allocations per connection.
+// is one copy of its timestamps into buffers kept between flushes (the
+// flush's, then the record's own), not its watermarks rebuilt nor a
+// slice made: 200 connections of 10 streams each written one second and
+// flushed, with no allocation per connection (a few for the flush as a
+// whole at most).
 func TestResumeFlushAllocations(t *testing.T) {
 	s := newResumeStore(time.Minute, 1000, 1000, nil, zap.NewNop(), time.Now, nil)
 	s.start.Do(func() {}) // no flusher of its own: the test flushes
@@ -88,5 +90,5 @@ func TestResumeFlushAllocations(t *testing.T) {
 		s.flush()
 	})
 	t.Logf("%.0f allocations for a second of %d connections", allocs, len(marks))
-	assert.LessOrEqual(t, allocs, float64(2*len(marks)), "allocations per connection written to")
+	assert.LessOrEqual(t, allocs, float64(len(marks)/20), "no allocation per connection written to")
 }
