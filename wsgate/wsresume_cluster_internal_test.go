@@ -25,7 +25,10 @@ func TestResumeStoreOnCluster(t *testing.T) {
 	}
 	cl := redistest.NewCluster(t)
 	client := func() redis.UniversalClient {
-		c, err := redisconn.New(redisconn.Target{Cluster: cl.Addrs()}, redisconn.Options{})
+		// Bounds for a loaded machine: the test is about where the
+		// records go, and a flush's write that times out is dropped
+		// silently (the record is then not found).
+		c, err := redisconn.New(redisconn.Target{Cluster: cl.Addrs()}, redisconn.Options{CommandTimeout: 10 * time.Second, DialTimeout: 10 * time.Second})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
