@@ -310,6 +310,24 @@ func testSharing(t *testing.T, mode config.Sharing, replicas int) {
 		return assert.ObjectsAreEqual(want, open)
 	}, 30*time.Second, 50*time.Millisecond, "one open upstream connection per credential, on %d replicas", replicas)
 
+	// latest from the stream: a team is answered from its own partition's
+	// hub, never from another's. The first ask of a stream no hub of the
+	// team's partition carries goes to REST (and makes that hub want it).
+	latest := func(c *servertest.Client, e *servertest.Env, feed string) string {
+		resp, body := c.Get(t, e.Mainnet, "/api/v1/reports/latest?feedID="+feed)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		return resp.Header.Get("X-Cache")
+	}
+	onAlpha := envs[1%replicas] // the replica alpha's client streams from
+	assert.Equal(t, "STREAM", latest(servertest.Demo(), envs[0], shared), "the demo team, from the network's stream")
+	if mode == config.SharingCredential {
+		assert.Equal(t, "STREAM", latest(alphaClient, onAlpha, onlyAlpha), "alpha, from its own credential's stream")
+		assert.NotEqual(t, "STREAM", latest(servertest.Demo(), onAlpha, onlyAlpha), "the demo team never from alpha's stream")
+	} else {
+		assert.NotEqual(t, "STREAM", latest(alphaClient, onAlpha, onlyAlpha), "with organisation a team on its own credential is answered by REST under it")
+		assert.Equal(t, "STREAM", latest(servertest.Demo(), onAlpha, onlyAlpha), "and the network's stream carries alpha's stream for the network's teams")
+	}
+
 	// A report at a past second, asked twice by each team: the upstream
 	// is asked once per credential (REST is scoped by credential in both
 	// modes).
