@@ -236,15 +236,23 @@ func waitArchiveOpen(t *testing.T, env *servertest.Env) {
 		"archive not open: %s", env.Server.ArchiveHealth())
 }
 
+// pgConn connects to srv's database as the tests' archive does; the caller
+// closes it.
+func pgConn(t *testing.T, srv *pgtest.Server) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(srv.URL())
+	require.NoError(t, err)
+	cfg.Password = pgtest.Password
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	return c
+}
+
 // rows counts the archive's rows and its distinct (stream, second)s.
 func rows(t *testing.T, srv *pgtest.Server) (n, distinct int64) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(srv.URL())
-	require.NoError(t, err)
-	cfg.Password = pgtest.Password
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
+	c := pgConn(t, srv)
 	defer c.Close(ctx)
 	require.NoError(t, c.QueryRow(ctx, "SELECT count(*), count(DISTINCT (network, stream, observations_ts)) FROM archive_reports").Scan(&n, &distinct))
 	return n, distinct

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -373,11 +371,7 @@ func TestArchiveStreamHoleFilledAfterPostgresOutage(t *testing.T) {
 func coverageStart(t *testing.T, srv *pgtest.Server, feed feedid.ID) (int64, bool) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(srv.URL())
-	require.NoError(t, err)
-	cfg.Password = pgtest.Password
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
+	c := pgConn(t, srv)
 	defer c.Close(ctx)
 	sb, err := hex.DecodeString(strings.TrimPrefix(string(feed), "0x"))
 	require.NoError(t, err)
@@ -394,11 +388,7 @@ func coverageStart(t *testing.T, srv *pgtest.Server, feed feedid.ID) (int64, boo
 func spanCovers(t *testing.T, srv *pgtest.Server, feed feedid.ID, from, to int64) bool {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(srv.URL())
-	require.NoError(t, err)
-	cfg.Password = pgtest.Password
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
+	c := pgConn(t, srv)
 	defer c.Close(ctx)
 	sb, err := hex.DecodeString(strings.TrimPrefix(string(feed), "0x"))
 	require.NoError(t, err)
