@@ -103,12 +103,7 @@ func (c *Config) Partitions(name string) []Partition {
 	}
 	sort.Strings(org.Teams)
 	out := []Partition{org}
-	names := make([]string, 0, len(byName))
-	for pn := range byName {
-		names = append(names, pn)
-	}
-	sort.Strings(names)
-	for _, pn := range names {
+	for _, pn := range sortedKeys(byName) {
 		p := byName[pn]
 		sort.Strings(p.Teams)
 		out = append(out, *p)
