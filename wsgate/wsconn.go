@@ -236,29 +236,29 @@ var errShutdown = errors.New("the gateway is shutting down")
 // interval and closing a client that has not answered the previous ping.
 // It returns the reason for the close metric.
 //
-// A reason on revoked (a reload took the connection's right away) closes it
-// with 1008 and that reason. Frames of a stream the reload stopped
+// A reason in wc.revoked (a reload took the connection's right away)
+// closes it with 1008 and that reason. Frames of a stream the reload stopped
 // (Subscription.Keep) are not written.
 //
 // With decoded, each frame goes out as the decoded view of its report, one
 // text frame per report, instead of the upstream's binary frame.
 //
 // wc.mark, if not nil, records the watermark of every stream written
-// (resume); a signal on wc.drain closes the client with 1001 (the gateway
-// shuts down, DrainStreams).
+// (resume); wc.draining closes the client with 1001 (the gateway shuts
+// down, DrainStreams).
 //
-// The writer waits on four channels, not one per event: a waiter locks
-// and queues itself on every channel of its select each time it sleeps
-// and wakes, once per batch, which made the select the writer's largest
-// cost beside the write. The read loop's end and the ping timer share
-// ctl (each a flag behind the signal: readDone, pingTimer.due), and a
-// pong is a flag (wsConn.ponged); the drain and the revocation keep
-// their channels.
+// The writer waits on two channels, the frames and wc.ctl, as a bare
+// fan-out's writer waits on its queue and its client's end: a waiter
+// locks and queues itself on every channel of its select each time it
+// sleeps and wakes, once per batch, which made the select the writer's
+// largest cost beside the write. Everything else is a flag behind ctl's
+// signal: the read loop's end (readDone), the ping (pingTimer.due), the
+// drain (wc.draining) and the revocation (wc.revoked); a pong is a flag
+// too (wsConn.ponged).
 func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
-	revoked, drainCh, mark := wc.revoked, wc.drain, wc.mark
+	mark, ctl := wc.mark, wc.ctl
 	c := &wsConn{conn: conn}
 	readDone := make(chan error, 1)
-	ctl := make(chan struct{}, 1)
 	go func() {
 		err := c.readLoop(br)
 		var closeFrame wsutil.ClosedError
@@ -323,6 +323,14 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				return "client"
 			default:
 			}
+			if reason := wc.revoked.Load(); reason != nil {
+				c.closeWith(ws.StatusPolicyViolation, *reason, readDone)
+				return "revoked"
+			}
+			if wc.draining.Load() {
+				c.closeWith(ws.StatusGoingAway, reasonDrain, readDone)
+				return "drain"
+			}
 			if !ping.due.Swap(false) {
 				continue
 			}
@@ -334,12 +342,6 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			if c.writeControl(ws.OpPing, nil) != nil {
 				return "write"
 			}
-		case <-drainCh:
-			c.closeWith(ws.StatusGoingAway, reasonDrain, readDone)
-			return "drain"
-		case reason := <-revoked:
-			c.closeWith(ws.StatusPolicyViolation, reason, readDone)
-			return "revoked"
 		}
 	}
 }
