@@ -94,6 +94,12 @@ func (h *Hub) deliverFrame(origin string, src source, b []byte) {
 	if f == nil {
 		return // no longer wanted
 	}
+	// The feed's own ID, the same string in every frame of the stream
+	// (the one read is the frame's own copy): what a frame is kept by
+	// holds one ID per stream, not one per frame, and a consumer that
+	// keeps something per stream finds it by the string's address
+	// (wsgate's resume marks).
+	frame.Stream = f.id
 	f.mu.Lock()
 	if !h.cont.take(f, frame, src) {
 		f.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -151,14 +152,19 @@ type wsClient struct {
 	keyID   string
 	origin  string // the HA origin it named; "" none
 	mark    *resumeMark
-	// drain asks the handler to close the connection (1001): the gateway
-	// shuts down (DrainStreams).
-	drain   chan struct{}
-	upgrade *http.Request // the signed upgrade request; alive as long as the handler
-	sub     *realtime.Subscription
-	feeds   []feedid.ID // the streams still sent; owned by recheck's caller (one reload at a time)
-	// revoked carries the reason the connection must close (1008), once.
-	revoked chan string
+	// ctl wakes the connection's writer for something other than a
+	// frame: the read loop ended, a ping is due, the drain (draining) or
+	// a revocation (revoked). One channel for them all keeps the writer's
+	// wait a select of two, as a bare fan-out's is (serveStream).
+	ctl chan struct{}
+	// draining asks the writer to close the connection (1001): the
+	// gateway shuts down (DrainStreams).
+	draining atomic.Bool
+	upgrade  *http.Request // the signed upgrade request; alive as long as the handler
+	sub      *realtime.Subscription
+	feeds    []feedid.ID // the streams still sent; owned by recheck's caller (one reload at a time)
+	// revoked is the reason the connection must close (1008), set once.
+	revoked atomic.Pointer[string]
 	dropped func(n int) // counts streams stopped by a reload
 	rest    REST        // its network's, for the keys in force
 }
@@ -222,11 +228,8 @@ func (c *wsClient) recheck(keys *auth.KeyStore) {
 			}
 		}
 	}
-	if reason != "" {
-		select {
-		case c.revoked <- reason:
-		default: // revoked already
-		}
+	if reason != "" && c.revoked.CompareAndSwap(nil, &reason) {
+		signal(c.ctl)
 	}
 }
 
@@ -335,7 +338,7 @@ func (n *Network) serveWS(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	defer n.metrics.wsClient(n.name, origin, -1)
 
 	wc := &wsClient{network: n.name, team: team, keyID: r.Header.Get(auth.HeaderAuthorization), origin: origin,
-		upgrade: r, sub: sub, feeds: slices.Clone(feeds), revoked: make(chan string, 1), drain: make(chan struct{}, 1),
+		upgrade: r, sub: sub, feeds: slices.Clone(feeds), ctl: make(chan struct{}, 1),
 		dropped: func(k int) { n.metrics.wsStreamsStopped(n.name, k) }}
 	wc.rest = n.rest
 	if n.resume != nil {

@@ -128,8 +128,6 @@ func (g *Gate) reconnected(ctx context.Context, first *wsClient, closedAt time.T
 
 // drainNow tells the client's handler to close it (once).
 func (c *wsClient) drainNow() {
-	select {
-	case c.drain <- struct{}{}:
-	default:
-	}
+	c.draining.Store(true)
+	signal(c.ctl)
 }

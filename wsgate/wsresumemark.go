@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"streamgate/realtime"
 )
@@ -48,6 +49,15 @@ type resumeMark struct {
 	streams []string
 	ts      []int64
 	at      map[string]int
+	// addr[i] is the address and length of the string streams[i] was
+	// last set by: the hub gives every frame of a stream the same ID
+	// string (realtime.Frame.Stream), so a frame's place is found by
+	// comparing addresses, a word each, instead of hashing its 66-byte
+	// ID into at; at answers the rest (a stream's first frame, a
+	// frame of a fill with an ID of its own). Up to markScan streams;
+	// the pointers keep those bytes alive, so an address is never
+	// another string's while it is held here.
+	addr []streamAddr
 	// newest is the newest of ts: the record's expiry counts from it.
 	newest int64
 	// dirty: marks changed since the last flush (the mark is then on
@@ -139,13 +149,45 @@ func (m *resumeMark) written(frames []*realtime.Frame) {
 	}
 }
 
+// streamAddr is where a string's bytes are, and how many.
+type streamAddr struct {
+	p *byte
+	n int
+}
+
+// markScan is how many streams a mark finds a frame's place among by
+// the address of its ID (resumeMark.addr); beyond, by the map alone.
+const markScan = 16
+
+// place returns stream's place in m.streams, and whether it has one: by
+// the address of its bytes when it is a string seen before (the hub's
+// ID of the stream), else by the map, remembering the address.
+func (m *resumeMark) place(stream string) (int, bool) {
+	a := streamAddr{unsafe.StringData(stream), len(stream)}
+	for i, b := range m.addr {
+		// The same address and length are the same string: the
+		// address held keeps its bytes from being reused.
+		if a == b {
+			return i, true
+		}
+	}
+	i, have := m.at[stream]
+	if have && i < len(m.addr) {
+		m.addr[i] = a
+	}
+	return i, have
+}
+
 // set raises stream's watermark to ts and reports whether it rose (or is
 // the stream's first). m.mu is held, or m is not shared yet.
 func (m *resumeMark) set(stream string, ts int64) bool {
-	i, have := m.at[stream]
+	i, have := m.place(stream)
 	switch {
 	case !have:
 		m.at[stream] = len(m.streams)
+		if len(m.streams) < markScan {
+			m.addr = append(m.addr, streamAddr{unsafe.StringData(stream), len(stream)})
+		}
 		m.streams = append(m.streams, stream)
 		m.ts = append(m.ts, ts)
 	case ts > m.ts[i]:

@@ -2,6 +2,7 @@ package wsgate
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,49 @@ func TestResumeFlushAllocations(t *testing.T) {
 	})
 	t.Logf("%.0f allocations for a second of %d connections", allocs, len(marks))
 	assert.LessOrEqual(t, allocs, float64(len(marks)/20), "no allocation per connection written to")
+}
+
+// TestResumeMarkFindsAStreamByAnyCopyOfItsID: a stream's watermark is
+// found by the address of the ID string that set it (the hub's, shared
+// by all its frames) and by any other copy of the same ID (a fill's
+// frame, a record's): one place per stream, each raised only by a newer
+// second, beyond markScan streams too.
+func TestResumeMarkFindsAStreamByAnyCopyOfItsID(t *testing.T) {
+	s := newResumeStore(time.Minute, 10, 100, nil, zap.NewNop(), time.Now, nil)
+	s.start.Do(func() {})
+	now := time.Now().Unix()
+	var ids []feedid.ID
+	for i := range markScan + 4 {
+		ids = append(ids, feedid.ID(fmt.Sprintf("0x%064x", i+1)))
+	}
+	m := s.track("t", resumeID("mainnet", "k", "", ids), nil, nil)
+	copyOf := func(id feedid.ID) feedid.ID { return feedid.ID(strings.Clone(string(id))) }
+	for ts := now - 3; ts <= now; ts++ {
+		var fs []*realtime.Frame
+		for i, id := range ids {
+			if ts%2 == 0 && i%2 == 0 {
+				id = copyOf(id) // a copy of its own, every other second
+			}
+			fs = append(fs, &realtime.Frame{Stream: id, ObservationsTimestamp: ts + int64(100*i)})
+		}
+		m.written(fs)
+	}
+	// Older seconds, by the hub's strings and by copies: nothing rises.
+	for i, id := range ids {
+		if i%3 == 0 {
+			id = copyOf(id)
+		}
+		m.mu.Lock()
+		rose := m.set(string(id), now-1+int64(100*i))
+		m.mu.Unlock()
+		assert.False(t, rose, "stream %d: an older second", i)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	require.Len(t, m.streams, len(ids), "one place per stream")
+	require.Len(t, m.addr, markScan)
+	for i, id := range ids {
+		assert.Equal(t, string(id), m.streams[i])
+		assert.Equal(t, now+int64(100*i), m.ts[i], "stream %d: its own seconds", i)
+	}
 }
