@@ -410,3 +410,72 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	}
 	assert.Equal(t, fleetUpstreamBody(t, env.UpTestnet, tg), strings.TrimSuffix(body, "\n"))
 }
+
+// TestArchivePostgresRecordsTheStreamFromBeforeItOpens: a gateway whose
+// PostgreSQL archive cannot be opened yet (PostgreSQL down as it starts;
+// in a fleet under load, the open merely slower than the first frame)
+// carries its pinned stream at once, and a client streams it meanwhile,
+// its first second the hub's newest report. Once PostgreSQL is up and the
+// archive open, every second the client got is in PostgreSQL with its
+// bytes, those of before the open included: the stream is recorded from
+// its first second, nothing dropped.
+func TestArchivePostgresRecordsTheStreamFromBeforeItOpens(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.Stop()
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	var feed string
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
+		if s.Status == "live" {
+			feed = s.FeedID
+			break
+		}
+	}
+	require.NotEmpty(t, feed)
+	pinned, err := feedid.Parse(feed)
+	require.NoError(t, err)
+	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {
+		c.Server.AdminListen = "127.0.0.1:0"
+		postgresArchive(pg)(&c.Archive)
+		c.Archive.ReadTimeout = 30 * time.Second
+		c.Networks[upstreamsim.Testnet].Upstream.WSPinned = config.StreamIDs{pinned}
+	}})
+	require.Contains(t, env.Server.ArchiveHealth(), "not open")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	conn, _, err := servertest.Demo().DialWS(ctx, env.Testnet, "/api/v1/ws?feedIDs="+feed, "")
+	require.NoError(t, err)
+	r := &fleetClient{got: map[string]map[int64]string{}}
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx, conn) }()
+
+	// Three seconds streamed while the archive is not open (PostgreSQL is
+	// down: it cannot be), then PostgreSQL back, the archive open, and
+	// three more seconds.
+	require.Eventually(t, func() bool { return r.seconds(feed) >= 3 }, time.Minute, 20*time.Millisecond)
+	require.Contains(t, env.Server.ArchiveHealth(), "not open", "the seconds so far came before the archive opened")
+	before := r.seconds(feed)
+	pg.Restart()
+	waitArchiveOpen(t, env)
+	require.Eventually(t, func() bool { return r.seconds(feed) >= before+3 }, time.Minute, 20*time.Millisecond)
+	cancel()
+	<-done
+	conn.Close(websocket.StatusNormalClosure, "")
+	require.NoError(t, r.err)
+	assert.Zero(t, r.repeats)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+
+	r.mu.Lock()
+	got := maps.Clone(r.got[feed])
+	r.mu.Unlock()
+	held := fleetRows(t, pg, feed)
+	for _, ts := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := held[ts]; assert.True(t, ok, "%s at %d: a second the client got, archived", feed, ts) {
+			assert.Equal(t, got[ts], held[ts], "%s at %d: the row holds the bytes the client got", feed, ts)
+		}
+	}
+	assert.Zero(t, servertest.MetricValue(t, env.Registry, "streamgate_archive_dropped_total", map[string]string{"reason": "queue_full"}),
+		"nothing held for the archive was lost")
+}
