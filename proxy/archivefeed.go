@@ -44,32 +44,42 @@ import (
 // subscribe). What is beyond the bound is lost, counted as the Writer's
 // drops are (archive.DropQueueFull) and logged once: the next report kept
 // follows nothing the Writer stored, so a new chain starts there and its
-// hole is known.
-func (g *Gateway) ArchiveFrames(name, part string) func(realtime.Frame) {
+// hole is known. opened gives the held frames to the Writer: the caller
+// calls it once the archive is open (the first frame handed after does
+// too), so that they are written even when the hub hands nothing more.
+func (g *Gateway) ArchiveFrames(name, part string) (frames func(realtime.Frame), opened func()) {
 	n := g.networks[name]
 	if n == nil {
-		return nil
+		return nil, nil
 	}
 	cred := n.partitionCred(part)
 	if cred == nil {
-		return nil
+		return nil, nil
 	}
 	q := &openingFrames{max: openingFramesMax}
-	return func(f realtime.Frame) {
+	// drain gives the held frames to the Writer if the archive is open.
+	drain := func(t *archiveTier) (*archiveBackend, string) {
+		b, network := t.backend(cred)
+		if b != nil {
+			q.drain(func(f realtime.Frame) { t.keepFrame(b, network, f) }, b.writer)
+		}
+		return b, network
+	}
+	frames = func(f realtime.Frame) {
 		t := n.report.arch // set by UseArchive, before the hubs start
 		for {
-			b, network := t.backend(cred)
+			b, network := drain(t)
 			if b == nil {
 				if t != nil && t.a.opening.Load() != nil && !q.hold(f, t.log, config.PartitionLabel(name, part)) {
 					continue // opened meanwhile: the held frames are the Writer's
 				}
 				return
 			}
-			q.drain(func(f realtime.Frame) { t.keepFrame(b, network, f) }, b.writer)
 			t.keepFrame(b, network, f)
 			return
 		}
 	}
+	return frames, func() { drain(n.report.arch) }
 }
 
 // keepFrame queues frame, a report the hub handed, in b's Writer under
