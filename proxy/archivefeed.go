@@ -37,7 +37,7 @@ import (
 //
 // The hubs start carrying their pinned streams at once, while a
 // PostgreSQL archive is still being opened in the background (Archive.Waiting):
-// what a hub hands meanwhile is held, at most openingFrames, and given to
+// what a hub hands meanwhile is held, at most openingFramesMax, and given to
 // the Writer in the order handed, before anything newer, once the archive
 // is open, so that a stream is recorded from its first second, which its
 // clients may already have (the hub's newest report, sent as they
