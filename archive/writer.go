@@ -228,6 +228,14 @@ func (w *Writer) drop(items []item, reason string) {
 	}
 }
 
+// Lost counts n reports the caller held for the Writer and could not give
+// it (held while the store was not open yet, beyond the caller's bound)
+// as dropped for reason, as the Writer's own drops are.
+func (w *Writer) Lost(n int, reason string) {
+	w.dropped.Add(int64(n))
+	w.o.Metrics.drop(reason, n)
+}
+
 // Flush returns once every report added before it was written (or
 // dropped) and the spans they prove recorded, or when ctx ends.
 func (w *Writer) Flush(ctx context.Context) error {

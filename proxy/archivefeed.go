@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
+
+	"go.uber.org/zap"
 
 	"streamgate/archive"
 	"streamgate/cache"
@@ -31,35 +34,130 @@ import (
 // does not have. The hub's connections are its partition's credential's
 // (the organisation's for ""), and so its reports are kept under its
 // label (archiveTier.backend).
-func (g *Gateway) ArchiveFrames(name, part string) func(realtime.Frame) {
+//
+// The hubs start carrying their pinned streams at once, while a
+// PostgreSQL archive is still being opened in the background (Archive.Waiting):
+// what a hub hands meanwhile is held, at most openingFramesMax, and given to
+// the Writer in the order handed, before anything newer, once the archive
+// is open, so that a stream is recorded from its first second, which its
+// clients may already have (the hub's newest report, sent as they
+// subscribe). What is beyond the bound is lost, counted as the Writer's
+// drops are (archive.DropQueueFull) and logged once: the next report kept
+// follows nothing the Writer stored, so a new chain starts there and its
+// hole is known. opened gives the held frames to the Writer: the caller
+// calls it once the archive is open (the first frame handed after does
+// too), so that they are written even when the hub hands nothing more.
+func (g *Gateway) ArchiveFrames(name, part string) (frames func(realtime.Frame), opened func()) {
 	n := g.networks[name]
 	if n == nil {
-		return nil
+		return nil, nil
 	}
 	cred := n.partitionCred(part)
 	if cred == nil {
-		return nil
+		return nil, nil
 	}
-	return func(f realtime.Frame) {
-		t := n.report.arch // set by UseArchive, before the hubs start
+	q := &openingFrames{max: openingFramesMax}
+	// drain gives the held frames to the Writer if the archive is open.
+	drain := func(t *archiveTier) (*archiveBackend, string) {
 		b, network := t.backend(cred)
-		if b == nil {
-			return
+		if b != nil {
+			q.drain(func(f realtime.Frame) { t.keepFrame(b, network, f) }, b.writer)
 		}
-		rec, raw, err := don.ReadReport(f.Bytes)
-		if err != nil {
-			return
-		}
-		r, ok := t.fromRecord(network, &rec, raw)
-		if !ok {
-			return
-		}
-		var follows uint32
-		if f.Follows > 0 && f.Follows < int64(r.ObservationsTimestamp) {
-			follows = uint32(f.Follows)
-		}
-		b.writer.AddFollowing(r, follows)
+		return b, network
 	}
+	frames = func(f realtime.Frame) {
+		t := n.report.arch // set by UseArchive, before the hubs start
+		for {
+			b, network := drain(t)
+			if b == nil {
+				if t != nil && t.a.opening.Load() != nil && !q.hold(f, t.log, config.PartitionLabel(name, part)) {
+					continue // opened meanwhile: the held frames are the Writer's
+				}
+				return
+			}
+			t.keepFrame(b, network, f)
+			return
+		}
+	}
+	return frames, func() { drain(n.report.arch) }
+}
+
+// keepFrame queues frame, a report the hub handed, in b's Writer under
+// network when it may be kept.
+func (t *archiveTier) keepFrame(b *archiveBackend, network string, f realtime.Frame) {
+	rec, raw, err := don.ReadReport(f.Bytes)
+	if err != nil {
+		return
+	}
+	r, ok := t.fromRecord(network, &rec, raw)
+	if !ok {
+		return
+	}
+	var follows uint32
+	if f.Follows > 0 && f.Follows < int64(r.ObservationsTimestamp) {
+		follows = uint32(f.Follows)
+	}
+	b.writer.AddFollowing(r, follows)
+}
+
+// openingFramesMax bounds the frames one hub's ArchiveFrames holds while
+// the archive is opening: a thousand streams for sixteen seconds.
+const openingFramesMax = 16384
+
+// openingFrames holds the frames a hub hands while the archive is opening,
+// in the order handed (each stream's in order: the hub hands a stream's
+// frames one at a time), until the archive is open (drain).
+type openingFrames struct {
+	open atomic.Bool // drained: every later frame goes to the Writer at once
+	max  int
+
+	mu     sync.Mutex
+	held   []realtime.Frame
+	lost   int
+	logged bool
+}
+
+// hold keeps f for the Writer; false when the archive has opened since the
+// caller looked (drained): the caller gives f to the Writer itself.
+func (q *openingFrames) hold(f realtime.Frame, log *zap.Logger, network string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.open.Load() {
+		return false
+	}
+	if len(q.held) < q.max {
+		q.held = append(q.held, f)
+		return true
+	}
+	q.lost++
+	if !q.logged && log != nil {
+		q.logged = true
+		log.Warn("archive: not open yet, and the stream's reports held for it are at their bound; newer ones are dropped, each a hole in its stream's coverage, until it opens",
+			zap.String("network", network), zap.Int("held", q.max))
+	}
+	return true
+}
+
+// drain gives the held frames to keep, in order, once (the first frame
+// handed after the archive opened does), and counts those lost in w's
+// drops. A frame handed meanwhile waits for it, so that it follows them.
+func (q *openingFrames) drain(keep func(realtime.Frame), w *archive.Writer) {
+	if q.open.Load() {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.open.Load() {
+		return
+	}
+	for _, f := range q.held {
+		keep(f)
+	}
+	if q.lost > 0 {
+		w.Lost(q.lost, archive.DropQueueFull)
+	}
+	q.held, q.lost = nil, 0
+	q.open.Store(true)
 }
 
 // ArchivePages returns the page source of the archive's fills

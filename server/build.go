@@ -347,11 +347,16 @@ func (b *build) startHubs() error {
 
 // archiveFrames is where the hub of partition part of network name hands
 // each new report: the archive, when the gateway has one; else nowhere.
+// What it hands before the archive is open is written once it opens.
 func (b *build) archiveFrames(name, part string) func(realtime.Frame) {
 	if b.arch == nil {
 		return nil
 	}
-	return b.gw.ArchiveFrames(name, part)
+	frames, opened := b.gw.ArchiveFrames(name, part)
+	if opened != nil {
+		b.arch.whenOpen(func(archive.Store, *archive.Writer) { opened() })
+	}
+	return frames
 }
 
 // hubClock is the hubs' clock: now's time (Options.Now), with the wall
