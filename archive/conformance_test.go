@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -160,6 +161,45 @@ func conformance(t *testing.T, open func(t *testing.T) Store) {
 		spans, err := s.Coverage(ctx, "mainnet", stream(1), 0, 100)
 		require.NoError(t, err)
 		assert.Empty(t, spans)
+	})
+
+	t.Run("CoverageBatchMergesAsOneByOne", func(t *testing.T) {
+		// Every store records a round of spans in one call (the Writer's
+		// recording of the stream's claims): the coverage it leaves is
+		// the one AddCoverage leaves, span after span, whatever spans a
+		// stream held before and however a call's spans of one stream
+		// overlap, touch or nest.
+		batched, single := open(t), open(t)
+		b, ok := batched.(CoverageBatcher)
+		require.True(t, ok, "%T records a round of spans in one call", batched)
+		rng := rand.New(rand.NewPCG(1, 2))
+		const streams = 5
+		for round := range 40 {
+			var spans []StreamSpan
+			for range rng.IntN(12) {
+				from := uint32(rng.IntN(400))
+				spans = append(spans, StreamSpan{Network: []string{net, "mainnet"}[rng.IntN(2)], Stream: stream(1 + rng.IntN(streams)),
+					Span: Span{from, from + uint32(rng.IntN(25))}})
+			}
+			require.NoError(t, b.AddCoverages(ctx, spans), "round %d", round)
+			for _, sp := range spans {
+				require.NoError(t, single.AddCoverage(ctx, sp.Network, sp.Stream, sp.Span))
+			}
+			for _, n := range []string{net, "mainnet"} {
+				for i := 1; i <= streams; i++ {
+					want, err := single.Coverage(ctx, n, stream(i), 0, 4294967295)
+					require.NoError(t, err)
+					got, err := batched.Coverage(ctx, n, stream(i), 0, 4294967295)
+					require.NoError(t, err)
+					require.Equal(t, want, got, "round %d, %s stream %d, after %v", round, n, i, spans)
+				}
+			}
+		}
+		require.NoError(t, b.AddCoverages(ctx, nil))
+		assert.ErrorIs(t, b.AddCoverages(ctx, []StreamSpan{{Network: net, Stream: stream(1), Span: Span{4000, 4001}}, {Network: net, Stream: stream(2), Span: Span{5, 4}}}), ErrBadSpan, "none recorded")
+		sp, err := batched.Coverage(ctx, net, stream(1), 4000, 4000)
+		require.NoError(t, err)
+		assert.Empty(t, sp)
 	})
 
 	t.Run("CoverageMerge", func(t *testing.T) {

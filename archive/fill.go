@@ -225,27 +225,36 @@ func (f *Filler) holePending(network string, stream feedid.ID, from, to uint32) 
 	return false
 }
 
-// PruneHoles deletes the hole jobs (FillJob.Hole) that ended (done or
-// failed) before before, from the job store and from this process's
-// view, and returns how many it deleted from the store. An operator's
-// jobs are kept: they are few, and their record is what they asked.
-func (f *Filler) PruneHoles(ctx context.Context, before time.Time) (int, error) {
+// PruneEnded deletes the jobs that ended (done or failed) long enough
+// before now, from the job store and from this process's view: a hole
+// job HoleJobKeep after it ended, an operator's OperatorJobKeep after
+// (its record is what the operator asked, kept longer; a job queued or
+// running is never deleted). It returns how many of each it deleted from
+// the store.
+func (f *Filler) PruneEnded(ctx context.Context, now time.Time) (holes, operators int, err error) {
 	old := func(p *FillProgress) bool {
-		return p.Hole && (p.State == FillDone || p.State == FillFailed) && p.Updated.Before(before)
+		keep := OperatorJobKeep
+		if p.Hole {
+			keep = HoleJobKeep
+		}
+		return (p.State == FillDone || p.State == FillFailed) && p.Updated.Before(now.Add(-keep))
 	}
 	stored, err := f.jobs.Fills(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
 	for i := range stored {
 		if !old(&stored[i]) {
 			continue
 		}
 		if err := f.jobs.DeleteFill(ctx, stored[i].ID); err != nil {
-			return n, err
+			return holes, operators, err
 		}
-		n++
+		if stored[i].Hole {
+			holes++
+		} else {
+			operators++
+		}
 	}
 	f.mu.Lock()
 	for id, p := range f.progress {
@@ -254,7 +263,7 @@ func (f *Filler) PruneHoles(ctx context.Context, before time.Time) (int, error) 
 		}
 	}
 	f.mu.Unlock()
-	return n, nil
+	return holes, operators, nil
 }
 
 func (f *Filler) poke() {

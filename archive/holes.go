@@ -36,7 +36,8 @@ import (
 // PostgreSQL run each once). A sweep reads at most holeSweepStreams
 // streams' coverage and submits at most holeSweepHoles holes; the next
 // one goes on after the last stream looked at. Each sweep also deletes
-// the hole jobs that ended more than HoleJobKeep ago.
+// the hole jobs that ended more than HoleJobKeep ago, and an operator's
+// fill jobs that ended more than OperatorJobKeep ago.
 
 // HoleMax bounds how far back a hole is filled: its newest HoleMax, and
 // never before the retention's cutoff; the older seconds are left (and
@@ -54,6 +55,12 @@ const HoleSweepEvery = 5 * time.Minute
 // HoleJobKeep is how long a hole job that ended (done or failed) is kept,
 // in the job store and on the status page, before a sweep deletes it.
 const HoleJobKeep = 24 * time.Hour
+
+// OperatorJobKeep is how long an operator's fill job (POST /archive/fill,
+// streamgate archive fill) that ended (done or failed) is kept, in the
+// job store and on the status page, before a sweep deletes it: a week to
+// read what it did. A job queued or running is kept until it ends.
+const OperatorJobKeep = 7 * 24 * time.Hour
 
 // holeSweepStreams and holeSweepHoles bound one sweep's work: the streams
 // whose coverage it reads (one Coverage each, two for a stream whose
@@ -84,12 +91,14 @@ const (
 //	streamgate_archive_hole_sweeps_total{result} sweeps of the coverage: ok, failed
 //	streamgate_archive_hole_sweep_streams        streams the last sweep looked at
 //	streamgate_archive_hole_jobs_deleted_total   hole jobs deleted HoleJobKeep after they ended
+//	streamgate_archive_fill_jobs_deleted_total   operator's fill jobs deleted OperatorJobKeep after they ended
 type HoleMetrics struct {
 	holes   *prometheus.CounterVec
 	seconds *prometheus.CounterVec
 	sweeps  *prometheus.CounterVec
 	swept   prometheus.Gauge
 	pruned  prometheus.Counter
+	prunedO prometheus.Counter
 }
 
 // NewHoleMetrics registers the hole filler's metrics on reg.
@@ -115,8 +124,12 @@ func NewHoleMetrics(reg prometheus.Registerer) (*HoleMetrics, error) {
 			Name: "streamgate_archive_hole_jobs_deleted_total",
 			Help: "Hole fill jobs deleted from the job store a while after they ended.",
 		}),
+		prunedO: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "streamgate_archive_fill_jobs_deleted_total",
+			Help: "An operator's fill jobs deleted from the job store a week after they ended.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.holes, m.seconds, m.sweeps, m.swept, m.pruned} {
+	for _, c := range []prometheus.Collector{m.holes, m.seconds, m.sweeps, m.swept, m.pruned, m.prunedO} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -133,8 +146,9 @@ func NewHoleMetrics(reg prometheus.Registerer) (*HoleMetrics, error) {
 }
 
 // sweep counts a sweep and the streams it looked at (failed: it could not list
-// them, or read one's coverage), and the hole jobs it deleted.
-func (m *HoleMetrics) sweep(streams int, failed bool, pruned int) {
+// them, or read one's coverage), and the hole jobs and the operator's
+// jobs it deleted.
+func (m *HoleMetrics) sweep(streams int, failed bool, pruned, prunedOperators int) {
 	if m == nil {
 		return
 	}
@@ -145,6 +159,7 @@ func (m *HoleMetrics) sweep(streams int, failed bool, pruned int) {
 	m.sweeps.WithLabelValues(result).Inc()
 	m.swept.Set(float64(streams))
 	m.pruned.Add(float64(pruned))
+	m.prunedO.Add(float64(prunedOperators))
 }
 
 func (m *HoleMetrics) add(state string, holes int, seconds uint64) {
@@ -266,7 +281,7 @@ func (h *HoleFiller) window(end uint32) (lo uint32, ok bool) {
 // sweep looks for the holes between the spans of the streams whose
 // coverage reaches into the window, at most holeSweepStreams of them
 // after the cursor, and submits at most holeSweepHoles; then deletes the
-// hole jobs that ended HoleJobKeep ago. It logs once when it found any.
+// jobs that ended long enough ago (Filler.PruneEnded). It logs once when it found any.
 func (h *HoleFiller) sweep(ctx context.Context) {
 	lister, ok := h.store.(StreamLister)
 	if !ok || ctx.Err() != nil {
@@ -286,7 +301,7 @@ func (h *HoleFiller) sweep(ctx context.Context) {
 		if stop.Err() == nil {
 			h.log.Warn("archive: the streams' coverage could not be listed; the sweep for holes is tried again later", zap.Error(err))
 		}
-		h.m.sweep(0, true, 0)
+		h.m.sweep(0, true, 0, 0)
 		return
 	}
 	// Go on after the stream the last sweep looked at last.
@@ -329,11 +344,11 @@ func (h *HoleFiller) sweep(ctx context.Context) {
 			break
 		}
 	}
-	pruned, err := h.filler.PruneHoles(ctx, now.Add(-HoleJobKeep))
+	pruned, prunedOperators, err := h.filler.PruneEnded(ctx, now)
 	if err != nil && failed == nil {
 		failed = err
 	}
-	h.m.sweep(looked, failed != nil, pruned)
+	h.m.sweep(looked, failed != nil, pruned, prunedOperators)
 	if failed != nil && stop.Err() == nil {
 		h.log.Warn("archive: the sweep for holes in the carried streams' coverage stopped; tried again later",
 			zap.Int("streams_looked_at", looked), zap.Error(failed))

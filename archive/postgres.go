@@ -1,11 +1,13 @@
 package archive
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -394,6 +396,126 @@ SELECT min(from_ts), max(to_ts) FROM gone`, network, sb[:], int64(span.From), in
 		return fmt.Errorf("archive: postgres: %w", err)
 	}
 	return nil
+}
+
+// AddCoverages implements CoverageBatcher: the whole round in one
+// transaction of five statements, whatever its number of streams. Every
+// stream's advisory lock (AddCoverage's) is taken first, in the order of
+// their keys, so that replicas recording the same streams at once wait
+// for each other and never deadlock; then the spans that touch the new
+// ones are read, merged with them as AddCoverage merges each in turn (a
+// later span of a stream with an earlier one of the same call), deleted,
+// and their unions inserted.
+func (p *Postgres) AddCoverages(ctx context.Context, spans []StreamSpan) error {
+	type key struct {
+		network string
+		stream  [32]byte
+	}
+	news := make(map[key][]Span, len(spans))
+	var keys []key
+	for _, s := range spans {
+		sb, err := checkQuery(s.Network, s.Stream)
+		if err != nil {
+			return err
+		}
+		if s.Span.From > s.Span.To {
+			return ErrBadSpan
+		}
+		k := key{s.Network, sb}
+		if _, ok := news[k]; !ok {
+			keys = append(keys, k)
+		}
+		news[k] = append(news[k], s.Span)
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	locks := make([]int64, 0, len(keys))
+	for _, k := range keys {
+		locks = append(locks, streamLock(k.network, k.stream))
+	}
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
+	n := len(spans)
+	nets, streams, froms, tos := make([]string, 0, n), make([][]byte, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	for _, k := range keys {
+		for _, sp := range news[k] {
+			nets, streams = append(nets, k.network), append(streams, k.stream[:])
+			froms, tos = append(froms, int64(sp.From)), append(tos, int64(sp.To))
+		}
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// unnest gives the keys in the array's order, ascending.
+		if _, err := tx.Exec(ctx, "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", locks); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT DISTINCT c.network, c.stream, c.from_ts, c.to_ts FROM archive_coverage c
+JOIN unnest($1::text[], $2::bytea[], $3::bigint[], $4::bigint[]) AS s(network, stream, from_ts, to_ts)
+ON c.network = s.network AND c.stream = s.stream AND c.to_ts >= s.from_ts - 1 AND c.from_ts <= s.to_ts + 1`,
+			nets, streams, froms, tos)
+		if err != nil {
+			return err
+		}
+		old := make(map[key][]Span)
+		var dnets []string
+		var dstreams [][]byte
+		var dfroms []int64
+		for rows.Next() {
+			var network string
+			var sb []byte
+			var a, b int64
+			if err := rows.Scan(&network, &sb, &a, &b); err != nil {
+				rows.Close()
+				return err
+			}
+			k := key{network: network}
+			copy(k.stream[:], sb)
+			old[k] = append(old[k], Span{uint32(a), uint32(b)})
+			dnets, dstreams, dfroms = append(dnets, network), append(dstreams, sb), append(dfroms, a)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		nets, streams, froms, tos = nets[:0], streams[:0], froms[:0], tos[:0]
+		for _, k := range keys {
+			for _, sp := range mergeTouching(append(old[k], news[k]...)) {
+				nets, streams = append(nets, k.network), append(streams, k.stream[:])
+				froms, tos = append(froms, int64(sp.From)), append(tos, int64(sp.To))
+			}
+		}
+		if len(dnets) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM archive_coverage c
+USING unnest($1::text[], $2::bytea[], $3::bigint[]) AS d(network, stream, from_ts)
+WHERE c.network = d.network AND c.stream = d.stream AND c.from_ts = d.from_ts`, dnets, dstreams, dfroms); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO archive_coverage (network, stream, from_ts, to_ts)
+SELECT * FROM unnest($1::text[], $2::bytea[], $3::bigint[], $4::bigint[])`, nets, streams, froms, tos)
+		return err
+	})
+	if err != nil {
+		p.metrics.failed("coverage", err)
+		return fmt.Errorf("archive: postgres: %w", err)
+	}
+	return nil
+}
+
+// mergeTouching returns the unions of the spans that overlap or touch
+// (one ends the second before the other starts), ascending: what
+// AddCoverage makes of the spans it replaces and a new one, whichever
+// order the new ones come in.
+func mergeTouching(spans []Span) []Span {
+	slices.SortFunc(spans, func(a, b Span) int { return cmp.Compare(a.From, b.From) })
+	var out []Span
+	for _, sp := range spans {
+		if last := len(out) - 1; last >= 0 && int64(sp.From) <= int64(out[last].To)+1 {
+			out[last].To = max(out[last].To, sp.To)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 // Coverage implements Store.

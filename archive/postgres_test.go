@@ -3,6 +3,7 @@ package archive
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -205,4 +206,52 @@ func TestPostgresStatsCountEveryTable(t *testing.T) {
 	assert.Equal(t, int64(len(batch)), st.Reports)
 	assert.Equal(t, int64(1), st.Spans)
 	assert.Equal(t, all, st.BytesOnDisk, "every table of the archive, the rollups' included")
+}
+
+// TestPostgresCoverageBatchesThreeWriters: three stores on one database
+// (three replicas) record rounds of 200 streams' spans at once, each in
+// its own order of the streams, their spans overlapping and touching the
+// others': no round fails (the streams' locks are taken in one order, so
+// no deadlock), and each stream holds one span, the union of all.
+func TestPostgresCoverageBatchesThreeWriters(t *testing.T) {
+	ctx := context.Background()
+	u := newPG(t).database(t)
+	const streams, rounds, writers = 200, 15, 3
+	stores := make([]*Postgres, writers)
+	for i := range stores {
+		stores[i] = openPG(t, u, nil)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w, s := range stores {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for r := range rounds {
+				spans := make([]StreamSpan, 0, streams)
+				for _, i := range rng.Perm(streams) {
+					// Writer w's span of round r: 10 seconds from r*10+w*4,
+					// overlapping or touching its neighbours'.
+					from := uint32(r*10 + w*4)
+					spans = append(spans, StreamSpan{Network: "testnet", Stream: stream(i + 1), Span: Span{from, from + 9}})
+				}
+				if err := s.AddCoverages(ctx, spans); err != nil {
+					errs[w] = fmt.Errorf("round %d: %w", r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for w := range errs {
+		require.NoError(t, errs[w], "writer %d", w)
+	}
+	want := []Span{{0, uint32((rounds-1)*10 + (writers-1)*4 + 9)}}
+	for i := range streams {
+		got, err := stores[0].Coverage(ctx, "testnet", stream(i+1), 0, 4294967295)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "stream %d", i+1)
+	}
+	var rows int
+	require.NoError(t, stores[1].pool.QueryRow(ctx, "SELECT count(*) FROM archive_coverage").Scan(&rows))
+	assert.Equal(t, streams, rows, "one row a stream")
 }

@@ -131,9 +131,10 @@ func TestHoleSweepRetriesAFailedFill(t *testing.T) {
 	})
 }
 
-// The hole jobs that ended more than HoleJobKeep ago are deleted by a
-// sweep, from the job store and the Filler's view; the recent ones, the
-// ones queued and an operator's are kept.
+// The hole jobs that ended more than HoleJobKeep ago, and an operator's
+// that ended more than OperatorJobKeep ago, are deleted by a sweep, from
+// the job store and the Filler's view; the recent ones, an operator's of
+// two days, and the ones queued or running however old are kept.
 func TestHoleSweepDeletesOldHoleJobs(t *testing.T) {
 	fillStores(t, func(t *testing.T, s Store, jobs JobStore) {
 		ctx := context.Background()
@@ -150,6 +151,8 @@ func TestHoleSweepDeletesOldHoleJobs(t *testing.T) {
 		save("hole-old-failed", true, FillFailed, at(-30*time.Hour))
 		save("hole-recent-done", true, FillDone, at(-time.Hour))
 		save("operator-old-done", false, FillDone, at(-48*time.Hour))
+		save("operator-8d-done", false, FillDone, at(-8*24*time.Hour))
+		save("operator-9d-failed", false, FillFailed, at(-9*24*time.Hour))
 		noPages := func(context.Context, string, ID, uint32, int) ([]Report, error) {
 			return nil, errors.New("not run in this test")
 		}
@@ -158,7 +161,7 @@ func TestHoleSweepDeletesOldHoleJobs(t *testing.T) {
 		require.NoError(t, err)
 		h := NewHoleFiller(s, f, 0, now, zaptest.NewLogger(t), m)
 		t.Cleanup(runFiller(t, f))
-		require.Eventually(t, func() bool { return len(f.Progress()) == 4 }, 30*time.Second, 5*time.Millisecond, "the Filler read the jobs")
+		require.Eventually(t, func() bool { return len(f.Progress()) == 6 }, 30*time.Second, 5*time.Millisecond, "the Filler read the jobs")
 
 		ids := func() []string {
 			stored, err := jobs.Fills(ctx)
@@ -180,16 +183,33 @@ func TestHoleSweepDeletesOldHoleJobs(t *testing.T) {
 		want := []string{"operator-old-done", "hole-recent-done"}
 		require.Eventually(t, func() bool { return testutil.ToFloat64(m.sweeps.WithLabelValues("ok")) > 0 }, 30*time.Second,
 			5*time.Millisecond, "a sweep")
-		assert.Equal(t, want, ids(), "the hole jobs ended a day ago are deleted from the store")
+		assert.Equal(t, want, ids(), "the hole jobs ended a day ago and an operator's ended a week ago are deleted from the store")
 		assert.Equal(t, want, seen(), "and from the Filler's view")
 		assert.Equal(t, float64(2), testutil.ToFloat64(m.pruned))
+		assert.Equal(t, float64(2), testutil.ToFloat64(m.prunedO))
 
 		// A job stored again, queued, after it ended is not deleted.
 		save("hole-recent-done", true, FillQueued, at(-time.Hour))
 		clock.Add(int64(2 * HoleJobKeep / time.Second))
-		n, err := f.PruneHoles(ctx, now().Add(-HoleJobKeep))
+		holes, operators, err := f.PruneEnded(ctx, now())
 		require.NoError(t, err)
-		assert.Zero(t, n)
+		assert.Zero(t, holes)
+		assert.Zero(t, operators, "the operator's job ended four days ago is kept")
 		assert.Equal(t, want, ids())
+		clock.Add(int64(4 * 24 * time.Hour / time.Second))
+		holes, operators, err = f.PruneEnded(ctx, now())
+		require.NoError(t, err)
+		assert.Equal(t, 1, operators, "the operator's job ended more than a week ago is deleted")
+		assert.NotContains(t, ids(), "operator-old-done")
+
+		// An operator's job queued or running is never deleted, however
+		// old (a Filler not run, so that they stay as saved).
+		save("operator-queued", false, FillQueued, at(-30*24*time.Hour))
+		save("operator-running", false, FillRunning, at(-30*24*time.Hour))
+		idle := NewFiller(s, jobs, noPages, FillerOptions{Now: now})
+		holes, operators, err = idle.PruneEnded(ctx, now())
+		require.NoError(t, err)
+		assert.Zero(t, operators)
+		assert.Subset(t, ids(), []string{"operator-queued", "operator-running"})
 	})
 }

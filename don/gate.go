@@ -28,8 +28,9 @@ const (
 
 // Metrics are the counters of every Gate of a process.
 type Metrics struct {
-	verified *prometheus.CounterVec
-	failed   *prometheus.CounterVec
+	verified   *prometheus.CounterVec
+	failed     *prometheus.CounterVec
+	remembered *prometheus.CounterVec
 }
 
 // NewMetrics registers the verification counters with reg.
@@ -43,9 +44,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "streamgate_report_verification_failures_total",
 			Help: "Reports that did not verify, by cause; mode enforce refused them, mode report served them, except causes oversize and duplicate_key, refused in every mode (off included) as they are read. Cause unknown_digest means the DON configuration needs an update.",
 		}, []string{"network", "entry", "cause", "mode"}),
+		remembered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "streamgate_report_verifications_remembered_total",
+			Help: "Reports checked where they entered whose verification was the one remembered for the same bytes under the rules in force (no signature recovered again); each is also counted, as verified or failed, by streamgate_reports_verified_total or streamgate_report_verification_failures_total.",
+		}, []string{"network", "entry"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.verified, m.failed)
+		reg.MustRegister(m.verified, m.failed, m.remembered)
 	}
 	return m
 }
@@ -70,7 +75,11 @@ type gateState struct {
 }
 
 // memo keeps the result of each report verified where it entered, so that
-// the decoded view states it without verifying again. It is bounded and
+// the same bytes entering again (a report read back from the archive, the
+// stream's frame of a report a REST answer brought) and the decoded view
+// have it without recovering a signature again. It is keyed by every
+// byte the verification reads (memoKey), so bytes that differ in any way
+// (a row rewritten in a shared database) are verified anew; it is bounded and
 // evicts the least recently used result one at a time (go-ethereum's
 // common/lru, already linked for the crypto), so a burst of new reports
 // costs the oldest results, never the whole memo; a report whose result
@@ -86,15 +95,18 @@ const memoMax = 1 << 16
 
 func newMemo() *memo { return &memo{c: lru.NewCache[[32]byte, Result](memoMax)} }
 
-// memoKey is the key of a record's result: every field it is checked by.
+// memoKey is the key of a record's result: the SHA-256 of every field it
+// is checked by, each of fixed length or preceded by its length, so that
+// no two records share their hashed bytes.
 func memoKey(r Record) [32]byte {
 	h := sha256.New()
-	var n [8 * 2]byte
-	binary.BigEndian.PutUint64(n[:8], uint64(r.ValidFromTimestamp))
-	binary.BigEndian.PutUint64(n[8:], uint64(r.ObservationsTimestamp))
-	h.Write([]byte(r.FeedID))
-	h.Write([]byte{0})
+	var n [8 * 4]byte
+	binary.BigEndian.PutUint64(n[:8], uint64(len(r.FeedID)))
+	binary.BigEndian.PutUint64(n[8:16], uint64(len(r.FullReport)))
+	binary.BigEndian.PutUint64(n[16:24], uint64(r.ValidFromTimestamp))
+	binary.BigEndian.PutUint64(n[24:], uint64(r.ObservationsTimestamp))
 	h.Write(n[:])
+	h.Write([]byte(r.FeedID))
 	h.Write([]byte(r.FullReport))
 	var k [32]byte
 	h.Sum(k[:0])
@@ -172,7 +184,11 @@ func (g *Gate) Mode() string {
 // Check verifies a report record which entered at entry (its signatures,
 // and that its feedID and times are its signed blob's), and reports
 // whether it may be cached and served: true when it verified, in mode
-// report, and in mode off (then unchecked, with an empty Result).
+// report, and in mode off (then unchecked, with an empty Result). The
+// result of the same bytes checked before under the rules in force (the
+// memo: a reload starts a new one) is used without recovering the
+// signatures again, counted as remembered; it is counted and logged as
+// verified or failed all the same.
 func (g *Gate) Check(entry string, rec Record) (Result, bool) {
 	if g == nil {
 		return Result{}, true
@@ -181,8 +197,14 @@ func (g *Gate) Check(entry string, rec Record) (Result, bool) {
 	if st.mode == ModeOff {
 		return Result{}, true
 	}
-	res := st.v.VerifyRecord(rec)
-	st.memo.put(memoKey(rec), res)
+	k := memoKey(rec)
+	res, remembered := st.memo.get(k)
+	if remembered {
+		g.m.remembered.WithLabelValues(g.network, entry).Inc()
+	} else {
+		res = st.v.VerifyRecord(rec)
+		st.memo.put(k, res)
+	}
 	if res.OK() {
 		g.m.verified.WithLabelValues(g.network, entry).Inc()
 		return res, true

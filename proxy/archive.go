@@ -28,7 +28,12 @@ import (
 // (keep), and every report read from it is verified again as it enters
 // the cache (don.EntryArchive), so that a stricter rule applies to what is
 // read from then on, and whoever can write to a shared database cannot
-// have a report served that the DON did not sign. It serves and keeps
+// have a report served that the DON did not sign. The gate recovers a
+// report's signatures once per its bytes and rules in force (its memo,
+// filled by every entry's check, emptied by a reload), so a report read
+// again, or read back after it was verified as the upstream or the
+// stream brought it, costs a hash, and a row rewritten in a shared
+// database, whose bytes differ, is verified anew. It serves and keeps
 // the organisation's credential's answers under the network's name, and,
 // with sharing: credential, each stream partition's under its label
 // (network@partition, config.PartitionLabel): a team's own credential may
@@ -183,7 +188,8 @@ func (t *archiveTier) inRange(ts int64) bool {
 }
 
 // verified reports whether a report read from the archive passes the rules
-// in force, counted as an entry of the archive.
+// in force, counted as an entry of the archive: verified, or the result
+// the gate remembers for the same bytes under those rules.
 func (t *archiveTier) verified(r *archive.Report) bool {
 	if t.gate == nil {
 		return true
