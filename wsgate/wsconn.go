@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,13 +26,7 @@ import (
 // the client in one write: the frames queued for it when its writer wakes,
 // each in a binary frame of its own, in one buffer. One write per burst
 // instead of one per frame is what keeps a burst's last client close to its
-// first (writing is most of the gateway's cost per frame). A writer woken
-// by a burst's first frame yields once (runtime.Gosched) before it takes
-// what is queued: the hub is fanning the burst out on the other core at
-// that moment, and the frames it queues meanwhile join the write. It
-// costs the writer one turn of the run queue, no timer, and no wait when
-// nothing else is runnable; at 5,000 clients it brought the writes per
-// frame from about 0.16 to the bare fan-out's 0.12 (BENCHMARKS.md). A library that
+// first (writing is most of the gateway's cost per frame). A library that
 // flushes each message on its own cannot batch, so the server side of the
 // protocol is written here on github.com/gobwas/ws's frame codec.
 
@@ -287,11 +280,6 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			if !ok {
 				return n.endStream(c, sub, readDone)
 			}
-			// The first frame of a burst woke the writer while the
-			// hub is still fanning the burst out: it yields once, so
-			// that the frames queued meanwhile go in the same write
-			// (see the comment at the top of the file).
-			runtime.Gosched()
 			frames, ok = drain(append(frames[:0], f), sub.C())
 			frames = slices.DeleteFunc(frames, func(f *realtime.Frame) bool { return !sub.Keep(f) })
 			op := ws.OpBinary
