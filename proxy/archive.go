@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,88 @@ type Archive struct {
 	cur        atomic.Pointer[archiveBackend]
 	readFailed atomic.Pointer[string] // the last read's error kind, while reads fail
 	opening    atomic.Pointer[string] // why the store is not open yet; nil once open
+
+	// held are the REST answers' reports kept while the store was not
+	// open yet (hold), written once it is (Open).
+	held openingWrites
+}
+
+// openingWritesMax bounds the reports the REST answers bring that are
+// held while the archive is opening (PostgreSQL, opened in the
+// background): about 16 MB of reports.
+const openingWritesMax = 16384
+
+// openingWrites holds the writes of the REST answers' reports made while
+// the store is not open yet, until it is (Archive.Open): a report a
+// client was answered with is kept from the gateway's first request,
+// as the stream's are (Gateway.ArchiveFrames). Beyond openingWritesMax
+// reports, what is not held is counted as the Writer's drops are
+// (archive.DropQueueFull) and logged once.
+type openingWrites struct {
+	mu     sync.Mutex
+	done   bool // written: every later write goes to the Writer at once
+	writes []heldWrite
+	n      int // reports in writes
+	lost   int
+	logged bool
+}
+
+// heldWrite is one write of reports to the Writer: the reports alone, or
+// with the span of stream they prove (AddCovered) when covered.
+type heldWrite struct {
+	reports []archive.Report
+	covered bool
+	network string
+	stream  feedid.ID
+	span    archive.Span
+}
+
+// to gives w to the Writer.
+func (w *heldWrite) to(wr *archive.Writer) {
+	if w.covered {
+		wr.AddCovered(w.reports, w.network, w.stream, w.span)
+		return
+	}
+	for _, r := range w.reports {
+		wr.Add(r)
+	}
+}
+
+// hold keeps w until the store is open; false when there is nothing to
+// wait for: the store is open now (the caller writes w itself), or not
+// being opened (the archive is off, or closing).
+func (a *Archive) hold(w heldWrite) bool {
+	a.held.mu.Lock()
+	defer a.held.mu.Unlock()
+	if a.held.done || a.opening.Load() == nil {
+		return false
+	}
+	if a.held.n+len(w.reports) <= openingWritesMax {
+		a.held.writes = append(a.held.writes, w)
+		a.held.n += len(w.reports)
+		return true
+	}
+	a.held.lost += len(w.reports)
+	if !a.held.logged && a.Logger != nil {
+		a.held.logged = true
+		a.Logger.Warn("archive: not open yet, and the answers' reports held for it are at their bound; newer ones are not kept",
+			zap.Int("held", openingWritesMax))
+	}
+	return true
+}
+
+// writeHeld gives what hold kept to writer, once, the store being open.
+func (a *Archive) writeHeld(writer *archive.Writer) {
+	a.held.mu.Lock()
+	writes, lost := a.held.writes, a.held.lost
+	a.held.writes, a.held.n, a.held.lost, a.held.done = nil, 0, 0, true
+	a.held.mu.Unlock()
+	for i := range writes {
+		writes[i].to(writer)
+	}
+	if lost > 0 {
+		writer.Lost(lost, archive.DropQueueFull)
+	}
 }
 
 type archiveBackend struct {
@@ -71,9 +154,11 @@ type archiveBackend struct {
 }
 
 // Open hands the archive its open store and the writer in front of it.
+// What the REST answers brought while it was opening is written then.
 func (a *Archive) Open(store archive.Store, writer *archive.Writer) {
 	a.cur.Store(&archiveBackend{store: store, writer: writer})
 	a.opening.Store(nil)
+	a.writeHeld(writer)
 }
 
 // Waiting records why the store is not open yet (its opener tries again),
@@ -162,15 +247,41 @@ type archiveTier struct {
 // reports are kept under there (the network's, or its stream partition's
 // label); nil when the archive is off, not open, or not for cred.
 func (t *archiveTier) backend(cred *credential) (*archiveBackend, string) {
+	network, ok := t.keptUnder(cred)
+	if !ok {
+		return nil, ""
+	}
+	return t.a.cur.Load(), network
+}
+
+// keptUnder returns the network name cred's reports are kept under (the
+// network's, or its stream partition's label); false when the archive is
+// off or not for cred.
+func (t *archiveTier) keptUnder(cred *credential) (string, bool) {
 	switch {
 	case t == nil || cred == nil:
-		return nil, ""
+		return "", false
 	case cred == t.org:
-		return t.a.cur.Load(), t.network
+		return t.network, true
 	case cred.part != "":
-		return t.a.cur.Load(), config.PartitionLabel(t.network, cred.part)
+		return config.PartitionLabel(t.network, cred.part), true
 	}
-	return nil, ""
+	return "", false
+}
+
+// write gives w to the Writer for cred's reports, or holds it while the
+// store is opening (Archive.hold).
+func (t *archiveTier) write(cred *credential, w heldWrite) {
+	if b, _ := t.backend(cred); b != nil {
+		w.to(b.writer)
+		return
+	}
+	if t.a.hold(w) {
+		return
+	}
+	if b, _ := t.backend(cred); b != nil { // opened meanwhile
+		w.to(b.writer)
+	}
 }
 
 // cutoff is the oldest observationsTimestamp served and kept.
@@ -321,19 +432,19 @@ func (t *archiveTier) fromRecord(network string, rec *reportDoc, raw []byte) (ar
 // keep queues a report an answer brought for the archive (the record
 // verified, raw its bytes as sent); it never waits.
 func (t *archiveTier) keep(cred *credential, rec *reportDoc, raw []byte) {
-	b, network := t.backend(cred)
-	if b == nil {
+	network, ok := t.keptUnder(cred)
+	if !ok {
 		return
 	}
 	if r, ok := t.fromRecord(network, rec, raw); ok {
-		b.writer.Add(r)
+		t.write(cred, heldWrite{reports: []archive.Report{r}})
 	}
 }
 
 // keepRaw is keep for a record whose parse the caller did not keep (a
 // bulk answer's, split by stream).
 func (t *archiveTier) keepRaw(cred *credential, raw []byte) {
-	if b, _ := t.backend(cred); b == nil {
+	if _, ok := t.keptUnder(cred); !ok {
 		return
 	}
 	rec, err := don.ReadRecord(raw)
@@ -351,8 +462,8 @@ func (t *archiveTier) keepRaw(cred *credential, raw []byte) {
 // page with a report the archive does not keep proves no span: its
 // reports are kept one by one.
 func (t *archiveTier) keepPage(cred *credential, feed string, start int64, recs []reportDoc, raws [][]byte, complete bool) {
-	b, network := t.backend(cred)
-	if b == nil || len(recs) == 0 {
+	network, ok := t.keptUnder(cred)
+	if !ok || len(recs) == 0 {
 		return
 	}
 	from := max(start, t.cutoff())
@@ -374,12 +485,11 @@ func (t *archiveTier) keepPage(cred *credential, feed string, start int64, recs 
 	}
 	last := recs[len(recs)-1].ObservationsTimestamp
 	if !complete || !whole || from > last || from > math.MaxUint32 {
-		for _, r := range rs {
-			b.writer.Add(r)
-		}
+		t.write(cred, heldWrite{reports: rs})
 		return
 	}
-	b.writer.AddCovered(rs, network, feedid.ID(feed), archive.Span{From: uint32(from), To: uint32(last)})
+	t.write(cred, heldWrite{reports: rs, covered: true, network: network, stream: feedid.ID(feed),
+		span: archive.Span{From: uint32(from), To: uint32(last)}})
 }
 
 // archiveFirst is the fill of a key the archive may hold: the archive's

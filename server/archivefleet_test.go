@@ -499,3 +499,84 @@ func dropSharedEntries(t *testing.T, url string, feeds []string, recorded map[st
 		require.NoError(t, rc.Del(ctx, keys...).Err())
 	}
 }
+
+// TestArchivePostgresKeepsTheAnswersFromBeforeItOpens: a gateway whose
+// PostgreSQL archive cannot be opened yet (PostgreSQL down as it starts)
+// answers REST requests from the upstream meanwhile; once PostgreSQL is
+// up and the archive open, the reports of those answers are in it with
+// their bytes (a report at a timestamp, a bulk, a page), and the span the
+// complete page proved is in its coverage: nothing an answer brought
+// before the open is lost, nothing counted as dropped.
+func TestArchivePostgresKeepsTheAnswersFromBeforeItOpens(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.Stop()
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(t, err)
+	t.Cleanup(func() { sim.Close() })
+	var feeds []string
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
+		if s.Status == "live" && len(feeds) < 3 {
+			feeds = append(feeds, s.FeedID)
+		}
+	}
+	require.Len(t, feeds, 3)
+	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {
+		c.Server.AdminListen = "127.0.0.1:0"
+		postgresArchive(pg)(&c.Archive)
+		c.Archive.ReadTimeout = 30 * time.Second
+	}})
+	require.Contains(t, env.Server.ArchiveHealth(), "not open")
+
+	now := time.Now().Unix()
+	ts, bulkTS, start := now-30, now-40, now-200
+	reportT := fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feeds[0], ts)
+	bulkT := fmt.Sprintf("/api/v1/reports/bulk?feedIDs=%s,%s&timestamp=%d", feeds[1], feeds[2], bulkTS)
+	pageT := fmt.Sprintf("/api/v1/reports/page?feedID=%s&startTimestamp=%d&limit=20", feeds[2], start)
+	want := map[string]map[int64]string{} // stream → second → fullReport, as answered
+	var pageLast int64                    // the page's last second
+	for _, target := range []string{reportT, bulkT, pageT} {
+		st, xc, body := get(t, env.Testnet, target)
+		require.Equal(t, http.StatusOK, st, body)
+		require.Equal(t, "MISS", xc, target)
+		type record struct {
+			FeedID                string `json:"feedID"`
+			ObservationsTimestamp int64  `json:"observationsTimestamp"`
+			FullReport            string `json:"fullReport"`
+		}
+		var doc struct {
+			Report  *record  `json:"report"`
+			Reports []record `json:"reports"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &doc), body)
+		rs := doc.Reports
+		if doc.Report != nil {
+			rs = append(rs, *doc.Report)
+		}
+		require.NotEmpty(t, rs, target)
+		for _, r := range rs {
+			if want[r.FeedID] == nil {
+				want[r.FeedID] = map[int64]string{}
+			}
+			want[r.FeedID][r.ObservationsTimestamp] = r.FullReport
+			if target == pageT {
+				pageLast = max(pageLast, r.ObservationsTimestamp)
+			}
+		}
+	}
+	require.Contains(t, env.Server.ArchiveHealth(), "not open", "the answers came before the archive opened")
+
+	pg.Restart()
+	waitArchiveOpen(t, env)
+	require.NoError(t, env.Server.FlushArchive(context.Background()))
+	require.Len(t, want, 3, "every stream asked was answered")
+	for _, feed := range feeds {
+		held := fleetRows(t, pg, feed)
+		require.NotEmpty(t, want[feed], feed)
+		for sec, full := range want[feed] {
+			assert.Equal(t, full, held[sec], "%s at %d: the answer's report, archived", feed, sec)
+		}
+	}
+	assert.True(t, spanCovers(t, pg, feedid.ID(feeds[2]), start, pageLast), "the span the complete page proved: [%d, %d]", start, pageLast)
+	assert.Zero(t, servertest.MetricValue(t, env.Registry, "streamgate_archive_dropped_total", map[string]string{"reason": "queue_full"}),
+		"nothing held for the archive was lost")
+}
