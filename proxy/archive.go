@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,27 +66,7 @@ type Archive struct {
 
 	// held are the REST answers' reports kept while the store was not
 	// open yet (hold), written once it is (Open).
-	held openingWrites
-}
-
-// openingWritesMax bounds the reports the REST answers bring that are
-// held while the archive is opening (PostgreSQL, opened in the
-// background): about 16 MB of reports.
-const openingWritesMax = 16384
-
-// openingWrites holds the writes of the REST answers' reports made while
-// the store is not open yet, until it is (Archive.Open): a report a
-// client was answered with is kept from the gateway's first request,
-// as the stream's are (Gateway.ArchiveFrames). Beyond openingWritesMax
-// reports, what is not held is counted as the Writer's drops are
-// (archive.DropQueueFull) and logged once.
-type openingWrites struct {
-	mu     sync.Mutex
-	done   bool // written: every later write goes to the Writer at once
-	writes []heldWrite
-	n      int // reports in writes
-	lost   int
-	logged bool
+	held opening[heldWrite]
 }
 
 // heldWrite is one write of reports to the Writer: the reports alone, or
@@ -111,41 +90,16 @@ func (w *heldWrite) to(wr *archive.Writer) {
 	}
 }
 
-// hold keeps w until the store is open; false when there is nothing to
-// wait for: the store is open now (the caller writes w itself), or not
-// being opened (the archive is off, or closing).
+// hold keeps w until the store is open (opening: at most openingMax
+// reports, each beyond counted as dropped); false when there is nothing
+// to wait for: the store is open now (the caller writes w itself), or
+// not being opened (the archive is off, or closing).
 func (a *Archive) hold(w heldWrite) bool {
-	a.held.mu.Lock()
-	defer a.held.mu.Unlock()
-	if a.held.done || a.opening.Load() == nil {
+	if a.opening.Load() == nil {
 		return false
 	}
-	if a.held.n+len(w.reports) <= openingWritesMax {
-		a.held.writes = append(a.held.writes, w)
-		a.held.n += len(w.reports)
-		return true
-	}
-	a.held.lost += len(w.reports)
-	if !a.held.logged && a.Logger != nil {
-		a.held.logged = true
-		a.Logger.Warn("archive: not open yet, and the answers' reports held for it are at their bound; newer ones are not kept",
-			zap.Int("held", openingWritesMax))
-	}
-	return true
-}
-
-// writeHeld gives what hold kept to writer, once, the store being open.
-func (a *Archive) writeHeld(writer *archive.Writer) {
-	a.held.mu.Lock()
-	writes, lost := a.held.writes, a.held.lost
-	a.held.writes, a.held.n, a.held.lost, a.held.done = nil, 0, 0, true
-	a.held.mu.Unlock()
-	for i := range writes {
-		writes[i].to(writer)
-	}
-	if lost > 0 {
-		writer.Lost(lost, archive.DropQueueFull)
-	}
+	return a.held.hold(w, len(w.reports), a.Logger,
+		"archive: not open yet, and the answers' reports held for it are at their bound; newer ones are not kept until it opens")
 }
 
 type archiveBackend struct {
@@ -158,7 +112,7 @@ type archiveBackend struct {
 func (a *Archive) Open(store archive.Store, writer *archive.Writer) {
 	a.cur.Store(&archiveBackend{store: store, writer: writer})
 	a.opening.Store(nil)
-	a.writeHeld(writer)
+	a.held.drain(func(w heldWrite) { w.to(writer) }, writer)
 }
 
 // Waiting records why the store is not open yet (its opener tries again),

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -37,7 +36,7 @@ import (
 //
 // The hubs start carrying their pinned streams at once, while a
 // PostgreSQL archive is still being opened in the background (Archive.Waiting):
-// what a hub hands meanwhile is held, at most openingFramesMax, and given to
+// what a hub hands meanwhile is held, at most openingMax, and given to
 // the Writer in the order handed, before anything newer, once the archive
 // is open, so that a stream is recorded from its first second, which its
 // clients may already have (the hub's newest report, sent as they
@@ -56,7 +55,7 @@ func (g *Gateway) ArchiveFrames(name, part string) (frames func(realtime.Frame),
 	if cred == nil {
 		return nil, nil
 	}
-	q := &openingFrames{max: openingFramesMax}
+	q := &opening[realtime.Frame]{}
 	// drain gives the held frames to the Writer if the archive is open.
 	drain := func(t *archiveTier) (*archiveBackend, string) {
 		b, network := t.backend(cred)
@@ -70,7 +69,7 @@ func (g *Gateway) ArchiveFrames(name, part string) (frames func(realtime.Frame),
 		for {
 			b, network := drain(t)
 			if b == nil {
-				if t != nil && t.a.opening.Load() != nil && !q.hold(f, t.log, config.PartitionLabel(name, part)) {
+				if t != nil && t.a.opening.Load() != nil && !q.hold(f, 1, t.log, warnOpeningFrames, zap.String("network", config.PartitionLabel(name, part))) {
 					continue // opened meanwhile: the held frames are the Writer's
 				}
 				return
@@ -81,6 +80,10 @@ func (g *Gateway) ArchiveFrames(name, part string) (frames func(realtime.Frame),
 	}
 	return frames, func() { drain(n.report.arch) }
 }
+
+// warnOpeningFrames is logged once when a hub's frames held for the
+// archive reach their bound.
+const warnOpeningFrames = "archive: not open yet, and the stream's reports held for it are at their bound; newer ones are dropped, each a hole in its stream's coverage, until it opens"
 
 // keepFrame queues frame, a report the hub handed, in b's Writer under
 // network when it may be kept.
@@ -98,66 +101,6 @@ func (t *archiveTier) keepFrame(b *archiveBackend, network string, f realtime.Fr
 		follows = uint32(f.Follows)
 	}
 	b.writer.AddFollowing(r, follows)
-}
-
-// openingFramesMax bounds the frames one hub's ArchiveFrames holds while
-// the archive is opening: a thousand streams for sixteen seconds.
-const openingFramesMax = 16384
-
-// openingFrames holds the frames a hub hands while the archive is opening,
-// in the order handed (each stream's in order: the hub hands a stream's
-// frames one at a time), until the archive is open (drain).
-type openingFrames struct {
-	open atomic.Bool // drained: every later frame goes to the Writer at once
-	max  int
-
-	mu     sync.Mutex
-	held   []realtime.Frame
-	lost   int
-	logged bool
-}
-
-// hold keeps f for the Writer; false when the archive has opened since the
-// caller looked (drained): the caller gives f to the Writer itself.
-func (q *openingFrames) hold(f realtime.Frame, log *zap.Logger, network string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.open.Load() {
-		return false
-	}
-	if len(q.held) < q.max {
-		q.held = append(q.held, f)
-		return true
-	}
-	q.lost++
-	if !q.logged && log != nil {
-		q.logged = true
-		log.Warn("archive: not open yet, and the stream's reports held for it are at their bound; newer ones are dropped, each a hole in its stream's coverage, until it opens",
-			zap.String("network", network), zap.Int("held", q.max))
-	}
-	return true
-}
-
-// drain gives the held frames to keep, in order, once (the first frame
-// handed after the archive opened does), and counts those lost in w's
-// drops. A frame handed meanwhile waits for it, so that it follows them.
-func (q *openingFrames) drain(keep func(realtime.Frame), w *archive.Writer) {
-	if q.open.Load() {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.open.Load() {
-		return
-	}
-	for _, f := range q.held {
-		keep(f)
-	}
-	if q.lost > 0 {
-		w.Lost(q.lost, archive.DropQueueFull)
-	}
-	q.held, q.lost = nil, 0
-	q.open.Store(true)
 }
 
 // ArchivePages returns the page source of the archive's fills

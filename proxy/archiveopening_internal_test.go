@@ -13,7 +13,7 @@ import (
 )
 
 // TestArchiveHoldsAnswersWhileOpening: while the store is being opened,
-// the reports the REST answers bring are held, at most openingWritesMax,
+// the reports the REST answers bring are held, at most openingMax,
 // and written once it opens, in one go; what is beyond the bound is
 // counted as the Writer's drops are; once open, nothing is held any
 // more (the caller writes at once).
@@ -27,10 +27,10 @@ func TestArchiveHoldsAnswersWhileOpening(t *testing.T) {
 
 	a.Waiting("postgres: connection refused")
 	const base = 1_000_000
-	for i := range openingWritesMax {
+	for i := range openingMax {
 		require.True(t, a.hold(heldWrite{reports: []archive.Report{rep(base + uint32(i))}}))
 	}
-	require.True(t, a.hold(heldWrite{reports: []archive.Report{rep(base + openingWritesMax), rep(base + openingWritesMax + 1)}}),
+	require.True(t, a.hold(heldWrite{reports: []archive.Report{rep(base + openingMax), rep(base + openingMax + 1)}}),
 		"beyond the bound: not held, counted")
 
 	p, err := archive.OpenPebble(archive.PebbleOptions{Dir: t.TempDir()})
@@ -55,6 +55,6 @@ func TestArchiveHoldsAnswersWhileOpening(t *testing.T) {
 		}
 		start = rs[len(rs)-1].ObservationsTimestamp + 1
 	}
-	assert.Equal(t, openingWritesMax, got, "every report held, written once the store opened; none beyond the bound")
+	assert.Equal(t, openingMax, got, "every report held, written once the store opened; none beyond the bound")
 	assert.Equal(t, int64(2), w.Dropped(), "the two beyond the bound, counted")
 }
