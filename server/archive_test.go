@@ -79,21 +79,13 @@ func get(t *testing.T, base, target string) (int, string, string) {
 // answered. A bulk with one stream more asks the upstream for that one
 // only. A second gateway on the directory is refused, naming why.
 func TestArchivePebbleSurvivesARestart(t *testing.T) {
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := unlimitedSim(t)
 	dir := t.TempDir()
 	pebble := func(a *config.Archive) { a.Backend, a.Path = config.ArchiveBackendPebble, dir }
 	rec := &targets{}
 	env := archiveEnv(t, sim, rec, pebble)
 
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" && len(feeds) < 4 {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
-	require.Len(t, feeds, 4)
+	feeds := liveFeeds(t, sim, 4)
 	now := time.Now().Unix()
 	ts, bulkTS, start := now-30, now-40, now-200
 	reportT := fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feeds[0], ts)
@@ -167,9 +159,7 @@ func TestArchivePebbleSurvivesARestart(t *testing.T) {
 func TestArchiveNeverKeepsAForgery(t *testing.T) {
 	for _, mode := range []string{config.VerifyEnforce, config.VerifyReport} {
 		t.Run(mode, func(t *testing.T) {
-			sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-			require.NoError(t, err)
-			t.Cleanup(func() { sim.Close() })
+			sim := unlimitedSim(t)
 			dir := t.TempDir()
 			pebble := func(a *config.Archive) { a.Backend, a.Path = config.ArchiveBackendPebble, dir }
 			start := func() *servertest.Env {
@@ -267,15 +257,8 @@ func rows(t *testing.T, srv *pgtest.Server) (n, distinct int64) {
 // report again: HIT, no upstream call, the upstream's bytes.
 func TestArchivePostgresFleet(t *testing.T) {
 	pg := pgtest.New(t)
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" && len(feeds) < 3 {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
+	sim := unlimitedSim(t)
+	feeds := liveFeeds(t, sim, 3)
 	now := time.Now().Unix()
 	asked := []string{
 		fmt.Sprintf("/api/v1/reports?feedID=%s&timestamp=%d", feeds[0], now-30),
@@ -391,4 +374,27 @@ func TestArchivePostgresDown(t *testing.T) {
 	require.NoError(t, env.Server.FlushArchive(context.Background()))
 	after, _ := rows(t, pg)
 	assert.Equal(t, before+1, after, "archived again")
+}
+
+// unlimitedSim starts a simulator without its rate limit (the tests count
+// upstream calls, not refusals), closed with tb.
+func unlimitedSim(tb testing.TB) *upstreamsim.Simulator {
+	tb.Helper()
+	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
+	require.NoError(tb, err)
+	tb.Cleanup(func() { sim.Close() })
+	return sim
+}
+
+// liveFeeds returns the IDs of the first n live testnet streams of sim.
+func liveFeeds(tb testing.TB, sim *upstreamsim.Simulator, n int) []string {
+	tb.Helper()
+	var feeds []string
+	for _, s := range sim.Streams(upstreamsim.Testnet) {
+		if s.Status == "live" && len(feeds) < n {
+			feeds = append(feeds, s.FeedID)
+		}
+	}
+	require.Len(tb, feeds, n)
+	return feeds
 }

@@ -54,16 +54,8 @@ func BenchmarkGatewayArchive(b *testing.B) {
 }
 
 func gatewayArchive(b *testing.B, mode string) {
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(b, err)
-	b.Cleanup(func() { sim.Close() })
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" && len(feeds) < 12 {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
-	require.Len(b, feeds, 12)
+	sim := unlimitedSim(b)
+	feeds := liveFeeds(b, sim, 12)
 	dir := b.TempDir()
 	start := func() *servertest.Env {
 		return servertest.Start(b, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {

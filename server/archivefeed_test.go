@@ -26,16 +26,8 @@ import (
 // inside the filled span and reports at the seconds the stream carried are
 // answered from the archive with no upstream call.
 func TestArchiveFillsAndRecordsTheStream(t *testing.T) {
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" && len(feeds) < 2 {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
-	require.Len(t, feeds, 2)
+	sim := unlimitedSim(t)
+	feeds := liveFeeds(t, sim, 2)
 	dir := t.TempDir()
 	pinned, err := feedid.Parse(feeds[1])
 	require.NoError(t, err)

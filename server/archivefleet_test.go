@@ -165,9 +165,7 @@ func fleetCovered(t *testing.T, pg *pgtest.Server, feed string, from, to int64) 
 func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 	rs := redistest.New(t)
 	pg := pgtest.New(t)
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := unlimitedSim(t)
 	var feeds []string
 	schemas := map[string]bool{}
 	for _, s := range sim.Streams(upstreamsim.Testnet) {
@@ -417,17 +415,8 @@ func TestArchivePostgresFleetRecordsTheStreams(t *testing.T) {
 func TestArchivePostgresRecordsTheStreamFromBeforeItOpens(t *testing.T) {
 	pg := pgtest.New(t)
 	pg.Stop()
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	var feed string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" {
-			feed = s.FeedID
-			break
-		}
-	}
-	require.NotEmpty(t, feed)
+	sim := unlimitedSim(t)
+	feed := liveFeeds(t, sim, 1)[0]
 	pinned, err := feedid.Parse(feed)
 	require.NoError(t, err)
 	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {
@@ -510,16 +499,8 @@ func dropSharedEntries(t *testing.T, url string, feeds []string, recorded map[st
 func TestArchivePostgresKeepsTheAnswersFromBeforeItOpens(t *testing.T) {
 	pg := pgtest.New(t)
 	pg.Stop()
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" && len(feeds) < 3 {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
-	require.Len(t, feeds, 3)
+	sim := unlimitedSim(t)
+	feeds := liveFeeds(t, sim, 3)
 	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {
 		c.Server.AdminListen = "127.0.0.1:0"
 		postgresArchive(pg)(&c.Archive)

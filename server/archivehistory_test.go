@@ -30,9 +30,7 @@ import (
 // nothing. A page the archive does not hold whole costs one upstream
 // call, charged as a page from memory.
 func TestArchiveHistoryFillIsBoundedPerRequest(t *testing.T) {
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := unlimitedSim(t)
 	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {
 		c.Auth.ReplayProtection = false
 		c.Team(config.DemoTeam).DailyQuota = 1000

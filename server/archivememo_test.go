@@ -55,9 +55,7 @@ func archiveVerifications(t *testing.T, env *servertest.Env) (verified, failed, 
 // every result: the next read verifies again and refuses, and the
 // upstream's answer is refused too.
 func TestArchiveReadsVerifyEachReportOnce(t *testing.T) {
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := unlimitedSim(t)
 	dir := t.TempDir()
 	pebble := func(a *config.Archive) { a.Backend, a.Path = config.ArchiveBackendPebble, dir }
 	env := archiveEnv(t, sim, &targets{}, pebble)
@@ -112,9 +110,7 @@ func TestArchiveReadsVerifyEachReportOnce(t *testing.T) {
 // refused; the request is answered with the upstream's bytes.
 func TestArchiveTamperedRowRefused(t *testing.T) {
 	pg := pgtest.New(t)
-	sim, err := upstreamsim.New(func() upstreamsim.Config { c := upstreamsim.Default(); c.RateLimit = 0; return c }())
-	require.NoError(t, err)
-	t.Cleanup(func() { sim.Close() })
+	sim := unlimitedSim(t)
 	env := archiveEnv(t, sim, &targets{}, func(a *config.Archive) {
 		postgresArchive(pg)(a)
 		a.ReadTimeout = 30 * time.Second // a read slower than read_timeout goes upstream by design
