@@ -154,24 +154,27 @@ func TestScenariosSmoke(t *testing.T) {
 	}
 }
 
-// The ws scenario, tiny: every expected frame counted once, no duplicate,
-// at most two upstream connections; the figures' lines are there (their
-// values are timings and not checked).
+// The ws scenario, tiny, in two rounds: every expected frame counted once,
+// no duplicate, at most two upstream connections, each side measured once
+// a round, the order turning; the figures' lines are there and the ratios
+// of each round (their values are timings and not checked).
 func TestScenarioWSSmoke(t *testing.T) {
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"-scenario", "ws", "-c", "20", "-d", "2s", "-log", "off"}, &out, &errOut)
+	err := run(context.Background(), []string{"-scenario", "ws", "-c", "20", "-d", "2s", "-rounds", "2", "-log", "off"}, &out, &errOut)
 	require.NoError(t, err, errOut.String())
 	o := out.String()
 	t.Log(o)
 	assert.Regexp(t, `upstream WebSocket connections held: at most [12] at once during the window`, o)
 	assert.Regexp(t, `frames delivered (\d+) of (\d+) expected`, o)
 	ms := regexp.MustCompile(`frames delivered (\d+) of (\d+) expected \(1\.00\); duplicates 0; frames of streams not asked 0; clients closed early 0`).FindAllStringSubmatch(o, -1)
-	require.Len(t, ms, 2, "every expected frame, once, from the gateway and from the baseline: %s", o)
+	require.Len(t, ms, 4, "every expected frame, once, from the gateway and from the baseline, in each round: %s", o)
 	for _, m := range ms {
 		assert.Equal(t, m[1], m[2])
 		assert.Equal(t, "400", m[2], "20 clients × 10 streams × 2 s")
 	}
-	assert.Regexp(t, `(?s)streamgate:\n.*bare fan-out server \(baseline\):\n`, o, "both sides, in one run")
+	assert.Regexp(t, `(?s)streamgate, round 1 of 2:\n.*bare fan-out server \(baseline\), round 1 of 2:\n.*`+
+		`bare fan-out server \(baseline\), round 2 of 2:\n.*streamgate, round 2 of 2:\n`, o, "both sides in each round, the order turning")
+	assert.Regexp(t, `CPU per delivered frame  \d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\]  \(\d+\.\d{3} \d+\.\d{3}\)`, o, "a ratio for each round")
 	for _, line := range []string{"added delay", "CPU per delivered frame", "memory per client: heap in use", "goroutines"} {
 		assert.Contains(t, o, line)
 	}

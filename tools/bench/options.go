@@ -76,7 +76,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.latestTTL, "latest-ttl", 0, "cache.latest_ttl of the in-process gateway (hit: 1h; else the default, 500ms)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before measuring each side (freshness: 5s)")
 	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "freshness: how often each client asks")
-	fs.IntVar(&o.rounds, "rounds", 2, "hit (default 5), miss: alternating runs of each side, each -d/rounds long")
+	fs.IntVar(&o.rounds, "rounds", 2, "hit (default 5), miss: alternating runs of each side, each -d/rounds long; ws (default 1): runs of each side, each -d long, the order turning, and their ratios within each round")
 	fs.IntVar(&o.hitBulk, "hit-bulk", 0, "hit: also measure bulk requests of this many streams, every one cached, on the gateway; 0: not")
 	fs.BoolVar(&o.hitTracing, "tracing", false, "hit: also measure gateways tracing at sample ratio 0, 0.01 and 1, exporting over OTLP/HTTP to a collector stand-in in this process that takes and drops the spans")
 	fs.BoolVar(&o.hitTLS, "tls", false, "hit: also measure a gateway serving https (TLS 1.3, HTTP/1.1 on kept-alive connections, a certificate made for the run)")

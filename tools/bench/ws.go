@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -81,19 +83,78 @@ func scenarioWS(ctx context.Context, o *options) error {
 		return fmt.Errorf("the bare fan-out server: %w", err)
 	}
 	defer bare.Close()
-	for _, side := range []struct {
-		name, base string
-		gateway    bool
-	}{{"streamgate", s.gateway[mainnet], true}, {"bare fan-out server (baseline)", bare.URL(), false}} {
-		r, err := measureWS(ctx, o, s, feeds, index, ref, st, side.base, side.gateway)
-		if err != nil {
-			return fmt.Errorf("%s: %w", side.name, err)
+	// With -rounds, the two sides are measured that many times each, the
+	// order turning each round, and the ratio of their CPU per frame is
+	// taken within each round: a round's two windows are a minute apart at
+	// most, rounds can be minutes apart, and what this machine does besides
+	// moves both sides of one round alike.
+	rounds := 1
+	if o.set["rounds"] {
+		rounds = max(o.rounds, 1)
+	}
+	sides := []wsSide{{"streamgate", s.gateway[mainnet], true}, {"bare fan-out server (baseline)", bare.URL(), false}}
+	var pairs []wsPair
+	for round := range rounds {
+		var pair wsPair
+		for i := range sides {
+			side := sides[(i+round)%len(sides)]
+			r, err := measureWS(ctx, o, s, feeds, index, ref, st, side.base, side.gateway)
+			if err != nil {
+				return fmt.Errorf("%s: %w", side.name, err)
+			}
+			name := side.name
+			if rounds > 1 {
+				name = fmt.Sprintf("%s, round %d of %d", side.name, round+1, rounds)
+			}
+			r.print(o, name, side.gateway, clientHeap, clientGoroutines)
+			if side.gateway {
+				pair.gateway = r
+			} else {
+				pair.bare = r
+			}
+			runtime.GC()
+			time.Sleep(time.Second) // the closed clients' goroutines end
 		}
-		r.print(o, side.name, side.gateway, clientHeap, clientGoroutines)
-		runtime.GC()
-		time.Sleep(time.Second) // the closed clients' goroutines end
+		pairs = append(pairs, pair)
+	}
+	if rounds > 1 {
+		printWSRatios(o, pairs)
 	}
 	return nil
+}
+
+// wsSide is one server the ws scenario's clients connect to.
+type wsSide struct {
+	name, base string
+	gateway    bool
+}
+
+// wsPair is what one round measured of each side.
+type wsPair struct{ gateway, bare *wsResult }
+
+// printWSRatios prints, over the rounds, the gateway's CPU per frame and
+// heap per client each divided by the bare fan-out server's of the same
+// round: median, min and max, then each round's.
+func printWSRatios(o *options, pairs []wsPair) {
+	var cpu, mem []float64
+	for _, p := range pairs {
+		cpu = append(cpu, p.gateway.cpuPerFrame()/p.bare.cpuPerFrame())
+		if p.gateway.heapPerClient > 0 && p.bare.heapPerClient > 0 { // a GC between two samples can make a delta negative
+			mem = append(mem, p.gateway.heapPerClient/p.bare.heapPerClient)
+		}
+	}
+	each := func(rs []float64) string {
+		s := make([]string, len(rs))
+		for i, r := range rs {
+			s[i] = fmt.Sprintf("%.3f", r)
+		}
+		return strings.Join(s, " ")
+	}
+	fmt.Fprintf(o.out, "streamgate ÷ bare fan-out server within each round: median [min, max] of %d rounds (each round's, in order)\n", len(pairs))
+	fmt.Fprintf(o.out, "  CPU per delivered frame  %.3f [%.3f, %.3f]  (%s)\n", medianF(cpu), slices.Min(cpu), slices.Max(cpu), each(cpu))
+	if len(mem) > 0 {
+		fmt.Fprintf(o.out, "  heap in use per client   %.3f [%.3f, %.3f]  (%s)\n", medianF(mem), slices.Min(mem), slices.Max(mem), each(mem))
+	}
 }
 
 // wsResult is what one side of the ws scenario measured.
@@ -107,6 +168,12 @@ type wsResult struct {
 	counts                                                procCounts // of the window (wscounts.go)
 	delay                                                 histogram
 	heapPerClient, goroutinesPerClient                    float64
+}
+
+// cpuPerFrame is the process's CPU in the window per frame that arrived
+// in it, in nanoseconds.
+func (r *wsResult) cpuPerFrame() float64 {
+	return float64(r.cpu) / float64(max(r.inWindow, 1))
 }
 
 func (r *wsResult) print(o *options, name string, gateway bool, clientHeap, clientGoroutines float64) {
@@ -124,7 +191,7 @@ func (r *wsResult) print(o *options, name string, gateway bool, clientHeap, clie
 	fmt.Fprintf(o.out, "  added delay (client arrival − a direct upstream client's arrival of the same report): p50 %s, p90 %s, p99 %s, max %s (goal p99 ≤ 5ms); %d frames without a reference time\n",
 		fmtDur(r.delay.quantile(.5)), fmtDur(r.delay.quantile(.9)), fmtDur(r.delay.quantile(.99)), fmtDur(r.delay.max), r.noRef)
 	fmt.Fprintf(o.out, "  CPU per delivered frame %s (process CPU %v over %v, %d frames arrived in it; client, server and simulator together)\n",
-		fmtDur(time.Duration(float64(r.cpu)/float64(max(r.inWindow, 1)))), r.cpu.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.inWindow)
+		fmtDur(time.Duration(r.cpuPerFrame())), r.cpu.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.inWindow)
 	perFrame := func(n int64) float64 { return float64(n) / float64(max(r.inWindow, 1)) }
 	if r.counts.syscw >= 0 {
 		fmt.Fprintf(o.out, "  system calls in the window: %d writes (%.3f per frame), %d reads (%.3f per frame) (the whole process)\n",
