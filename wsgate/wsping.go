@@ -23,8 +23,9 @@ const (
 // sets the period's ping due and signals ctl, behind the same signal as
 // the read loop's end.
 //
-// A ping costs a write of its own when it is sent alone: at 5,000 clients
-// pinged every 15 s, one write in fifteen of the gateway's. So a ping due
+// A ping costs a write of its own when it is sent alone: a client of
+// streams that publish every second is written to about fifteen times in
+// 15 s, and its ping alone adds a sixteenth. So a ping due
 // within ride (pingRideMax, or half the interval if less) goes in
 // the write of the batch the writer is about to write (takeAhead), and the
 // timer's firing then does nothing; a client with no frame in that time is
