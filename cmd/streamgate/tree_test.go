@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tree's two size rules (ARCHITECTURE, "Layout"): no type has more than
+// The tree's two size rules (ARCHITECTURE, "How it is checked"): no type has more than
 // maxMethods methods unless its doc says why (names its methods), and no
 // file of the packages where the work is has more than maxLines lines
 // unless its opening comment says why (names its lines). Test files and
