@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tree's two size rules (ARCHITECTURE, "How it is checked"): no type has more than
-// maxMethods methods unless its doc says why (names its methods), and no
-// file of the packages where the work is has more than maxLines lines
-// unless its opening comment says why (names its lines). Test files and
-// the tools are not held to them.
+// The tree's two size rules (ARCHITECTURE, "How it is checked"): no type
+// has more than maxMethods methods unless its doc says why (names its
+// methods), and no file of the packages where the work is has more than
+// maxLines lines unless its opening comment says why (names its lines).
+// Test files and the tools are not held to them.
 const (
 	maxMethods = 20
 	maxLines   = 500
