@@ -371,8 +371,8 @@ func writerPaced(b *testing.B) {
 		}
 		b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount())*1000, "lag-mean-ms")
 		b.ReportMetric(float64(slowest.Microseconds()), "slowest-add-µs")
-		b.ReportMetric(float64(w.Dropped()), "dropped")
-		b.ReportMetric(float64(w.Written()), "written")
+		b.ReportMetric(float64(w.Counts().Dropped), "dropped")
+		b.ReportMetric(float64(w.Counts().Written), "written")
 		b.ReportMetric(float64(cpu.Milliseconds())/el.Seconds(), "cpu-ms/s")
 	}
 }

@@ -49,9 +49,9 @@ func benchStreamClaims(b *testing.B, store Store) {
 	for range b.N {
 		b.StopTimer()
 		ts++
-		written := w.Written()
+		written := w.Counts().Written
 		add(ts, ts-1) // one batch of 1,000, written at once
-		for w.Written() < written+streams {
+		for w.Counts().Written < written+streams {
 			time.Sleep(time.Millisecond)
 		}
 		b.StartTimer()

@@ -278,13 +278,18 @@ func (w *Writer) Close(ctx context.Context) error {
 	return nil
 }
 
-// Written, Duplicates, Dropped and Errors count the reports stored, those
-// skipped as duplicates, those dropped (every reason), and the failed
-// store calls, since the start.
-func (w *Writer) Written() int64    { return w.written.Load() }
-func (w *Writer) Duplicates() int64 { return w.duplicates.Load() }
-func (w *Writer) Dropped() int64    { return w.dropped.Load() }
-func (w *Writer) Errors() int64     { return w.errs.Load() }
+// WriterCounts is what a Writer counted since its start.
+type WriterCounts struct {
+	Written    int64 // reports stored
+	Duplicates int64 // reports skipped as already stored
+	Dropped    int64 // reports dropped, for every reason
+	Errors     int64 // failed store calls
+}
+
+// Counts returns what w counted since its start.
+func (w *Writer) Counts() WriterCounts {
+	return WriterCounts{Written: w.written.Load(), Duplicates: w.duplicates.Load(), Dropped: w.dropped.Load(), Errors: w.errs.Load()}
+}
 
 func (w *Writer) run() {
 	defer close(w.done)

@@ -116,7 +116,7 @@ func TestWriterOverflow(t *testing.T) {
 		stored = append(stored, r.ObservationsTimestamp)
 	}
 	assert.Equal(t, []uint32{100, 101, 102, 103, 104, 111}, stored)
-	assert.Equal(t, int64(6), w.Written())
+	assert.Equal(t, int64(6), w.Counts().Written)
 	assert.Equal(t, 6.0, testutil.ToFloat64(m.written))
 	assert.Equal(t, uint64(6), histCount(t, m.lag), "a lag observed per report written")
 
@@ -167,25 +167,25 @@ func TestWriterPostgresDown(t *testing.T) {
 	}
 	add(20)
 	require.NoError(t, w.Flush(ctx))
-	require.Equal(t, int64(20), w.Written())
+	require.Equal(t, int64(20), w.Counts().Written)
 
 	srv.Stop()
-	for w.Dropped() < 30 { // batches fail, are retried, then dropped
+	for w.Counts().Dropped < 30 { // batches fail, are retried, then dropped
 		add(10)
 		require.NoError(t, w.Flush(ctx))
 	}
-	assert.GreaterOrEqual(t, w.Errors(), int64(9), "three tries per dropped batch")
+	assert.GreaterOrEqual(t, w.Counts().Errors, int64(9), "three tries per dropped batch")
 	assert.Positive(t, testutil.ToFloat64(m.errors.WithLabelValues("write", "unavailable")), "counted as unavailable")
 	assert.Equal(t, 1, logs.FilterMessageSnippet("the store fails writes").Len(), "logged once for the episode")
 	_, why := h.snapshot()
-	assert.Equal(t, int(w.Dropped()), why[DropStoreError])
+	assert.Equal(t, int(w.Counts().Dropped), why[DropStoreError])
 
 	srv.Restart()
-	before := w.Written()
+	before := w.Counts().Written
 	require.Eventually(t, func() bool {
 		add(5)
 		_ = w.Flush(ctx)
-		return w.Written() > before
+		return w.Counts().Written > before
 	}, 60*time.Second, 50*time.Millisecond, "writing resumes once the server is back")
 	add(5)
 	require.NoError(t, w.Flush(ctx))
@@ -207,7 +207,7 @@ func TestWriterPostgresDown(t *testing.T) {
 	for _, r := range added {
 		assert.True(t, storedSet[r.ObservationsTimestamp] || lostSet[r.ObservationsTimestamp], "neither stored nor a hole: %d", r.ObservationsTimestamp)
 	}
-	assert.Equal(t, int64(len(page)), w.Written())
+	assert.Equal(t, int64(len(page)), w.Counts().Written)
 	assert.Equal(t, len(added), len(page)+len(lost))
 }
 
@@ -250,7 +250,7 @@ func TestWriterAddCovered(t *testing.T) {
 	spans, err := p.Coverage(ctx, "testnet", stream(1), 0, 1000)
 	require.NoError(t, err)
 	assert.Equal(t, []Span{{100, 109}}, spans, "stored, then covered (ten reports in batches of three)")
-	assert.Equal(t, int64(10), w.Written())
+	assert.Equal(t, int64(10), w.Counts().Written)
 
 	f.fail.Store(true)
 	require.True(t, w.AddCovered(page(200, 204), "testnet", stream(1), Span{From: 200, To: 204}))

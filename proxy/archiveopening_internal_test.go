@@ -56,5 +56,5 @@ func TestArchiveHoldsAnswersWhileOpening(t *testing.T) {
 		start = rs[len(rs)-1].ObservationsTimestamp + 1
 	}
 	assert.Equal(t, openingMax, got, "every report held, written once the store opened; none beyond the bound")
-	assert.Equal(t, int64(2), w.Dropped(), "the two beyond the bound, counted")
+	assert.Equal(t, int64(2), w.Counts().Dropped, "the two beyond the bound, counted")
 }

@@ -192,7 +192,7 @@ func New(cfg *config.Config, deps Deps) (*Gateway, error) {
 	}
 	g.replayStore = deps.ReplayStore
 	g.replayRecord = auth.NewReplayRecord()
-	g.metrics.replayRecord(func() auth.ReplayStats { return g.policy().verifier.Stats() })
+	g.metrics.replayRecord(func() auth.ReplayStats { return g.pol.Load().verifier.Stats() })
 	pol, err := g.buildPolicy(cfg)
 	if err != nil {
 		return nil, err

@@ -145,5 +145,3 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	g.streams.Recheck()
 	return nil
 }
-
-func (g *Gateway) policy() *policy { return g.pol.Load() }

@@ -123,8 +123,8 @@ func (s *Server) statusFacts() status.Facts {
 	f.Redis = s.redisDegraded()
 	f.Archive = s.arch.degraded()
 	f.ArchiveState = s.arch.state()
-	f.ArchiveStreams = s.archiveStreams()
-	today := s.usageToday()
+	f.ArchiveStreams = archiveStreams(s.arch, s.cfg.Load(), s.gw)
+	today := usageToday(s.usage)
 	for _, name := range cfg.NetworkNames() {
 		// A network, then each of its other stream partitions (sharing:
 		// credential), by label: its hub's figures are its own.

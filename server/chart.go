@@ -117,15 +117,16 @@ func (s *Server) serveChartHistory(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
-// archiveStreams lists the streams the archive holds on every network,
-// with their catalog names when the gateway has the catalog at hand, for
-// the status page; nil while the archive is off or not open. A network
-// whose list cannot be read is left out (the archive's health says why).
-func (s *Server) archiveStreams() []status.ArchiveStream {
-	if s.arch == nil {
+// archiveStreams lists the streams the archive arch holds on every network
+// of cfg, with their catalog names when the gateway gw has the catalog at
+// hand, for the status page; nil while the archive is off or not open. A
+// network whose list cannot be read is left out (the archive's health says
+// why).
+func archiveStreams(arch *archiveRun, cfg *config.Config, gw *proxy.Gateway) []status.ArchiveStream {
+	if arch == nil {
 		return nil
 	}
-	store := s.arch.current()
+	store := arch.current()
 	if store == nil {
 		return nil
 	}
@@ -134,7 +135,7 @@ func (s *Server) archiveStreams() []status.ArchiveStream {
 	out := []status.ArchiveStream{}
 	// Every network, and with sharing: credential each stream partition's
 	// label (network@partition): the names the archive keeps under.
-	for _, network := range s.cfg.Load().PartitionLabels() {
+	for _, network := range cfg.PartitionLabels() {
 		list, err := store.Streams(ctx, network)
 		if err != nil {
 			continue
@@ -142,7 +143,7 @@ func (s *Server) archiveStreams() []status.ArchiveStream {
 		var names map[feedid.ID]string
 		if len(list) > 0 {
 			name, _ := config.SplitPartitionLabel(network)
-			names = s.gw.StreamNames(name)
+			names = gw.StreamNames(name)
 		}
 		for _, si := range list {
 			link := url.Values{"network": {network}, "feedID": {string(si.Stream)}}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"streamgate/config"
 	"streamgate/internal/apierror"
 	"streamgate/usage"
 )
@@ -112,7 +113,7 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	team := q.Get("team")
-	if _, has := q["team"]; has && !s.knownTeam(team) {
+	if _, has := q["team"]; has && !knownTeam(s.cfg.Load(), team) {
 		apierror.Write(w, http.StatusBadRequest, "team: no team named "+quoteParam(team)+" is configured", 0)
 		return
 	}
@@ -133,9 +134,9 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 		Shared: s.usage.Shared(), Rows: rows})
 }
 
-// knownTeam says whether name is a team of the configuration in force.
-func (s *Server) knownTeam(name string) bool {
-	for _, t := range s.cfg.Load().Teams {
+// knownTeam says whether name is a team of cfg.
+func knownTeam(cfg *config.Config, name string) bool {
+	for _, t := range cfg.Teams {
 		if t.Name == name {
 			return true
 		}
@@ -155,14 +156,14 @@ func quoteParam(v string) string {
 // usageReadTimeout bounds the status sampler's read of today's figures.
 const usageReadTimeout = time.Second
 
-// usageToday returns today's figures (UTC) per team, every network
-// summed, for the status page: the fleet's with Redis, this replica's
-// without; nil when the ledger cannot be read now. The status sampler
-// calls it once per sample (statusFacts), one read of one hash.
-func (s *Server) usageToday() map[string]usage.Row {
+// usageToday returns today's figures (UTC) per team in ledger, every
+// network summed, for the status page: the fleet's with Redis, this
+// replica's without; nil when the ledger cannot be read now. The status
+// sampler calls it once per sample (statusFacts), one read of one hash.
+func usageToday(ledger *usage.Ledger) map[string]usage.Row {
 	ctx, cancel := context.WithTimeout(context.Background(), usageReadTimeout)
 	defer cancel()
-	rows, err := s.usage.Today(ctx)
+	rows, err := ledger.Today(ctx)
 	if err != nil {
 		return nil
 	}

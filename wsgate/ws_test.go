@@ -169,10 +169,23 @@ func TestWSLimitsAndErrors(t *testing.T) {
 // TestWSKeepAliveAndClose: the gateway pings its clients and closes one
 // that does not answer (1008) while a reading client stays; a client's
 // ping is answered; a client's close is answered with the close handshake.
+// Twice: pinged every 100 ms (a ping's ride is 50 ms, and a stream
+// publishes every second: nearly every ping goes alone), and every 2 s (a
+// ride of 1 s: nearly every ping goes with a batch ahead of its timer;
+// pinger).
 func TestWSKeepAliveAndClose(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		tick, ping time.Duration
+	}{{"pings alone", 50 * time.Millisecond, 100 * time.Millisecond}, {"pings with batches", 50 * time.Millisecond, 2 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) { testWSKeepAliveAndClose(t, tc.tick, tc.ping) })
+	}
+}
+
+func testWSKeepAliveAndClose(t *testing.T, tick, ping time.Duration) {
 	env := servertest.Start(t, servertest.Options{
-		Sim:    func(c *upstreamsim.Config) { c.WSTick = 50 * time.Millisecond },
-		Config: func(c *config.Config) { c.Realtime.PingInterval = 100 * time.Millisecond },
+		Sim:    func(c *upstreamsim.Config) { c.WSTick = tick },
+		Config: func(c *config.Config) { c.Realtime.PingInterval = ping },
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"math"
 	"net"
 	"slices"
 	"sync"
@@ -100,13 +99,18 @@ func (c *wsConn) Write(p []byte) (int, error) {
 }
 
 // writeBatch writes frames, each as one frame of op (binary for the
-// upstream's frames, text for the decoded view), in one write.
-func (c *wsConn) writeBatch(frames [][]byte, op ws.OpCode) error {
+// upstream's frames, text for the decoded view), in one write; with ping,
+// a ping follows them in the same write (a control frame may come between
+// messages).
+func (c *wsConn) writeBatch(frames [][]byte, op ws.OpCode, ping bool) error {
 	bp := wsBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	for _, f := range frames {
 		b = appendFrameHeader(b, op, len(f))
 		b = append(b, f...)
+	}
+	if ping {
+		b = appendFrameHeader(b, ws.OpPing, 0)
 	}
 	_, err := c.Write(b)
 	if cap(b) <= wsMaxBatchBytes+64<<10 {
@@ -199,34 +203,6 @@ func signal(ch chan<- struct{}) {
 	}
 }
 
-// pingTimer sets due and signals ctl every interval, until stop: the
-// writer's ping, behind the same signal as the read loop's end.
-type pingTimer struct {
-	due, stopped atomic.Bool
-	t            *time.Timer
-}
-
-func newPingTimer(every time.Duration, ctl chan<- struct{}) *pingTimer {
-	p := &pingTimer{}
-	p.t = time.AfterFunc(math.MaxInt64, func() {
-		if p.stopped.Load() {
-			return
-		}
-		p.due.Store(true)
-		signal(ctl)
-		p.t.Reset(every)
-	})
-	p.t.Reset(every) // after p.t is set: the function reads it
-	return p
-}
-
-// stop stops the timer; a run already under way arms it once more, and
-// that run does nothing.
-func (p *pingTimer) stop() {
-	p.stopped.Store(true)
-	p.t.Stop()
-}
-
 // errShutdown ends a subscription's loop when its channel closes without
 // ErrSlowConsumer.
 var errShutdown = errors.New("the gateway is shutting down")
@@ -252,9 +228,9 @@ var errShutdown = errors.New("the gateway is shutting down")
 // locks and queues itself on every channel of its select each time it
 // sleeps and wakes, once per batch, which made the select the writer's
 // largest cost beside the write. Everything else is a flag behind ctl's
-// signal: the read loop's end (readDone), the ping (pingTimer.due), the
-// drain (wc.draining) and the revocation (wc.revoked); a pong is a flag
-// too (wsConn.ponged).
+// signal: the read loop's end (readDone), the ping (pinger, wsping.go: a
+// ping due soon goes with a batch instead), the drain (wc.draining) and
+// the revocation (wc.revoked); a pong is a flag too (wsConn.ponged).
 func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Subscription, wc *wsClient, decoded bool) string {
 	mark, ctl := wc.mark, wc.ctl
 	c := &wsConn{conn: conn}
@@ -269,8 +245,8 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 		signal(ctl)
 	}()
 
-	ping := newPingTimer(n.ws.pingInterval, ctl)
-	defer ping.stop()
+	pings := newPinger(n.ws.pingInterval, ctl)
+	defer pings.stop()
 	awaiting := false // a ping was sent: a pong must come before the next
 	frames := make([]*realtime.Frame, 0, 8)
 	var out [][]byte // what is written of frames: their bytes, or decoded
@@ -297,7 +273,23 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 			}
 			var err error
 			if len(frames) > 0 {
-				err = c.writeBatch(out, op)
+				// The period's ping goes with the batch when the timer has
+				// fired, or fires within pingRide and the last ping was
+				// answered (pinger): one write instead of two.
+				ping := false
+				switch {
+				case pings.takeDue():
+					if ponged := c.ponged.Swap(false); awaiting && !ponged {
+						c.closeWith(ws.StatusPolicyViolation, "no pong within the ping interval", readDone)
+						return "ping"
+					}
+					ping = true
+				case (!awaiting || c.ponged.Load()) && pings.takeAhead(time.Now()):
+					c.ponged.Store(false)
+					ping = true
+				}
+				awaiting = awaiting || ping
+				err = c.writeBatch(out, op, ping)
 				if err == nil && mark != nil {
 					mark.written(frames)
 				}
@@ -331,8 +323,8 @@ func (n *Network) serveStream(conn net.Conn, br *bufio.Reader, sub *realtime.Sub
 				c.closeWith(ws.StatusGoingAway, reasonDrain, readDone)
 				return "drain"
 			}
-			if !ping.due.Swap(false) {
-				continue
+			if !pings.takeDue() {
+				continue // nothing due, or the ping went with a batch
 			}
 			if ponged := c.ponged.Swap(false); awaiting && !ponged {
 				c.closeWith(ws.StatusPolicyViolation, "no pong within the ping interval", readDone)

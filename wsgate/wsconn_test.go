@@ -91,7 +91,7 @@ func TestWriteDeadlineEndsAStuckWrite(t *testing.T) {
 		var last time.Time
 		for r.writes = 1; r.writes < 100000; r.writes++ {
 			r.start = time.Now()
-			r.err = c.writeBatch(batch, ws.OpBinary)
+			r.err = c.writeBatch(batch, ws.OpBinary, false)
 			c.mu.Lock()
 			r.deadline = c.deadline
 			c.mu.Unlock()
