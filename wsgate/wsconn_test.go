@@ -59,21 +59,7 @@ func TestDrain(t *testing.T) {
 // a write blocks) with a timeout, within the write timeout of that
 // write's start: the deadline in force is never later than that.
 func TestWriteDeadlineEndsAStuckWrite(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		p, err := ln.Accept()
-		if err == nil {
-			accepted <- p // never read
-		}
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	peer := <-accepted
-	defer peer.Close()
+	conn, _ := loopbackPair(t) // the peer never reads
 
 	c := &wsConn{conn: conn, timeout: 500 * time.Millisecond}
 	frame := bytes.Repeat([]byte{'x'}, 64<<10)
@@ -116,4 +102,26 @@ func TestWriteDeadlineEndsAStuckWrite(t *testing.T) {
 	assert.True(t, errors.Is(r.err, os.ErrDeadlineExceeded), "ended by the write deadline: %v", r.err)
 	assert.False(t, r.deadline.After(r.start.Add(c.timeout)), "the deadline in force is within the write timeout of the stuck write's start")
 	assert.Less(t, r.deadlines, r.writes, "not set again at every write")
+}
+
+// loopbackPair returns the two ends of a real TCP connection over
+// loopback, closed when the test ends.
+func loopbackPair(t *testing.T) (conn, peer net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		p, err := ln.Accept()
+		if err == nil {
+			accepted <- p
+		}
+	}()
+	conn, err = net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	peer = <-accepted
+	t.Cleanup(func() { peer.Close() })
+	return conn, peer
 }

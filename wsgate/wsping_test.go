@@ -3,7 +3,6 @@ package wsgate
 import (
 	"bytes"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -64,21 +63,7 @@ func TestPingerPeriods(t *testing.T) {
 // A batch with a ping is the batch's frames and then one empty ping, in one
 // write, as a client reads them (a real socket over loopback).
 func TestWriteBatchWithPing(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		p, err := ln.Accept()
-		if err == nil {
-			accepted <- p
-		}
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	peer := <-accepted
-	defer peer.Close()
+	conn, peer := loopbackPair(t)
 
 	c := &wsConn{conn: conn}
 	require.NoError(t, c.writeBatch([][]byte{[]byte("first"), bytes.Repeat([]byte{'x'}, 300)}, ws.OpBinary, true))
