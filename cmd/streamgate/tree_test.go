@@ -19,7 +19,7 @@ import (
 // has more than maxMethods methods unless its doc says why (names its
 // methods), and no file of the packages where the work is has more than
 // maxLines lines unless its opening comment says why (names its lines).
-// Test files and the tools are not held to them.
+// Test files are not held to them.
 const (
 	maxMethods = 20
 	maxLines   = 500
@@ -48,7 +48,7 @@ func TestTreeSizes(t *testing.T) {
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "tools") {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
 				return filepath.SkipDir
 			}
 			return nil
