@@ -389,12 +389,5 @@ func unlimitedSim(tb testing.TB) *upstreamsim.Simulator {
 // liveFeeds returns the IDs of the first n live testnet streams of sim.
 func liveFeeds(tb testing.TB, sim *upstreamsim.Simulator, n int) []string {
 	tb.Helper()
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Testnet) {
-		if s.Status == "live" && len(feeds) < n {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
-	require.Len(tb, feeds, n)
-	return feeds
+	return servertest.LiveFeeds(tb, sim, upstreamsim.Testnet, n)
 }

@@ -120,19 +120,6 @@ func (r *upstreamReports) asking(t *testing.T, held map[string]map[int64]bool) [
 	return out
 }
 
-// liveStreams returns n live streams of the simulator's mainnet.
-func liveStreams(t *testing.T, sim *upstreamsim.Simulator, n int) []string {
-	t.Helper()
-	var feeds []string
-	for _, s := range sim.Streams(upstreamsim.Mainnet) {
-		if s.Status == "live" && len(feeds) < n {
-			feeds = append(feeds, s.FeedID)
-		}
-	}
-	require.Len(t, feeds, n)
-	return feeds
-}
-
 // pinnedArchive configures a gateway that archives into dir and carries
 // feeds at all times.
 func pinnedArchive(t *testing.T, dir string, feeds []string) func(*config.Config) {
@@ -230,7 +217,7 @@ func everySecondOnce(t *testing.T, w *wsClient, first map[string]int64, upTo int
 // the archive.
 func TestWSSinceFromTheArchive(t *testing.T) {
 	sim := fastSimulator(t)
-	feeds := liveStreams(t, sim, 3)
+	feeds := servertest.LiveFeeds(t, sim, upstreamsim.Mainnet, 3)
 	dir := t.TempDir()
 	rec := &upstreamReports{}
 	cfg := pinnedArchive(t, dir, feeds)
@@ -318,7 +305,7 @@ func TestWSSinceFromTheArchive(t *testing.T) {
 func TestWSResumeBeyondTheHistoryFromTheArchive(t *testing.T) {
 	rs := redistest.New(t)
 	sim := fastSimulator(t)
-	feeds := liveStreams(t, sim, 1)
+	feeds := servertest.LiveFeeds(t, sim, upstreamsim.Mainnet, 1)
 	dir := t.TempDir()
 	rec := &upstreamReports{}
 	archived := pinnedArchive(t, dir, feeds)
@@ -376,7 +363,7 @@ func TestWSResumeBeyondTheHistoryFromTheArchive(t *testing.T) {
 // the upgrade and before any upstream call.
 func TestWSSinceRefused(t *testing.T) {
 	sim := fastSimulator(t)
-	feeds := liveStreams(t, sim, 3)
+	feeds := servertest.LiveFeeds(t, sim, upstreamsim.Mainnet, 3)
 	env := servertest.Start(t, servertest.Options{Simulator: sim, Quiet: true, Config: func(c *config.Config) {
 		noReplayCheck(c)
 		c.Archive.Backend, c.Archive.Path = config.ArchiveBackendPebble, t.TempDir()

@@ -246,3 +246,19 @@ func SimulatorDONs(sim *upstreamsim.Simulator, network string) []config.DON {
 	}
 	return out
 }
+
+// LiveFeeds returns the IDs of the first n live streams of sim on network
+// (upstreamsim.Testnet or Mainnet), failing t when there are fewer.
+func LiveFeeds(t testing.TB, sim *upstreamsim.Simulator, network string, n int) []string {
+	t.Helper()
+	var feeds []string
+	for _, s := range sim.Streams(network) {
+		if s.Status == "live" && len(feeds) < n {
+			feeds = append(feeds, s.FeedID)
+		}
+	}
+	if len(feeds) < n {
+		t.Fatalf("the simulator has %d live streams on %s, %d wanted", len(feeds), network, n)
+	}
+	return feeds
+}
