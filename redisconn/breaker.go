@@ -331,7 +331,6 @@ func (h *breakerHook) onStateChange(from, to gobreaker.State, by string) {
 			zap.Duration("probe_interval", h.open),
 			zap.Error(cause))
 	case to == gobreaker.StateClosed:
-		close(h.ready)
 		if by == "" {
 			by = "a call let through as a probe"
 		}
@@ -339,6 +338,9 @@ func (h *breakerHook) onStateChange(from, to gobreaker.State, by string) {
 			zap.String("addr", h.addr),
 			zap.Duration("unavailable_for", time.Since(h.openedAt).Round(time.Millisecond)),
 			zap.String("closed_by", by))
+		// Ready's waiters are woken once the recovery is logged, so that
+		// whoever waited on it finds the line that says why.
+		close(h.ready)
 	default: // a probe is let through, or failed: the same outage
 		h.log.Debug("redis circuit breaker",
 			zap.Stringer("from", from), zap.Stringer("to", to))
